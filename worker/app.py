@@ -1,0 +1,94 @@
+"""WorkerApp: the registry of queue-triggered functions, decorated as in Azure Functions' Python v2 model."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Azure's queue name rule: 3-63 of lowercase letters, digits and single hyphens, alphanumeric at both ends.
+QUEUE_NAME = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
+#: What a function is called when no ``@app.function_name`` names it.
+_NAME_ATTR = "__worker_function_name__"
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    """One queue-triggered function as the host runs it."""
+
+    name: str
+    handler: Callable[..., Any]
+    arg_name: str
+    queue_name: str
+    connection: str
+    is_async: bool
+
+
+class WorkerApp:
+    """Holds the functions a host runs.
+
+    ``@app.queue_trigger`` and ``@app.function_name`` may be stacked in either
+    order; both return the handler unchanged, so it stays callable in tests.
+    """
+
+    def __init__(self) -> None:
+        self._specs: dict[Callable[..., Any], FunctionSpec] = {}
+
+    @property
+    def functions(self) -> list[FunctionSpec]:
+        return list(self._specs.values())
+
+    def queue_trigger(
+        self, *, arg_name: str, queue_name: str, connection: str = "AzureWebJobsStorage"
+    ) -> Callable[[F], F]:
+        """Run the decorated function for each message on ``queue_name``, passed as ``arg_name``.
+
+        ``connection`` names an environment variable or a ``connections:`` entry
+        of host.yaml holding the connection string; unset means the embedded queue.
+        """
+        if not QUEUE_NAME.match(queue_name):
+            raise ValueError(
+                f"queue name {queue_name!r} is not valid: use 3-63 lowercase letters, digits and single hyphens, "
+                "starting and ending with a letter or digit"
+            )
+
+        def register(handler: F) -> F:
+            if arg_name not in inspect.signature(handler).parameters:
+                raise TypeError(f"{handler.__qualname__} has no parameter {arg_name!r} for the queue message")
+            name = getattr(handler, _NAME_ATTR, handler.__name__)
+            self._add(
+                handler,
+                FunctionSpec(
+                    name=name,
+                    handler=handler,
+                    arg_name=arg_name,
+                    queue_name=queue_name,
+                    connection=connection,
+                    is_async=inspect.iscoroutinefunction(handler),
+                ),
+            )
+            return handler
+
+        return register
+
+    def function_name(self, name: str) -> Callable[[F], F]:
+        """Name the function in logs and metrics (default: the Python function's name)."""
+
+        def rename(handler: F) -> F:
+            spec = self._specs.pop(handler, None)
+            if spec is None:
+                setattr(handler, _NAME_ATTR, name)
+            else:
+                self._add(handler, replace(spec, name=name))
+            return handler
+
+        return rename
+
+    def _add(self, handler: Callable[..., Any], spec: FunctionSpec) -> None:
+        if any(s.name == spec.name for h, s in self._specs.items() if h is not handler):
+            raise ValueError(f"two functions are named {spec.name!r}; give one another name with @app.function_name")
+        self._specs[handler] = spec

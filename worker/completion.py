@@ -1,0 +1,137 @@
+"""What to do with a message once its invocation is over: the WebJobs SDK's QueueProcessor.
+
+Success deletes it. Failure releases it after ``visibilityTimeout``, or, once it
+has been tried ``maxDequeueCount`` times, copies its original text to
+``<queue>-poison`` and deletes it. A shutdown releases it at once so another
+worker takes it without waiting for the lease to run out. A lost lease means the
+message is someone else's: nothing is done to it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import structlog
+
+from worker.config import HostConfig
+from worker.lease import Lease, LeaseScheduler
+from worker.observability import Metrics
+from worker.queues.base import LeaseGone, QueueBackend, QueueNotFound, RawMessage
+
+log = structlog.get_logger("worker.completion")
+
+POISON_SUFFIX = "-poison"
+
+
+class Outcome(enum.Enum):
+    SUCCEEDED = "succeeded"
+    #: The handler raised or ran past functionTimeout: retry, or poison on the last attempt.
+    FAILED = "failed"
+    #: The message must not be tried again (undecodable, or past maxDequeueCount at receive).
+    POISON = "poison"
+    #: The host gave up on it for a reason that is not the message's fault (shutdown).
+    RELEASE = "release"
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    outcome: Outcome
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A message whose invocation is over, with what the completion needs to know of it."""
+
+    function: str
+    invocation_id: str
+    backend: QueueBackend
+    queue: str
+    raw: RawMessage
+    lease: Lease
+
+
+class CompletionProcessor:
+    def __init__(self, config: HostConfig, scheduler: LeaseScheduler, metrics: Metrics) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self.metrics = metrics
+
+    async def complete(self, item: Finished, result: Result) -> None:
+        """Delete, release or poison the message, under its lease lock so no renewal races the receipt.
+
+        Storage errors are logged and counted, never raised: the message then
+        comes back when its lease ends, which is the safe direction.
+        """
+        lease = item.lease
+        bound = log.bind(
+            function=item.function, queue=item.queue, message_id=item.raw.id,
+            dequeue_count=item.raw.dequeue_count, invocation_id=item.invocation_id,
+        )
+        async with lease.lock:
+            if lease.lost.is_set():
+                self.metrics.inc("completions_skipped", item.function)
+                bound.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
+                return
+            self.scheduler.forget(lease)
+            try:
+                await self._apply(item, result, bound)
+            except LeaseGone as exc:
+                self.metrics.inc("leases_lost", item.function)
+                bound.warning("message changed hands before completion", error=type(exc).__name__)
+            except Exception as exc:
+                self.metrics.inc("storage_errors", item.function)
+                bound.error(
+                    "completion failed; the message returns when its lease ends",
+                    outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
+                )
+
+    async def _apply(self, item: Finished, result: Result, bound: structlog.typing.FilteringBoundLogger) -> None:
+        receipt = item.lease.pop_receipt
+        assert receipt is not None
+        if result.outcome is Outcome.SUCCEEDED:
+            await item.backend.delete(item.queue, item.raw.id, receipt)
+            self.metrics.inc("succeeded", item.function)
+            return
+        if result.outcome is Outcome.RELEASE:
+            await item.backend.update(item.queue, item.raw.id, receipt, 0)
+            self.metrics.inc("released", item.function)
+            bound.info("message released", reason=result.reason)
+            return
+        if item.queue.endswith(POISON_SUFFIX):
+            # A poison queue has no poison queue of its own; as in Functions, the
+            # message stays invisible until its lease ends, then is tried again.
+            self.metrics.inc("failed", item.function)
+            bound.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
+            return
+        if result.outcome is Outcome.POISON or item.raw.dequeue_count >= self.config.max_dequeue_count:
+            if result.outcome is Outcome.FAILED:
+                self.metrics.inc("failed", item.function)
+            await self._poison(item, result.reason, bound)
+            return
+        await item.backend.update(item.queue, item.raw.id, receipt, self.config.visibility_timeout)
+        self.metrics.inc("failed", item.function)
+        self.metrics.inc("retried", item.function)
+        bound.warning(
+            "message failed; it will be retried",
+            reason=result.reason, visible_in=self.config.visibility_timeout,
+            attempts_left=self.config.max_dequeue_count - item.raw.dequeue_count,
+        )
+
+    async def _poison(self, item: Finished, reason: str, bound: structlog.typing.FilteringBoundLogger) -> None:
+        """Copy the original text to ``<queue>-poison`` (created on first need), then delete the original.
+
+        The copy never expires, so that nothing poisoned disappears unseen; the
+        reason goes to the log together with the copy's id.
+        """
+        poison = item.queue + POISON_SUFFIX
+        try:
+            copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
+        except QueueNotFound:
+            await item.backend.create_queue(poison)
+            copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
+        assert item.lease.pop_receipt is not None
+        await item.backend.delete(item.queue, item.raw.id, item.lease.pop_receipt)
+        self.metrics.inc("poisoned", item.function)
+        bound.error("message moved to the poison queue", poison_queue=poison, poison_message_id=copy.id, reason=reason)

@@ -1,0 +1,307 @@
+"""host.yaml: the host's settings, shaped like Azure Functions' host.json.
+
+A Functions user can copy ``extensions.queues`` and ``functionTimeout`` across
+unchanged (YAML reads JSON, so ``--config host.json`` works too). Keys that
+host.json has but this host does not use are accepted with a warning, so that a
+copied file loads; every other unknown key, wrong type or out-of-range value is
+an error naming the key and, where the YAML gives one, the line.
+
+Environment variables override file values: ``WORKER__extensions__queues__batchSize=4``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "WORKER__"
+
+#: host.json keys that mean something to the Functions host but nothing here.
+IGNORED_HOST_JSON_KEYS = frozenset(
+    {
+        "logging",
+        "extensionBundle",
+        "aggregator",
+        "healthMonitor",
+        "managedDependency",
+        "concurrency",
+        "retry",
+        "singleton",
+        "watchDirectories",
+        "watchFiles",
+        "customHandler",
+        "functions",
+        "languageWorkers",
+        "console",
+        "extensions.http",
+        "extensions.blobs",
+        "extensions.serviceBus",
+        "extensions.eventHubs",
+        "extensions.durableTask",
+    }
+)
+
+
+class ConfigError(ValueError):
+    """A setting is wrong. ``key`` is the dotted path, ``where`` the file:line or variable."""
+
+    def __init__(self, key: str, problem: str, where: str | None = None) -> None:
+        self.key = key
+        self.problem = problem
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{key}: {problem}")
+
+
+_DURATION_HMS = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
+_DURATION_UNIT = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``hh:mm:ss`` (host.json's TimeSpan, optionally ``d.hh:mm:ss``), ``30s``/``10m``/``250ms``, or a number.
+
+    Raises ValueError with the accepted forms, for ConfigError to wrap.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if m := _DURATION_HMS.match(text):
+            days, hours, minutes, seconds = m.groups()
+            return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        if m := _DURATION_UNIT.match(text):
+            return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    raise ValueError(f"expected a duration like '00:05:00', '30s' or '10m', got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Setting:
+    """One key of the schema: how to read it and which values are allowed."""
+
+    attr: str
+    parse: Callable[[Any], Any]
+    check: Callable[[Any], str | None] = lambda _v: None
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, got {value!r}")
+    return value
+
+
+def _optional_duration(value: Any) -> float | None:
+    """functionTimeout: -1 (or null) means no limit, as in host.json."""
+    if value is None or value == -1 or value == "-1":
+        return None
+    return parse_duration(value)
+
+
+def _between(low: float, high: float, unit: str = "") -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if value is None or low <= value <= high:
+            return None
+        return f"must be between {low:g}{unit} and {high:g}{unit}, got {value:g}{unit}"
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
+
+    return check
+
+
+_WEEK = 7 * 86400.0
+
+_SCHEMA: dict[str, _Setting] = {
+    "version": _Setting("version", _text),
+    "functionTimeout": _Setting("function_timeout", _optional_duration, _between(1, 10 * _WEEK, "s")),
+    "extensions.queues.batchSize": _Setting("batch_size", _integer, _between(1, 32)),
+    "extensions.queues.newBatchThreshold": _Setting("new_batch_threshold", _integer, _between(0, 10_000)),
+    "extensions.queues.maxPollingInterval": _Setting("max_polling_interval", parse_duration, _between(0.1, 86400, "s")),
+    "extensions.queues.visibilityTimeout": _Setting("visibility_timeout", parse_duration, _between(0, _WEEK, "s")),
+    "extensions.queues.maxDequeueCount": _Setting("max_dequeue_count", _integer, _between(1, 10_000)),
+    "extensions.queues.messageEncoding": _Setting("message_encoding", _text, _one_of("base64", "none")),
+    "worker.leaseDuration": _Setting("lease_duration", parse_duration, _between(1, _WEEK, "s")),
+    "worker.leaseRenewalFraction": _Setting("lease_renewal_fraction", _number, _between(0.1, 0.9)),
+    "worker.drainTimeout": _Setting("drain_timeout", parse_duration, _between(0, 86400, "s")),
+    "worker.maxInFlight": _Setting("max_in_flight", _integer, _between(1, 100_000)),
+    "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """Every setting the host reads, with Azure Functions' defaults where it has one.
+
+    Durations are seconds. ``new_batch_threshold`` defaults, as in Functions, to
+    half the batch size times the processor count.
+    """
+
+    version: str = "1.0"
+    #: Longest a handler may run; None for no limit (-1 in host.json).
+    function_timeout: float | None = 30 * 60.0
+    batch_size: int = 16
+    new_batch_threshold: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
+    max_polling_interval: float = 60.0
+    visibility_timeout: float = 0.0
+    max_dequeue_count: int = 5
+    message_encoding: str = "base64"
+    #: The lease taken at receive and renewed while a handler runs (Functions: a fixed 10 minutes).
+    lease_duration: float = 600.0
+    #: Renew when this fraction of the lease has passed (Functions: half).
+    lease_renewal_fraction: float = 0.5
+    drain_timeout: float = 30.0
+    #: Messages held at once across all functions (received and not yet completed).
+    max_in_flight: int = 64
+    #: Threads that run synchronous handlers; a sync message waits for one.
+    handler_threads: int = 16
+    #: Named connection strings; an environment variable of the same name wins.
+    connections: Mapping[str, str] = field(default_factory=dict)
+    #: Folder relative paths (the embedded queue file) are resolved against: host.yaml's.
+    base_dir: Path = field(default_factory=Path.cwd)
+    #: Keys read but not used (copied from host.json), for the host to warn about.
+    ignored_keys: tuple[str, ...] = ()
+
+    def connection_string(self, name: str | None) -> str | None:
+        """The connection string a function's ``connection`` names: environment first, then host.yaml."""
+        if not name:
+            return None
+        return os.environ.get(name) or self.connections.get(name)
+
+
+def _line_index(text: str) -> dict[str, int]:
+    """Map each dotted key path to the 1-based line where its key stands, for error messages."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                path = f"{prefix}{key_node.value}"
+                lines[path] = key_node.start_mark.line + 1
+                walk(value_node, path + ".")
+
+    if root is not None:
+        walk(root, "")
+    return lines
+
+
+def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
+    """Flatten nested mappings to dotted keys, stopping at ignored host.json sections."""
+    if not isinstance(tree, dict):
+        raise ConfigError(prefix.rstrip(".") or "(top level)", f"expected a mapping, got {tree!r}", where)
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if path in IGNORED_HOST_JSON_KEYS or path == "connections":
+            out[path] = value
+        elif isinstance(value, dict) and path not in _SCHEMA:
+            _flatten(value, path + ".", out, where)
+        else:
+            out[path] = value
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """``WORKER__a__b=v`` becomes ``{"a.b": (v parsed as a YAML scalar, "WORKER__a__b")}``."""
+    found: dict[str, tuple[Any, str]] = {}
+    for name, raw in environ.items():
+        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
+            path = ".".join(name[len(ENV_PREFIX):].split("__"))
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else raw
+            except yaml.YAMLError:
+                value = raw
+            found[path] = (value, f"environment {name}")
+    return found
+
+
+def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> HostConfig:
+    """Read host.yaml (or defaults when ``path`` is None or the default file is absent) plus overrides.
+
+    Raises ConfigError naming the key, and the file and line where it stands.
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, tuple[Any, str]] = {}
+    base_dir = Path.cwd()
+    if path is not None:
+        file = Path(path)
+        base_dir = file.resolve().parent
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("(file)", f"cannot read {file}: {exc.strerror or exc}") from exc
+        try:
+            tree = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f"{file}:{mark.line + 1}" if mark else str(file)
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
+        lines = _line_index(text)
+        flat: dict[str, Any] = {}
+        _flatten(tree if tree is not None else {}, "", flat, str(file))
+        for key, value in flat.items():
+            line = lines.get(key)
+            values[key] = (value, f"{file}:{line}" if line else str(file))
+    values.update(_env_overrides(environ))
+
+    settings: dict[str, Any] = {}
+    ignored: list[str] = []
+    connections: dict[str, str] = {}
+    for key, (value, where) in values.items():
+        if key in IGNORED_HOST_JSON_KEYS:
+            ignored.append(key)
+            continue
+        if key == "connections" or key.startswith("connections."):
+            connections.update(_connections(key, value, where))
+            continue
+        setting = _SCHEMA.get(key)
+        if setting is None:
+            raise ConfigError(key, f"unknown key (known keys: {', '.join(sorted(_SCHEMA))}, connections)", where)
+        try:
+            parsed = setting.parse(value)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc), where) from None
+        if problem := setting.check(parsed):
+            raise ConfigError(key, problem, where)
+        settings[setting.attr] = parsed
+
+    if "new_batch_threshold" not in settings:
+        settings["new_batch_threshold"] = settings.get("batch_size", 16) // 2 * (os.cpu_count() or 1)
+    return HostConfig(**settings, connections=connections, base_dir=base_dir, ignored_keys=tuple(sorted(ignored)))
+
+
+def _connections(key: str, value: Any, where: str) -> dict[str, str]:
+    """``connections: {Name: "conn string"}``, or one ``connections.Name`` from the environment."""
+    if key == "connections":
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(key, "expected a mapping of names to connection strings", where)
+        return {str(k): v for k, v in value.items()}
+    if not isinstance(value, str):
+        raise ConfigError(key, "expected a connection string", where)
+    return {key.split(".", 1)[1]: value}

@@ -1,0 +1,187 @@
+"""From a received message to a finished invocation: decode, call the handler, hand the result to completion.
+
+Every message starts at once, as in Functions. Async handlers run on the event
+loop; sync handlers take one of ``handlerThreads`` threads and never block it.
+A sync message waiting for a thread has not started: at shutdown it is
+released at once, while started handlers get the drain time to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from worker.app import FunctionSpec
+from worker.completion import CompletionProcessor, Finished, Outcome, Result
+from worker.config import HostConfig
+from worker.encoding import MessageDecodeError, decode
+from worker.lease import Lease, LeaseScheduler
+from worker.message import QueueMessage
+from worker.observability import Metrics
+from worker.queues.base import QueueBackend, RawMessage
+
+log = structlog.get_logger("worker.dispatcher")
+
+LEASE_LOST = "lease lost"
+SHUTDOWN = "shutdown"
+
+
+@dataclass(eq=False)
+class Invocation:
+    """One run of one function for one message."""
+
+    function: FunctionSpec
+    backend: QueueBackend
+    raw: RawMessage
+    lease: Lease
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    started: bool = False
+    cancel_reason: str | None = None
+    handler_task: asyncio.Task[Any] | None = None
+
+    def cancel(self, reason: str) -> None:
+        """Stop the handler (async: cancelled; sync: told through ``message.cancelled``)."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        self.lease.cancelled.set()
+        if self.handler_task is not None:
+            self.handler_task.cancel()
+
+
+class Dispatcher:
+    def __init__(
+        self, config: HostConfig, scheduler: LeaseScheduler, completion: CompletionProcessor, metrics: Metrics
+    ) -> None:
+        self.config = config
+        self.scheduler = scheduler
+        self.completion = completion
+        self.metrics = metrics
+        self.invocations: set[Invocation] = set()
+        self._threads = ThreadPoolExecutor(config.handler_threads, thread_name_prefix="handler")
+        self._thread_slots = asyncio.Semaphore(config.handler_threads)
+        self._busy_threads = 0
+
+    def dispatch(
+        self, function: FunctionSpec, backend: QueueBackend, raw: RawMessage, on_done: Callable[[], None]
+    ) -> Invocation:
+        """Take the lease on ``raw``, start its invocation, and call ``on_done`` once it is completed."""
+        lease = Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name)
+        inv = Invocation(function, backend, raw, lease)
+        lease.on_lost = lambda: inv.cancel(LEASE_LOST)
+        self.scheduler.hold(lease)
+        self.invocations.add(inv)
+        self.metrics.inc("received", function.name)
+
+        def finished(_: asyncio.Task[None]) -> None:
+            self.invocations.discard(inv)
+            on_done()
+
+        asyncio.create_task(self._process(inv), name=f"invocation-{inv.id}").add_done_callback(finished)
+        return inv
+
+    def release_unstarted(self) -> int:
+        """Shutdown: give back every message whose handler has not started; returns how many."""
+        waiting = [inv for inv in self.invocations if not inv.started]
+        for inv in waiting:
+            inv.cancel(SHUTDOWN)
+        return len(waiting)
+
+    def cancel_all(self, reason: str) -> None:
+        for inv in list(self.invocations):
+            inv.cancel(reason)
+
+    @property
+    def threads_busy(self) -> int:
+        """Sync handlers still running in a thread, including ones the host has given up on."""
+        return self._busy_threads
+
+    def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _process(self, inv: Invocation) -> None:
+        bound = log.bind(
+            function=inv.function.name, queue=inv.function.queue_name, message_id=inv.raw.id,
+            dequeue_count=inv.raw.dequeue_count, invocation_id=inv.id,
+        )
+        result = await self._execute(inv, bound)
+        await self.completion.complete(
+            Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, inv.raw, inv.lease), result
+        )
+
+    async def _execute(self, inv: Invocation, bound: structlog.typing.FilteringBoundLogger) -> Result:
+        """Run the handler and say how it went; never raises."""
+        raw = inv.raw
+        if raw.dequeue_count > self.config.max_dequeue_count:
+            return Result(
+                Outcome.POISON,
+                f"dequeue count {raw.dequeue_count} is over maxDequeueCount {self.config.max_dequeue_count}",
+            )
+        try:
+            body = decode(raw.content, self.config.message_encoding)
+        except MessageDecodeError as exc:
+            bound.error("message decoding has failed", reason=str(exc))
+            return Result(Outcome.POISON, str(exc))
+        if inv.cancel_reason is not None:
+            return Result(Outcome.RELEASE, inv.cancel_reason)
+        message = QueueMessage(
+            id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
+            expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=inv.lease,
+        )
+        inv.handler_task = asyncio.create_task(self._invoke(inv, message))
+        started = time.monotonic()
+        try:
+            await inv.handler_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # the host itself is being torn down
+                raise
+            if inv.cancel_reason is None:
+                bound.error("handler cancelled itself")
+                return Result(Outcome.FAILED, "handler raised CancelledError")
+        except TimeoutError:
+            inv.lease.cancelled.set()
+            reason = f"functionTimeout of {self.config.function_timeout:g}s exceeded"
+            bound.error("handler timed out", reason=reason)
+            return Result(Outcome.FAILED, reason)
+        except Exception as exc:
+            bound.exception("handler failed", error=f"{type(exc).__name__}: {exc}")
+            return Result(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+        if inv.cancel_reason is not None:
+            bound.warning("invocation cancelled", reason=inv.cancel_reason)
+            return Result(Outcome.RELEASE, inv.cancel_reason)
+        bound.debug("handler succeeded", seconds=round(time.monotonic() - started, 3))
+        return Result(Outcome.SUCCEEDED)
+
+    async def _invoke(self, inv: Invocation, message: QueueMessage) -> None:
+        kwargs = {inv.function.arg_name: message}
+        if inv.function.is_async:
+            inv.started = True
+            async with asyncio.timeout(self.config.function_timeout):
+                await inv.function.handler(**kwargs)
+            return
+        await self._thread_slots.acquire()
+        inv.started = True
+        self._busy_threads += 1
+        loop = asyncio.get_running_loop()
+
+        def thread_done(_: object) -> None:
+            loop.call_soon_threadsafe(self._free_thread)
+
+        ctx = contextvars.copy_context()
+        future = self._threads.submit(ctx.run, inv.function.handler, **kwargs)
+        future.add_done_callback(thread_done)
+        async with asyncio.timeout(self.config.function_timeout):
+            await asyncio.wrap_future(future)
+
+    def _free_thread(self) -> None:
+        """A thread is free only when its handler returns, not when the host stops waiting for it."""
+        self._busy_threads -= 1
+        self._thread_slots.release()

@@ -1,0 +1,33 @@
+"""messageEncoding: how handler bytes become the text a queue stores, and back.
+
+``base64`` is what Azure Functions and the Azure SDKs' base64 policies write,
+so a message put by any of them reaches a handler intact; ``none`` stores
+UTF-8 text as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+
+class MessageDecodeError(ValueError):
+    """The stored text is not valid under the configured messageEncoding."""
+
+
+def encode(body: bytes | str, encoding: str) -> str:
+    """Wire text for ``body``; str bodies are taken as UTF-8."""
+    data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
+    if encoding == "base64":
+        return base64.b64encode(data).decode("ascii")
+    return data.decode("utf-8")
+
+
+def decode(text: str, encoding: str) -> bytes:
+    """Handler bytes from wire text; raises MessageDecodeError saying what is wrong."""
+    if encoding != "base64":
+        return text.encode("utf-8")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError) as exc:
+        raise MessageDecodeError(f"message is not valid base64 (messageEncoding is base64): {exc}") from None

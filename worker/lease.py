@@ -1,0 +1,168 @@
+"""Leases on in-flight messages, and the one scheduler that renews them all.
+
+A message received with a fixed lease (visibility timeout) stays invisible only
+while that lease holds. The scheduler keeps one heap of due times for every
+held lease and wakes once for the earliest, so ten thousand in-flight messages
+cost one sleeping task, not ten thousand: the Pub/Sub client's model rather
+than the WebJobs SDK's timer per message.
+
+A renewal that finds the message gone or its pop receipt changed means someone
+else owns it now: the lease is marked lost, the invocation is told, and the
+completion for it is skipped. Any other error (storage down) is retried sooner,
+never fatal: the receipt stays valid until someone else receives the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from worker.observability import Metrics
+from worker.queues.base import LeaseGone, QueueBackend
+
+log = structlog.get_logger("worker.lease")
+
+#: Soonest a failed renewal is tried again, in seconds.
+MIN_RETRY = 0.25
+#: Renewals in flight at once, so that a burst of due leases does not flood storage.
+MAX_CONCURRENT_RENEWALS = 64
+
+
+@dataclass(eq=False)
+class Lease:
+    """The hold one worker has on one received message.
+
+    ``pop_receipt`` changes at each renewal; whoever deletes or releases the
+    message must take ``lock`` and use the receipt current at that moment.
+    """
+
+    backend: QueueBackend | None
+    queue: str
+    message_id: str
+    pop_receipt: str | None
+    function: str = ""
+    #: time.monotonic() at which the lease ends unless renewed.
+    expires_at: float = 0.0
+    acquired_at: float = field(default_factory=time.monotonic)
+    renewals: int = 0
+    lost: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    #: Called (on the event loop) once when the lease is lost.
+    on_lost: Callable[[], None] | None = None
+    #: Set once completion has begun; the scheduler then leaves the lease alone.
+    finished: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @classmethod
+    def detached(cls, message_id: str, pop_receipt: str | None) -> Lease:
+        """A lease no scheduler renews: for messages built outside the host (handler unit tests)."""
+        return cls(backend=None, queue="", message_id=message_id, pop_receipt=pop_receipt)
+
+
+class LeaseScheduler:
+    """Renews every held lease at ``fraction`` of ``duration``, from one task."""
+
+    def __init__(self, duration: float, fraction: float, metrics: Metrics) -> None:
+        self.duration = duration
+        self.fraction = fraction
+        self.metrics = metrics
+        self._heap: list[tuple[float, int, Lease]] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._held: set[Lease] = set()
+        self._renewals: set[asyncio.Task[None]] = set()
+        self._limit = asyncio.Semaphore(MAX_CONCURRENT_RENEWALS)
+
+    @property
+    def held(self) -> frozenset[Lease]:
+        return frozenset(self._held)
+
+    def hold(self, lease: Lease) -> None:
+        """Start renewing ``lease``, which was just taken for ``duration`` seconds."""
+        now = time.monotonic()
+        lease.acquired_at = now
+        lease.expires_at = now + self.duration
+        self._held.add(lease)
+        self._schedule(lease, now + self.duration * self.fraction)
+
+    def forget(self, lease: Lease) -> None:
+        """Stop renewing ``lease`` (its message is completed or released). Caller holds ``lease.lock``."""
+        lease.finished = True
+        self._held.discard(lease)
+
+    def _schedule(self, lease: Lease, due: float) -> None:
+        earliest = self._heap[0][0] if self._heap else float("inf")
+        heapq.heappush(self._heap, (due, next(self._seq), lease))
+        if due < earliest:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Sleep until the earliest due lease, renew all that are due, repeat; until cancelled."""
+        try:
+            while True:
+                self._wake.clear()
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    _, _, lease = heapq.heappop(self._heap)
+                    if not lease.finished:
+                        task = asyncio.create_task(self._renew(lease))
+                        self._renewals.add(task)
+                        task.add_done_callback(self._renewals.discard)
+                timeout = self._heap[0][0] - now if self._heap else None
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except TimeoutError:
+                    pass
+        finally:
+            for task in list(self._renewals):
+                task.cancel()
+
+    async def _renew(self, lease: Lease) -> None:
+        assert lease.backend is not None and lease.pop_receipt is not None
+        async with self._limit, lease.lock:
+            if lease.finished:
+                return
+            try:
+                receipt = await lease.backend.update(lease.queue, lease.message_id, lease.pop_receipt, self.duration)
+            except LeaseGone as exc:
+                self._lose(lease, exc)
+                return
+            except Exception as exc:  # storage trouble: keep the lease, try again sooner
+                self.metrics.inc("storage_errors", lease.function)
+                now = time.monotonic()
+                retry_in = max(MIN_RETRY, (lease.expires_at - now) / 2)
+                log.warning(
+                    "lease renewal failed; retrying",
+                    function=lease.function, queue=lease.queue, message_id=lease.message_id,
+                    error=f"{type(exc).__name__}: {exc}", retry_in=round(retry_in, 3),
+                )
+                self._schedule(lease, now + retry_in)
+                return
+            now = time.monotonic()
+            lease.pop_receipt = receipt.pop_receipt
+            lease.expires_at = now + self.duration
+            lease.renewals += 1
+            self.metrics.inc("lease_renewals", lease.function)
+            self._schedule(lease, now + self.duration * self.fraction)
+
+    def _lose(self, lease: Lease, exc: Exception) -> None:
+        """Someone else owns the message now: tell the invocation, skip its completion."""
+        lease.finished = True
+        self._held.discard(lease)
+        lease.lost.set()
+        lease.cancelled.set()
+        self.metrics.inc("leases_lost", lease.function)
+        log.warning(
+            "lease lost; the message now belongs to another receiver",
+            function=lease.function, queue=lease.queue, message_id=lease.message_id,
+            reason=type(exc).__name__,
+        )
+        if lease.on_lost is not None:
+            lease.on_lost()

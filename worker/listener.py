@@ -1,0 +1,151 @@
+"""When to fetch: one listener per function, as the WebJobs SDK's QueueListener.
+
+A listener receives up to ``batchSize`` messages with the fixed lease, hands
+each to the dispatcher at once, and fetches again as soon as its in-flight
+count falls to ``newBatchThreshold``. On an empty queue it backs off with
+randomized exponential delays up to ``maxPollingInterval``, and starts over at
+the next message. A storage error never stops it: it is logged, counted and
+backed off like an empty queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+
+import structlog
+
+from worker.app import FunctionSpec
+from worker.config import HostConfig
+from worker.dispatcher import Dispatcher
+from worker.observability import Metrics
+from worker.queues.base import QueueBackend, QueueNotFound
+
+log = structlog.get_logger("worker.listener")
+
+#: Shortest back-off, and the first step of the exponential sequence (as in Functions).
+MIN_POLL_DELAY = 0.1
+
+
+class Backoff:
+    """100 ms, 200 ms, 400 ms ... up to ``ceiling``, each with +-20 % jitter."""
+
+    def __init__(self, ceiling: float) -> None:
+        self.ceiling = max(ceiling, MIN_POLL_DELAY)
+        self._attempt = 0
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+    def next(self) -> float:
+        delay = min(self.ceiling, MIN_POLL_DELAY * 2 ** min(self._attempt, 30))
+        self._attempt += 1
+        return min(self.ceiling, delay * random.uniform(0.8, 1.2))
+
+
+class Capacity:
+    """In-flight messages per function and in all, bounded by ``maxInFlight`` across the process."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self._per_function: Counter[str] = Counter()
+        self._changed = asyncio.Condition()
+
+    def in_flight(self, function: str) -> int:
+        return self._per_function[function]
+
+    async def wait_for_room(self, function: str, threshold: int, want: int) -> int:
+        """Wait until ``function`` holds no more than ``threshold`` and the process has room; return the room."""
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: self._per_function[function] <= threshold and self.total < self.limit
+            )
+            return min(want, self.limit - self.total)
+
+    def take(self, function: str, count: int) -> None:
+        self._per_function[function] += count
+        self.total += count
+
+    def give_back(self, function: str) -> None:
+        self._per_function[function] -= 1
+        self.total -= 1
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+
+class Listener:
+    def __init__(
+        self,
+        function: FunctionSpec,
+        backend: QueueBackend,
+        config: HostConfig,
+        dispatcher: Dispatcher,
+        capacity: Capacity,
+        metrics: Metrics,
+        stopping: asyncio.Event,
+    ) -> None:
+        self.function = function
+        self.backend = backend
+        self.config = config
+        self.dispatcher = dispatcher
+        self.capacity = capacity
+        self.metrics = metrics
+        self.stopping = stopping
+        self._wake = asyncio.Event()
+        self._log = log.bind(function=function.name, queue=function.queue_name)
+
+    def wake(self) -> None:
+        """Cut a back-off short: something was just written to this queue."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble."""
+        backoff = Backoff(self.config.max_polling_interval)
+        name = self.function.name
+        while not self.stopping.is_set():
+            room = await self._wait_for_room()
+            if room == 0:
+                return
+            try:
+                messages = await self.backend.receive(self.function.queue_name, room, self.config.lease_duration)
+            except QueueNotFound:
+                self._log.warning("trigger queue does not exist; waiting for it")
+                messages = []
+            except Exception as exc:
+                self.metrics.inc("storage_errors", name)
+                self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
+                messages = []
+            if messages:
+                backoff.reset()
+                self.capacity.take(name, len(messages))
+                for raw in messages:
+                    self.dispatcher.dispatch(self.function, self.backend, raw, lambda: self.capacity.give_back(name))
+                continue
+            await self._sleep(backoff.next())
+
+    async def _wait_for_room(self) -> int:
+        """Room for the next receive, or 0 when the host is stopping."""
+        room = asyncio.ensure_future(
+            self.capacity.wait_for_room(self.function.name, self.config.new_batch_threshold, self.config.batch_size)
+        )
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({room, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if self.stopping.is_set():
+            room.cancel()
+            return 0
+        return room.result()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Back off for ``seconds``, or less if woken or stopping."""
+        self._wake.clear()
+        wake = asyncio.ensure_future(self._wake.wait())
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({wake, stop}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        wake.cancel()
+        stop.cancel()

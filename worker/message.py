@@ -1,0 +1,84 @@
+"""QueueMessage: what a handler receives, with the attribute names of ``azure.functions.QueueMessage``."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from worker.lease import Lease
+
+if TYPE_CHECKING:
+    import threading
+
+
+class QueueMessage:
+    """A received message, decoded under messageEncoding.
+
+    Handlers read it; the host alone deletes, releases or renews it. Two events
+    let a long handler stop early when its work would be wasted:
+    ``lease_lost`` is set when a renewal finds the message taken by someone
+    else or gone; ``cancelled`` is set whenever the host gives up on the
+    invocation (lease lost, functionTimeout, shutdown past drainTimeout).
+    They are ``threading.Event`` so that synchronous handlers can poll them too.
+    """
+
+    __slots__ = (
+        "id",
+        "dequeue_count",
+        "insertion_time",
+        "expiration_time",
+        "time_next_visible",
+        "_body",
+        "_lease",
+    )
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        body: bytes,
+        dequeue_count: int,
+        insertion_time: datetime | None,
+        expiration_time: datetime | None,
+        time_next_visible: datetime | None,
+        pop_receipt: str | None = None,
+        lease: Lease | None = None,
+    ) -> None:
+        self.id = id
+        self.dequeue_count = dequeue_count
+        self.insertion_time = insertion_time
+        self.expiration_time = expiration_time
+        self.time_next_visible = time_next_visible
+        self._body = body
+        self._lease = lease if lease is not None else Lease.detached(id, pop_receipt)
+
+    @property
+    def pop_receipt(self) -> str | None:
+        """The receipt as of the last renewal (it changes each time the lease is extended)."""
+        return self._lease.pop_receipt
+
+    @property
+    def lease_lost(self) -> threading.Event:
+        return self._lease.lost
+
+    @property
+    def cancelled(self) -> threading.Event:
+        return self._lease.cancelled
+
+    def get_body(self) -> bytes:
+        return self._body
+
+    def get_json(self) -> Any:
+        """The body parsed as JSON; ValueError that says whether UTF-8 or JSON is at fault."""
+        try:
+            text = self._body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"message {self.id} body is not valid UTF-8: {exc}") from None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"message {self.id} body is not valid JSON: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"<QueueMessage id={self.id} dequeue_count={self.dequeue_count} bytes={len(self._body)}>"

@@ -1,0 +1,93 @@
+"""Structured logs and the host's counters.
+
+Logs go to stderr: readable lines on a terminal, JSON lines elsewhere (a
+container's log collector). Counters are kept per function so that the run
+summary, and later a metrics endpoint, read the same numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections import Counter
+
+import structlog
+
+#: Counter names, in the order the run summary prints them.
+COUNTERS = (
+    "received",
+    "succeeded",
+    "failed",
+    "retried",
+    "poisoned",
+    "released",
+    "lease_renewals",
+    "leases_lost",
+    "completions_skipped",
+    "storage_errors",
+)
+
+
+class Metrics:
+    """Thread-safe counters keyed by (name, function)."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._lock = threading.Lock()
+
+    def inc(self, name: str, function: str = "", amount: int = 1) -> None:
+        with self._lock:
+            self._counts[(name, function)] += amount
+
+    def get(self, name: str, function: str | None = None) -> int:
+        """One function's count, or the total over all functions when ``function`` is None."""
+        with self._lock:
+            if function is not None:
+                return self._counts[(name, function)]
+            return sum(n for (key, _), n in self._counts.items() if key == name)
+
+    def by_function(self) -> dict[str, dict[str, int]]:
+        """``{function: {counter: n}}`` for every function that counted anything."""
+        with self._lock:
+            table: dict[str, dict[str, int]] = {}
+            for (name, function), n in self._counts.items():
+                table.setdefault(function, dict.fromkeys(COUNTERS, 0))[name] = n
+            return table
+
+
+def format_summary(metrics: Metrics, elapsed: float) -> str:
+    """The table ``worker run`` prints when it stops."""
+    table = metrics.by_function()
+    columns = [c for c in COUNTERS if any(row.get(c) for row in table.values())] or ["received"]
+    names = sorted(f for f in table if f) or ["(none)"]
+    width = max(len("function"), *(len(n) for n in names))
+    lines = [f"{'function':<{width}}  " + "  ".join(f"{c:>{max(len(c), 6)}}" for c in columns)]
+    for name in names:
+        row = table.get(name, {})
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{row.get(c, 0):>{max(len(c), 6)}}" for c in columns))
+    lines.append(f"ran {elapsed:.1f}s")
+    return "\n".join(lines)
+
+
+def configure_logging(level: str = "INFO", json_lines: bool | None = None) -> None:
+    """Send structlog and stdlib logging to stderr; JSON unless stderr is a terminal."""
+    if json_lines is None:
+        json_lines = not sys.stderr.isatty()
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    numeric = logging.getLevelName(level.upper())
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,135 @@
+"""The queue protocol every backend implements, with Azure Storage Queue semantics.
+
+The host never talks to a storage SDK directly: it speaks this protocol, so the
+embedded SQLite queue and Azure Storage Queues behave the same way and one
+conformance suite (``tests/conformance``) holds both to it.
+
+Message content is *wire text*: the string the service stores. Encoding a
+handler's bytes (base64 or none) happens above this layer, exactly as in the
+Azure SDKs, so the 64 KiB limit applies to what is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+#: Largest message text either backend stores, as in Azure Storage Queues.
+MAX_MESSAGE_BYTES = 64 * 1024
+#: Most messages one receive or peek returns.
+MAX_BATCH = 32
+#: Longest visibility timeout the service accepts (7 days), in seconds.
+MAX_VISIBILITY_SECONDS = 7 * 24 * 3600
+#: Time-to-live a message gets when the sender names none (7 days), in seconds.
+DEFAULT_TTL_SECONDS = 7 * 24 * 3600
+#: A time-to-live of -1 means the message never expires.
+NEVER_EXPIRES = -1
+
+
+class QueueError(Exception):
+    """Base of every error a backend raises on purpose."""
+
+
+class QueueNotFound(QueueError):
+    """The queue does not exist (Azure: 404 QueueNotFound)."""
+
+
+class MessageNotFound(QueueError):
+    """The message is gone: deleted, expired, or never existed (Azure: 404 MessageNotFound)."""
+
+
+class PopReceiptMismatch(QueueError):
+    """The pop receipt is stale: someone received or updated the message since (Azure: 400)."""
+
+
+class MessageTooLarge(QueueError):
+    """The message text is over :data:`MAX_MESSAGE_BYTES` (Azure: 413 RequestBodyTooLarge)."""
+
+
+class InvalidArgument(QueueError):
+    """An argument is out of the range the service accepts (Azure: 400 OutOfRangeQueryParameterValue)."""
+
+
+class TransientError(QueueError):
+    """Storage could not be reached or answered 5xx/408/429; the same call may succeed later."""
+
+
+#: Errors that mean "the lease on this message is no longer ours".
+LeaseGone = (MessageNotFound, PopReceiptMismatch)
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    """A message as the service returns it. ``pop_receipt`` is None for peeked messages."""
+
+    id: str
+    content: str
+    dequeue_count: int
+    insertion_time: datetime
+    expiration_time: datetime | None
+    time_next_visible: datetime | None
+    pop_receipt: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What an update returns: the new pop receipt and when the message is visible again."""
+
+    pop_receipt: str
+    time_next_visible: datetime
+
+
+class QueueBackend(Protocol):
+    """One storage account (or one SQLite file) holding named queues.
+
+    All times are UTC. Visibility and TTL are seconds (floats accepted).
+    """
+
+    async def create_queue(self, queue: str) -> None:
+        """Create the queue; creating one that exists is not an error."""
+
+    async def delete_queue(self, queue: str) -> None:
+        """Delete the queue and its messages; a missing queue is not an error."""
+
+    async def list_queues(self) -> list[str]:
+        """Names of all queues, sorted."""
+
+    async def put(
+        self,
+        queue: str,
+        content: str,
+        *,
+        visibility_timeout: float = 0,
+        time_to_live: float | None = None,
+    ) -> RawMessage:
+        """Add a message, invisible for ``visibility_timeout`` seconds, expiring after ``time_to_live``.
+
+        ``time_to_live`` None means :data:`DEFAULT_TTL_SECONDS`; -1 means never.
+        Raises QueueNotFound, MessageTooLarge, InvalidArgument.
+        """
+
+    async def receive(self, queue: str, max_messages: int, visibility_timeout: float) -> list[RawMessage]:
+        """Take up to ``max_messages`` visible messages, hiding each for ``visibility_timeout``.
+
+        Increments each message's dequeue count and gives it a new pop receipt.
+        Expired messages are never returned. Raises QueueNotFound, InvalidArgument.
+        """
+
+    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+        """Set the message's visibility to now + ``visibility_timeout``; rotate its pop receipt.
+
+        Raises MessageNotFound, PopReceiptMismatch, InvalidArgument.
+        """
+
+    async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        """Delete the message. Raises MessageNotFound, PopReceiptMismatch."""
+
+    async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
+        """Up to ``max_messages`` visible messages, unchanged and without pop receipts."""
+
+    async def approximate_count(self, queue: str) -> int:
+        """Messages in the queue, visible or not. Raises QueueNotFound."""
+
+    async def close(self) -> None:
+        """Release connections; the backend is not used afterwards."""
