@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from worker.queues.base import InvalidArgument, check_queue_name
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Azure's queue name rule: 3-63 of lowercase letters, digits and single hyphens, alphanumeric at both ends.
-QUEUE_NAME = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
 #: What a function is called when no ``@app.function_name`` names it.
 _NAME_ATTR = "__worker_function_name__"
 
@@ -50,11 +49,10 @@ class WorkerApp:
         ``connection`` names an environment variable or a ``connections:`` entry
         of host.yaml holding the connection string; unset means the embedded queue.
         """
-        if not QUEUE_NAME.match(queue_name):
-            raise ValueError(
-                f"queue name {queue_name!r} is not valid: use 3-63 lowercase letters, digits and single hyphens, "
-                "starting and ending with a letter or digit"
-            )
+        try:
+            check_queue_name(queue_name)
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
 
         def register(handler: F) -> F:
             if arg_name not in inspect.signature(handler).parameters:

@@ -46,6 +46,8 @@ class Invocation:
     started: bool = False
     cancel_reason: str | None = None
     handler_task: asyncio.Task[Any] | None = None
+    #: The whole invocation: handler, then completion.
+    task: asyncio.Task[None] | None = None
 
     def cancel(self, reason: str) -> None:
         """Stop the handler (async: cancelled; sync: told through ``message.cancelled``)."""
@@ -84,8 +86,16 @@ class Dispatcher:
             self.invocations.discard(inv)
             on_done()
 
-        asyncio.create_task(self._process(inv), name=f"invocation-{inv.id}").add_done_callback(finished)
+        inv.task = asyncio.create_task(self._process(inv), name=f"invocation-{inv.id}")
+        inv.task.add_done_callback(finished)
         return inv
+
+    async def wait_idle(self, timeout: float | None) -> bool:
+        """Wait until every invocation is completed, or ``timeout`` passes; True when none is left."""
+        tasks = {inv.task for inv in self.invocations if inv.task is not None}
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        return not self.invocations
 
     def release_unstarted(self) -> int:
         """Shutdown: give back every message whose handler has not started; returns how many."""

@@ -11,6 +11,7 @@ import logging
 import sys
 import threading
 from collections import Counter
+from typing import TextIO
 
 import structlog
 
@@ -70,10 +71,11 @@ def format_summary(metrics: Metrics, elapsed: float) -> str:
     return "\n".join(lines)
 
 
-def configure_logging(level: str = "INFO", json_lines: bool | None = None) -> None:
-    """Send structlog and stdlib logging to stderr; JSON unless stderr is a terminal."""
+def configure_logging(level: str = "INFO", json_lines: bool | None = None, stream: TextIO | None = None) -> None:
+    """Send structlog and stdlib logging to ``stream`` (stderr); JSON unless it is a terminal."""
+    stream = sys.stderr if stream is None else stream
     if json_lines is None:
-        json_lines = not sys.stderr.isatty()
+        json_lines = not stream.isatty()
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -87,7 +89,7 @@ def configure_logging(level: str = "INFO", json_lines: bool | None = None) -> No
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=max(numeric, logging.WARNING), stream=stream, format="%(levelname)s %(name)s: %(message)s")

@@ -11,6 +11,7 @@ Azure SDKs, so the 64 KiB limit applies to what is stored.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -25,6 +26,8 @@ MAX_VISIBILITY_SECONDS = 7 * 24 * 3600
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
 #: A time-to-live of -1 means the message never expires.
 NEVER_EXPIRES = -1
+#: Azure's queue name rule: 3-63 of lowercase letters, digits and single hyphens, alphanumeric at both ends.
+QUEUE_NAME = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
 
 
 class QueueError(Exception):
@@ -53,6 +56,15 @@ class InvalidArgument(QueueError):
 
 class TransientError(QueueError):
     """Storage could not be reached or answered 5xx/408/429; the same call may succeed later."""
+
+
+def check_queue_name(queue: str) -> None:
+    """Raise InvalidArgument unless ``queue`` is a name Azure Storage accepts."""
+    if not QUEUE_NAME.match(queue):
+        raise InvalidArgument(
+            f"queue name {queue!r} is not valid: use 3-63 lowercase letters, digits and single hyphens, "
+            "starting and ending with a letter or digit"
+        )
 
 
 #: Errors that mean "the lease on this message is no longer ours".

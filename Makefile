@@ -1,0 +1,23 @@
+# The README's two commands: `make run` (the demo, end to end) and `make test` (the suite).
+# Each installs what it needs into .venv at the repository root on first use.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+.PHONY: run test clean
+
+$(INSTALLED): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	touch $@
+
+run: $(INSTALLED)
+	$(PY) -m functions.demo
+
+test: $(INSTALLED)
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) .worker .pytest_cache

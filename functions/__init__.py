@@ -1,0 +1,1 @@
+"""The sample app the host runs by default (``functions.function_app:app``)."""

@@ -1,0 +1,9 @@
+"""A queue-trigger worker host: Azure Functions' queue trigger, runnable anywhere.
+
+The public API is what this module exports; everything else is internal.
+"""
+
+from worker.app import WorkerApp
+from worker.message import QueueMessage
+
+__all__ = ["QueueMessage", "WorkerApp"]

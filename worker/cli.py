@@ -1,0 +1,242 @@
+"""``worker``: run an app, and look at or write to its queues.
+
+Exit codes: 0 success; 1 a queue operation failed (a missing queue, storage
+trouble); 2 bad arguments (including a queue name or message the service would
+refuse), a bad host.yaml or an app that cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from worker.app import WorkerApp
+from worker.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.encoding import MessageDecodeError, decode, encode
+from worker.host import Host
+from worker.observability import configure_logging, format_summary
+from worker.queues import UnsupportedConnection, open_backend
+from worker.queues.base import (
+    MAX_BATCH,
+    NEVER_EXPIRES,
+    InvalidArgument,
+    MessageTooLarge,
+    QueueBackend,
+    QueueError,
+    RawMessage,
+)
+
+T = TypeVar("T")
+
+DEFAULT_APP = "functions.function_app:app"
+DEFAULT_CONFIG = "host.yaml"
+DEFAULT_CONNECTION = "AzureWebJobsStorage"
+
+
+class UsageError(Exception):
+    """Bad arguments, configuration or app: exit code 2."""
+
+
+def load_app(target: str, search_path: Path) -> WorkerApp:
+    """Import ``MODULE:ATTR`` (looked up from ``search_path`` first) and check it is an app with functions."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"--app must look like MODULE:ATTR (for example {DEFAULT_APP}), got {target!r}")
+    for folder in (str(search_path), os.getcwd()):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise UsageError(f"cannot import app module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    app = getattr(module, attr, None)
+    if app is None:
+        raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
+    if not isinstance(app, WorkerApp):
+        raise UsageError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp")
+    if not app.functions:
+        raise UsageError(f"{target} registers no functions; decorate a handler with @app.queue_trigger")
+    return app
+
+
+def _config(path: str | None) -> HostConfig:
+    """host.yaml from ``--config``; without it, ./host.yaml when present, else the defaults."""
+    if path is None:
+        path = DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
+    elif not Path(path).is_file():
+        raise UsageError(f"config file {path} does not exist")
+    return load_config(path)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _ttl(text: str) -> float:
+    return NEVER_EXPIRES if text.strip() == "-1" else _duration(text)
+
+
+def _with_backend(config: HostConfig, connection: str, work: Callable[[QueueBackend], Awaitable[T]]) -> T:
+    """Open the backend ``connection`` names, run ``work`` on it, close it."""
+    try:
+        backend = open_backend(config.connection_string(connection), config.base_dir)
+    except UnsupportedConnection as exc:
+        raise UsageError(f"connection {connection}: {exc}") from None
+
+    async def main() -> T:
+        try:
+            return await work(backend)
+        finally:
+            await backend.close()
+
+    return asyncio.run(main())
+
+
+def _body_text(raw: RawMessage, encoding: str) -> str:
+    """A message's body as text for people: decoded when it decodes, the stored text otherwise."""
+    try:
+        return decode(raw.content, encoding).decode("utf-8", errors="replace")
+    except MessageDecodeError:
+        return raw.content
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    config = _config(args.config)
+    app = load_app(args.app, config.base_dir)
+    host = Host(app, config, burst=args.burst)
+    dispatcher = asyncio.run(host.run())
+    print(format_summary(host.metrics, host.elapsed), flush=True)
+    if dispatcher.threads_busy:
+        # A sync handler past drainTimeout cannot be stopped from outside; its message is already released.
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+
+    async def work(backend: QueueBackend) -> list[RawMessage]:
+        await backend.create_queue(args.queue)
+        return [
+            await backend.put(
+                args.queue, encode(body, config.message_encoding),
+                visibility_timeout=args.delay, time_to_live=args.ttl,
+            )
+            for body in args.bodies
+        ]
+
+    for sent in _with_backend(config, args.connection, work):
+        print(sent.id)
+    return 0
+
+
+def cmd_peek(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+    messages = _with_backend(config, args.connection, lambda b: b.peek(args.queue, args.max))
+    rows = [
+        {
+            "id": m.id,
+            "dequeueCount": m.dequeue_count,
+            "insertionTime": _iso(m.insertion_time),
+            "expirationTime": _iso(m.expiration_time),
+            "body": _body_text(m, config.message_encoding),
+        }
+        for m in messages
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
+    return 0
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+
+    async def work(backend: QueueBackend) -> list[dict[str, Any]]:
+        return [
+            {"name": name, "approximateMessageCount": await backend.approximate_count(name)}
+            for name in await backend.list_queues()
+        ]
+
+    rows = _with_backend(config, args.connection, work)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        width = max([len("queue"), *(len(r["name"]) for r in rows)])
+        print(f"{'queue':<{width}}  messages")
+        for row in rows:
+            print(f"{row['name']:<{width}}  {row['approximateMessageCount']}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="worker", description="Queue-trigger worker host.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        sub.add_argument("--config", help=f"host.yaml to read (default: ./{DEFAULT_CONFIG} when present)")
+        return sub
+
+    run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
+    run.add_argument("--app", default=DEFAULT_APP, help=f"MODULE:ATTR of the app (default: {DEFAULT_APP})")
+    run.add_argument("--burst", action="store_true", help="stop once the trigger queues are empty")
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    for name, help, handler in (
+        ("send", "put messages on a queue (created if missing), encoded under messageEncoding", cmd_send),
+        ("peek", "show visible messages without taking them", cmd_peek),
+        ("queues", "list queues with approximate message counts", cmd_queues),
+    ):
+        sub = command(name, help, handler)
+        sub.add_argument(
+            "--connection", default=DEFAULT_CONNECTION,
+            help=f"name of the connection setting (default: {DEFAULT_CONNECTION}; unset means the embedded queue)",
+        )
+        if name != "queues":
+            sub.add_argument("queue")
+        if name == "send":
+            sub.add_argument("bodies", nargs="+", metavar="BODY")
+            sub.add_argument("--delay", type=_duration, default=0.0, help="invisible for this long first (30s, 5m)")
+            sub.add_argument("--ttl", type=_ttl, default=None, help="time to live (default 7 days; -1 never)")
+        if name == "peek":
+            sub.add_argument("--max", type=int, default=MAX_BATCH, choices=range(1, MAX_BATCH + 1), metavar="N",
+                             help=f"at most N messages (1-{MAX_BATCH}, default {MAX_BATCH})")
+        if name != "send":
+            sub.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (UsageError, ConfigError, InvalidArgument, MessageTooLarge) as exc:
+        print(f"worker {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except QueueError as exc:
+        print(f"worker {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The host's lifecycle: start the listeners and the lease scheduler, run, drain, stop.
+
+Data flows one way: listener -> dispatcher -> handler -> completion, with the
+lease scheduler renewing every in-flight message beside them. The host owns
+the order of shutdown, which is where messages are lost or kept:
+
+1. the first SIGTERM or SIGINT stops every listener (nothing new is received);
+2. messages not yet started are released at once (visibility 0), so another
+   worker takes them without waiting for their leases to end;
+3. running handlers get ``drainTimeout`` to finish and complete normally;
+4. whatever still runs is cancelled and released, and the process exits 0.
+
+A second signal exits at once; the leases then bring the messages back, as
+after ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+import structlog
+
+from worker.app import FunctionSpec, WorkerApp
+from worker.completion import CompletionProcessor
+from worker.config import HostConfig
+from worker.dispatcher import SHUTDOWN, Dispatcher
+from worker.lease import LeaseScheduler
+from worker.listener import Capacity, Listener
+from worker.observability import Metrics
+from worker.queues import describe, open_backend
+from worker.queues.base import QueueBackend
+
+log = structlog.get_logger("worker.host")
+
+#: How often burst mode looks whether the trigger queues are empty, in seconds.
+BURST_CHECK_INTERVAL = 0.25
+#: Longest the host waits for the completions of cancelled invocations at shutdown, in seconds.
+COMPLETION_GRACE = 10.0
+
+
+@dataclass
+class _Backends:
+    """One backend per distinct connection string, shared by the functions that name it."""
+
+    config: HostConfig
+    by_connection: dict[str | None, QueueBackend] = field(default_factory=dict)
+
+    def for_function(self, function: FunctionSpec) -> QueueBackend:
+        connection = self.config.connection_string(function.connection)
+        if connection not in self.by_connection:
+            self.by_connection[connection] = open_backend(connection, self.config.base_dir)
+            log.info("queue storage opened", connection=function.connection, storage=describe(connection))
+        return self.by_connection[connection]
+
+    async def close(self) -> None:
+        for backend in self.by_connection.values():
+            await backend.close()
+
+
+class Host:
+    """Runs the functions of one app until stopped (or, in burst mode, until their queues are empty)."""
+
+    def __init__(self, app: WorkerApp, config: HostConfig, *, burst: bool = False) -> None:
+        if not app.functions:
+            raise ValueError("the app registers no functions; decorate a handler with @app.queue_trigger")
+        self.app = app
+        self.config = config
+        self.burst = burst
+        self.metrics = Metrics()
+        self.stopping = asyncio.Event()
+        self.started_at = time.monotonic()
+        self._signals = 0
+
+    def request_stop(self, signum: int | None = None) -> None:
+        """First call: drain and stop. A second signal: exit at once."""
+        if signum is not None:
+            self._signals += 1
+            if self._signals > 1:
+                log.warning("second signal; exiting at once, leases will bring unfinished messages back")
+                os._exit(128 + signum)
+            log.info("signal received; draining", signal=signal.Signals(signum).name)
+        self.stopping.set()
+
+    async def run(self) -> Dispatcher:
+        """Run until stopped; return the dispatcher so the caller can see whether handler threads still run."""
+        config = self.config
+        for key in config.ignored_keys:
+            log.warning("host.yaml key is accepted for host.json compatibility but has no effect here", key=key)
+        scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
+        completion = CompletionProcessor(config, scheduler, self.metrics)
+        dispatcher = Dispatcher(config, scheduler, completion, self.metrics)
+        capacity = Capacity(config.max_in_flight)
+        backends = _Backends(config)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_stop, signum)
+        scheduler_task = asyncio.create_task(scheduler.run(), name="lease-scheduler")
+        try:
+            listeners = []
+            for function in self.app.functions:
+                backend = backends.for_function(function)
+                # Trigger queues are created at start, so that a fresh deployment needs no set-up step.
+                await backend.create_queue(function.queue_name)
+                listeners.append(
+                    Listener(function, backend, config, dispatcher, capacity, self.metrics, self.stopping)
+                )
+                log.info("function loaded", function=function.name, queue=function.queue_name,
+                         handler="async" if function.is_async else "sync")
+            log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst)
+            listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
+            if self.burst:
+                await self._until_drained(listeners, capacity)
+            else:
+                await self.stopping.wait()
+            self.stopping.set()
+            await asyncio.gather(*listener_tasks)
+            await self._drain(dispatcher)
+        finally:
+            scheduler_task.cancel()
+            await asyncio.gather(scheduler_task, return_exceptions=True)
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            await backends.close()
+            dispatcher.close()
+        log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
+        return dispatcher
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the host was made."""
+        return time.monotonic() - self.started_at
+
+    def totals(self) -> dict[str, int]:
+        """Every counter summed over functions, for the final log line."""
+        table = self.metrics.by_function()
+        names = {name for row in table.values() for name in row}
+        return {name: self.metrics.get(name) for name in sorted(names)}
+
+    async def _until_drained(self, listeners: list[Listener], capacity: Capacity) -> None:
+        """Burst mode: return once nothing is in flight and every trigger queue is empty (or on a signal)."""
+        while not self.stopping.is_set():
+            if capacity.total == 0:
+                counts = [await lst.backend.approximate_count(lst.function.queue_name) for lst in listeners]
+                if capacity.total == 0 and not any(counts):
+                    log.info("trigger queues are empty; stopping (burst mode)")
+                    return
+            try:
+                await asyncio.wait_for(self.stopping.wait(), BURST_CHECK_INTERVAL)
+            except TimeoutError:
+                pass
+
+    async def _drain(self, dispatcher: Dispatcher) -> None:
+        released = dispatcher.release_unstarted()
+        running = len(dispatcher.invocations) - released
+        if dispatcher.invocations:
+            log.info("draining", running=running, releasing_unstarted=released, drain_timeout=self.config.drain_timeout)
+        if await dispatcher.wait_idle(self.config.drain_timeout):
+            return
+        log.warning("drainTimeout passed; cancelling and releasing unfinished messages",
+                    unfinished=len(dispatcher.invocations))
+        dispatcher.cancel_all(SHUTDOWN)
+        if not await dispatcher.wait_idle(COMPLETION_GRACE):
+            log.error("some completions did not finish; their leases will bring the messages back",
+                      unfinished=len(dispatcher.invocations))

@@ -1,0 +1,281 @@
+"""The embedded queue: one SQLite file with Azure Storage Queue semantics.
+
+It is the default backend, so that the host runs with no cloud account. Every
+rule a worker depends on holds as in Azure: a receive hides messages for a
+visibility timeout and rotates their pop receipts; update and delete need the
+current receipt; the dequeue count rises at each receive; expired messages are
+never delivered. Several worker processes may share one file: a receive runs
+in a ``BEGIN IMMEDIATE`` transaction, so two receivers never take the same
+visible message, and WAL mode lets readers go on meanwhile.
+
+SQLite calls block, so each backend owns one thread that holds its connection
+and runs every statement; the event loop only awaits it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from worker.queues.base import (
+    DEFAULT_TTL_SECONDS,
+    MAX_BATCH,
+    MAX_MESSAGE_BYTES,
+    MAX_VISIBILITY_SECONDS,
+    NEVER_EXPIRES,
+    InvalidArgument,
+    MessageNotFound,
+    MessageTooLarge,
+    PopReceiptMismatch,
+    QueueNotFound,
+    RawMessage,
+    Receipt,
+    TransientError,
+    check_queue_name,
+)
+
+T = TypeVar("T")
+
+#: How long a statement waits for another process's write lock before giving up (ms).
+BUSY_TIMEOUT_MS = 30_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS queues (
+    name TEXT PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    queue TEXT NOT NULL,
+    content TEXT NOT NULL,
+    inserted REAL NOT NULL,
+    expires REAL,
+    visible REAL NOT NULL,
+    dequeue_count INTEGER NOT NULL DEFAULT 0,
+    pop_receipt TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_by_visibility ON messages (queue, visible, seq);
+"""
+
+_COLUMNS = "id, content, dequeue_count, inserted, expires, visible, pop_receipt"
+
+
+def _when(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def _row_to_message(row: tuple, with_receipt: bool = True) -> RawMessage:
+    id_, content, dequeue_count, inserted, expires, visible, receipt = row
+    return RawMessage(
+        id=id_,
+        content=content,
+        dequeue_count=dequeue_count,
+        insertion_time=_when(inserted),  # type: ignore[arg-type]
+        expiration_time=_when(expires),
+        time_next_visible=_when(visible),
+        pop_receipt=receipt if with_receipt else None,
+    )
+
+
+def _check_visibility(seconds: float, low: float) -> None:
+    if not low <= seconds <= MAX_VISIBILITY_SECONDS:
+        raise InvalidArgument(f"visibility timeout must be between {low:g}s and 7 days, got {seconds:g}s")
+
+
+def _check_count(n: int) -> None:
+    if not 1 <= n <= MAX_BATCH:
+        raise InvalidArgument(f"number of messages must be between 1 and {MAX_BATCH}, got {n}")
+
+
+class SqliteBackend:
+    """Queues in one SQLite file; implements :class:`worker.queues.base.QueueBackend`."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-{self.path.name}")
+        self._db: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SqliteBackend({str(self.path)!r})"
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.executescript(_SCHEMA)
+            self._db = db
+        return self._db
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
+        """Run ``work`` on the backend's thread, in a transaction (``BEGIN IMMEDIATE`` when it writes)."""
+
+        def in_thread() -> T:
+            db = self._connect()
+            try:
+                db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    result = work(db)
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+                return result
+            except sqlite3.OperationalError as exc:
+                # "database is locked" past busy_timeout, disk I/O trouble: the same call may succeed later.
+                raise TransientError(f"embedded queue {self.path}: {exc}") from exc
+
+        return await asyncio.get_running_loop().run_in_executor(self._thread, in_thread)
+
+    @staticmethod
+    def _require_queue(db: sqlite3.Connection, queue: str) -> None:
+        if db.execute("SELECT 1 FROM queues WHERE name = ?", (queue,)).fetchone() is None:
+            raise QueueNotFound(f"queue {queue!r} does not exist")
+
+    @staticmethod
+    def _held(db: sqlite3.Connection, queue: str, message_id: str, pop_receipt: str, now: float) -> None:
+        """Raise unless ``message_id`` is in ``queue``, unexpired, with ``pop_receipt`` current."""
+        row = db.execute(
+            "SELECT pop_receipt, expires FROM messages WHERE id = ? AND queue = ?", (message_id, queue)
+        ).fetchone()
+        if row is None or (row[1] is not None and row[1] <= now):
+            raise MessageNotFound(f"message {message_id} is not in queue {queue!r}")
+        if row[0] != pop_receipt:
+            raise PopReceiptMismatch(f"pop receipt for message {message_id} is stale")
+
+    # -- queues -----------------------------------------------------------------------------------------------
+
+    async def create_queue(self, queue: str) -> None:
+        check_queue_name(queue)
+        await self._run(lambda db: db.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (queue,)), write=True)
+
+    async def delete_queue(self, queue: str) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM messages WHERE queue = ?", (queue,))
+            db.execute("DELETE FROM queues WHERE name = ?", (queue,))
+
+        await self._run(work, write=True)
+
+    async def list_queues(self) -> list[str]:
+        return await self._run(lambda db: [r[0] for r in db.execute("SELECT name FROM queues ORDER BY name")])
+
+    # -- messages ---------------------------------------------------------------------------------------------
+
+    async def put(
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
+    ) -> RawMessage:
+        size = len(content.encode("utf-8"))
+        if size > MAX_MESSAGE_BYTES:
+            raise MessageTooLarge(f"message is {size} bytes; the limit is {MAX_MESSAGE_BYTES} bytes (64 KiB)")
+        ttl = DEFAULT_TTL_SECONDS if time_to_live is None else time_to_live
+        if ttl != NEVER_EXPIRES and ttl < 1:
+            raise InvalidArgument(f"time to live must be at least 1 second or -1 (never), got {ttl:g}")
+        _check_visibility(visibility_timeout, 0)
+        if ttl != NEVER_EXPIRES and visibility_timeout >= ttl:
+            raise InvalidArgument("visibility timeout must be shorter than the time to live")
+
+        def work(db: sqlite3.Connection) -> RawMessage:
+            self._require_queue(db, queue)
+            now = time.time()
+            expires = None if ttl == NEVER_EXPIRES else now + ttl
+            message_id = str(uuid.uuid4())
+            db.execute(
+                "INSERT INTO messages (id, queue, content, inserted, expires, visible) VALUES (?, ?, ?, ?, ?, ?)",
+                (message_id, queue, content, now, expires, now + visibility_timeout),
+            )
+            return _row_to_message((message_id, content, 0, now, expires, now + visibility_timeout, None))
+
+        return await self._run(work, write=True)
+
+    async def receive(self, queue: str, max_messages: int, visibility_timeout: float) -> list[RawMessage]:
+        _check_count(max_messages)
+        _check_visibility(visibility_timeout, 1)
+
+        def work(db: sqlite3.Connection) -> list[RawMessage]:
+            self._require_queue(db, queue)
+            now = time.time()
+            db.execute("DELETE FROM messages WHERE queue = ? AND expires <= ?", (queue, now))
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE queue = ? AND visible <= ? ORDER BY seq LIMIT ?",
+                (queue, now, max_messages),
+            ).fetchall()
+            taken = []
+            for id_, content, dequeue_count, inserted, expires, _, _ in rows:
+                receipt = uuid.uuid4().hex
+                visible = now + visibility_timeout
+                db.execute(
+                    "UPDATE messages SET visible = ?, dequeue_count = ?, pop_receipt = ? WHERE id = ?",
+                    (visible, dequeue_count + 1, receipt, id_),
+                )
+                taken.append(_row_to_message((id_, content, dequeue_count + 1, inserted, expires, visible, receipt)))
+            return taken
+
+        return await self._run(work, write=True)
+
+    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+        _check_visibility(visibility_timeout, 0)
+
+        def work(db: sqlite3.Connection) -> Receipt:
+            now = time.time()
+            self._held(db, queue, message_id, pop_receipt, now)
+            receipt = uuid.uuid4().hex
+            db.execute(
+                "UPDATE messages SET visible = ?, pop_receipt = ? WHERE id = ?",
+                (now + visibility_timeout, receipt, message_id),
+            )
+            return Receipt(receipt, _when(now + visibility_timeout))  # type: ignore[arg-type]
+
+        return await self._run(work, write=True)
+
+    async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            self._held(db, queue, message_id, pop_receipt, time.time())
+            db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+        await self._run(work, write=True)
+
+    async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
+        _check_count(max_messages)
+
+        def work(db: sqlite3.Connection) -> list[RawMessage]:
+            self._require_queue(db, queue)
+            now = time.time()
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE queue = ? AND visible <= ? "
+                "AND (expires IS NULL OR expires > ?) ORDER BY seq LIMIT ?",
+                (queue, now, now, max_messages),
+            ).fetchall()
+            return [_row_to_message(r, with_receipt=False) for r in rows]
+
+        return await self._run(work)
+
+    async def approximate_count(self, queue: str) -> int:
+        def work(db: sqlite3.Connection) -> int:
+            self._require_queue(db, queue)
+            row = db.execute(
+                "SELECT count(*) FROM messages WHERE queue = ? AND (expires IS NULL OR expires > ?)",
+                (queue, time.time()),
+            ).fetchone()
+            return int(row[0])
+
+        return await self._run(work)
+
+    async def close(self) -> None:
+        def shut() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+        await asyncio.get_running_loop().run_in_executor(self._thread, shut)
+        self._thread.shutdown(wait=True)
