@@ -1,0 +1,44 @@
+"""An app for the process tests: its handler records each attempt in a SQLite table the test reads.
+
+Set by environment variables, so that one module serves every test:
+``RECORD_DB`` (the table's file), ``TRIGGER_QUEUE`` (default ``work``),
+``HANDLER_MODE``: ``ok``; ``fail`` (always raise); ``hold`` (run for
+``HOLD_SECONDS``, returning early if the host cancels); ``hold-first`` (hold on
+the first delivery, succeed on later ones).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+
+from worker import QueueMessage, WorkerApp
+
+app = WorkerApp()
+
+
+def record(message: QueueMessage, event: str) -> None:
+    with sqlite3.connect(os.environ["RECORD_DB"], timeout=30) as db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS attempts (pid INTEGER, message_id TEXT, dequeue_count INTEGER, "
+            "event TEXT, at REAL, body TEXT)"
+        )
+        db.execute(
+            "INSERT INTO attempts VALUES (?, ?, ?, ?, ?, ?)",
+            (os.getpid(), message.id, message.dequeue_count, event, time.time(), message.get_body().decode()),
+        )
+
+
+@app.function_name("recorder")
+@app.queue_trigger(arg_name="msg", queue_name=os.environ.get("TRIGGER_QUEUE", "work"))
+def recorder(msg: QueueMessage) -> None:
+    record(msg, "start")
+    mode = os.environ.get("HANDLER_MODE", "ok")
+    if mode == "fail":
+        raise RuntimeError("this handler always fails")
+    if mode == "hold" or (mode == "hold-first" and msg.dequeue_count == 1):
+        if msg.cancelled.wait(float(os.environ.get("HOLD_SECONDS", "60"))):
+            record(msg, "cancelled")
+            return
+    record(msg, "done")

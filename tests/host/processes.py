@@ -1,0 +1,115 @@
+"""Real worker processes for the tests: start ``worker run`` with a host.yaml, signal it, read its log."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support import poll
+
+REPO = Path(__file__).resolve().parents[2]
+APP = "tests.apps.recording:app"
+
+
+def write_host_yaml(folder: Path, queues: dict[str, Any] | None = None, worker: dict[str, Any] | None = None) -> Path:
+    """A host.yaml in ``folder`` with fast polling, plus the given settings."""
+    config = {
+        "version": "1.0",
+        "extensions": {"queues": {"maxPollingInterval": "200ms", **(queues or {})}},
+        "worker": worker or {},
+    }
+    path = folder / "host.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+@dataclass
+class WorkerProcess:
+    """One ``worker run`` subprocess; its stderr (JSON log lines) goes to a file."""
+
+    config: Path
+    env: dict[str, str]
+    name: str = "worker"
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_path = self.config.parent / f"{self.name}.log"
+
+    def start(self) -> WorkerProcess:
+        env = {**os.environ, "PYTHONPATH": str(REPO), **self.env}
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "worker", "run", "--app", APP, "--config", str(self.config)],
+                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Every JSON log line written so far (a half-written last line is skipped)."""
+        found = []
+        for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                found.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return found
+
+    def wait_for_log(self, event: str, timeout: float = 30) -> dict[str, Any]:
+        def seen() -> dict[str, Any] | None:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_path.read_text()}")
+            return next((line for line in self.lines() if line.get("event") == event), None)
+
+        return poll(seen, timeout, what=f"{self.name} to log {event!r}")
+
+    def send_signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 60) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = 60) -> int:
+        """Signal the worker and wait for it to exit; returns the exit code."""
+        self.send_signal(signum)
+        return self.wait(timeout)
+
+    def totals(self) -> dict[str, Any]:
+        """The counters of the final 'host stopped' line."""
+        stopped = [line for line in self.lines() if line.get("event") == "host stopped"]
+        assert stopped, f"{self.name} logged no 'host stopped' line:\n{self.log_path.read_text()}"
+        return stopped[-1]
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def attempts(record_db: Path) -> list[dict[str, Any]]:
+    """The rows the recording app wrote, oldest first."""
+    if not record_db.exists():
+        return []
+    with sqlite3.connect(record_db, timeout=30) as db:
+        db.row_factory = sqlite3.Row
+        try:
+            return [dict(r) for r in db.execute("SELECT * FROM attempts ORDER BY at")]
+        except sqlite3.OperationalError:  # table not created yet
+            return []

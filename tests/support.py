@@ -1,0 +1,34 @@
+"""Helpers shared by the tests: polling with a deadline instead of sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def poll(check: Callable[[], T], timeout: float, interval: float = 0.05, what: str = "condition") -> T:
+    """Call ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+async def apoll(check: Callable[[], Awaitable[T]], timeout: float, interval: float = 0.05, what: str = "condition") -> T:
+    """The async twin of :func:`poll` for checks that talk to a queue backend."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
