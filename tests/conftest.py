@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.observability import configure_logging
 from worker.queues.base import QueueBackend
 from worker.queues.sqlite import SqliteBackend
 
@@ -37,3 +38,9 @@ async def backend(backend_kind: str, tmp_path: Path) -> AsyncIterator[QueueBacke
 def queue_name() -> str:
     """A queue name no other test uses (backends may be shared across tests)."""
     return f"q-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _logging() -> None:
+    """In-process hosts log as the worker does; pytest shows the lines of failing tests only."""
+    configure_logging("INFO", json_lines=False)

@@ -39,7 +39,20 @@ class WorkerApp:
 
     @property
     def functions(self) -> list[FunctionSpec]:
-        return list(self._specs.values())
+        """The registered functions; ValueError if two share a name.
+
+        Names are checked here rather than at decoration, because a name is
+        final only once an ``@app.function_name`` stacked above has run.
+        """
+        specs = list(self._specs.values())
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.name in seen:
+                raise ValueError(
+                    f"two functions are named {spec.name!r}; give one another name with @app.function_name"
+                )
+            seen.add(spec.name)
+        return specs
 
     def queue_trigger(
         self, *, arg_name: str, queue_name: str, connection: str = "AzureWebJobsStorage"
@@ -58,16 +71,13 @@ class WorkerApp:
             if arg_name not in inspect.signature(handler).parameters:
                 raise TypeError(f"{handler.__qualname__} has no parameter {arg_name!r} for the queue message")
             name = getattr(handler, _NAME_ATTR, handler.__name__)
-            self._add(
-                handler,
-                FunctionSpec(
-                    name=name,
-                    handler=handler,
-                    arg_name=arg_name,
-                    queue_name=queue_name,
-                    connection=connection,
-                    is_async=inspect.iscoroutinefunction(handler),
-                ),
+            self._specs[handler] = FunctionSpec(
+                name=name,
+                handler=handler,
+                arg_name=arg_name,
+                queue_name=queue_name,
+                connection=connection,
+                is_async=inspect.iscoroutinefunction(handler),
             )
             return handler
 
@@ -77,16 +87,11 @@ class WorkerApp:
         """Name the function in logs and metrics (default: the Python function's name)."""
 
         def rename(handler: F) -> F:
-            spec = self._specs.pop(handler, None)
+            spec = self._specs.get(handler)
             if spec is None:
                 setattr(handler, _NAME_ATTR, name)
             else:
-                self._add(handler, replace(spec, name=name))
+                self._specs[handler] = replace(spec, name=name)
             return handler
 
         return rename
-
-    def _add(self, handler: Callable[..., Any], spec: FunctionSpec) -> None:
-        if any(s.name == spec.name for h, s in self._specs.items() if h is not handler):
-            raise ValueError(f"two functions are named {spec.name!r}; give one another name with @app.function_name")
-        self._specs[handler] = spec

@@ -25,12 +25,14 @@ from worker.observability import configure_logging, format_summary
 from worker.queues import UnsupportedConnection, open_backend
 from worker.queues.base import (
     MAX_BATCH,
+    MAX_MESSAGE_BYTES,
     NEVER_EXPIRES,
     InvalidArgument,
     MessageTooLarge,
     QueueBackend,
     QueueError,
     RawMessage,
+    check_queue_name,
 )
 
 T = TypeVar("T")
@@ -61,7 +63,11 @@ def load_app(target: str, search_path: Path) -> WorkerApp:
         raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
     if not isinstance(app, WorkerApp):
         raise UsageError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp")
-    if not app.functions:
+    try:
+        functions = app.functions
+    except ValueError as exc:
+        raise UsageError(f"{target}: {exc}") from None
+    if not functions:
         raise UsageError(f"{target} registers no functions; decorate a handler with @app.queue_trigger")
     return app
 
@@ -131,14 +137,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_send(args: argparse.Namespace) -> int:
     config = _config(args.config)
 
+    texts = [encode(body, config.message_encoding) for body in args.bodies]
+    for number, text in enumerate(texts, 1):  # refuse the whole command before anything is sent
+        if (size := len(text.encode("utf-8"))) > MAX_MESSAGE_BYTES:
+            raise MessageTooLarge(
+                f"message {number} is {size} bytes as stored ({config.message_encoding}); "
+                f"the limit is {MAX_MESSAGE_BYTES} bytes (64 KiB)"
+            )
+
     async def work(backend: QueueBackend) -> list[RawMessage]:
         await backend.create_queue(args.queue)
         return [
-            await backend.put(
-                args.queue, encode(body, config.message_encoding),
-                visibility_timeout=args.delay, time_to_live=args.ttl,
-            )
-            for body in args.bodies
+            await backend.put(args.queue, text, visibility_timeout=args.delay, time_to_live=args.ttl)
+            for text in texts
         ]
 
     for sent in _with_backend(config, args.connection, work):
@@ -148,6 +159,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 def cmd_peek(args: argparse.Namespace) -> int:
     config = _config(args.config)
+    check_queue_name(args.queue)  # a name the service would refuse is a usage error (2), not a missing queue (1)
     messages = _with_backend(config, args.connection, lambda b: b.peek(args.queue, args.max))
     rows = [
         {

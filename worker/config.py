@@ -77,6 +77,8 @@ def parse_duration(value: Any) -> float:
         text = value.strip()
         if m := _DURATION_HMS.match(text):
             days, hours, minutes, seconds = m.groups()
+            if int(minutes) >= 60 or float(seconds) >= 60:
+                raise ValueError(f"minutes and seconds must be below 60 in {value!r}")
             return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
         if m := _DURATION_UNIT.match(text):
             return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
@@ -110,6 +112,13 @@ def _text(value: Any) -> str:
     return value
 
 
+def _version(value: Any) -> str:
+    """``version: 1.0`` unquoted reads as a number in YAML; it is still the version text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return _text(value)
+
+
 def _optional_duration(value: Any) -> float | None:
     """functionTimeout: -1 (or null) means no limit, as in host.json."""
     if value is None or value == -1 or value == "-1":
@@ -136,7 +145,7 @@ def _one_of(*choices: str) -> Callable[[Any], str | None]:
 _WEEK = 7 * 86400.0
 
 _SCHEMA: dict[str, _Setting] = {
-    "version": _Setting("version", _text),
+    "version": _Setting("version", _version),
     "functionTimeout": _Setting("function_timeout", _optional_duration, _between(1, 10 * _WEEK, "s")),
     "extensions.queues.batchSize": _Setting("batch_size", _integer, _between(1, 32)),
     "extensions.queues.newBatchThreshold": _Setting("new_batch_threshold", _integer, _between(0, 10_000)),
@@ -220,6 +229,8 @@ def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
         path = f"{prefix}{key}"
         if path in IGNORED_HOST_JSON_KEYS or path == "connections":
             out[path] = value
+        elif value is None and any(known.startswith(path + ".") for known in _SCHEMA):
+            continue  # a section whose keys are all commented out
         elif isinstance(value, dict) and path not in _SCHEMA:
             _flatten(value, path + ".", out, where)
         else:

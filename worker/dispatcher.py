@@ -70,6 +70,8 @@ class Dispatcher:
         self._threads = ThreadPoolExecutor(config.handler_threads, thread_name_prefix="handler")
         self._thread_slots = asyncio.Semaphore(config.handler_threads)
         self._busy_threads = 0
+        self._threads_idle = asyncio.Event()
+        self._threads_idle.set()
 
     def dispatch(
         self, function: FunctionSpec, backend: QueueBackend, raw: RawMessage, on_done: Callable[[], None]
@@ -112,6 +114,14 @@ class Dispatcher:
     def threads_busy(self) -> int:
         """Sync handlers still running in a thread, including ones the host has given up on."""
         return self._busy_threads
+
+    async def wait_threads(self, timeout: float) -> bool:
+        """Give cancelled sync handlers ``timeout`` to notice ``message.cancelled`` and return."""
+        try:
+            await asyncio.wait_for(self._threads_idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     def close(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
@@ -180,6 +190,7 @@ class Dispatcher:
         await self._thread_slots.acquire()
         inv.started = True
         self._busy_threads += 1
+        self._threads_idle.clear()
         loop = asyncio.get_running_loop()
 
         def thread_done(_: object) -> None:
@@ -194,4 +205,6 @@ class Dispatcher:
     def _free_thread(self) -> None:
         """A thread is free only when its handler returns, not when the host stops waiting for it."""
         self._busy_threads -= 1
+        if self._busy_threads == 0:
+            self._threads_idle.set()
         self._thread_slots.release()

@@ -20,7 +20,10 @@ def encode(body: bytes | str, encoding: str) -> str:
     data = body.encode("utf-8") if isinstance(body, str) else bytes(body)
     if encoding == "base64":
         return base64.b64encode(data).decode("ascii")
-    return data.decode("utf-8")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("messageEncoding none stores text: the body is not valid UTF-8; use base64") from None
 
 
 def decode(text: str, encoding: str) -> bytes:
@@ -28,6 +31,7 @@ def decode(text: str, encoding: str) -> bytes:
     if encoding != "base64":
         return text.encode("utf-8")
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
+        # Whitespace (line-wrapped base64) is skipped, as .NET's Convert.FromBase64String does.
+        return base64.b64decode("".join(text.split()).encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError) as exc:
         raise MessageDecodeError(f"message is not valid base64 (messageEncoding is base64): {exc}") from None

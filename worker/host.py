@@ -38,7 +38,8 @@ log = structlog.get_logger("worker.host")
 
 #: How often burst mode looks whether the trigger queues are empty, in seconds.
 BURST_CHECK_INTERVAL = 0.25
-#: Longest the host waits for the completions of cancelled invocations at shutdown, in seconds.
+#: Longest the host waits, at shutdown, for the completions of cancelled invocations and then for
+#: cancelled sync handlers to return, in seconds.
 COMPLETION_GRACE = 10.0
 
 
@@ -166,3 +167,6 @@ class Host:
         if not await dispatcher.wait_idle(COMPLETION_GRACE):
             log.error("some completions did not finish; their leases will bring the messages back",
                       unfinished=len(dispatcher.invocations))
+        if not await dispatcher.wait_threads(COMPLETION_GRACE):
+            log.warning("sync handlers still running after cancellation; exiting without them",
+                        threads=dispatcher.threads_busy)

@@ -19,6 +19,7 @@ import heapq
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ log = structlog.get_logger("worker.lease")
 
 #: Soonest a failed renewal is tried again, in seconds.
 MIN_RETRY = 0.25
-#: Renewals in flight at once, so that a burst of due leases does not flood storage.
+#: Renewals in flight at once (one task each), so that a burst of due leases does not flood storage.
 MAX_CONCURRENT_RENEWALS = 64
 
 
@@ -77,8 +78,9 @@ class LeaseScheduler:
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._held: set[Lease] = set()
-        self._renewals: set[asyncio.Task[None]] = set()
-        self._limit = asyncio.Semaphore(MAX_CONCURRENT_RENEWALS)
+        #: Leases past their renewal time, waiting for a renewer.
+        self._due: deque[Lease] = deque()
+        self._renewers: set[asyncio.Task[None]] = set()
 
     @property
     def held(self) -> frozenset[Lease]:
@@ -104,7 +106,7 @@ class LeaseScheduler:
             self._wake.set()
 
     async def run(self) -> None:
-        """Sleep until the earliest due lease, renew all that are due, repeat; until cancelled."""
+        """Sleep until the earliest due lease, hand all due ones to the renewers, repeat; until cancelled."""
         try:
             while True:
                 self._wake.clear()
@@ -112,21 +114,28 @@ class LeaseScheduler:
                 while self._heap and self._heap[0][0] <= now:
                     _, _, lease = heapq.heappop(self._heap)
                     if not lease.finished:
-                        task = asyncio.create_task(self._renew(lease))
-                        self._renewals.add(task)
-                        task.add_done_callback(self._renewals.discard)
+                        self._due.append(lease)
+                while self._due and len(self._renewers) < MAX_CONCURRENT_RENEWALS:
+                    task = asyncio.create_task(self._renew_due())
+                    self._renewers.add(task)
+                    task.add_done_callback(self._renewers.discard)
                 timeout = self._heap[0][0] - now if self._heap else None
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout)
                 except TimeoutError:
                     pass
         finally:
-            for task in list(self._renewals):
+            for task in list(self._renewers):
                 task.cancel()
+
+    async def _renew_due(self) -> None:
+        """One renewer: renew due leases until none is left, then end (so idle renewers cost nothing)."""
+        while self._due:
+            await self._renew(self._due.popleft())
 
     async def _renew(self, lease: Lease) -> None:
         assert lease.backend is not None and lease.pop_receipt is not None
-        async with self._limit, lease.lock:
+        async with lease.lock:
             if lease.finished:
                 return
             try:

@@ -56,22 +56,28 @@ class Capacity:
     def in_flight(self, function: str) -> int:
         return self._per_function[function]
 
-    async def wait_for_room(self, function: str, threshold: int, want: int) -> int:
-        """Wait until ``function`` holds no more than ``threshold`` and the process has room; return the room."""
+    async def reserve(self, function: str, threshold: int, want: int) -> int:
+        """Wait until ``function`` holds no more than ``threshold`` and the process has room; reserve it.
+
+        The room is taken before the receive, so that listeners receiving at
+        the same time cannot together pass ``maxInFlight``; the caller gives
+        back what the receive did not fill.
+        """
         async with self._changed:
             await self._changed.wait_for(
                 lambda: self._per_function[function] <= threshold and self.total < self.limit
             )
-            return min(want, self.limit - self.total)
+            room = min(want, self.limit - self.total)
+            self._per_function[function] += room
+            self.total += room
+            return room
 
-    def take(self, function: str, count: int) -> None:
-        self._per_function[function] += count
-        self.total += count
-
-    def give_back(self, function: str) -> None:
-        self._per_function[function] -= 1
-        self.total -= 1
-        asyncio.get_running_loop().create_task(self._notify())
+    def give_back(self, function: str, count: int = 1) -> None:
+        """``count`` reserved places are free again (messages completed, or a receive came back short)."""
+        if count:
+            self._per_function[function] -= count
+            self.total -= count
+            asyncio.get_running_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
         async with self._changed:
@@ -120,9 +126,9 @@ class Listener:
                 self.metrics.inc("storage_errors", name)
                 self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
                 messages = []
+            self.capacity.give_back(name, room - len(messages))
             if messages:
                 backoff.reset()
-                self.capacity.take(name, len(messages))
                 for raw in messages:
                     self.dispatcher.dispatch(self.function, self.backend, raw, lambda: self.capacity.give_back(name))
                 continue
@@ -131,13 +137,16 @@ class Listener:
     async def _wait_for_room(self) -> int:
         """Room for the next receive, or 0 when the host is stopping."""
         room = asyncio.ensure_future(
-            self.capacity.wait_for_room(self.function.name, self.config.new_batch_threshold, self.config.batch_size)
+            self.capacity.reserve(self.function.name, self.config.new_batch_threshold, self.config.batch_size)
         )
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({room, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
-        if self.stopping.is_set():
+        if not room.done():
             room.cancel()
+            return 0
+        if self.stopping.is_set():
+            self.capacity.give_back(self.function.name, room.result())
             return 0
         return room.result()
 

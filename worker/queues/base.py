@@ -27,7 +27,7 @@ DEFAULT_TTL_SECONDS = 7 * 24 * 3600
 #: A time-to-live of -1 means the message never expires.
 NEVER_EXPIRES = -1
 #: Azure's queue name rule: 3-63 of lowercase letters, digits and single hyphens, alphanumeric at both ends.
-QUEUE_NAME = re.compile(r"^(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]$")
+QUEUE_NAME = re.compile(r"(?=.{3,63}\Z)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]")
 
 
 class QueueError(Exception):
@@ -60,7 +60,7 @@ class TransientError(QueueError):
 
 def check_queue_name(queue: str) -> None:
     """Raise InvalidArgument unless ``queue`` is a name Azure Storage accepts."""
-    if not QUEUE_NAME.match(queue):
+    if not QUEUE_NAME.fullmatch(queue):
         raise InvalidArgument(
             f"queue name {queue!r} is not valid: use 3-63 lowercase letters, digits and single hyphens, "
             "starting and ending with a letter or digit"

@@ -1,0 +1,361 @@
+"""Listener, lease renewal and completion inside one host process, on a real embedded queue.
+
+The host runs as a task on the test's event loop with its own backend; the
+test talks to the same queue file through a second backend, as another
+process would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import apoll
+from worker import QueueMessage, WorkerApp
+from worker.config import HostConfig
+from worker.encoding import encode
+from worker.host import Host
+from worker.lease import Lease, LeaseScheduler
+from worker.observability import Metrics
+from worker.queues.base import PopReceiptMismatch, QueueBackend, QueueNotFound
+from worker.queues.sqlite import SqliteBackend
+
+QUEUE = "jobs"
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> HostConfig:
+    return HostConfig(
+        base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, new_batch_threshold=8, drain_timeout=1
+    )
+
+
+@pytest.fixture
+async def queue(tmp_path: Path) -> AsyncIterator[QueueBackend]:
+    backend = SqliteBackend(tmp_path / ".worker" / "queues.sqlite3")
+    await backend.create_queue(QUEUE)
+    yield backend
+    await backend.close()
+
+
+@asynccontextmanager
+async def running(app: WorkerApp, config: HostConfig) -> AsyncIterator[Host]:
+    """A host running on this loop until the block ends; then it drains and stops."""
+    host = Host(app, config)
+    task = asyncio.create_task(host.run())
+    try:
+        yield host
+    finally:
+        host.request_stop()
+        await asyncio.wait_for(task, 60)
+
+
+def one_function(handler: Callable[..., Any], queue: str = QUEUE) -> WorkerApp:
+    app = WorkerApp()
+    app.queue_trigger(arg_name="msg", queue_name=queue)(handler)
+    return app
+
+
+async def put(backend: QueueBackend, *bodies: str, encoding: str = "base64") -> list[str]:
+    return [(await backend.put(QUEUE, encode(b, encoding))).id for b in bodies]
+
+
+async def poison_of(backend: QueueBackend) -> list[Any]:
+    try:
+        return await backend.peek(f"{QUEUE}-poison", 32)
+    except QueueNotFound:
+        return []
+
+
+# -- listener -----------------------------------------------------------------------------------------------------
+
+
+async def test_listener_takes_a_batch_then_the_next_when_in_flight_falls_to_the_threshold(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    gate = asyncio.Event()
+    started: list[str] = []
+
+    async def handler(msg: QueueMessage) -> None:
+        started.append(msg.id)
+        if len(started) <= 3:
+            await gate.wait()  # the first three finish when the test says so
+        else:
+            await asyncio.Event().wait()  # the rest hold until shutdown
+
+    await put(queue, *(str(i) for i in range(20)))
+    cfg = replace(config, batch_size=4, new_batch_threshold=1)
+    async with running(one_function(handler), cfg) as host:
+        await apoll(lambda: _ready(lambda: len(started) == 4), 10, what="the first batch")
+        assert host.metrics.get("received") == 4, "fetched before in-flight fell to newBatchThreshold"
+        gate.set()
+        # Three finish: in-flight falls to 1 = newBatchThreshold, so exactly one more batch of 4 comes.
+        await apoll(lambda: _ready(lambda: len(started) == 8), 10, what="the second batch")
+        assert host.metrics.get("received") == 8
+        assert host.metrics.get("succeeded") == 3
+
+
+async def _ready(check: Callable[[], bool]) -> bool:
+    return check()
+
+
+async def test_max_in_flight_bounds_messages_held_across_functions(config: HostConfig, queue: QueueBackend) -> None:
+    held = 0
+    most = 0
+
+    async def hold(msg: QueueMessage) -> None:
+        nonlocal held, most
+        held += 1
+        most = max(most, held)
+        await asyncio.sleep(0.05)  # the handler's own work
+        held -= 1
+
+    app = WorkerApp()
+    app.function_name("a")(app.queue_trigger(arg_name="msg", queue_name=QUEUE)(hold))
+    await queue.create_queue("other")
+
+    async def hold_b(msg: QueueMessage) -> None:
+        await hold(msg)
+
+    app.queue_trigger(arg_name="msg", queue_name="other")(hold_b)
+    for i in range(30):
+        await queue.put(QUEUE, encode(str(i), "base64"))
+        await queue.put("other", encode(str(i), "base64"))
+    async with running(app, replace(config, batch_size=8, new_batch_threshold=8, max_in_flight=5)) as host:
+        await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 60), 30, what="all 60 messages")
+    assert 1 < most <= 5
+
+
+async def test_empty_queue_backs_off_exponentially_and_resets_on_a_message(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    """Receives on an empty queue come 0.1, 0.2, 0.4 ... s apart; a message brings the next poll back to 0.1 s."""
+    receives: list[float] = []
+    handled = asyncio.Event()
+
+    async def handler(msg: QueueMessage) -> None:
+        handled.set()
+
+    cfg = replace(config, max_polling_interval=3.0)
+    host = Host(one_function(handler), cfg)
+    real_open = None
+
+    import worker.host as host_module
+
+    real_open = host_module.open_backend
+
+    def spying_open(connection: str | None, base_dir: Path) -> QueueBackend:
+        backend = real_open(connection, base_dir)
+        receive = backend.receive
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            receives.append(time.monotonic())
+            return await receive(*args, **kwargs)
+
+        backend.receive = counted  # type: ignore[method-assign]
+        return backend
+
+    host_module.open_backend = spying_open
+    try:
+        task = asyncio.create_task(host.run())
+        await apoll(lambda: _ready(lambda: len(receives) >= 5), 20, what="five empty polls")
+        # 0.1 + 0.2 + 0.4 + 0.8 s, each at least 80 % of itself: a fixed 0.1 s poll would take 0.4 s.
+        assert receives[4] - receives[0] >= 0.8 * 1.5
+        await put(queue, "wake up")
+        await asyncio.wait_for(handled.wait(), 10)
+        after = len(receives)
+        await apoll(lambda: _ready(lambda: len(receives) >= after + 2), 10, what="two polls after the message")
+        # Without a reset the next gap would be at least 0.8 * 1.6 s; after a reset it is 0.1-0.2 s.
+        assert receives[after + 1] - receives[after - 1] < 1.2
+    finally:
+        host_module.open_backend = real_open
+        host.request_stop()
+        await asyncio.wait_for(task, 30)
+
+
+# -- lease renewal ------------------------------------------------------------------------------------------------
+
+
+async def test_one_scheduler_renews_hundreds_of_leases_without_a_task_per_message(queue: QueueBackend) -> None:
+    for i in range(200):
+        await queue.put(QUEUE, str(i))
+    taken = []
+    while len(taken) < 200:
+        taken += await queue.receive(QUEUE, 32, 2)
+    metrics = Metrics()
+    scheduler = LeaseScheduler(duration=2, fraction=0.5, metrics=metrics)
+    leases = [Lease(queue, QUEUE, m.id, m.pop_receipt) for m in taken]
+    for lease in leases:
+        scheduler.hold(lease)
+    task = asyncio.create_task(scheduler.run())
+    most_tasks = 0
+    try:
+        deadline = time.monotonic() + 30
+        while min(lease.renewals for lease in leases) < 3:
+            assert time.monotonic() < deadline, "leases were not renewed three times in 30 s"
+            most_tasks = max(most_tasks, len(asyncio.all_tasks()))
+            assert await queue.receive(QUEUE, 32, 1) == [], "a renewed lease lapsed"
+            await asyncio.sleep(0.05)  # sampling interval of this watch loop, not a wait for a condition
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert most_tasks <= 70, f"{most_tasks} tasks for 200 leases"
+    assert metrics.get("leases_lost") == 0
+    assert all(lease.expires_at > time.monotonic() for lease in leases)
+
+
+async def test_lost_lease_cancels_the_async_handler_and_skips_its_completion(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    started = asyncio.Event()
+    seen: dict[str, Any] = {}
+
+    async def handler(msg: QueueMessage) -> None:
+        seen["msg"] = msg
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            seen["cancelled"] = True
+            seen["lease_lost"] = msg.lease_lost.is_set()
+            raise
+
+    [message_id] = await put(queue, "stolen")
+    async with running(one_function(handler), replace(config, lease_duration=1)) as host:
+        await asyncio.wait_for(started.wait(), 10)
+        thief = await _steal(queue, seen["msg"])
+        await apoll(lambda: _ready(lambda: host.metrics.get("completions_skipped") == 1), 10, what="a skipped completion")
+        assert seen == {"msg": seen["msg"], "cancelled": True, "lease_lost": True}
+        assert host.metrics.get("leases_lost") == 1
+        assert host.metrics.get("succeeded") == host.metrics.get("released") == 0
+        await queue.delete(QUEUE, message_id, thief)  # the host left the thief's receipt valid
+
+
+async def test_lost_lease_is_visible_to_a_sync_handler(config: HostConfig, queue: QueueBackend) -> None:
+    started = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    seen: dict[str, Any] = {}
+
+    def handler(msg: QueueMessage) -> None:
+        seen["msg"] = msg
+        loop.call_soon_threadsafe(started.set)
+        seen["noticed"] = msg.lease_lost.wait(30)
+
+    await put(queue, "stolen from a thread")
+    async with running(one_function(handler), replace(config, lease_duration=1)) as host:
+        await asyncio.wait_for(started.wait(), 10)
+        await _steal(queue, seen["msg"])
+        await apoll(lambda: _ready(lambda: host.metrics.get("completions_skipped") == 1), 10, what="a skipped completion")
+    assert seen["noticed"] is True
+
+
+async def _steal(queue: QueueBackend, msg: QueueMessage) -> str:
+    """Make the message visible behind the host's back and receive it: the host's next renewal must fail."""
+
+    async def try_steal() -> str | None:
+        try:
+            await queue.update(QUEUE, msg.id, msg.pop_receipt or "", 0)
+        except PopReceiptMismatch:  # the host renewed in between; read the new receipt and try again
+            return None
+        [taken] = await queue.receive(QUEUE, 1, 600)
+        return taken.pop_receipt
+
+    return await apoll(try_steal, 10, what="the message to be stolen")
+
+
+# -- completion ---------------------------------------------------------------------------------------------------
+
+
+async def test_failure_hides_the_message_for_visibility_timeout_then_retries(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    attempts: list[tuple[int, float]] = []
+
+    async def handler(msg: QueueMessage) -> None:
+        attempts.append((msg.dequeue_count, time.monotonic()))
+        if msg.dequeue_count == 1:
+            raise ValueError("first try fails")
+
+    await put(queue, "retry me")
+    async with running(one_function(handler), replace(config, visibility_timeout=1.5)) as host:
+        await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 1), 15, what="the retry to succeed")
+    assert [count for count, _ in attempts] == [1, 2]
+    assert attempts[1][1] - attempts[0][1] >= 1.5 * 0.9
+    assert (host.metrics.get("failed"), host.metrics.get("retried")) == (1, 1)
+    assert await queue.approximate_count(QUEUE) == 0
+
+
+async def test_function_timeout_is_a_failure(config: HostConfig, queue: QueueBackend) -> None:
+    async def handler(msg: QueueMessage) -> None:
+        await asyncio.sleep(60)
+
+    await put(queue, "slow")
+    async with running(one_function(handler), replace(config, function_timeout=1, max_dequeue_count=1)) as host:
+        poisoned = await apoll(lambda: poison_of(queue), 15, what="the timed-out message in poison")
+    assert len(poisoned) == 1
+    assert host.metrics.get("failed") == 1 and host.metrics.get("poisoned") == 1
+
+
+async def test_message_over_max_dequeue_count_is_poisoned_before_the_handler_runs(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    calls: list[str] = []
+
+    async def handler(msg: QueueMessage) -> None:
+        calls.append(msg.id)
+
+    [message_id] = await put(queue, "crashed twice")
+    for _ in range(2):  # two receives by workers that died: dequeue count reaches 2
+        [taken] = await queue.receive(QUEUE, 1, 60)
+        await queue.update(QUEUE, message_id, taken.pop_receipt or "", 0)
+    async with running(one_function(handler), replace(config, max_dequeue_count=2)) as host:
+        poisoned = await apoll(lambda: poison_of(queue), 15, what="the message in poison")
+    assert calls == []
+    assert [p.content for p in poisoned] == [encode("crashed twice", "base64")]
+    assert host.metrics.get("poisoned") == 1
+
+
+async def test_bad_input_fails_clearly_and_the_host_goes_on(config: HostConfig, queue: QueueBackend) -> None:
+    """Bad base64 is poisoned at once (as in Functions); bad UTF-8 and bad JSON fail in get_json and are retried."""
+    handled: list[Any] = []
+
+    async def handler(msg: QueueMessage) -> None:
+        handled.append(msg.get_json())
+
+    await queue.put(QUEUE, "this is not base64!")
+    await queue.put(QUEUE, encode(b"\xff\xfe not utf-8", "base64"))
+    await queue.put(QUEUE, encode("{not json", "base64"))
+    await put(queue, '{"ok": 1}', '{"ok": 2}')
+    async with running(one_function(handler), replace(config, max_dequeue_count=2)) as host:
+        poisoned = await apoll(
+            lambda: _at_least(poison_of(queue), 3), 20, what="three bad messages in poison"
+        )
+    assert sorted(h["ok"] for h in handled) == [1, 2]
+    assert "this is not base64!" in [p.content for p in poisoned]
+    assert host.metrics.get("succeeded") == 2
+    assert host.metrics.get("poisoned") == 3
+    assert host.metrics.get("failed") == 4  # UTF-8 and JSON failures, twice each; bad base64 never reached it
+
+
+async def _at_least(peek: Any, n: int) -> list[Any]:
+    found = await peek
+    return found if len(found) >= n else []
+
+
+async def test_message_encoding_none_passes_text_through(config: HostConfig, queue: QueueBackend) -> None:
+    bodies: list[bytes] = []
+
+    async def handler(msg: QueueMessage) -> None:
+        bodies.append(msg.get_body())
+
+    await queue.put(QUEUE, "plain <text> é")
+    async with running(one_function(handler), replace(config, message_encoding="none")) as host:
+        await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 1), 10, what="the message")
+    assert bodies == ["plain <text> é".encode()]

@@ -1,0 +1,173 @@
+"""WorkerApp: registering queue-triggered functions with the Azure Functions v2 decorators."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.app import FunctionSpec, WorkerApp
+
+
+def test_public_api_exports_app_and_message() -> None:
+    import worker
+    from worker import QueueMessage, WorkerApp as PublicApp
+
+    assert PublicApp is WorkerApp
+    assert QueueMessage.__module__ == "worker.message"
+    assert set(worker.__all__) == {"QueueMessage", "WorkerApp"}
+
+
+def test_sync_handler_is_registered_with_its_settings() -> None:
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="orders", connection="OrdersStorage")
+    def handle(msg: object) -> None:
+        pass
+
+    assert app.functions == [
+        FunctionSpec(
+            name="handle",
+            handler=handle,
+            arg_name="msg",
+            queue_name="orders",
+            connection="OrdersStorage",
+            is_async=False,
+        )
+    ]
+
+
+def test_async_handler_is_marked_async() -> None:
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="orders")
+    async def handle(msg: object) -> None:
+        pass
+
+    [spec] = app.functions
+    assert spec.is_async is True
+
+
+def test_default_connection_is_azure_web_jobs_storage() -> None:
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="orders")
+    def handle(msg: object) -> None:
+        pass
+
+    assert app.functions[0].connection == "AzureWebJobsStorage"
+
+
+def test_decorators_return_the_handler_unchanged() -> None:
+    app = WorkerApp()
+
+    def handle(msg: str) -> str:
+        return msg.upper()
+
+    decorated = app.function_name("shout")(app.queue_trigger(arg_name="msg", queue_name="orders")(handle))
+
+    assert decorated is handle
+    assert decorated("hi") == "HI"
+
+
+def test_function_name_above_queue_trigger() -> None:
+    app = WorkerApp()
+
+    @app.function_name("x")
+    @app.queue_trigger(arg_name="msg", queue_name="orders")
+    def handle(msg: object) -> None:
+        pass
+
+    assert [spec.name for spec in app.functions] == ["x"]
+
+
+def test_function_name_below_queue_trigger() -> None:
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="orders")
+    @app.function_name("x")
+    def handle(msg: object) -> None:
+        pass
+
+    assert [spec.name for spec in app.functions] == ["x"]
+
+
+def test_duplicate_function_names_are_rejected() -> None:
+    app = WorkerApp()
+
+    @app.function_name("same")
+    @app.queue_trigger(arg_name="msg", queue_name="first")
+    def one(msg: object) -> None:
+        pass
+
+    @app.function_name("same")
+    @app.queue_trigger(arg_name="msg", queue_name="second")
+    def two(msg: object) -> None:
+        pass
+
+    with pytest.raises(ValueError, match="'same'"):
+        app.functions
+
+
+def test_duplicate_python_names_are_rejected() -> None:
+    """Without @app.function_name, two handlers both called ``main`` collide."""
+    app = WorkerApp()
+
+    def main(msg: object) -> None:
+        pass
+
+    def other_main(msg: object) -> None:
+        pass
+
+    other_main.__name__ = "main"
+    app.queue_trigger(arg_name="msg", queue_name="first")(main)
+    app.queue_trigger(arg_name="msg", queue_name="second")(other_main)
+
+    with pytest.raises(ValueError, match="'main'"):
+        app.functions
+
+
+def test_function_name_above_renames_before_names_are_checked() -> None:
+    """Two Python functions called ``main``, one renamed from above (Azure's documented layout): no clash."""
+    app = WorkerApp()
+
+    def main(msg: object) -> None:
+        pass
+
+    app.queue_trigger(arg_name="msg", queue_name="first")(main)
+
+    @app.function_name("other")
+    @app.queue_trigger(arg_name="msg", queue_name="second")
+    def main(msg: object) -> None:  # noqa: F811 - the same Python name on purpose
+        pass
+
+    assert sorted(f.name for f in app.functions) == ["main", "other"]
+
+
+@pytest.mark.parametrize("queue_name", ["Orders", "my_queue", "ab", "a--b", "a" * 64])
+def test_invalid_queue_name_is_rejected(queue_name: str) -> None:
+    app = WorkerApp()
+
+    with pytest.raises(ValueError, match=r"queue name .* is not valid: use 3-63 lowercase letters"):
+        app.queue_trigger(arg_name="msg", queue_name=queue_name)
+
+
+@pytest.mark.parametrize("queue_name", ["abc", "a-b", "a" * 63, "0rders-2"])
+def test_valid_queue_names_are_accepted(queue_name: str) -> None:
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    def handle(msg: object) -> None:
+        pass
+
+    assert app.functions[0].queue_name == queue_name
+
+
+def test_handler_without_the_arg_name_parameter_is_rejected() -> None:
+    app = WorkerApp()
+    trigger = app.queue_trigger(arg_name="message", queue_name="orders")
+
+    def handle(msg: object) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="'message'"):
+        trigger(handle)
+    assert app.functions == []

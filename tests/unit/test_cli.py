@@ -1,0 +1,258 @@
+"""The ``worker`` command, run as a real subprocess in a temporary folder.
+
+Each test works in its own ``tmp_path``: ``host.yaml`` (when there is one) sits
+there, so the embedded queue file lands in ``tmp_path/.worker/queues.sqlite3``
+and never in the repository.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+QUEUE_FILE = Path(".worker") / "queues.sqlite3"
+SEVEN_DAYS = timedelta(days=7)
+
+
+def worker(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m worker ARGS`` in ``cwd`` with an environment that cannot point it elsewhere."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("WORKER__") and name != "AzureWebJobsStorage"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env["PYTHONUTF8"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        check=False,
+    )
+
+
+def ok(cwd: Path, *args: str) -> str:
+    """Run a command that must succeed; return its stdout."""
+    result = worker(cwd, *args)
+    assert result.returncode == 0, f"worker {' '.join(args)} exited {result.returncode}: {result.stderr}"
+    return result.stdout
+
+
+def peek_json(cwd: Path, queue: str, *args: str) -> list[dict[str, Any]]:
+    return json.loads(ok(cwd, "peek", queue, "--json", *args))
+
+
+def write_host_yaml(folder: Path, encoding: str, name: str = "host.yaml") -> Path:
+    path = folder / name
+    path.write_text(f"extensions:\n  queues:\n    messageEncoding: {encoding}\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    """A folder with a host.yaml storing messages as plain text (messageEncoding: none)."""
+    write_host_yaml(tmp_path, "none")
+    return tmp_path
+
+
+# -- send and peek ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("encoding", ["base64", "none"])
+def test_send_then_peek_round_trips_bodies(tmp_path: Path, encoding: str) -> None:
+    write_host_yaml(tmp_path, encoding)
+    # raw.yaml shares the folder (so the queue file) but shows the stored wire text undecoded.
+    write_host_yaml(tmp_path, "none", name="raw.yaml")
+    bodies = ["hello", "w\u00f6rld \u2713", '{"order": 42}']
+
+    ids = ok(tmp_path, "send", "orders", *bodies).splitlines()
+
+    assert len(ids) == len(bodies)
+    assert len(set(ids)) == len(bodies)
+    assert (tmp_path / QUEUE_FILE).is_file()
+    rows = peek_json(tmp_path, "orders")
+    assert [row["id"] for row in rows] == ids
+    assert [row["body"] for row in rows] == bodies
+    for row in rows:
+        assert set(row) == {"id", "dequeueCount", "insertionTime", "expirationTime", "body"}
+        assert row["dequeueCount"] == 0
+        inserted = datetime.fromisoformat(row["insertionTime"])
+        expires = datetime.fromisoformat(row["expirationTime"])
+        assert inserted.utcoffset() == timedelta(0)
+        assert abs(expires - inserted - SEVEN_DAYS) < timedelta(seconds=1)  # the default time to live
+
+    wire = [row["body"] for row in peek_json(tmp_path, "orders", "--config", "raw.yaml")]
+    if encoding == "base64":
+        assert wire == [base64.b64encode(b.encode("utf-8")).decode("ascii") for b in bodies]
+    else:
+        assert wire == bodies
+
+
+def test_without_host_yaml_uses_defaults_in_the_current_folder(tmp_path: Path) -> None:
+    """No host.yaml: base64 (the Functions default) and the queue file under the current folder."""
+    ok(tmp_path, "send", "jobs", "payload")
+
+    assert (tmp_path / QUEUE_FILE).is_file()
+    assert [row["body"] for row in peek_json(tmp_path, "jobs")] == ["payload"]
+    write_host_yaml(tmp_path, "none", name="raw.yaml")
+    raw = peek_json(tmp_path, "jobs", "--config", "raw.yaml")
+    assert [row["body"] for row in raw] == [base64.b64encode(b"payload").decode("ascii")]
+
+
+def test_queue_file_lands_beside_the_config_file(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    write_host_yaml(conf, "none")
+
+    ok(tmp_path, "send", "--config", "conf/host.yaml", "jobs", "x")
+
+    assert (conf / QUEUE_FILE).is_file()
+    assert not (tmp_path / ".worker").exists()
+    assert [row["body"] for row in peek_json(conf, "jobs")] == ["x"]
+
+
+def test_delayed_message_is_counted_but_not_visible(app_dir: Path) -> None:
+    ok(app_dir, "send", "--delay", "30s", "later", "soon")
+
+    assert peek_json(app_dir, "later") == []
+    counts = json.loads(ok(app_dir, "queues", "--json"))
+    assert counts == [{"name": "later", "approximateMessageCount": 1}]
+
+
+def test_ttl_minus_one_never_expires(app_dir: Path) -> None:
+    ok(app_dir, "send", "--ttl", "-1", "forever", "x")
+
+    [row] = peek_json(app_dir, "forever")
+    assert row["expirationTime"] is None
+    assert row["body"] == "x"
+
+
+def test_ttl_sets_expiration_after_insertion(app_dir: Path) -> None:
+    ok(app_dir, "send", "--ttl", "1h", "hourly", "x")
+
+    [row] = peek_json(app_dir, "hourly")
+    lived = datetime.fromisoformat(row["expirationTime"]) - datetime.fromisoformat(row["insertionTime"])
+    assert abs(lived - timedelta(hours=1)) < timedelta(seconds=1)
+
+
+# -- queues -----------------------------------------------------------------------------------------------------
+
+
+def test_queues_lists_names_and_counts(app_dir: Path) -> None:
+    ok(app_dir, "send", "beta", "1", "2", "3")
+    ok(app_dir, "send", "alpha-1", "1")
+
+    rows = json.loads(ok(app_dir, "queues", "--json"))
+    assert rows == [
+        {"name": "alpha-1", "approximateMessageCount": 1},
+        {"name": "beta", "approximateMessageCount": 3},
+    ]
+    plain = [line.split() for line in ok(app_dir, "queues").splitlines()]
+    assert plain == [["queue", "messages"], ["alpha-1", "1"], ["beta", "3"]]
+
+
+def test_queues_with_no_queues_is_empty(app_dir: Path) -> None:
+    assert json.loads(ok(app_dir, "queues", "--json")) == []
+
+
+# -- errors -----------------------------------------------------------------------------------------------------
+
+
+def test_peek_of_a_missing_queue_exits_1_naming_it(app_dir: Path) -> None:
+    result = worker(app_dir, "peek", "nosuch-queue")
+
+    assert result.returncode == 1
+    assert "nosuch-queue" in result.stderr
+    assert "does not exist" in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["send", "peek"])
+@pytest.mark.parametrize("name", ["Bad_Name", "ab", "double--hyphen", "orders\n"])
+def test_invalid_queue_name_exits_2(app_dir: Path, command: str, name: str) -> None:
+    args = [command, name, "x"] if command == "send" else [command, name]
+
+    result = worker(app_dir, *args)
+
+    assert result.returncode == 2, result.stderr
+    assert f"queue name {name!r} is not valid" in result.stderr
+    assert "3-63 lowercase letters" in result.stderr
+
+
+@pytest.mark.parametrize(("encoding", "largest"), [("none", 64 * 1024), ("base64", 48 * 1024)])
+def test_body_over_64_kib_exits_2_naming_the_limit(tmp_path: Path, encoding: str, largest: int) -> None:
+    """The limit is on the stored text, so under base64 the largest body is 3/4 of 64 KiB."""
+    write_host_yaml(tmp_path, encoding)
+    ok(tmp_path, "send", "big", "a" * largest)
+
+    result = worker(tmp_path, "send", "big", "a" * (largest + 1))
+
+    assert result.returncode == 2
+    assert "64 KiB" in result.stderr
+    assert "65536" in result.stderr
+    assert json.loads(ok(tmp_path, "queues", "--json")) == [{"name": "big", "approximateMessageCount": 1}]
+
+
+@pytest.mark.parametrize("delay", ["soon", "10 minutes", "-5s"])
+def test_bad_delay_exits_2(app_dir: Path, delay: str) -> None:
+    result = worker(app_dir, "send", f"--delay={delay}", "later", "x")
+
+    assert result.returncode == 2
+    assert "--delay" in result.stderr
+    assert "expected a duration" in result.stderr
+    assert not (app_dir / QUEUE_FILE).exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(
+            "version: '1.0'\nextensions:\n  queues:\n    batchSize: 40\n",
+            ["extensions.queues.batchSize", "host.yaml:4", "between 1 and 32"],
+            id="out-of-range",
+        ),
+        pytest.param(
+            "version: '1.0'\nextensions:\n  queues:\n    batchSize: 8\n   maxDequeueCount: 5\n",
+            ["not valid YAML", "host.yaml:5"],
+            id="syntax",
+        ),
+    ],
+)
+def test_malformed_host_yaml_exits_2_naming_key_and_line(tmp_path: Path, text: str, expected: list[str]) -> None:
+    (tmp_path / "host.yaml").write_text(text, encoding="utf-8")
+
+    result = worker(tmp_path, "queues")
+
+    assert result.returncode == 2
+    for fragment in expected:
+        assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("app", "expected"),
+    [
+        ("nosuch.module:app", "cannot import app module 'nosuch.module'"),
+        ("json:dumps", "not a worker.WorkerApp"),
+        ("badformat", "--app must look like MODULE:ATTR"),
+    ],
+)
+def test_run_with_a_bad_app_exits_2(tmp_path: Path, app: str, expected: str) -> None:
+    result = worker(tmp_path, "run", "--burst", "--app", app)
+
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
