@@ -257,15 +257,18 @@ async def test_lost_lease_is_visible_to_a_sync_handler(config: HostConfig, queue
 
 
 async def _steal(queue: QueueBackend, msg: QueueMessage) -> str:
-    """Make the message visible behind the host's back and receive it: the host's next renewal must fail."""
+    """Rotate the message's pop receipt behind the host's back, as a receiver after a lapsed lease would.
+
+    The message stays invisible throughout, so the host's own listener cannot
+    take it again; the host's next renewal must find its receipt stale.
+    """
 
     async def try_steal() -> str | None:
         try:
-            await queue.update(QUEUE, msg.id, msg.pop_receipt or "", 0)
+            receipt = await queue.update(QUEUE, msg.id, msg.pop_receipt or "", 600)
         except PopReceiptMismatch:  # the host renewed in between; read the new receipt and try again
             return None
-        [taken] = await queue.receive(QUEUE, 1, 600)
-        return taken.pop_receipt
+        return receipt.pop_receipt
 
     return await apoll(try_steal, 10, what="the message to be stolen")
 

@@ -111,19 +111,40 @@ class SqliteBackend:
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("PRAGMA synchronous = NORMAL")
-            db.executescript(_SCHEMA)
+            try:
+                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                self._enable_wal(db)
+                db.execute("PRAGMA synchronous = NORMAL")
+                db.executescript(_SCHEMA)
+            except BaseException:
+                db.close()
+                raise
             self._db = db
         return self._db
+
+    @staticmethod
+    def _enable_wal(db: sqlite3.Connection) -> None:
+        """Switch the file to WAL, retrying while other processes hold it.
+
+        Turning a new file to WAL needs an exclusive lock, and SQLite answers "database is locked" at once
+        rather than calling the busy handler, so processes opening a new file together must retry.
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     async def _run(self, work: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
         """Run ``work`` on the backend's thread, in a transaction (``BEGIN IMMEDIATE`` when it writes)."""
 
         def in_thread() -> T:
-            db = self._connect()
             try:
+                db = self._connect()
                 db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
                     result = work(db)
