@@ -25,7 +25,6 @@ from worker.host import Host
 from worker.lease import Lease, LeaseScheduler
 from worker.observability import Metrics
 from worker.queues.base import PopReceiptMismatch, QueueBackend, QueueNotFound
-from worker.queues.sqlite import SqliteBackend
 
 QUEUE = "jobs"
 
@@ -35,14 +34,6 @@ def config(tmp_path: Path) -> HostConfig:
     return HostConfig(
         base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, new_batch_threshold=8, drain_timeout=1
     )
-
-
-@pytest.fixture
-async def queue(tmp_path: Path) -> AsyncIterator[QueueBackend]:
-    backend = SqliteBackend(tmp_path / ".worker" / "queues.sqlite3")
-    await backend.create_queue(QUEUE)
-    yield backend
-    await backend.close()
 
 
 @asynccontextmanager

@@ -7,7 +7,7 @@ the handler recorded (tests/apps/recording.py) and what the host logged.
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,6 @@ from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import apoll, poll
 from worker.encoding import encode
 from worker.queues.base import QueueBackend, QueueNotFound, RawMessage
-from worker.queues.sqlite import SqliteBackend
 
 pytestmark = pytest.mark.subprocess
 
@@ -29,15 +28,6 @@ StartWorker = Callable[..., WorkerProcess]
 @pytest.fixture
 def record_db(tmp_path: Path) -> Path:
     return tmp_path / "attempts.sqlite3"
-
-
-@pytest.fixture
-async def queue(tmp_path: Path) -> AsyncIterator[QueueBackend]:
-    """The embedded queue file the workers use (host.yaml's folder/.worker/queues.sqlite3)."""
-    backend = SqliteBackend(tmp_path / ".worker" / "queues.sqlite3")
-    await backend.create_queue(QUEUE)
-    yield backend
-    await backend.close()
 
 
 @pytest.fixture

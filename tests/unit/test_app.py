@@ -9,7 +9,8 @@ from worker.app import FunctionSpec, WorkerApp
 
 def test_public_api_exports_app_and_message() -> None:
     import worker
-    from worker import QueueMessage, WorkerApp as PublicApp
+    from worker import QueueMessage
+    from worker import WorkerApp as PublicApp
 
     assert PublicApp is WorkerApp
     assert QueueMessage.__module__ == "worker.message"
@@ -104,7 +105,7 @@ def test_duplicate_function_names_are_rejected() -> None:
         pass
 
     with pytest.raises(ValueError, match="'same'"):
-        app.functions
+        _ = app.functions
 
 
 def test_duplicate_python_names_are_rejected() -> None:
@@ -122,7 +123,7 @@ def test_duplicate_python_names_are_rejected() -> None:
     app.queue_trigger(arg_name="msg", queue_name="second")(other_main)
 
     with pytest.raises(ValueError, match="'main'"):
-        app.functions
+        _ = app.functions
 
 
 def test_function_name_above_renames_before_names_are_checked() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +12,7 @@ from worker.encoding import MessageDecodeError, decode, encode
 from worker.listener import MIN_POLL_DELAY, Backoff
 from worker.message import QueueMessage
 
-INSERTED = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+INSERTED = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def make_message(body: bytes = b"{}", *, id: str = "msg-1", pop_receipt: str | None = "receipt-1") -> QueueMessage:
