@@ -5,5 +5,6 @@ The public API is what this module exports; everything else is internal.
 
 from worker.app import WorkerApp
 from worker.message import QueueMessage
+from worker.outputs import Out
 
-__all__ = ["QueueMessage", "WorkerApp"]
+__all__ = ["Out", "QueueMessage", "WorkerApp"]

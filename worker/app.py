@@ -7,12 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from worker.outputs import OutputBinding
 from worker.queues.base import InvalidArgument, check_queue_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: What a function is called when no ``@app.function_name`` names it.
 _NAME_ATTR = "__worker_function_name__"
+#: Output bindings declared below ``@app.queue_trigger`` wait here until it runs.
+_OUTPUTS_ATTR = "__worker_queue_outputs__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,13 +28,16 @@ class FunctionSpec:
     queue_name: str
     connection: str
     is_async: bool
+    #: ``@app.queue_output`` bindings, sent only when the handler succeeds.
+    outputs: tuple[OutputBinding, ...] = ()
 
 
 class WorkerApp:
     """Holds the functions a host runs.
 
-    ``@app.queue_trigger`` and ``@app.function_name`` may be stacked in either
-    order; both return the handler unchanged, so it stays callable in tests.
+    ``@app.queue_trigger``, ``@app.queue_output`` and ``@app.function_name`` may
+    be stacked in any order; all return the handler unchanged, so it stays
+    callable in tests.
     """
 
     def __init__(self) -> None:
@@ -78,10 +84,33 @@ class WorkerApp:
                 queue_name=queue_name,
                 connection=connection,
                 is_async=inspect.iscoroutinefunction(handler),
+                outputs=tuple(getattr(handler, _OUTPUTS_ATTR, ())),
             )
             return handler
 
         return register
+
+    def queue_output(
+        self, *, arg_name: str, queue_name: str, connection: str = "AzureWebJobsStorage"
+    ) -> Callable[[F], F]:
+        """Give the handler an :class:`worker.Out` as ``arg_name``; what it sets goes to ``queue_name`` on success."""
+        try:
+            check_queue_name(queue_name)
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
+        binding = OutputBinding(arg_name, queue_name, connection)
+
+        def bind(handler: F) -> F:
+            if arg_name not in inspect.signature(handler).parameters:
+                raise TypeError(f"{handler.__qualname__} has no parameter {arg_name!r} for the queue output")
+            spec = self._specs.get(handler)
+            if spec is None:
+                setattr(handler, _OUTPUTS_ATTR, (*getattr(handler, _OUTPUTS_ATTR, ()), binding))
+            else:
+                self._specs[handler] = replace(spec, outputs=(*spec.outputs, binding))
+            return handler
+
+        return bind
 
     def function_name(self, name: str) -> Callable[[F], F]:
         """Name the function in logs and metrics (default: the Python function's name)."""

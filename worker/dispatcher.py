@@ -26,6 +26,7 @@ from worker.encoding import MessageDecodeError, decode
 from worker.lease import Lease, LeaseScheduler
 from worker.message import QueueMessage
 from worker.observability import Metrics
+from worker.outputs import Out, send_outputs
 from worker.queues.base import QueueBackend, RawMessage
 
 log = structlog.get_logger("worker.dispatcher")
@@ -60,9 +61,16 @@ class Invocation:
 
 class Dispatcher:
     def __init__(
-        self, config: HostConfig, scheduler: LeaseScheduler, completion: CompletionProcessor, metrics: Metrics
+        self,
+        config: HostConfig,
+        scheduler: LeaseScheduler,
+        completion: CompletionProcessor,
+        metrics: Metrics,
+        backend_for: Callable[[str], QueueBackend],
     ) -> None:
+        """``backend_for`` maps a connection setting name to its backend, for output bindings."""
         self.config = config
+        self.backend_for = backend_for
         self.scheduler = scheduler
         self.completion = completion
         self.metrics = metrics
@@ -155,7 +163,8 @@ class Dispatcher:
             id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
             expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=inv.lease,
         )
-        inv.handler_task = asyncio.create_task(self._invoke(inv, message))
+        outputs = {binding.arg_name: Out[Any]() for binding in inv.function.outputs}
+        inv.handler_task = asyncio.create_task(self._invoke(inv, message, outputs))
         started = time.monotonic()
         try:
             await inv.handler_task
@@ -177,11 +186,16 @@ class Dispatcher:
         if inv.cancel_reason is not None:
             bound.warning("invocation cancelled", reason=inv.cancel_reason)
             return Result(Outcome.RELEASE, inv.cancel_reason)
+        try:
+            await send_outputs(inv.function.outputs, outputs, self.backend_for, self.config.message_encoding)
+        except Exception as exc:
+            bound.error("output binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
+            return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
         bound.debug("handler succeeded", seconds=round(time.monotonic() - started, 3))
         return Result(Outcome.SUCCEEDED)
 
-    async def _invoke(self, inv: Invocation, message: QueueMessage) -> None:
-        kwargs = {inv.function.arg_name: message}
+    async def _invoke(self, inv: Invocation, message: QueueMessage, outputs: dict[str, Out[Any]]) -> None:
+        kwargs: dict[str, Any] = {inv.function.arg_name: message, **outputs}
         if inv.function.is_async:
             inv.started = True
             async with asyncio.timeout(self.config.function_timeout):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from worker.app import FunctionSpec, WorkerApp
+from worker.app import WorkerApp
 from worker.completion import CompletionProcessor
 from worker.config import HostConfig
 from worker.dispatcher import SHUTDOWN, Dispatcher
@@ -50,11 +50,12 @@ class _Backends:
     config: HostConfig
     by_connection: dict[str | None, QueueBackend] = field(default_factory=dict)
 
-    def for_function(self, function: FunctionSpec) -> QueueBackend:
-        connection = self.config.connection_string(function.connection)
+    def for_connection(self, name: str) -> QueueBackend:
+        """The backend for the connection setting ``name`` (opened on first use)."""
+        connection = self.config.connection_string(name)
         if connection not in self.by_connection:
             self.by_connection[connection] = open_backend(connection, self.config.base_dir)
-            log.info("queue storage opened", connection=function.connection, storage=describe(connection))
+            log.info("queue storage opened", connection=name, storage=describe(connection))
         return self.by_connection[connection]
 
     async def close(self) -> None:
@@ -93,9 +94,9 @@ class Host:
             log.warning("host.yaml key is accepted for host.json compatibility but has no effect here", key=key)
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         completion = CompletionProcessor(config, scheduler, self.metrics)
-        dispatcher = Dispatcher(config, scheduler, completion, self.metrics)
-        capacity = Capacity(config.max_in_flight)
         backends = _Backends(config)
+        dispatcher = Dispatcher(config, scheduler, completion, self.metrics, backends.for_connection)
+        capacity = Capacity(config.max_in_flight)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop, signum)
@@ -103,7 +104,7 @@ class Host:
         try:
             listeners = []
             for function in self.app.functions:
-                backend = backends.for_function(function)
+                backend = backends.for_connection(function.connection)
                 # Trigger queues are created at start, so that a fresh deployment needs no set-up step.
                 await backend.create_queue(function.queue_name)
                 listeners.append(

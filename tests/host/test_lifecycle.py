@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support import apoll
-from worker import QueueMessage, WorkerApp
+from worker import Out, QueueMessage, WorkerApp
 from worker.config import HostConfig
 from worker.encoding import encode
 from worker.host import Host
@@ -353,3 +353,25 @@ async def test_message_encoding_none_passes_text_through(config: HostConfig, que
     async with running(one_function(handler), replace(config, message_encoding="none")) as host:
         await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 1), 10, what="the message")
     assert bodies == ["plain <text> é".encode()]
+
+
+# -- output bindings ----------------------------------------------------------------------------------------------
+
+
+async def test_queue_output_is_sent_on_success_only(config: HostConfig, queue: QueueBackend) -> None:
+    app = WorkerApp()
+
+    @app.queue_output(arg_name="out", queue_name="results")
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    async def handler(msg: QueueMessage, out: Out[list[str]]) -> None:
+        job = msg.get_json()
+        out.set([f"{job['n']}-a", f"{job['n']}-b"])
+        if job["fail"]:
+            raise RuntimeError("set, then failed: nothing may be sent")
+
+    await put(queue, '{"n": 1, "fail": false}', '{"n": 2, "fail": true}')
+    async with running(app, replace(config, max_dequeue_count=1)) as host:
+        await apoll(lambda: _ready(lambda: host.metrics.get("poisoned") == 1), 10, what="the failing message")
+        await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 1), 10, what="the good message")
+    sent = await queue.peek("results", 32)
+    assert sorted(m.content for m in sent) == sorted(encode(t, "base64") for t in ("1-a", "1-b"))

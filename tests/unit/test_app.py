@@ -7,14 +7,14 @@ import pytest
 from worker.app import FunctionSpec, WorkerApp
 
 
-def test_public_api_exports_app_and_message() -> None:
+def test_public_api_exports_app_message_and_out() -> None:
     import worker
     from worker import QueueMessage
     from worker import WorkerApp as PublicApp
 
     assert PublicApp is WorkerApp
     assert QueueMessage.__module__ == "worker.message"
-    assert set(worker.__all__) == {"QueueMessage", "WorkerApp"}
+    assert set(worker.__all__) == {"Out", "QueueMessage", "WorkerApp"}
 
 
 def test_sync_handler_is_registered_with_its_settings() -> None:

@@ -1,0 +1,82 @@
+"""Queue output bindings: values a handler sets are sent only when it succeeds.
+
+As in Azure Functions, a handler declares an output with
+``@app.queue_output(arg_name="out", queue_name="next")`` and receives an
+:class:`Out` to ``set()``. The host sends what was set after the handler
+returns and before the trigger message is deleted, so a failed invocation
+sends nothing, and a send that fails makes the invocation fail (the trigger
+message is retried: at-least-once, never lost).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from worker.encoding import encode
+from worker.queues.base import QueueBackend, QueueNotFound
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputBinding:
+    """One ``@app.queue_output`` of a function."""
+
+    arg_name: str
+    queue_name: str
+    connection: str
+
+
+class Out(Generic[T]):
+    """A value a handler hands to an output binding; ``azure.functions.Out`` has the same two methods."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value: T | None = None
+
+    def set(self, value: T) -> None:
+        self._value = value
+
+    def get(self) -> T | None:
+        return self._value
+
+
+def _texts(value: Any) -> list[str | bytes]:
+    """The message bodies one output value stands for: a list sends one message per item."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [body for item in value for body in _texts(item)]
+    if isinstance(value, (str, bytes, bytearray)):
+        return [bytes(value) if isinstance(value, bytearray) else value]
+    if isinstance(value, (dict, int, float, bool)):
+        return [json.dumps(value)]
+    raise TypeError(f"an output binding takes str, bytes, a JSON-able dict or a list of them, not {type(value).__name__}")
+
+
+async def send_outputs(
+    bindings: tuple[OutputBinding, ...],
+    values: dict[str, Out[Any]],
+    backend_for: Callable[[str], QueueBackend],
+    encoding: str,
+) -> int:
+    """Send every value set on ``values`` to its binding's queue (created if missing); returns how many."""
+    sent = 0
+    for binding in bindings:
+        bodies = _texts(values[binding.arg_name].get())
+        if not bodies:
+            continue
+        backend = backend_for(binding.connection)
+        for body in bodies:
+            text = encode(body, encoding)
+            try:
+                await backend.put(binding.queue_name, text)
+            except QueueNotFound:
+                await backend.create_queue(binding.queue_name)
+                await backend.put(binding.queue_name, text)
+            sent += 1
+    return sent
