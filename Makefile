@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
+NODE_INSTALLED := node_modules/.installed
 
 .PHONY: run test clean
 
@@ -13,11 +14,16 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
 	touch $@
 
+# Azurite, the Azure Storage emulator the tests run against, pinned in package-lock.json.
+$(NODE_INSTALLED): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
 run: $(INSTALLED)
 	$(PY) -m functions.demo
 
-test: $(INSTALLED)
+test: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) .worker .pytest_cache
+	rm -rf $(VENV) node_modules .worker .pytest_cache

@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.azurite import Azurite
 from worker.observability import configure_logging
+from worker.queues import open_backend
 from worker.queues.base import QueueBackend
-from worker.queues.sqlite import SqliteBackend
 
 #: Every backend the conformance suite and the host tests run on.
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "azurite"]
 
 
-def open_test_backend(kind: str, tmp_path: Path) -> QueueBackend:
-    if kind == "sqlite":
-        return SqliteBackend(tmp_path / "queues.sqlite3")
-    raise ValueError(kind)
+@pytest.fixture(scope="session")
+def azurite() -> Iterator[Azurite]:
+    """One in-memory Azurite for the whole run; tests keep apart by queue names or by clearing it."""
+    emulator = Azurite().start()
+    yield emulator
+    emulator.stop()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -28,8 +31,16 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def backend(backend_kind: str, tmp_path: Path) -> AsyncIterator[QueueBackend]:
-    b = open_test_backend(backend_kind, tmp_path)
+def connection(backend_kind: str, request: pytest.FixtureRequest) -> str | None:
+    """The connection string of the backend under test: None is the embedded queue's default file."""
+    if backend_kind == "azurite":
+        return request.getfixturevalue("azurite").connection_string
+    return None
+
+
+@pytest.fixture
+async def backend(connection: str | None, tmp_path: Path) -> AsyncIterator[QueueBackend]:
+    b = open_backend(connection, tmp_path)
     yield b
     await b.close()
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from worker.queues.connection import identity_connection
+
 ENV_PREFIX = "WORKER__"
 
 #: host.json keys that mean something to the Functions host but nothing here.
@@ -195,10 +197,17 @@ class HostConfig:
     ignored_keys: tuple[str, ...] = ()
 
     def connection_string(self, name: str | None) -> str | None:
-        """The connection string a function's ``connection`` names: environment first, then host.yaml."""
+        """The connection string a function's ``connection`` names: environment first, then host.yaml.
+
+        Without one, ``<name>__queueServiceUri`` (or ``__serviceUri``/``__accountName``)
+        in either place makes an identity-based connection, as in Functions.
+        """
         if not name:
             return None
-        return os.environ.get(name) or self.connections.get(name)
+        plain = os.environ.get(name) or self.connections.get(name)
+        if plain:
+            return plain
+        return identity_connection(name, os.environ) or identity_connection(name, self.connections)
 
 
 def _line_index(text: str) -> dict[str, int]:

@@ -48,13 +48,16 @@ class _Backends:
     """One backend per distinct connection string, shared by the functions that name it."""
 
     config: HostConfig
+    metrics: Metrics
     by_connection: dict[str | None, QueueBackend] = field(default_factory=dict)
 
     def for_connection(self, name: str) -> QueueBackend:
         """The backend for the connection setting ``name`` (opened on first use)."""
         connection = self.config.connection_string(name)
         if connection not in self.by_connection:
-            self.by_connection[connection] = open_backend(connection, self.config.base_dir)
+            self.by_connection[connection] = open_backend(
+                connection, self.config.base_dir, on_retry=lambda _kind: self.metrics.inc("storage_retries")
+            )
             log.info("queue storage opened", connection=name, storage=describe(connection))
         return self.by_connection[connection]
 
@@ -94,7 +97,7 @@ class Host:
             log.warning("host.yaml key is accepted for host.json compatibility but has no effect here", key=key)
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         completion = CompletionProcessor(config, scheduler, self.metrics)
-        backends = _Backends(config)
+        backends = _Backends(config, self.metrics)
         dispatcher = Dispatcher(config, scheduler, completion, self.metrics, backends.for_connection)
         capacity = Capacity(config.max_in_flight)
         loop = asyncio.get_running_loop()

@@ -27,6 +27,7 @@ COUNTERS = (
     "leases_lost",
     "completions_skipped",
     "storage_errors",
+    "storage_retries",
 )
 
 

@@ -574,13 +574,14 @@ async def test_message_one_byte_over_64_kib_is_rejected(backend: QueueBackend, q
 
 async def test_message_size_counts_utf8_bytes_not_characters(backend: QueueBackend, queue_name: str) -> None:
     await backend.create_queue(queue_name)
-    two_byte = "é"
-    fits = two_byte * (MAX_MESSAGE_BYTES // 2)  # 32768 characters, 65536 bytes
+    # 65536 bytes in 64536 characters. The multi-byte characters stand at the start: Azurite garbles a
+    # multi-byte character that straddles one of its internal chunk boundaries near the end of a large body.
+    fits = "é" * 1000 + "a" * (MAX_MESSAGE_BYTES - 2000)
     assert len(fits.encode("utf-8")) == MAX_MESSAGE_BYTES
     await backend.put(queue_name, fits)
     assert (await receive_one(backend, queue_name)).content == fits
 
-    too_big = fits + "a"  # 32769 characters, well under the limit; 65537 bytes, over it
+    too_big = "é" + fits[:-1]  # still 64536 characters, but 65537 bytes
     with pytest.raises(MessageTooLarge):
         await backend.put(queue_name, too_big)
 

@@ -46,7 +46,8 @@ class WorkerProcess:
         self.log_path = self.config.parent / f"{self.name}.log"
 
     def start(self) -> WorkerProcess:
-        env = {**os.environ, "PYTHONPATH": str(REPO), **self.env}
+        inherited = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
+        env = {**inherited, "PYTHONPATH": str(REPO), **self.env}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "worker", "run", "--app", APP, "--config", str(self.config)],

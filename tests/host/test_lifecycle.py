@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import worker.host as host_module
 from tests.support import apoll
 from worker import Out, QueueMessage, WorkerApp
 from worker.config import HostConfig
@@ -30,9 +31,10 @@ QUEUE = "jobs"
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> HostConfig:
+def config(tmp_path: Path, connection: str | None) -> HostConfig:
     return HostConfig(
-        base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, new_batch_threshold=8, drain_timeout=1
+        base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, new_batch_threshold=8, drain_timeout=1,
+        connections={"AzureWebJobsStorage": connection} if connection else {},
     )
 
 
@@ -125,7 +127,7 @@ async def test_max_in_flight_bounds_messages_held_across_functions(config: HostC
 
 
 async def test_empty_queue_backs_off_exponentially_and_resets_on_a_message(
-    config: HostConfig, queue: QueueBackend
+    config: HostConfig, queue: QueueBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Receives on an empty queue come 0.1, 0.2, 0.4 ... s apart; a message brings the next poll back to 0.1 s."""
     receives: list[float] = []
@@ -136,14 +138,10 @@ async def test_empty_queue_backs_off_exponentially_and_resets_on_a_message(
 
     cfg = replace(config, max_polling_interval=3.0)
     host = Host(one_function(handler), cfg)
-    real_open = None
-
-    import worker.host as host_module
-
     real_open = host_module.open_backend
 
-    def spying_open(connection: str | None, base_dir: Path) -> QueueBackend:
-        backend = real_open(connection, base_dir)
+    def spying_open(connection: str | None, base_dir: Path, **kwargs: Any) -> QueueBackend:
+        backend = real_open(connection, base_dir, **kwargs)
         receive = backend.receive
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
@@ -153,7 +151,7 @@ async def test_empty_queue_backs_off_exponentially_and_resets_on_a_message(
         backend.receive = counted  # type: ignore[method-assign]
         return backend
 
-    host_module.open_backend = spying_open
+    monkeypatch.setattr(host_module, "open_backend", spying_open)
     try:
         task = asyncio.create_task(host.run())
         await apoll(lambda: _ready(lambda: len(receives) >= 5), 20, what="five empty polls")
@@ -166,7 +164,6 @@ async def test_empty_queue_backs_off_exponentially_and_resets_on_a_message(
         # Without a reset the next gap would be at least 0.8 * 1.6 s; after a reset it is 0.1-0.2 s.
         assert receives[after + 1] - receives[after - 1] < 1.2
     finally:
-        host_module.open_backend = real_open
         host.request_stop()
         await asyncio.wait_for(task, 30)
 

@@ -31,13 +31,15 @@ def record_db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path, record_db: Path) -> Iterator[StartWorker]:
-    """Start workers on one host.yaml; every one still running at the end is killed."""
+def start_worker(tmp_path: Path, record_db: Path, connection: str | None) -> Iterator[StartWorker]:
+    """Start workers on one host.yaml and the backend under test; every one still running at the end is killed."""
     started: list[WorkerProcess] = []
 
     def start(name: str = "worker", mode: str = "ok", hold: float = 60, **settings: Any) -> WorkerProcess:
         config = write_host_yaml(tmp_path, settings.get("queues"), settings.get("worker"))
         env = {"RECORD_DB": str(record_db), "HANDLER_MODE": mode, "HOLD_SECONDS": str(hold), "TRIGGER_QUEUE": QUEUE}
+        if connection is not None:
+            env["AzureWebJobsStorage"] = connection
         process = WorkerProcess(config, env, name=name).start()
         started.append(process)
         process.wait_for_log("host started")

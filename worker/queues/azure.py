@@ -1,0 +1,318 @@
+"""Azure Storage Queues through azure-storage-queue's asyncio client.
+
+The SDK's own retries are turned off and replaced by one policy of ours
+(tenacity): transient failures (5xx, 408, 429, timeouts, refused or reset
+connections) are retried with jittered exponential back-off for a bounded
+time, logged once per incident rather than once per call, and counted. What
+still fails surfaces as :class:`TransientError`, which the host treats as "try
+later", never as fatal. Azure's error codes are mapped onto the protocol's
+errors so that the host reads "lease lost" the same way on every backend.
+
+Message text is passed through untouched (no SDK encode policy): encoding
+under messageEncoding happens above this layer, as for the embedded queue.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import structlog
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.storage.queue import QueueMessage as SdkMessage
+from azure.storage.queue.aio import QueueClient, QueueServiceClient
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
+from tenacity.wait import wait_random_exponential
+
+from worker.queues.base import (
+    MAX_BATCH,
+    MAX_MESSAGE_BYTES,
+    MAX_VISIBILITY_SECONDS,
+    InvalidArgument,
+    MessageNotFound,
+    MessageTooLarge,
+    PopReceiptMismatch,
+    QueueError,
+    QueueNotFound,
+    RawMessage,
+    Receipt,
+    TransientError,
+    check_queue_name,
+)
+from worker.queues.connection import AzureConnection
+
+log = structlog.get_logger("worker.queues.azure")
+
+T = TypeVar("T")
+
+#: Attempts of one storage call before it surfaces as TransientError, and the time they may take in all.
+RETRY_ATTEMPTS = 5
+RETRY_BUDGET_SECONDS = 15.0
+#: Seconds to open a connection, and to wait for an answer (a receive returns at once, even when empty).
+CONNECT_TIMEOUT = 5
+READ_TIMEOUT = 30
+
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: 409 QueueBeingDeleted: the queue is going away and may be created again shortly.
+_TRANSIENT_CODES = frozenset({"QueueBeingDeleted", "ServerBusy", "InternalError", "OperationTimedOut"})
+
+
+def _code(exc: HttpResponseError) -> str:
+    """Azure's error code (``PopReceiptMismatch``); the SDK gives an enum member or a plain string."""
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code) or "")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures the same call may get past later: the network, timeouts, 5xx, 408, 429."""
+    if isinstance(exc, ClientAuthenticationError):
+        return False
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError, TimeoutError, ConnectionError)):
+        return True
+    if isinstance(exc, HttpResponseError):
+        return exc.status_code in _TRANSIENT_STATUS or _code(exc) in _TRANSIENT_CODES
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    """A short account of a failure: status and code, never a URL (which may carry a SAS token)."""
+    if isinstance(exc, HttpResponseError):
+        return f"HTTP {exc.status_code} {_code(exc) or exc.reason or ''}".strip()
+    return type(exc).__name__
+
+
+def _protocol_error(exc: AzureError, queue: str, message_id: str | None = None) -> QueueError:
+    """The protocol's error for an SDK error that is not transient."""
+    code = _code(exc) if isinstance(exc, HttpResponseError) else ""
+    status = getattr(exc, "status_code", None)
+    subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
+    if code == "QueueNotFound":
+        return QueueNotFound(f"queue {queue!r} does not exist")
+    if code == "MessageNotFound":
+        return MessageNotFound(f"{subject} is gone")
+    if code == "PopReceiptMismatch":
+        return PopReceiptMismatch(f"pop receipt for {subject} is stale")
+    if code == "RequestBodyTooLarge" or status == 413:
+        return MessageTooLarge(f"message is larger than the service accepts ({MAX_MESSAGE_BYTES} bytes)")
+    if status == 404:
+        return (MessageNotFound if message_id else QueueNotFound)(f"{subject} was not found")
+    if status == 400 or code in {"OutOfRangeInput", "OutOfRangeQueryParameterValue", "InvalidResourceName"}:
+        return InvalidArgument(f"storage refused the request for {subject}: {_describe(exc)}")
+    return QueueError(f"storage call for {subject} failed: {_describe(exc)}")
+
+
+def _seconds(value: float) -> int:
+    """Azure takes whole seconds: round up, so a lease is never shorter than asked."""
+    return math.ceil(value)
+
+
+def _raw(message: SdkMessage, content: str | None = None) -> RawMessage:
+    return RawMessage(
+        id=message.id,
+        content=message.content if content is None else content,
+        dequeue_count=message.dequeue_count or 0,
+        insertion_time=message.inserted_on or datetime.now(UTC),
+        expiration_time=None if message.expires_on is None or message.expires_on.year >= 9999 else message.expires_on,
+        time_next_visible=message.next_visible_on,
+        pop_receipt=message.pop_receipt,
+    )
+
+
+class _Incident:
+    """Logs a storage outage once when it starts and once when it ends, and counts the failed calls."""
+
+    def __init__(self, on_retry: Callable[[str], None] | None) -> None:
+        self.on_retry = on_retry
+        self.started: float | None = None
+        self.failures = 0
+
+    def failed(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        kind = _describe(exc) if exc else "unknown"
+        self.failures += 1
+        if self.on_retry is not None:
+            self.on_retry(kind)
+        if self.started is None:
+            self.started = time.monotonic()
+            log.warning("storage call failed; retrying with back-off", error=kind)
+
+    def succeeded(self) -> None:
+        if self.started is not None:
+            log.info(
+                "storage reachable again",
+                outage_seconds=round(time.monotonic() - self.started, 3), failed_calls=self.failures,
+            )
+            self.started = None
+            self.failures = 0
+
+
+class AzureBackend:
+    """Queues of one storage account; implements :class:`worker.queues.base.QueueBackend`."""
+
+    def __init__(self, connection: AzureConnection, on_retry: Callable[[str], None] | None = None) -> None:
+        self.connection = connection
+        self._service = QueueServiceClient(
+            connection.queue_endpoint,
+            credential=connection.credential(),
+            retry_total=0,
+            connection_timeout=CONNECT_TIMEOUT,
+            read_timeout=READ_TIMEOUT,
+        )
+        self._queues: dict[str, QueueClient] = {}
+        self._incident = _Incident(on_retry)
+
+    def __repr__(self) -> str:
+        return f"AzureBackend({self.connection.describe()})"
+
+    def _queue(self, name: str) -> QueueClient:
+        client = self._queues.get(name)
+        if client is None:
+            client = self._queues[name] = self._service.get_queue_client(name)
+        return client
+
+    async def _call(
+        self, call: Callable[[], Awaitable[T]], queue: str, message_id: str | None = None
+    ) -> T:
+        """Run one storage call with our retry policy; map what still fails onto the protocol's errors."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            wait=wait_random_exponential(multiplier=0.2, max=4),
+            stop=stop_after_attempt(RETRY_ATTEMPTS) | stop_after_delay(RETRY_BUDGET_SECONDS),
+            after=self._incident.failed,
+            reraise=True,
+        )
+        try:
+            result = await retrying(call)
+        except AzureError as exc:
+            if is_transient(exc):
+                raise TransientError(f"storage unreachable for queue {queue!r}: {_describe(exc)}") from None
+            raise _protocol_error(exc, queue, message_id) from None
+        except (TimeoutError, ConnectionError) as exc:
+            raise TransientError(f"storage unreachable for queue {queue!r}: {_describe(exc)}") from None
+        self._incident.succeeded()
+        return result
+
+    # -- queues -----------------------------------------------------------------------------------------------
+
+    async def create_queue(self, queue: str) -> None:
+        check_queue_name(queue)
+
+        async def create() -> None:
+            try:
+                await self._queue(queue).create_queue()
+            except ResourceExistsError:
+                pass
+
+        await self._call(create, queue)
+
+    async def delete_queue(self, queue: str) -> None:
+        async def delete() -> None:
+            try:
+                await self._queue(queue).delete_queue()
+            except ResourceNotFoundError:
+                pass
+
+        await self._call(delete, queue)
+
+    async def list_queues(self) -> list[str]:
+        async def names() -> list[str]:
+            return sorted([q.name async for q in self._service.list_queues()])
+
+        return await self._call(names, "(all)")
+
+    # -- messages ---------------------------------------------------------------------------------------------
+
+    async def put(
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
+    ) -> RawMessage:
+        size = len(content.encode("utf-8"))
+        if size > MAX_MESSAGE_BYTES:
+            raise MessageTooLarge(f"message is {size} bytes; the limit is {MAX_MESSAGE_BYTES} bytes (64 KiB)")
+        if not 0 <= visibility_timeout <= MAX_VISIBILITY_SECONDS:
+            raise InvalidArgument(f"visibility timeout must be between 0s and 7 days, got {visibility_timeout:g}s")
+        ttl = None if time_to_live is None else (-1 if time_to_live == -1 else _seconds(time_to_live))
+
+        async def send() -> SdkMessage:
+            return await self._queue(queue).send_message(
+                content, visibility_timeout=_seconds(visibility_timeout) or None, time_to_live=ttl
+            )
+
+        return _raw(await self._call(send, queue), content)
+
+    async def receive(self, queue: str, max_messages: int, visibility_timeout: float) -> list[RawMessage]:
+        if not 1 <= max_messages <= MAX_BATCH:
+            raise InvalidArgument(f"number of messages must be between 1 and {MAX_BATCH}, got {max_messages}")
+        if not 1 <= visibility_timeout <= MAX_VISIBILITY_SECONDS:
+            raise InvalidArgument(f"visibility timeout must be between 1s and 7 days, got {visibility_timeout:g}s")
+
+        async def first_page() -> list[SdkMessage]:
+            pages = self._queue(queue).receive_messages(
+                messages_per_page=max_messages, max_messages=max_messages,
+                visibility_timeout=_seconds(visibility_timeout),
+            ).by_page()
+            async for page in pages:  # one page is one request
+                return [m async for m in page]
+            return []
+
+        return [_raw(m) for m in await self._call(first_page, queue)]
+
+    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+        if not 0 <= visibility_timeout <= MAX_VISIBILITY_SECONDS:
+            raise InvalidArgument(f"visibility timeout must be between 0s and 7 days, got {visibility_timeout:g}s")
+
+        async def update() -> SdkMessage:
+            return await self._queue(queue).update_message(
+                message_id, pop_receipt, visibility_timeout=_seconds(visibility_timeout)
+            )
+
+        updated = await self._call(update, queue, message_id)
+        return Receipt(updated.pop_receipt or "", updated.next_visible_on or datetime.now(UTC))
+
+    async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        attempts = 0
+
+        async def delete() -> None:
+            nonlocal attempts
+            attempts += 1
+            try:
+                await self._queue(queue).delete_message(message_id, pop_receipt)
+            except ResourceNotFoundError as exc:
+                # A retried delete that finds nothing: the first attempt deleted it and its answer was lost.
+                if attempts == 1 or _code(exc) != "MessageNotFound":
+                    raise
+
+        await self._call(delete, queue, message_id)
+
+    async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
+        if not 1 <= max_messages <= MAX_BATCH:
+            raise InvalidArgument(f"number of messages must be between 1 and {MAX_BATCH}, got {max_messages}")
+
+        async def peek() -> list[SdkMessage]:
+            return await self._queue(queue).peek_messages(max_messages=max_messages)
+
+        return [_raw(m) for m in await self._call(peek, queue)]
+
+    async def approximate_count(self, queue: str) -> int:
+        async def count() -> int:
+            properties = await self._queue(queue).get_queue_properties()
+            return int(properties.approximate_message_count or 0)
+
+        return await self._call(count, queue)
+
+    async def close(self) -> None:
+        for client in self._queues.values():
+            await client.close()
+        await self._service.close()
+        await self.connection.close()
+
