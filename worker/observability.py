@@ -8,6 +8,7 @@ summary, and later a metrics endpoint, read the same numbers.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 from collections import Counter
@@ -72,6 +73,27 @@ def format_summary(metrics: Metrics, elapsed: float) -> str:
     return "\n".join(lines)
 
 
+#: Secrets as they appear in connection strings and URLs: account keys, SAS signatures and tokens.
+_SECRET = re.compile(
+    r"(?P<key>AccountKey|SharedAccessSignature|sig|SharedAccessKey)=(?P<value>[^;&\s\"']+)", re.IGNORECASE
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every account key, SAS token and signature replaced by ``***``."""
+    return _SECRET.sub(lambda m: f"{m.group('key')}=***", text)
+
+
+def _redact_event(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+    """A structlog processor: no log line carries a secret, whichever library put it in the message."""
+    return {key: redact(value) if isinstance(value, str) else value for key, value in event.items()}
+
+
+class _RedactingFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
 def configure_logging(level: str = "INFO", json_lines: bool | None = None, stream: TextIO | None = None) -> None:
     """Send structlog and stdlib logging to ``stream`` (stderr); JSON unless it is a terminal."""
     stream = sys.stderr if stream is None else stream
@@ -87,10 +109,17 @@ def configure_logging(level: str = "INFO", json_lines: bool | None = None, strea
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            _redact_event,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=stream, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(_RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)  # handlers' own logging.info lines show, as in Functions
+    # The Azure SDK logs every request at INFO: noise, and the place secrets would leak from first.
+    logging.getLogger("azure").setLevel(max(numeric, logging.WARNING))
