@@ -30,6 +30,8 @@ class FunctionSpec:
     is_async: bool
     #: ``@app.queue_output`` bindings, sent only when the handler succeeds.
     outputs: tuple[OutputBinding, ...] = ()
+    #: True for ``cardinality="many"``: the handler gets the received batch as a list.
+    many: bool = False
 
 
 class WorkerApp:
@@ -61,13 +63,22 @@ class WorkerApp:
         return specs
 
     def queue_trigger(
-        self, *, arg_name: str, queue_name: str, connection: str = "AzureWebJobsStorage"
+        self,
+        *,
+        arg_name: str,
+        queue_name: str,
+        connection: str = "AzureWebJobsStorage",
+        cardinality: str = "one",
     ) -> Callable[[F], F]:
         """Run the decorated function for each message on ``queue_name``, passed as ``arg_name``.
 
         ``connection`` names an environment variable or a ``connections:`` entry
         of host.yaml holding the connection string; unset means the embedded queue.
+        ``cardinality="many"`` passes each received batch (up to batchSize) as a
+        list instead; the handler may fail single messages with ``msg.fail(reason)``.
         """
+        if cardinality not in ("one", "many"):
+            raise ValueError(f"cardinality must be 'one' or 'many', got {cardinality!r}")
         try:
             check_queue_name(queue_name)
         except InvalidArgument as exc:
@@ -85,6 +96,7 @@ class WorkerApp:
                 connection=connection,
                 is_async=inspect.iscoroutinefunction(handler),
                 outputs=tuple(getattr(handler, _OUTPUTS_ATTR, ())),
+                many=cardinality == "many",
             )
             return handler
 

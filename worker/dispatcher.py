@@ -1,9 +1,14 @@
-"""From a received message to a finished invocation: decode, call the handler, hand the result to completion.
+"""From received messages to a finished invocation: decode, call the handler, hand the results to completion.
 
 Every message starts at once, as in Functions. Async handlers run on the event
 loop; sync handlers take one of ``handlerThreads`` threads and never block it.
 A sync message waiting for a thread has not started: at shutdown it is
 released at once, while started handlers get the drain time to finish.
+
+A function with ``cardinality="many"`` gets the whole received batch in one
+invocation. Each message keeps its own lease and its own outcome: messages
+that cannot be decoded go to poison without failing the rest, and the handler
+may fail single messages with ``message.fail(reason)``.
 """
 
 from __future__ import annotations
@@ -34,27 +39,55 @@ log = structlog.get_logger("worker.dispatcher")
 LEASE_LOST = "lease lost"
 SHUTDOWN = "shutdown"
 
+#: The invocation whose handler is running in this context (copied into handler threads).
+current_invocation: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar(
+    "current_invocation", default=None
+)
+
+
+@dataclass(eq=False)
+class Delivery:
+    """One received message of an invocation, with its lease and, once decided, its result."""
+
+    raw: RawMessage
+    lease: Lease
+    message: QueueMessage | None = None
+    result: Result | None = None
+
 
 @dataclass(eq=False)
 class Invocation:
-    """One run of one function for one message."""
+    """One run of one function for one message (or, with cardinality many, one batch)."""
 
     function: FunctionSpec
     backend: QueueBackend
-    raw: RawMessage
-    lease: Lease
+    deliveries: list[Delivery]
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
     started: bool = False
     cancel_reason: str | None = None
     handler_task: asyncio.Task[Any] | None = None
     #: The whole invocation: handler, then completion.
     task: asyncio.Task[None] | None = None
+    #: Called when the host gives up on the invocation, e.g. to interrupt the Spark jobs it started.
+    on_interrupt: list[Callable[[], None]] = field(default_factory=list)
+    #: Called in the handler's thread when it returns, to clear what the handler left on the thread.
+    thread_cleanup: list[Callable[[], None]] = field(default_factory=list)
+
+    def interrupt(self) -> None:
+        """Tell the handler to stop: set every message's ``cancelled`` event and run ``on_interrupt``."""
+        for delivery in self.deliveries:
+            delivery.lease.cancelled.set()
+        for hook in self.on_interrupt:
+            try:
+                hook()
+            except Exception as exc:  # an interrupt that fails must not stop the others
+                log.warning("interrupt hook failed", invocation_id=self.id, error=f"{type(exc).__name__}: {exc}")
 
     def cancel(self, reason: str) -> None:
-        """Stop the handler (async: cancelled; sync: told through ``message.cancelled``)."""
+        """Give up on the invocation: its messages are released (async handlers are also cancelled)."""
         if self.cancel_reason is None:
             self.cancel_reason = reason
-        self.lease.cancelled.set()
+        self.interrupt()
         if self.handler_task is not None:
             self.handler_task.cancel()
 
@@ -82,15 +115,23 @@ class Dispatcher:
         self._threads_idle.set()
 
     def dispatch(
-        self, function: FunctionSpec, backend: QueueBackend, raw: RawMessage, on_done: Callable[[], None]
+        self, function: FunctionSpec, backend: QueueBackend, raws: list[RawMessage], on_done: Callable[[], None]
     ) -> Invocation:
-        """Take the lease on ``raw``, start its invocation, and call ``on_done`` once it is completed."""
-        lease = Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name)
-        inv = Invocation(function, backend, raw, lease)
-        lease.on_lost = lambda: inv.cancel(LEASE_LOST)
-        self.scheduler.hold(lease)
+        """Take the leases on ``raws``, start their invocation, and call ``on_done`` once all are completed.
+
+        One message per invocation, or a whole batch for a ``cardinality="many"`` function.
+        """
+        deliveries = [
+            Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name))
+            for raw in raws
+        ]
+        inv = Invocation(function, backend, deliveries)
+        for delivery in deliveries:
+            if not function.many:  # a batch goes on without a message whose lease was lost
+                delivery.lease.on_lost = lambda: inv.cancel(LEASE_LOST)
+            self.scheduler.hold(delivery.lease)
         self.invocations.add(inv)
-        self.metrics.inc("received", function.name)
+        self.metrics.inc("received", function.name, len(raws))
 
         def finished(_: asyncio.Task[None]) -> None:
             self.invocations.discard(inv)
@@ -112,7 +153,7 @@ class Dispatcher:
         waiting = [inv for inv in self.invocations if not inv.started]
         for inv in waiting:
             inv.cancel(SHUTDOWN)
-        return len(waiting)
+        return sum(len(inv.deliveries) for inv in waiting)
 
     def cancel_all(self, reason: str) -> None:
         for inv in list(self.invocations):
@@ -135,36 +176,62 @@ class Dispatcher:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _process(self, inv: Invocation) -> None:
-        bound = log.bind(
-            function=inv.function.name, queue=inv.function.queue_name, message_id=inv.raw.id,
-            dequeue_count=inv.raw.dequeue_count, invocation_id=inv.id,
-        )
-        result = await self._execute(inv, bound)
-        await self.completion.complete(
-            Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, inv.raw, inv.lease), result
-        )
-
-    async def _execute(self, inv: Invocation, bound: structlog.typing.FilteringBoundLogger) -> Result:
-        """Run the handler and say how it went; never raises."""
-        raw = inv.raw
-        if raw.dequeue_count > self.config.max_dequeue_count:
-            return Result(
-                Outcome.POISON,
-                f"dequeue count {raw.dequeue_count} is over maxDequeueCount {self.config.max_dequeue_count}",
+        bound = log.bind(function=inv.function.name, queue=inv.function.queue_name, invocation_id=inv.id)
+        if not inv.function.many:
+            raw = inv.deliveries[0].raw
+            bound = bound.bind(message_id=raw.id, dequeue_count=raw.dequeue_count)
+        await self._execute(inv, bound)
+        await asyncio.gather(*(
+            self.completion.complete(
+                Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, d.raw, d.lease),
+                d.result or Result(Outcome.RELEASE, "no result"),
             )
+            for d in inv.deliveries
+        ))
+
+    def _admit(self, delivery: Delivery, bound: structlog.typing.FilteringBoundLogger) -> bool:
+        """Decode one message for the handler; or decide at once that it goes to poison. True if admitted."""
+        raw = delivery.raw
+        limit = self.config.max_dequeue_count
+        if raw.dequeue_count > limit:
+            delivery.result = Result(Outcome.POISON, f"dequeue count {raw.dequeue_count} is over maxDequeueCount {limit}")
+            return False
         try:
             body = decode(raw.content, self.config.message_encoding)
         except MessageDecodeError as exc:
-            bound.error("message decoding has failed", reason=str(exc))
-            return Result(Outcome.POISON, str(exc))
+            bound.error("message decoding has failed", message_id=raw.id, reason=str(exc))
+            delivery.result = Result(Outcome.POISON, str(exc))
+            return False
+        delivery.message = QueueMessage(
+            id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
+            expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=delivery.lease,
+        )
+        return True
+
+    async def _execute(self, inv: Invocation, bound: structlog.typing.FilteringBoundLogger) -> None:
+        """Run the handler and set each delivery's result; never raises."""
+        live = [d for d in inv.deliveries if self._admit(d, bound)]
+        if not live:
+            return
+        result = await self._run_handler(inv, live, bound)
+        for delivery in live:
+            failure = delivery.message.failure if delivery.message is not None else None
+            if result.outcome is Outcome.SUCCEEDED and failure is not None:
+                bound.warning("handler failed one message", message_id=delivery.raw.id, reason=failure)
+                delivery.result = Result(Outcome.FAILED, failure)
+            else:
+                delivery.result = result
+
+    async def _run_handler(
+        self, inv: Invocation, live: list[Delivery], bound: structlog.typing.FilteringBoundLogger
+    ) -> Result:
+        """Call the handler on the admitted messages, then send its outputs; the outcome of the whole call."""
         if inv.cancel_reason is not None:
             return Result(Outcome.RELEASE, inv.cancel_reason)
-        message = QueueMessage(
-            id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
-            expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=inv.lease,
-        )
+        messages = [d.message for d in live]
         outputs = {binding.arg_name: Out[Any]() for binding in inv.function.outputs}
-        inv.handler_task = asyncio.create_task(self._invoke(inv, message, outputs))
+        argument = messages if inv.function.many else messages[0]
+        inv.handler_task = asyncio.create_task(self._invoke(inv, argument, outputs))
         started = time.monotonic()
         try:
             await inv.handler_task
@@ -176,7 +243,7 @@ class Dispatcher:
                 bound.error("handler cancelled itself")
                 return Result(Outcome.FAILED, "handler raised CancelledError")
         except TimeoutError:
-            inv.lease.cancelled.set()
+            inv.interrupt()
             reason = f"functionTimeout of {self.config.function_timeout:g}s exceeded"
             bound.error("handler timed out", reason=reason)
             return Result(Outcome.FAILED, reason)
@@ -191,11 +258,12 @@ class Dispatcher:
         except Exception as exc:
             bound.error("output binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
             return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
-        bound.debug("handler succeeded", seconds=round(time.monotonic() - started, 3))
+        bound.debug("handler succeeded", seconds=round(time.monotonic() - started, 3), messages=len(live))
         return Result(Outcome.SUCCEEDED)
 
-    async def _invoke(self, inv: Invocation, message: QueueMessage, outputs: dict[str, Out[Any]]) -> None:
-        kwargs: dict[str, Any] = {inv.function.arg_name: message, **outputs}
+    async def _invoke(self, inv: Invocation, argument: Any, outputs: dict[str, Out[Any]]) -> None:
+        kwargs: dict[str, Any] = {inv.function.arg_name: argument, **outputs}
+        current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
         if inv.function.is_async:
             inv.started = True
             async with asyncio.timeout(self.config.function_timeout):
@@ -207,11 +275,17 @@ class Dispatcher:
         self._threads_idle.clear()
         loop = asyncio.get_running_loop()
 
+        def in_thread() -> None:
+            try:
+                inv.function.handler(**kwargs)
+            finally:
+                for cleanup in inv.thread_cleanup:
+                    cleanup()
+
         def thread_done(_: object) -> None:
             loop.call_soon_threadsafe(self._free_thread)
 
-        ctx = contextvars.copy_context()
-        future = self._threads.submit(ctx.run, inv.function.handler, **kwargs)
+        future = self._threads.submit(contextvars.copy_context().run, in_thread)
         future.add_done_callback(thread_done)
         async with asyncio.timeout(self.config.function_timeout):
             await asyncio.wrap_future(future)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from collections.abc import Callable
 
 import structlog
 
@@ -129,10 +130,15 @@ class Listener:
             self.capacity.give_back(name, room - len(messages))
             if messages:
                 backoff.reset()
-                for raw in messages:
-                    self.dispatcher.dispatch(self.function, self.backend, raw, lambda: self.capacity.give_back(name))
+                batches = [messages] if self.function.many else [[raw] for raw in messages]
+                for batch in batches:
+                    self.dispatcher.dispatch(self.function, self.backend, batch, self._give_back(len(batch)))
                 continue
             await self._sleep(backoff.next())
+
+    def _give_back(self, count: int) -> Callable[[], None]:
+        """What an invocation of ``count`` messages calls when it is completed."""
+        return lambda: self.capacity.give_back(self.function.name, count)
 
     async def _wait_for_room(self) -> int:
         """Room for the next receive, or 0 when the host is stopping."""

@@ -31,6 +31,7 @@ class QueueMessage:
         "time_next_visible",
         "_body",
         "_lease",
+        "_failure",
     )
 
     def __init__(
@@ -52,6 +53,7 @@ class QueueMessage:
         self.time_next_visible = time_next_visible
         self._body = body
         self._lease = lease if lease is not None else Lease.detached(id, pop_receipt)
+        self._failure: str | None = None
 
     @property
     def pop_receipt(self) -> str | None:
@@ -65,6 +67,19 @@ class QueueMessage:
     @property
     def cancelled(self) -> threading.Event:
         return self._lease.cancelled
+
+    def fail(self, reason: str) -> None:
+        """Fail this message alone, though the handler returns normally (for ``cardinality="many"`` batches).
+
+        It is then retried or poisoned like a message whose handler raised;
+        the other messages of the batch are deleted.
+        """
+        self._failure = reason
+
+    @property
+    def failure(self) -> str | None:
+        """The reason given to :meth:`fail`, or None."""
+        return self._failure
 
     def get_body(self) -> bytes:
         return self._body

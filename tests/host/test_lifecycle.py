@@ -372,3 +372,39 @@ async def test_queue_output_is_sent_on_success_only(config: HostConfig, queue: Q
         await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 1), 10, what="the good message")
     sent = await queue.peek("results", 32)
     assert sorted(m.content for m in sent) == sorted(encode(t, "base64") for t in ("1-a", "1-b"))
+
+
+# -- cardinality many ---------------------------------------------------------------------------------------------
+
+
+async def test_cardinality_many_hands_the_batch_over_renews_every_lease_and_completes_each_message(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    batches: list[list[str]] = []
+    renewed = asyncio.Event()
+    app = WorkerApp()
+    holder: dict[str, Host] = {}
+
+    @app.queue_trigger(arg_name="msgs", queue_name=QUEUE, cardinality="many")
+    async def handler(msgs: list[QueueMessage]) -> None:
+        batches.append(sorted(m.get_body().decode() for m in msgs))
+        # Hold past two lease periods so that every message's lease must be renewed, twice.
+        await apoll(lambda: _ready(lambda: holder["host"].metrics.get("lease_renewals") >= 2 * len(msgs)), 20,
+                    what="every lease renewed twice")
+        renewed.set()
+        for m in msgs:
+            if m.get_body() == b"bad-3":
+                m.fail("this one is wrong")
+
+    await queue.put(QUEUE, "%%% not base64")
+    await put(queue, "ok-1", "ok-2", "bad-3", "ok-4")
+    cfg = replace(config, batch_size=8, lease_duration=1, max_dequeue_count=1)
+    async with running(app, cfg) as host:
+        holder["host"] = host
+        await asyncio.wait_for(renewed.wait(), 30)
+        poisoned = await apoll(lambda: _at_least(poison_of(queue), 2), 20, what="two poison messages")
+        await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 3), 20, what="three deletions")
+    assert batches == [["bad-3", "ok-1", "ok-2", "ok-4"]]
+    assert sorted(p.content for p in poisoned) == sorted(["%%% not base64", encode("bad-3", "base64")])
+    assert await queue.approximate_count(QUEUE) == 0
+    assert host.metrics.get("leases_lost") == 0
