@@ -121,6 +121,22 @@ def _version(value: Any) -> str:
     return _text(value)
 
 
+def _spark_conf(value: Any) -> dict[str, str]:
+    """``spark.conf``: Spark property names to values, given to the SparkSession builder as text."""
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping of Spark properties to values, got {value!r}")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+
+
+def _spark_master(value: Any) -> str:
+    master = _text(value)
+    if not re.match(r"^(local(\[(\*|\d+)\])?|local-cluster\[.*\]|spark://.+|sc://.+|yarn|k8s://.+|mesos://.+)$", master):
+        raise ValueError(
+            f"expected a Spark master (local[*], spark://host:port, sc://host:port, yarn, k8s://...), got {master!r}"
+        )
+    return master
+
+
 def _optional_duration(value: Any) -> float | None:
     """functionTimeout: -1 (or null) means no limit, as in host.json."""
     if value is None or value == -1 or value == "-1":
@@ -160,6 +176,9 @@ _SCHEMA: dict[str, _Setting] = {
     "worker.drainTimeout": _Setting("drain_timeout", parse_duration, _between(0, 86400, "s")),
     "worker.maxInFlight": _Setting("max_in_flight", _integer, _between(1, 100_000)),
     "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
+    "spark.master": _Setting("spark_master", _spark_master),
+    "spark.appName": _Setting("spark_app_name", _text),
+    "spark.conf": _Setting("spark_conf", _spark_conf),
 }
 
 
@@ -189,6 +208,11 @@ class HostConfig:
     max_in_flight: int = 64
     #: Threads that run synchronous handlers; a sync message waits for one.
     handler_threads: int = 16
+    #: Where Spark runs: local[*], a cluster master, or a Spark Connect sc:// URL.
+    spark_master: str = "local[*]"
+    spark_app_name: str = "queueworker"
+    #: Spark properties for the session builder (spark.sql.shuffle.partitions, ...).
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
     #: Named connection strings; an environment variable of the same name wins.
     connections: Mapping[str, str] = field(default_factory=dict)
     #: Folder relative paths (the embedded queue file) are resolved against: host.yaml's.
@@ -293,12 +317,16 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
     settings: dict[str, Any] = {}
     ignored: list[str] = []
     connections: dict[str, str] = {}
+    spark_conf: dict[str, str] = {}
     for key, (value, where) in values.items():
         if key in IGNORED_HOST_JSON_KEYS:
             ignored.append(key)
             continue
         if key == "connections" or key.startswith("connections."):
             connections.update(_connections(key, value, where))
+            continue
+        if key.startswith("spark.conf."):  # one Spark property from the environment
+            spark_conf[key[len("spark.conf."):]] = str(value)
             continue
         setting = _SCHEMA.get(key)
         if setting is None:
@@ -311,6 +339,8 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
             raise ConfigError(key, problem, where)
         settings[setting.attr] = parsed
 
+    if spark_conf:
+        settings["spark_conf"] = {**settings.get("spark_conf", {}), **spark_conf}
     if "new_batch_threshold" not in settings:
         settings["new_batch_threshold"] = settings.get("batch_size", 16) // 2 * (os.cpu_count() or 1)
     return HostConfig(**settings, connections=connections, base_dir=base_dir, ignored_keys=tuple(sorted(ignored)))

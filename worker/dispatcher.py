@@ -248,6 +248,9 @@ class Dispatcher:
             bound.error("handler timed out", reason=reason)
             return Result(Outcome.FAILED, reason)
         except Exception as exc:
+            if inv.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
+                bound.warning("invocation cancelled", reason=inv.cancel_reason, error=f"{type(exc).__name__}: {exc}")
+                return Result(Outcome.RELEASE, inv.cancel_reason)
             bound.exception("handler failed", error=f"{type(exc).__name__}: {exc}")
             return Result(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
         if inv.cancel_reason is not None:

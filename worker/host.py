@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from worker import spark
 from worker.app import WorkerApp
 from worker.completion import CompletionProcessor
 from worker.config import HostConfig
@@ -95,6 +96,10 @@ class Host:
         config = self.config
         for key in config.ignored_keys:
             log.warning("host.yaml key is accepted for host.json compatibility but has no effect here", key=key)
+        spark.configure(spark.SparkSettings(
+            config.spark_master, config.spark_app_name, dict(config.spark_conf),
+            log_file=config.base_dir / ".worker" / "spark.log",
+        ))
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         completion = CompletionProcessor(config, scheduler, self.metrics)
         backends = _Backends(config, self.metrics)
@@ -131,6 +136,7 @@ class Host:
                 loop.remove_signal_handler(signum)
             await backends.close()
             dispatcher.close()
+            await asyncio.to_thread(spark.stop)
         log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
         return dispatcher
 

@@ -1,0 +1,144 @@
+"""Spark jobs bound to message leases, with real local Spark: cancelled when the host gives up on the message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.host.processes import REPO, write_host_yaml
+from tests.support import apoll
+from worker import QueueMessage, WorkerApp, spark
+from worker.config import HostConfig
+from worker.encoding import encode
+from worker.host import Host
+from worker.queues import open_backend
+from worker.queues.base import PopReceiptMismatch, QueueBackend
+
+QUEUE = "spark-jobs"
+#: A job that runs for minutes on two cores unless cancelled.
+ENDLESS = "sum(id % 7)"
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> HostConfig:
+    return HostConfig(
+        base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1,
+        spark_master="local[2]", spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
+    )
+
+
+@pytest.fixture
+async def queue(tmp_path: Path) -> AsyncIterator[QueueBackend]:
+    backend = open_backend(None, tmp_path)
+    await backend.create_queue(QUEUE)
+    yield backend
+    await backend.close()
+
+
+def endless_job_app(seen: dict[str, Any], started: threading.Event) -> WorkerApp:
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    def crunch(msg: QueueMessage) -> None:
+        session = spark.session()
+        seen["msg"] = msg
+        started.set()
+        try:
+            session.range(0, 10**13, numPartitions=2).selectExpr(ENDLESS).collect()
+        except Exception as exc:
+            seen["error"] = f"{type(exc).__name__}: {exc}"
+            raise
+        seen["finished"] = True
+
+    return app
+
+
+async def test_lost_lease_cancels_the_spark_job(config: HostConfig, queue: QueueBackend) -> None:
+    seen: dict[str, Any] = {}
+    started = threading.Event()
+    await queue.put(QUEUE, encode("crunch", "base64"))
+    host = Host(endless_job_app(seen, started), replace(config, lease_duration=2))
+    task = asyncio.create_task(host.run())
+    try:
+        await apoll(lambda: _true(started.is_set()), 120, what="the Spark job to start")
+        msg = seen["msg"]
+
+        async def steal() -> str | None:
+            try:
+                return (await queue.update(QUEUE, msg.id, msg.pop_receipt or "", 600)).pop_receipt
+            except PopReceiptMismatch:
+                return None
+
+        thief = await apoll(steal, 10, what="the message to be stolen")
+        await apoll(lambda: _true("error" in seen), 60, what="the Spark job to be cancelled")
+        assert "cancel" in seen["error"].lower(), seen["error"]
+        assert "finished" not in seen
+        await apoll(lambda: _true(host.metrics.get("completions_skipped") == 1), 20, what="the skipped completion")
+        await queue.delete(QUEUE, msg.id, thief)  # the message is the thief's, untouched by the host
+    finally:
+        host.request_stop()
+        await asyncio.wait_for(task, 120)
+
+
+async def test_shutdown_past_drain_timeout_cancels_the_spark_job_and_releases_the_message(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    seen: dict[str, Any] = {}
+    started = threading.Event()
+    [message_id] = [(await queue.put(QUEUE, encode("crunch", "base64"))).id]
+    host = Host(endless_job_app(seen, started), config)
+    task = asyncio.create_task(host.run())
+    await apoll(lambda: _true(started.is_set()), 120, what="the Spark job to start")
+
+    host.request_stop()
+    await asyncio.wait_for(task, 120)
+
+    assert "cancel" in seen.get("error", "").lower(), seen
+    [back] = await queue.peek(QUEUE, 32)
+    assert (back.id, back.dequeue_count) == (message_id, 1)
+    assert host.metrics.get("released") == 1
+
+
+def test_spark_log_stays_out_of_the_worker_log(tmp_path: Path) -> None:
+    """A real worker process: every line on its stderr is the worker's JSON; the JVM's output is in .worker/spark.log."""
+    config = write_host_yaml(tmp_path, worker={"drainTimeout": "5s"})
+    config.write_text(config.read_text() + "spark:\n  master: local[1]\n  conf:\n    spark.ui.enabled: false\n")
+    env = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
+    env |= {"PYTHONPATH": str(REPO), "RESULT_FILE": str(tmp_path / "result")}
+    worker = [sys.executable, "-m", "worker"]
+    send = subprocess.run([*worker, "send", "spark-count", "1000", "--config", str(config)], env=env, cwd=REPO)
+    assert send.returncode == 0
+    run = subprocess.run(
+        [*worker, "run", "--app", "tests.apps.spark_count:app", "--config", str(config), "--burst"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "result").read_text() == "1000"
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    not_json = [line for line in lines if not _is_json(line)]
+    assert not not_json, f"lines on the worker's stderr that are not its JSON log: {not_json[:5]}"
+    assert any(json.loads(line)["event"] == "starting Spark" for line in lines)
+    assert "WARN" in (tmp_path / ".worker" / "spark.log").read_text()
+
+
+def _is_json(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
