@@ -33,7 +33,7 @@ from worker.lease import LeaseScheduler
 from worker.listener import Capacity, Listener
 from worker.observability import Metrics
 from worker.queues import describe, open_backend
-from worker.queues.base import QueueBackend
+from worker.queues.base import QueueBackend, TransientError
 
 log = structlog.get_logger("worker.host")
 
@@ -113,8 +113,14 @@ class Host:
             listeners = []
             for function in self.app.functions:
                 backend = backends.for_connection(function.connection)
-                # Trigger queues are created at start, so that a fresh deployment needs no set-up step.
-                await backend.create_queue(function.queue_name)
+                # Trigger queues are created at start, so that a fresh deployment needs no set-up step. Storage
+                # that cannot be reached now is no reason to stop: the listener retries and waits for the queue.
+                try:
+                    await backend.create_queue(function.queue_name)
+                except TransientError as exc:
+                    self.metrics.inc("storage_errors", function.name)
+                    log.error("cannot create the trigger queue now; the listener will keep trying",
+                              function=function.name, queue=function.queue_name, error=str(exc))
                 listeners.append(
                     Listener(function, backend, config, dispatcher, capacity, self.metrics, self.stopping)
                 )

@@ -121,7 +121,9 @@ class Listener:
             try:
                 messages = await self.backend.receive(self.function.queue_name, room, self.config.lease_duration)
             except QueueNotFound:
-                self._log.warning("trigger queue does not exist; waiting for it")
+                # Deleted under the host, or never created because storage was down at start.
+                self._log.warning("trigger queue does not exist; creating it")
+                await self._create_queue()
                 messages = []
             except Exception as exc:
                 self.metrics.inc("storage_errors", name)
@@ -135,6 +137,13 @@ class Listener:
                     self.dispatcher.dispatch(self.function, self.backend, batch, self._give_back(len(batch)))
                 continue
             await self._sleep(backoff.next())
+
+    async def _create_queue(self) -> None:
+        try:
+            await self.backend.create_queue(self.function.queue_name)
+        except Exception as exc:
+            self.metrics.inc("storage_errors", self.function.name)
+            self._log.error("creating the trigger queue failed; backing off", error=f"{type(exc).__name__}: {exc}")
 
     def _give_back(self, count: int) -> Callable[[], None]:
         """What an invocation of ``count`` messages calls when it is completed."""

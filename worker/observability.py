@@ -84,14 +84,26 @@ def redact(text: str) -> str:
     return _SECRET.sub(lambda m: f"{m.group('key')}=***", text)
 
 
+def _redact_value(value: object) -> object:
+    """``value`` without secrets: strings redacted, containers walked, other objects by the repr renderers show."""
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, dict):
+        return {k: _redact_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_redact_value(v) for v in value)
+    shown = repr(value)  # what both renderers print for an object that is not JSON
+    redacted = redact(shown)
+    return value if redacted == shown else redacted
+
+
 def _redact_event(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
     """A structlog processor: no log line carries a secret, whichever library put it in the message."""
-    return {key: redact(value) if isinstance(value, str) else value for key, value in event.items()}
-
-
-class _RedactingFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+    return {key: _redact_value(value) for key, value in event.items()}
 
 
 def configure_logging(level: str = "INFO", json_lines: bool | None = None, stream: TextIO | None = None) -> None:
@@ -103,21 +115,29 @@ def configure_logging(level: str = "INFO", json_lines: bool | None = None, strea
         structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
     )
     numeric = logging.getLevelName(level.upper())
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            _redact_event,
-            renderer,
-        ],
+        processors=[*shared, structlog.processors.format_exc_info, _redact_event, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
+    # Lines from the standard logging module (handlers' own logging.info, libraries) go out in the same
+    # form, so that the stream stays one JSON object per line.
     handler = logging.StreamHandler(stream)
-    handler.setFormatter(_RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            _redact_event,
+            renderer,
+        ],
+    ))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)  # handlers' own logging.info lines show, as in Functions

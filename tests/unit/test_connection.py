@@ -1,0 +1,384 @@
+"""worker.queues.connection: every connection-string form Azure Functions accepts, and no secret in any message."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+
+import pytest
+
+from tests.azurite import ACCOUNT as AZURITE_ACCOUNT
+from tests.azurite import KEY as AZURITE_KEY
+from worker.config import HostConfig
+from worker.queues import UnsupportedConnection, open_backend
+from worker.queues import describe as describe_connection
+from worker.queues.azure import AzureBackend
+from worker.queues.connection import (
+    DEV_ACCOUNT,
+    DEV_ACCOUNT_KEY,
+    DEV_QUEUE_ENDPOINT,
+    AzureConnection,
+    ConnectionStringError,
+    identity_connection,
+    parse_connection_string,
+)
+from worker.queues.sqlite import SqliteBackend
+
+#: Made-up secrets, distinctive enough that finding them in a message can only mean a leak.
+KEY = "c2VjcmV0LWFjY291bnQta2V5LXRoYXQtbXVzdC1uZXZlci1sZWFr+/0123456789=="
+SIG = "sIgNaTuRe%2BsEcReT%3D"
+SAS = f"sv=2022-11-02&ss=q&srt=sco&sp=rwdlacup&se=2030-01-01T00:00:00Z&sig={SIG}"
+
+
+def assert_no_secret(text: str, *secrets: str) -> None:
+    for secret in secrets or (KEY, SIG, SAS):
+        assert secret not in text, f"secret leaked into {text!r}"
+
+
+# -- UseDevelopmentStorage ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text", ["UseDevelopmentStorage=true", "usedevelopmentstorage=TRUE;", " UseDevelopmentStorage=True ; "]
+)
+def test_development_storage_is_the_emulator_with_the_well_known_account(text: str) -> None:
+    parsed = parse_connection_string(text)
+    assert parsed.queue_endpoint == "http://127.0.0.1:10001/devstoreaccount1" == DEV_QUEUE_ENDPOINT
+    assert parsed.account_name == "devstoreaccount1" == DEV_ACCOUNT
+    assert parsed.account_key == AZURITE_KEY == DEV_ACCOUNT_KEY
+    assert parsed.sas_token is None
+    assert not parsed.use_identity
+
+
+def test_development_storage_false_is_not_the_emulator() -> None:
+    with pytest.raises(ConnectionStringError):
+        parse_connection_string("UseDevelopmentStorage=false")
+
+
+# -- account name and key ------------------------------------------------------------------------------------------
+
+
+def test_account_name_and_key_default_to_https_and_the_public_cloud() -> None:
+    parsed = parse_connection_string(f"AccountName=myacct;AccountKey={KEY}")
+    assert parsed.queue_endpoint == "https://myacct.queue.core.windows.net"
+    assert (parsed.account_name, parsed.account_key, parsed.sas_token) == ("myacct", KEY, None)
+    assert not parsed.use_identity
+
+
+@pytest.mark.parametrize(
+    ("protocol", "suffix", "endpoint"),
+    [
+        ("https", "core.windows.net", "https://myacct.queue.core.windows.net"),
+        ("http", "core.windows.net", "http://myacct.queue.core.windows.net"),
+        ("https", "core.chinacloudapi.cn", "https://myacct.queue.core.chinacloudapi.cn"),
+        ("https", "core.usgovcloudapi.net", "https://myacct.queue.core.usgovcloudapi.net"),
+    ],
+)
+def test_protocol_and_endpoint_suffix_make_the_endpoint(protocol: str, suffix: str, endpoint: str) -> None:
+    text = f"DefaultEndpointsProtocol={protocol};AccountName=myacct;AccountKey={KEY};EndpointSuffix={suffix}"
+    parsed = parse_connection_string(text)
+    assert parsed.queue_endpoint == endpoint
+    assert (parsed.account_name, parsed.account_key) == ("myacct", KEY)
+
+
+def test_key_keeps_its_base64_padding() -> None:
+    """The key ends in '=='; splitting pairs at every '=' would cut it."""
+    assert parse_connection_string(f"AccountName=a;AccountKey={KEY}").account_key == KEY
+
+
+def test_keys_are_case_insensitive_and_a_trailing_semicolon_is_allowed() -> None:
+    text = f"defaultendpointsprotocol=https;ACCOUNTNAME=myacct;accountkey={KEY};endpointSUFFIX=core.windows.net;"
+    parsed = parse_connection_string(text)
+    assert parsed.queue_endpoint == "https://myacct.queue.core.windows.net"
+    assert (parsed.account_name, parsed.account_key) == ("myacct", KEY)
+
+
+def test_explicit_queue_endpoint_wins_azurite_style() -> None:
+    parsed = parse_connection_string(
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        f"QueueEndpoint=http://127.0.0.1:10001/{AZURITE_ACCOUNT};"
+    )
+    assert parsed.queue_endpoint == f"http://127.0.0.1:10001/{AZURITE_ACCOUNT}"
+    assert (parsed.account_name, parsed.account_key) == (AZURITE_ACCOUNT, AZURITE_KEY)
+
+
+def test_other_endpoints_are_ignored() -> None:
+    parsed = parse_connection_string(
+        f"AccountName=myacct;AccountKey={KEY};BlobEndpoint=https://b.example;QueueEndpoint=https://q.example/myacct"
+    )
+    assert parsed.queue_endpoint == "https://q.example/myacct"
+
+
+# -- SAS -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["", "?"])
+def test_sas_with_queue_endpoint(prefix: str) -> None:
+    parsed = parse_connection_string(f"QueueEndpoint=https://myacct.queue.core.windows.net;SharedAccessSignature={prefix}{SAS}")
+    assert parsed.queue_endpoint == "https://myacct.queue.core.windows.net"
+    assert parsed.sas_token == SAS, "the SAS keeps its own '=' and '&' and loses a leading '?'"
+    assert parsed.account_key is None
+    assert not parsed.use_identity
+
+
+def test_sas_with_account_name_builds_the_endpoint() -> None:
+    parsed = parse_connection_string(f"AccountName=myacct;SharedAccessSignature={SAS};")
+    assert parsed.queue_endpoint == "https://myacct.queue.core.windows.net"
+    assert parsed.sas_token == SAS
+
+
+# -- what cannot be used ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("", id="empty"),
+        pytest.param(";;", id="only-separators"),
+        pytest.param(KEY.rstrip("="), id="no-pairs"),
+        pytest.param(f"AccountName=myacct;{KEY.rstrip('=')}", id="a-part-without-equals"),
+        pytest.param(f"AccountName=myacct;AccountKey={KEY};garbage{SIG}", id="trailing-garbage"),
+        pytest.param(f"AccountKey={KEY}", id="key-without-account"),
+        pytest.param(f"QueueEndpoint=https://q.example;AccountKey={KEY}", id="key-and-endpoint-without-account"),
+        pytest.param("AccountName=myacct", id="account-without-credential"),
+        pytest.param("AccountName=myacct;AccountKey=", id="empty-key"),
+        pytest.param("QueueEndpoint=https://q.example", id="endpoint-without-credential"),
+        pytest.param(f"SharedAccessSignature={SAS}", id="sas-without-endpoint-or-account"),
+        pytest.param("DefaultEndpointsProtocol=https;EndpointSuffix=core.windows.net", id="no-account"),
+    ],
+)
+def test_unusable_strings_raise_without_the_secret(text: str) -> None:
+    with pytest.raises(ConnectionStringError) as caught:
+        parse_connection_string(text)
+    message = str(caught.value)
+    assert message, "the error must say what is wrong"
+    assert_no_secret(message, KEY, KEY.rstrip("="), SIG, SAS)
+    assert_no_secret(repr(caught.value), KEY, KEY.rstrip("="), SIG, SAS)
+
+
+# -- no secret in repr or describe ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"AccountName=myacct;AccountKey={KEY}",
+        f"DefaultEndpointsProtocol=http;AccountName=a;AccountKey={KEY};QueueEndpoint=http://127.0.0.1:10001/a",
+        f"QueueEndpoint=https://myacct.queue.core.windows.net;SharedAccessSignature=?{SAS}",
+        f"AccountName=myacct;AccountKey={KEY};SharedAccessSignature={SAS}",
+    ],
+)
+def test_repr_and_describe_never_show_the_key_or_sas(text: str) -> None:
+    parsed = parse_connection_string(text)
+    assert parsed.account_key or parsed.sas_token, "the test needs a connection that holds a secret"
+    for shown in (repr(parsed), str(parsed), parsed.describe(), describe_connection(text)):
+        assert_no_secret(shown)
+        assert parsed.queue_endpoint in shown
+
+
+def test_describe_names_the_kind_of_credential() -> None:
+    assert "(account key)" in parse_connection_string(f"AccountName=a;AccountKey={KEY}").describe()
+    assert "(SAS)" in parse_connection_string(f"AccountName=a;SharedAccessSignature={SAS}").describe()
+    identity = parse_connection_string("QueueEndpoint=https://a.queue.core.windows.net;Credential=DefaultAzureCredential")
+    assert "(managed identity)" in identity.describe()
+
+
+def test_describe_of_a_malformed_string_does_not_echo_it() -> None:
+    shown = describe_connection(f"AccountKey={KEY};nonsense")
+    assert "malformed" in shown
+    assert_no_secret(shown)
+
+
+# -- identity-based connections ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "endpoint"),
+    [
+        ({"Storage__queueServiceUri": "https://acct.queue.core.windows.net"}, "https://acct.queue.core.windows.net"),
+        ({"Storage__serviceUri": "https://acct.queue.core.windows.net"}, "https://acct.queue.core.windows.net"),
+        ({"Storage__accountName": "acct"}, "https://acct.queue.core.windows.net"),
+        ({"Storage__QUEUESERVICEURI": "https://acct.queue.core.windows.net"}, "https://acct.queue.core.windows.net"),
+        (
+            {"Storage__queueServiceUri": "https://q.example/acct", "Storage__accountName": "other"},
+            "https://q.example/acct",
+        ),
+    ],
+)
+def test_identity_settings_make_an_identity_connection(settings: dict[str, str], endpoint: str) -> None:
+    text = identity_connection("Storage", settings)
+    assert text is not None
+    parsed = parse_connection_string(text)
+    assert parsed.use_identity
+    assert parsed.queue_endpoint == endpoint
+    assert parsed.identity_client_id is None
+    assert parsed.account_key is None and parsed.sas_token is None
+
+
+def test_identity_client_id_chooses_a_user_assigned_identity() -> None:
+    client_id = "8d6e5b3c-0000-4c1b-9f3e-1234567890ab"
+    text = identity_connection(
+        "Storage", {"Storage__queueServiceUri": "https://acct.queue.core.windows.net", "Storage__clientId": client_id}
+    )
+    assert text is not None
+    parsed = parse_connection_string(text)
+    assert parsed.use_identity
+    assert parsed.queue_endpoint == "https://acct.queue.core.windows.net"
+    assert parsed.identity_client_id == client_id
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"Storage__clientId": "8d6e5b3c-0000-4c1b-9f3e-1234567890ab"},
+        {"Storage__queueServiceUri": ""},
+        {"Other__queueServiceUri": "https://acct.queue.core.windows.net"},
+        {"Storage": "UseDevelopmentStorage=true"},
+        {"StorageX__queueServiceUri": "https://acct.queue.core.windows.net"},
+    ],
+)
+def test_without_an_endpoint_there_is_no_identity_connection(settings: dict[str, str]) -> None:
+    assert identity_connection("Storage", settings) is None
+
+
+def test_identity_connection_string_written_directly() -> None:
+    parsed = parse_connection_string(
+        "QueueEndpoint=https://acct.queue.core.windows.net;Credential=defaultazurecredential;ClientId=abc"
+    )
+    assert parsed.use_identity and parsed.identity_client_id == "abc"
+    assert parsed.queue_endpoint == "https://acct.queue.core.windows.net"
+
+
+# -- HostConfig.connection_string ---------------------------------------------------------------------------------------
+
+PLAIN_ENV = f"AccountName=fromenv;AccountKey={KEY}"
+PLAIN_YAML = f"AccountName=fromyaml;AccountKey={KEY}"
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No Storage* variable of the machine running the tests may leak in."""
+    for name in list(os.environ):
+        if name == "Storage" or name.startswith("Storage__"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_environment_variable_wins_over_connections(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("Storage", PLAIN_ENV)
+    clean_env.setenv("Storage__queueServiceUri", "https://identity.queue.core.windows.net")
+    config = HostConfig(connections={"Storage": PLAIN_YAML})
+    assert config.connection_string("Storage") == PLAIN_ENV
+
+
+def test_connections_entry_wins_over_identity_settings(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("Storage__queueServiceUri", "https://identity.queue.core.windows.net")
+    config = HostConfig(connections={"Storage": PLAIN_YAML})
+    assert config.connection_string("Storage") == PLAIN_YAML
+
+
+def test_identity_settings_from_the_environment(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("Storage__queueServiceUri", "https://fromenv.queue.core.windows.net")
+    clean_env.setenv("Storage__clientId", "cid")
+    config = HostConfig(connections={"Storage__queueServiceUri": "https://fromyaml.queue.core.windows.net"})
+    text = config.connection_string("Storage")
+    assert text is not None
+    parsed = parse_connection_string(text)
+    assert parsed.use_identity
+    assert parsed.queue_endpoint == "https://fromenv.queue.core.windows.net"
+    assert parsed.identity_client_id == "cid"
+
+
+def test_identity_settings_from_connections(clean_env: pytest.MonkeyPatch) -> None:
+    config = HostConfig(connections={"Storage__accountName": "fromyaml", "Storage__clientId": "cid"})
+    text = config.connection_string("Storage")
+    assert text is not None
+    parsed = parse_connection_string(text)
+    assert parsed.use_identity
+    assert parsed.queue_endpoint == "https://fromyaml.queue.core.windows.net"
+    assert parsed.identity_client_id == "cid"
+
+
+def test_no_setting_and_no_name_mean_the_embedded_queue(clean_env: pytest.MonkeyPatch) -> None:
+    config = HostConfig(connections={"Other": PLAIN_YAML})
+    assert config.connection_string("Storage") is None
+    assert config.connection_string(None) is None
+    assert config.connection_string("") is None
+
+
+# -- open_backend ------------------------------------------------------------------------------------------------------
+
+
+async def test_open_backend_unset_is_the_default_embedded_file(tmp_path: Path) -> None:
+    backend = open_backend(None, tmp_path)
+    try:
+        assert isinstance(backend, SqliteBackend)
+        assert backend.path == tmp_path / ".worker" / "queues.sqlite3"
+    finally:
+        await backend.close()
+
+
+@pytest.mark.parametrize(
+    ("connection", "relative"), [("sqlite:///queues.db", "queues.db"), ("sqlite:///sub/dir/q.sqlite3", "sub/dir/q.sqlite3")]
+)
+async def test_open_backend_sqlite_path_is_relative_to_base_dir(tmp_path: Path, connection: str, relative: str) -> None:
+    backend = open_backend(connection, tmp_path)
+    try:
+        assert isinstance(backend, SqliteBackend)
+        assert backend.path == tmp_path / relative
+    finally:
+        await backend.close()
+
+
+async def test_open_backend_sqlite_absolute_path(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere" / "q.db"
+    backend = open_backend(f"sqlite:///{target}", Path("/nonexistent-base"))
+    try:
+        assert isinstance(backend, SqliteBackend)
+        assert backend.path == target
+    finally:
+        await backend.close()
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        "UseDevelopmentStorage=true",
+        f"AccountName=myacct;AccountKey={KEY}",
+        f"QueueEndpoint=https://myacct.queue.core.windows.net;SharedAccessSignature=?{SAS}",
+        "QueueEndpoint=https://myacct.queue.core.windows.net;Credential=DefaultAzureCredential;ClientId=cid",
+    ],
+)
+async def test_open_backend_anything_else_is_azure_storage(tmp_path: Path, connection: str) -> None:
+    backend = open_backend(connection, tmp_path)
+    try:
+        assert isinstance(backend, AzureBackend)
+        assert isinstance(backend.connection, AzureConnection)
+        assert backend.connection == parse_connection_string(connection)
+        assert_no_secret(repr(backend))
+    finally:
+        await backend.close()
+    assert not (tmp_path / ".worker").exists(), "an Azure connection must not create the embedded queue file"
+
+
+@pytest.mark.parametrize(
+    "connection",
+    [
+        f"AccountKey={KEY}",
+        f"AccountName=myacct;AccountKey={KEY};{SIG}",
+        f"AccountName=myacct;SharedAccessSignature{SAS}",
+        "not a connection string at all",
+    ],
+)
+def test_open_backend_refuses_malformed_strings_without_echoing_them(tmp_path: Path, connection: str) -> None:
+    with pytest.raises(UnsupportedConnection) as caught:
+        open_backend(connection, tmp_path)
+    message = str(caught.value)
+    assert message
+    assert connection not in message
+    assert_no_secret(message)
+    shown = "".join(traceback.format_exception(caught.value))
+    assert connection not in shown
+    assert_no_secret(shown)
