@@ -47,7 +47,11 @@ class UsageError(Exception):
 
 
 def load_app(target: str, search_path: Path) -> WorkerApp:
-    """Import ``MODULE:ATTR`` (looked up from ``search_path`` first) and check it is an app with functions."""
+    """Import ``MODULE:ATTR`` (looked up from ``search_path`` first) and check it is an app with functions.
+
+    The app is a WorkerApp, or an ``azure.functions.FunctionApp`` whose queue-triggered functions are
+    registered into one (:mod:`worker.functions_compat`); a warning is logged for each function not run.
+    """
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise UsageError(f"--app must look like MODULE:ATTR (for example {DEFAULT_APP}), got {target!r}")
@@ -61,8 +65,36 @@ def load_app(target: str, search_path: Path) -> WorkerApp:
     app = getattr(module, attr, None)
     if app is None:
         raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
+    # An azure.functions.FunctionApp: azure-functions is then imported already (the app's module did it),
+    # so apps that do not use it never import it, and it stays an optional dependency.
+    azure_functions = sys.modules.get("azure.functions")
+    if not isinstance(app, WorkerApp) and azure_functions is not None:
+        if isinstance(app, azure_functions.Blueprint):
+            raise UsageError(
+                f"{target} is an azure.functions.Blueprint; register it in a FunctionApp "
+                "(app.register_functions(bp)) and give --app the FunctionApp"
+            )
+        if isinstance(app, azure_functions.FunctionRegister):
+            import structlog
+
+            from worker.functions_compat import FunctionAppError, from_function_app
+
+            try:
+                converted = from_function_app(app)
+            except FunctionAppError as exc:
+                raise UsageError(f"{target}: {exc}") from None
+            log = structlog.get_logger("worker.cli")
+            for skipped in converted.skipped:
+                log.warning(skipped.message, function=skipped.name, trigger=skipped.trigger_type)
+            if not converted.app.functions:
+                not_run = "".join(f"\n  {skipped.message}" for skipped in converted.skipped)
+                raise UsageError(
+                    f"{target} is an azure.functions.FunctionApp without a queue-triggered function this host can run"
+                    + (f":{not_run}" if not_run else " (it has no functions)")
+                )
+            return converted.app
     if not isinstance(app, WorkerApp):
-        raise UsageError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp")
+        raise UsageError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
     try:
         functions = app.functions
     except ValueError as exc:
