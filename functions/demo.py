@@ -1,76 +1,115 @@
-"""The main job of the sample: enqueue a day of orders, run the worker until the queues drain, report.
+"""The main job: generate a day of landed order files, run the pipeline on the embedded queue, report.
 
-Run with ``make run``. The queues live in the embedded SQLite queue beside
-host.yaml, so nothing but Python is needed.
+``make run`` runs it. It writes under .worker/pipeline (landing files and the
+warehouse), puts one ``ingest`` message per landed file (plus one naming a
+file that does not exist, to show the poison path), runs the worker until
+every queue has drained, and prints what happened.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
-import random
+import os
+import shutil
+import time
 from pathlib import Path
 
-from functions.function_app import OUTPUT, app
-from worker.config import load_config
+from functions import data
+from functions.function_app import app, warehouse
+from worker.config import HostConfig, load_config
 from worker.encoding import encode
 from worker.host import Host
 from worker.observability import configure_logging, format_summary
 from worker.queues import open_backend
+from worker.queues.base import QueueBackend
 
-ORDERS = 200
-LOG = Path(".worker/demo/worker.log")
-MALFORMED = ['{"order_id": "bad-1", "quantity": "two"', '{"order_id": "bad-2", "unit_price": 3.5}']
-
-
-def orders(count: int, seed: int = 7) -> list[str]:
-    rng = random.Random(seed)
-    return [
-        json.dumps({"order_id": f"o-{i:04d}", "sku": rng.choice("ABCDE"), "quantity": rng.randint(1, 9),
-                    "unit_price": round(rng.uniform(1, 50), 2)})
-        for i in range(count)
-    ]
+HOME = Path(".worker/pipeline")
+QUEUES = ["ingest", "aggregate", "report"]
+PROGRESS_EVERY = 3.0
 
 
-async def seed(config_path: Path) -> None:
-    config = load_config(config_path)
-    backend = open_backend(None, config.base_dir)
+def backend(config: HostConfig) -> QueueBackend:
+    return open_backend(config.connection_string("AzureWebJobsStorage"), config.base_dir)
+
+
+async def enqueue(config: HostConfig, files: list[str]) -> None:
+    queues = backend(config)
     try:
-        for queue in ("orders", "orders-poison", "audit-events"):
-            await backend.delete_queue(queue)
-            await backend.create_queue(queue)
-        for body in orders(ORDERS) + MALFORMED:
-            await backend.put("orders", encode(body, config.message_encoding))
-        await backend.put("audit-events", encode(json.dumps({"kind": "demo-started"}), config.message_encoding))
+        for name in QUEUES:
+            for queue in (name, f"{name}-poison"):
+                await queues.delete_queue(queue)
+            await queues.create_queue(name)
+        for path in [*files, str((HOME / "landing" / "2026-11-19" / "part-9999.csv").resolve())]:
+            await queues.put("ingest", encode(json.dumps({"path": path}), config.message_encoding))
     finally:
-        await backend.close()
+        await queues.close()
 
 
-async def poison_count(config_path: Path) -> int:
-    config = load_config(config_path)
-    backend = open_backend(None, config.base_dir)
+async def run_with_progress(host: Host, config: HostConfig) -> None:
+    """Run the host in burst mode, printing the queues' lengths while it works."""
+    queues = backend(config)
+    task = asyncio.create_task(host.run())
     try:
-        return await backend.approximate_count("orders-poison")
+        while not task.done():
+            await asyncio.wait({task}, timeout=PROGRESS_EVERY)
+            if not task.done():
+                counts = [f"{q} {await queues.approximate_count(q)}" for q in QUEUES]
+                print(f"  {host.elapsed:6.1f}s  waiting: {', '.join(counts)};  "
+                      f"done {host.metrics.get('succeeded')}, failed {host.metrics.get('failed')}", flush=True)
+        await task
     finally:
-        await backend.close()
+        await queues.close()
+
+
+def step_seconds(root: Path) -> dict[str, float]:
+    return {
+        step: round(sum(json.loads(p.read_text())["seconds"] for p in (root / "_stats" / step).glob("*.json")), 1)
+        for step in QUEUES if (root / "_stats" / step).is_dir()
+    }
 
 
 def main() -> None:
-    config_path = Path("host.yaml")
-    LOG.parent.mkdir(parents=True, exist_ok=True)
-    OUTPUT.unlink(missing_ok=True)
-    log_file = LOG.open("w", encoding="utf-8")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=float, default=2.0, help="size of the generated data set (1 to 1000)")
+    parser.add_argument("--files", type=int, default=8)
+    args = parser.parse_args()
+
+    shutil.rmtree(HOME, ignore_errors=True)
+    HOME.mkdir(parents=True)
+    os.environ.setdefault("PIPELINE_WAREHOUSE", str(HOME / "warehouse"))
+    log_path = HOME / "worker.log"
+    log_file = log_path.open("w", encoding="utf-8")
     configure_logging("INFO", json_lines=True, stream=log_file)
-    asyncio.run(seed(config_path))
-    print(f"enqueued {ORDERS} orders and {len(MALFORMED)} malformed ones on the embedded queue")
-    host = Host(app, load_config(config_path), burst=True)
-    asyncio.run(host.run())
-    print(format_summary(host.metrics, host.elapsed))
-    priced = [json.loads(line) for line in OUTPUT.read_text(encoding="utf-8").splitlines()]
-    print(f"priced {len(priced)} orders worth {sum(o['total'] for o in priced):.2f} -> {OUTPUT}")
-    print(f"{asyncio.run(poison_count(config_path))} messages in orders-poison (see: worker peek orders-poison)")
-    print(f"the worker's log (JSON lines, with the reason for each failure): {LOG}")
+    config = load_config("host.yaml")
+
+    started = time.monotonic()
+    manifest = data.generate(HOME / "landing", int(args.size_mb * 1e6), files=args.files)
+    print(f"generated {len(manifest.files)} files, {manifest.rows} rows, "
+          f"{sum(os.path.getsize(f) for f in manifest.files) / 1e6:.1f} MB under {HOME / 'landing'} "
+          f"({time.monotonic() - started:.1f}s)")
+    asyncio.run(enqueue(config, manifest.files))
+    print(f"enqueued {len(manifest.files)} ingest messages, and one for a file that does not exist")
+    print("running the worker until the queues drain (Spark starts on the first message):", flush=True)
+    host = Host(app, config, burst=True)
+    asyncio.run(run_with_progress(host, config))
     log_file.close()
+
+    root = warehouse()
+    summary = json.loads((root / "reports" / "report.json").read_text())
+    print()
+    print(format_summary(host.metrics, host.elapsed))
+    print()
+    print((root / "reports" / "report.txt").read_text(), end="")
+    print()
+    print("time per step (s): " + ", ".join(f"{k} {v}" for k, v in step_seconds(root).items()))
+    expected = (manifest.rows, manifest.quarantined, manifest.clean)
+    got = (summary["rows_in"], sum(summary["quarantined"].values()), summary["rows_out"])
+    print(f"rows in/quarantined/out {got}; the generator put in {expected}: {'match' if got == expected else 'MISMATCH'}")
+    print(f"tables under {root}; worker log {log_path}; poisoned messages: worker peek ingest-poison")
+    if got != expected:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -1,47 +1,82 @@
-"""The sample app: order messages are priced and written out; malformed ones end in the poison queue.
+"""The sample app: a data pipeline whose steps are queue-triggered Spark jobs.
 
-``orders`` is a synchronous handler (it writes a file), so the host runs it in
-its thread pool; ``audit`` is asynchronous and runs on the event loop.
+    ingest     a landed file per message: validate, quarantine, de-duplicate, store as Parquet
+      -> aggregate   the days a batch touched: daily sales per SKU and country
+        -> report    JSON and text summary of everything aggregated
+
+Each step is a batch trigger (``cardinality="many"``): one Spark job handles
+every message the listener received at once. A message whose file cannot be
+read at all fails alone and, after maxDequeueCount attempts, ends in
+``ingest-poison`` with its reason in the log; the rest of the batch goes on.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import threading
 from pathlib import Path
 
 import structlog
 
-from worker import QueueMessage, WorkerApp
+from functions import pipeline
+from worker import Out, QueueMessage, WorkerApp, spark
 
 app = WorkerApp()
 log = structlog.get_logger("functions")
 
-#: Where priced orders are appended, one JSON object per line.
-OUTPUT = Path(os.environ.get("DEMO_OUTPUT", ".worker/demo/priced-orders.jsonl"))
-_write_lock = threading.Lock()
+
+def warehouse() -> Path:
+    """Where the pipeline's tables live (``PIPELINE_WAREHOUSE``, default .worker/pipeline/warehouse)."""
+    return Path(os.environ.get("PIPELINE_WAREHOUSE", ".worker/pipeline/warehouse")).resolve()
 
 
-def price(order: dict) -> dict:
-    """The order with its total; KeyError or ValueError when a field is missing or wrong."""
-    quantity = int(order["quantity"])
-    unit_price = float(order["unit_price"])
-    if quantity <= 0 or unit_price < 0:
-        raise ValueError(f"order {order.get('order_id')} has quantity {quantity} and price {unit_price}")
-    return {**order, "total": round(quantity * unit_price, 2)}
+def unreadable(path: str) -> str | None:
+    """Why ``path`` cannot be read at all, or None."""
+    file = Path(path)
+    if not file.is_file():
+        return f"landed file {path} does not exist"
+    if file.suffix not in (".csv", ".jsonl", ".json"):
+        return f"landed file {path} is neither CSV nor JSON lines"
+    if not os.access(file, os.R_OK):
+        return f"landed file {path} is not readable"
+    return None
 
 
-@app.function_name("orders")
-@app.queue_trigger(arg_name="msg", queue_name="orders")
-def price_order(msg: QueueMessage) -> None:
-    priced = price(msg.get_json())
-    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
-    with _write_lock, OUTPUT.open("a", encoding="utf-8") as out:
-        out.write(json.dumps(priced, sort_keys=True) + "\n")
+@app.function_name("ingest")
+@app.queue_output(arg_name="next_step", queue_name="aggregate")
+@app.queue_trigger(arg_name="msgs", queue_name="ingest", cardinality="many")
+def ingest(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
+    paths = []
+    for msg in msgs:
+        try:
+            path = str(msg.get_json()["path"])
+        except (ValueError, KeyError, TypeError) as exc:
+            msg.fail(f"not an ingest message ({{'path': ...}} expected): {exc}")
+            continue
+        if reason := unreadable(path):
+            msg.fail(reason)
+        else:
+            paths.append(path)
+    if not paths:
+        return
+    stats = pipeline.ingest(spark.session(), warehouse(), paths)
+    days = sorted({day for s in stats for day in s.days})
+    log.info("ingested", files=len(paths), rows_in=sum(s.rows_in for s in stats),
+             rows_out=sum(s.rows_out for s in stats), days=days)
+    next_step.set({"days": days})
 
 
-@app.function_name("audit")
-@app.queue_trigger(arg_name="event", queue_name="audit-events")
-async def audit(event: QueueMessage) -> None:
-    log.info("audit event", message_id=event.id, payload=event.get_json())
+@app.function_name("aggregate")
+@app.queue_output(arg_name="next_step", queue_name="report")
+@app.queue_trigger(arg_name="msgs", queue_name="aggregate", cardinality="many")
+def aggregate(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
+    days = sorted({day for msg in msgs for day in msg.get_json()["days"]})
+    rows = pipeline.aggregate(spark.session(), warehouse(), days)
+    log.info("aggregated", days=days, rows=rows)
+    next_step.set({"days": days})
+
+
+@app.function_name("report")
+@app.queue_trigger(arg_name="msgs", queue_name="report", cardinality="many")
+def report(msgs: list[QueueMessage]) -> None:
+    summary = pipeline.report(spark.session(), warehouse())
+    log.info("report written", rows_out=summary["rows_out"], path=str(warehouse() / "reports"))

@@ -1,0 +1,259 @@
+"""The pipeline's Spark steps, as plain functions of a SparkSession, so that handlers stay thin.
+
+``ingest`` reads landed files with an explicit schema, quarantines rows that
+fail validation with their reason, drops duplicate event ids and writes
+partitioned Parquet. Every write overwrites exactly the partitions of the
+batch it comes from (dynamic partition overwrite), so processing the same
+message twice leaves the same tables. ``aggregate`` recomputes the daily
+sales of the days a batch touched, and ``report`` writes what a reader of the
+data wants to know, as JSON and as text.
+
+Tables live under one warehouse folder: ``events``, ``quarantine``,
+``daily_sales``, ``reports`` and ``_stats`` (one JSON file per batch and step).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+from functions.data import COLUMNS
+
+REQUIRED = ["event_id", "order_id", "sku", "quantity", "unit_price", "event_time"]
+#: Typed columns: the expression that casts each (a failed cast gives null, not an error) and what it expects.
+TYPED = {
+    "quantity": ("try_cast(quantity AS INT)", "a whole number"),
+    "unit_price": ("try_cast(unit_price AS DECIMAL(12, 2))", "a number"),
+    "event_time": ("try_to_timestamp(event_time)", "a timestamp"),
+}
+#: An event more than this many days before the day it landed under is late.
+LATE_AFTER_DAYS = 1
+
+
+class UnreadableInput(Exception):
+    """A landed file that is missing or cannot be read at all."""
+
+
+@dataclass
+class IngestStats:
+    batch_id: str
+    source: str
+    rows_in: int
+    quarantined: dict[str, int]
+    duplicates: int
+    rows_out: int
+    late: int
+    days: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def batch_id(path: str) -> str:
+    """A partition-safe id of a landed file: its day folder and name (``2026-11-16-part-0003``)."""
+    file = Path(path)
+    return re.sub(r"[^A-Za-z0-9-]", "-", f"{file.parent.name}-{file.stem}")
+
+
+def _read(spark: SparkSession, path: str) -> DataFrame:
+    """All columns as text plus ``_corrupt_record``; validation and casts come after, so each reject has a reason."""
+    from pyspark.sql import types as T
+
+    if not Path(path).is_file():
+        raise UnreadableInput(f"landed file {path} does not exist")
+    schema = T.StructType([T.StructField(c, T.StringType()) for c in [*COLUMNS, "_corrupt_record"]])
+    reader = spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt_record")
+    if path.endswith(".csv"):
+        return reader.option("header", True).csv(path)
+    if path.endswith(".jsonl") or path.endswith(".json"):
+        return reader.json(path)
+    raise UnreadableInput(f"landed file {path} is neither CSV nor JSON lines")
+
+
+def _validated(raw: DataFrame, day: str) -> DataFrame:
+    """Each row with a ``reason`` (null when valid), typed columns, and the ``late`` flag."""
+    from pyspark.sql import functions as F
+
+    typed = raw.select(
+        "*", *[F.expr(expr).alias(f"{column}_typed") for column, (expr, _) in TYPED.items()]
+    ).cache()  # Spark refuses to query _corrupt_record of an uncached raw read
+    reason = F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed row"))
+    for column in REQUIRED:
+        reason = reason.when(F.col(column).isNull() | (F.trim(F.col(column)) == ""), F.lit(f"missing {column}"))
+    for column, (_, expected) in TYPED.items():
+        reason = reason.when(F.col(f"{column}_typed").isNull(), F.lit(f"{column} is not {expected}"))
+    reason = reason.when(F.col("quantity_typed") <= 0, F.lit("quantity is not positive"))
+    event_date = F.to_date(F.col("event_time_typed"))
+    return typed.select(
+        "event_id", "order_id", "customer_id", "sku", "country", "_corrupt_record",
+        F.col("quantity").alias("quantity_raw"), F.col("unit_price").alias("unit_price_raw"),
+        F.col("event_time").alias("event_time_raw"),
+        F.col("quantity_typed").alias("quantity"), F.col("unit_price_typed").alias("unit_price"),
+        F.col("event_time_typed").alias("event_time"),
+        event_date.alias("event_date"),
+        (event_date < F.date_sub(F.lit(day).cast("date"), LATE_AFTER_DAYS)).alias("late"),
+        reason.alias("reason"),
+    )
+
+
+def _overwrite(frame: DataFrame, path: Path, *partitions: str) -> None:
+    frame.write.mode("overwrite").partitionBy(*partitions).parquet(str(path))
+
+
+def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[IngestStats]:
+    """Validate, quarantine, de-duplicate and store the landed files; one job for all of them.
+
+    Raises UnreadableInput naming the first file that cannot be read at all.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    started = time.monotonic()
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    frames = []
+    for path in paths:
+        raw = _read(spark, path)
+        frames.append(_validated(raw, Path(path).parent.name).withColumn("batch_id", F.lit(batch_id(path)))
+                      .withColumn("source", F.lit(path)))
+    rows = frames[0]
+    for frame in frames[1:]:
+        rows = rows.unionByName(frame)
+    rows = rows.cache()
+
+    rejected = rows.where(F.col("reason").isNotNull()).select(
+        "batch_id", "source", "reason", "event_id",
+        F.coalesce(F.col("_corrupt_record"), F.to_json(F.struct(
+            F.col("event_id"), F.col("order_id"), F.col("customer_id"), F.col("sku"), F.col("quantity_raw"),
+            F.col("unit_price_raw"), F.col("country"), F.col("event_time_raw"),
+        ))).alias("raw"),
+    )
+    first = Window.partitionBy("batch_id", "event_id").orderBy("event_time", "order_id")
+    valid = rows.where(F.col("reason").isNull()).withColumn("copy", F.row_number().over(first))
+    clean = valid.where("copy = 1").select(
+        "event_id", "order_id", "customer_id", "sku", "quantity", "unit_price", "country", "event_time",
+        "late", "source", "event_date", "batch_id",
+    )
+    _overwrite(rejected, warehouse / "quarantine", "batch_id")
+    _overwrite(clean, warehouse / "events", "event_date", "batch_id")
+
+    counts = {r["batch_id"]: r.asDict() for r in rows.groupBy("batch_id").agg(
+        F.count(F.lit(1)).alias("rows_in"),
+        F.sum(F.col("reason").isNull().cast("int")).alias("valid"),
+    ).collect()}
+    out = {r["batch_id"]: r.asDict() for r in clean.groupBy("batch_id").agg(
+        F.count(F.lit(1)).alias("rows_out"), F.sum(F.col("late").cast("int")).alias("late"),
+        F.collect_set(F.col("event_date").cast("string")).alias("days"),
+    ).collect()}
+    reasons: dict[str, dict[str, int]] = {}
+    for r in rejected.groupBy("batch_id", "reason").count().collect():
+        reasons.setdefault(r["batch_id"], {})[r["reason"]] = r["count"]
+    rows.unpersist()
+
+    stats = []
+    seconds = round((time.monotonic() - started) / len(paths), 3)
+    for path in paths:
+        bid = batch_id(path)
+        produced = out.get(bid, {"rows_out": 0, "late": 0, "days": []})
+        valid_rows = counts.get(bid, {}).get("valid") or 0
+        stats.append(IngestStats(
+            batch_id=bid, source=path, rows_in=counts.get(bid, {}).get("rows_in", 0),
+            quarantined=reasons.get(bid, {}), duplicates=valid_rows - produced["rows_out"],
+            rows_out=produced["rows_out"], late=produced["late"] or 0, days=sorted(produced["days"]),
+            seconds=seconds,
+        ))
+        write_stats(warehouse, "ingest", bid, asdict(stats[-1]))
+    return stats
+
+
+def aggregate(spark: SparkSession, warehouse: Path, days: list[str]) -> int:
+    """Recompute daily sales per day, SKU and country for ``days``; returns the number of result rows."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
+    events = spark.read.parquet(str(warehouse / "events")).where(F.col("event_date").cast("string").isin(days))
+    daily = events.groupBy("event_date", "sku", "country").agg(
+        F.countDistinct("order_id").alias("orders"),
+        F.count(F.lit(1)).alias("events"),
+        F.sum("quantity").alias("units"),
+        F.round(F.sum(F.col("quantity") * F.col("unit_price")), 2).cast("decimal(14, 2)").alias("revenue"),
+        F.sum(F.col("late").cast("int")).alias("late_events"),
+    )
+    _overwrite(daily, warehouse / "daily_sales", "event_date")
+    rows = spark.read.parquet(str(warehouse / "daily_sales")).where(
+        F.col("event_date").cast("string").isin(days)
+    ).count()
+    write_stats(warehouse, "aggregate", "-".join(sorted(days)), {"days": days, "rows": rows,
+                                                                  "seconds": round(time.monotonic() - started, 3)})
+    return rows
+
+
+def report(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
+    """Write reports/report.json and report.txt over everything aggregated so far; returns the JSON."""
+    from pyspark.sql import functions as F
+
+    started = time.monotonic()
+    daily = spark.read.parquet(str(warehouse / "daily_sales"))
+    per_day = [
+        {"day": str(r["event_date"]), "orders": r["orders"], "units": r["units"], "revenue": float(r["revenue"]),
+         "late_events": r["late_events"]}
+        for r in daily.groupBy("event_date").agg(
+            F.sum("orders").alias("orders"), F.sum("units").alias("units"),
+            F.sum("revenue").alias("revenue"), F.sum("late_events").alias("late_events"),
+        ).orderBy("event_date").collect()
+    ]
+    top = [
+        {"sku": r["sku"], "revenue": float(r["revenue"])}
+        for r in daily.groupBy("sku").agg(F.sum("revenue").alias("revenue")).orderBy(F.desc("revenue"), "sku")
+        .limit(5).collect()
+    ]
+    ingested = [json.loads(p.read_text()) for p in sorted((warehouse / "_stats" / "ingest").glob("*.json"))]
+    quarantined: dict[str, int] = {}
+    for item in ingested:
+        for reason, n in item["quarantined"].items():
+            quarantined[reason] = quarantined.get(reason, 0) + n
+    summary = {
+        "files": len(ingested),
+        "rows_in": sum(i["rows_in"] for i in ingested),
+        "quarantined": dict(sorted(quarantined.items())),
+        "duplicates": sum(i["duplicates"] for i in ingested),
+        "rows_out": sum(i["rows_out"] for i in ingested),
+        "late": sum(i["late"] for i in ingested),
+        "days": per_day,
+        "top_skus": top,
+    }
+    out = warehouse / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    (out / "report.txt").write_text(render_report(summary), encoding="utf-8")
+    write_stats(warehouse, "report", "latest", {"seconds": round(time.monotonic() - started, 3)})
+    return summary
+
+
+def render_report(summary: dict[str, Any]) -> str:
+    lines = [
+        f"files ingested   {summary['files']}",
+        f"rows in          {summary['rows_in']}",
+        f"rows quarantined {sum(summary['quarantined'].values())}"
+        + "".join(f"\n  {reason:<30} {n}" for reason, n in summary["quarantined"].items()),
+        f"duplicates       {summary['duplicates']}",
+        f"rows out         {summary['rows_out']} ({summary['late']} late)",
+        "",
+        f"{'day':<12} {'orders':>8} {'units':>8} {'revenue':>12}",
+        *(f"{d['day']:<12} {d['orders']:>8} {d['units']:>8} {d['revenue']:>12.2f}" for d in summary["days"]),
+        "",
+        "top SKUs by revenue: " + ", ".join(f"{t['sku']} ({t['revenue']:.2f})" for t in summary["top_skus"]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_stats(warehouse: Path, step: str, key: str, stats: dict[str, Any]) -> None:
+    """One JSON file per step and key, overwritten when the same work is done again."""
+    folder = warehouse / "_stats" / step
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{key}.json").write_text(json.dumps(stats, default=str), encoding="utf-8")

@@ -1,0 +1,121 @@
+"""The sample data pipeline with real local Spark, on the embedded queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions import data
+from functions.function_app import app
+from tests.host.processes import REPO
+from worker import spark
+from worker.config import load_config
+from worker.encoding import decode, encode
+from worker.host import Host
+from worker.queues import open_backend
+from worker.queues.base import QueueBackend
+
+SPARK = "spark:\n  master: local[2]\n  conf:\n    spark.sql.shuffle.partitions: 2\n    spark.ui.enabled: false\n"
+
+
+@pytest.fixture
+def host_yaml(tmp_path: Path) -> Path:
+    path = tmp_path / "host.yaml"
+    path.write_text(
+        "extensions:\n  queues:\n    maxPollingInterval: 200ms\n    maxDequeueCount: 2\nworker:\n  drainTimeout: 5s\n"
+        + SPARK,
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.fixture
+async def queues(tmp_path: Path) -> AsyncIterator[QueueBackend]:
+    backend = open_backend(None, tmp_path)
+    await backend.create_queue("ingest")
+    yield backend
+    await backend.close()
+
+
+async def send_paths(queues: QueueBackend, *paths: str) -> None:
+    for path in paths:
+        await queues.put("ingest", encode(json.dumps({"path": path}), "base64"))
+
+
+async def test_end_to_end_counts_match_the_generated_data_and_unreadable_input_is_poisoned(
+    tmp_path: Path, host_yaml: Path, queues: QueueBackend
+) -> None:
+    manifest = data.generate(tmp_path / "landing", size_bytes=60_000, files=3, days=2)
+    missing = str(tmp_path / "landing" / "2026-11-16" / "part-0404.csv")
+    await send_paths(queues, *manifest.files, missing)
+    warehouse = tmp_path / "warehouse"
+    env = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
+    env |= {"PYTHONPATH": str(REPO), "PIPELINE_WAREHOUSE": str(warehouse)}
+
+    run = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "worker", "run", "--app", "functions.function_app:app", "--config", str(host_yaml),
+         "--burst"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+
+    report = json.loads((warehouse / "reports" / "report.json").read_text())
+    assert report["files"] == 3
+    assert report["rows_in"] == manifest.rows
+    assert sum(report["quarantined"].values()) == manifest.quarantined
+    assert report["quarantined"]["malformed row"] == manifest.faults["malformed"]
+    assert report["duplicates"] == manifest.faults["duplicate"]
+    assert report["rows_out"] == manifest.clean
+    assert report["late"] == manifest.faults["late"]
+    assert sum(day["units"] for day in report["days"]) > 0
+    assert (warehouse / "reports" / "report.txt").read_text().startswith("files ingested   3")
+
+    [poisoned] = await queues.peek("ingest-poison", 32)
+    assert json.loads(decode(poisoned.content, "base64")) == {"path": missing}
+    lines = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
+    moved = [line for line in lines if line["event"] == "message moved to the poison queue"]
+    assert len(moved) == 1 and "does not exist" in moved[0]["reason"]
+
+
+async def test_the_same_ingest_message_twice_gives_identical_tables(
+    tmp_path: Path, host_yaml: Path, queues: QueueBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manifest = data.generate(tmp_path / "landing", size_bytes=20_000, files=1, days=1)
+    warehouse = tmp_path / "warehouse"
+    monkeypatch.setenv("PIPELINE_WAREHOUSE", str(warehouse))
+    monkeypatch.delenv("AzureWebJobsStorage", raising=False)
+    config = load_config(host_yaml, environ={})
+
+    snapshots = []
+    for _ in range(2):
+        await send_paths(queues, manifest.files[0])
+        host = Host(app, config, burst=True)
+        await asyncio.wait_for(host.run(), 300)
+        assert host.metrics.get("failed") == 0
+        snapshots.append(await asyncio.to_thread(snapshot, warehouse))
+    first, second = snapshots
+    assert first["events"] and first["quarantine"]
+    assert first == second
+    spark.stop()
+
+
+def snapshot(warehouse: Path) -> dict[str, Any]:
+    """Every table's rows, sorted, and its partition folders: what a reader of the tables sees."""
+    session = spark.session()
+    tables: dict[str, Any] = {}
+    for table in ("events", "quarantine", "daily_sales"):
+        rows = session.read.parquet(str(warehouse / table)).collect()
+        tables[table] = sorted(json.dumps(r.asDict(), default=str, sort_keys=True) for r in rows)
+        tables[f"{table} partitions"] = sorted(
+            str(p.relative_to(warehouse)) for p in (warehouse / table).rglob("*=*") if p.is_dir()
+        )
+    return tables
