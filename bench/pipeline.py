@@ -1,0 +1,105 @@
+"""Pipeline throughput: N small landed files ingested one message per file, versus batched (cardinality many).
+
+Both variants run the same ingest step (functions/pipeline.py) through the
+worker host in burst mode on the embedded queue, against the same files, with
+Spark's JVM started before timing (so JVM start-up is in neither figure; each
+run builds its own SparkSession on it, as a worker does).
+Only the trigger differs: ``one`` gives each message its own invocation and
+Spark job; ``many`` hands every received batch (up to batchSize) to one
+invocation and one Spark job. The rows written are checked to be equal.
+
+    python bench/pipeline.py [--files 32] [--rows 200]
+
+Prints files per second for each and the ratio many/one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from functions import data, pipeline  # noqa: E402
+from worker import QueueMessage, WorkerApp, spark  # noqa: E402
+from worker.config import HostConfig  # noqa: E402
+from worker.encoding import encode  # noqa: E402
+from worker.host import Host  # noqa: E402
+from worker.observability import configure_logging  # noqa: E402
+from worker.queues import open_backend  # noqa: E402
+
+SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+
+
+def ingest_app(cardinality: str, warehouse: Path) -> WorkerApp:
+    app = WorkerApp()
+
+    def paths(msgs: list[QueueMessage]) -> list[str]:
+        return [json.loads(m.get_body())["path"] for m in msgs]
+
+    if cardinality == "many":
+        @app.queue_trigger(arg_name="msgs", queue_name="ingest", cardinality="many")
+        def ingest_many(msgs: list[QueueMessage]) -> None:
+            pipeline.ingest(spark.session(), warehouse, paths(msgs))
+    else:
+        @app.queue_trigger(arg_name="msg", queue_name="ingest")
+        def ingest_one(msg: QueueMessage) -> None:
+            pipeline.ingest(spark.session(), warehouse, paths([msg]))
+    return app
+
+
+async def run_variant(cardinality: str, files: list[str], folder: Path) -> tuple[float, int]:
+    """Seconds to ingest every file, and rows written."""
+    folder.mkdir(parents=True)
+    warehouse = folder / "warehouse"
+    config = HostConfig(
+        base_dir=folder, max_polling_interval=0.1, batch_size=32, new_batch_threshold=16, handler_threads=2,
+        spark_master="local[2]", spark_conf=SPARK_CONF,
+    )
+    queues = open_backend(None, folder)
+    await queues.create_queue("ingest")
+    for path in files:
+        await queues.put("ingest", encode(json.dumps({"path": path}), "base64"))
+    await queues.close()
+    host = Host(ingest_app(cardinality, warehouse), config, burst=True)
+    started = time.perf_counter()
+    await host.run()
+    seconds = time.perf_counter() - started
+    assert host.metrics.get("succeeded") == len(files), host.metrics.by_function()
+    rows = sum(json.loads(p.read_text())["rows_out"] for p in (warehouse / "_stats" / "ingest").glob("*.json"))
+    return seconds, rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=32)
+    parser.add_argument("--rows", type=int, default=200, help="rows per file")
+    args = parser.parse_args()
+    configure_logging("WARNING")
+    root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    try:
+        manifest = data.generate(root / "landing", args.rows * data.BYTES_PER_ROW * args.files, files=args.files)
+        spark.configure(spark.SparkSettings("local[2]", "bench", dict(SPARK_CONF), log_file=root / "spark.log"))
+        spark.session().range(10).count()  # the JVM starts here, outside both timings
+        results = {}
+        for cardinality in ("one", "many"):
+            results[cardinality] = asyncio.run(run_variant(cardinality, manifest.files, root / cardinality))
+        (one_s, one_rows), (many_s, many_rows) = results["one"], results["many"]
+        assert one_rows == many_rows == manifest.clean, (one_rows, many_rows, manifest.clean)
+        print(f"{args.files} files, {manifest.rows} rows, {manifest.clean} rows out in each variant")
+        print(f"one message per invocation : {one_s:7.1f} s  {args.files / one_s:6.2f} files/s")
+        print(f"cardinality many           : {many_s:7.1f} s  {args.files / many_s:6.2f} files/s")
+        print(f"ratio many/one             : {one_s / many_s:6.2f}x")
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
