@@ -62,7 +62,7 @@ class Azurite:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(15)
+                self.proc.wait(5)  # it may wait on idle keep-alive connections; nothing is lost in memory
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

@@ -75,7 +75,7 @@ def format_summary(metrics: Metrics, elapsed: float) -> str:
 
 #: Secrets as they appear in connection strings and URLs: account keys, SAS signatures and tokens.
 _SECRET = re.compile(
-    r"(?P<key>AccountKey|SharedAccessSignature|sig|SharedAccessKey)=(?P<value>[^;&\s\"']+)", re.IGNORECASE
+    r"(?P<key>AccountKey|SharedAccessSignature|sig|SharedAccessKey)\s*=\s*(?P<value>[^;&\s\"']+)", re.IGNORECASE
 )
 
 

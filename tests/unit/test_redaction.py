@@ -47,6 +47,7 @@ SAS = f"sv=2022-11-02&ss=q&srt=sco&sp=rwdlacup&se=2030-01-01T00%3A00%3A00Z&sig={
         (f"https://a/q?SIG={SIG}", "https://a/q?SIG=***"),
         (f"error: 'AccountKey={KEY}'", "error: 'AccountKey=***'"),
         (f'{{"conn": "AccountKey={KEY}"}}', '{"conn": "AccountKey=***"}'),
+        (f"AccountName=a; AccountKey = {KEY}; x", "AccountName=a; AccountKey=***; x"),
     ],
 )
 def test_redact_replaces_keys_and_signatures(text: str, expected: str) -> None:
