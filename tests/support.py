@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
+
+from worker import WorkerApp
+from worker.config import HostConfig
+from worker.host import Host
 
 T = TypeVar("T")
 
@@ -32,3 +37,15 @@ async def apoll(check: Callable[[], Awaitable[T]], timeout: float, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+@asynccontextmanager
+async def running(app: WorkerApp, config: HostConfig) -> AsyncIterator[Host]:
+    """A host running on this loop until the block ends; then it drains and stops."""
+    host = Host(app, config)
+    task = asyncio.create_task(host.run())
+    try:
+        yield host
+    finally:
+        host.request_stop()
+        await asyncio.wait_for(task, 60)

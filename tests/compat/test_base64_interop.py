@@ -14,8 +14,7 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,9 @@ from azure.storage.queue import BinaryBase64DecodePolicy, BinaryBase64EncodePoli
 from azure.storage.queue.aio import QueueClient
 
 from tests.azurite import Azurite
-from tests.support import apoll
+from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
 from worker.config import HostConfig
-from worker.host import Host
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,20 +46,13 @@ def sdk_client(azurite: Azurite, queue: str, **policies: Any) -> QueueClient:
     return QueueClient.from_connection_string(azurite.connection_string, queue, **policies)
 
 
-@asynccontextmanager
-async def running(app: WorkerApp, azurite: Azurite, tmp_path: Path, encoding: str = "base64") -> AsyncIterator[Host]:
+def on_azurite(app: WorkerApp, azurite: Azurite, tmp_path: Path, encoding: str = "base64") -> Any:
     """A host on this loop, reading Azurite, until the block ends."""
     config = HostConfig(
         base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, message_encoding=encoding,
         connections={"AzureWebJobsStorage": azurite.connection_string},
     )
-    host = Host(app, config)
-    task = asyncio.create_task(host.run())
-    try:
-        yield host
-    finally:
-        host.request_stop()
-        await asyncio.wait_for(task, 60)
+    return running(app, config)
 
 
 def recording_app(queue: str, received: list[bytes]) -> WorkerApp:
@@ -117,7 +108,7 @@ async def test_bytes_put_by_binary_base64_policy_reach_the_handler_intact(
 ) -> None:
     received: list[bytes] = []
     await sdk_put(azurite, queue_name, body, message_encode_policy=BinaryBase64EncodePolicy())
-    async with running(recording_app(queue_name, received), azurite, tmp_path) as host:
+    async with on_azurite(recording_app(queue_name, received), azurite, tmp_path) as host:
         await until(lambda: bool(received), "the handler to get the message")
         await until(lambda: host.metrics.get("succeeded") == 1, "the message to complete")
     assert received == [body]
@@ -129,7 +120,7 @@ async def test_text_put_by_text_base64_policy_reaches_the_handler_as_utf8(
 ) -> None:
     received: list[bytes] = []
     await sdk_put(azurite, queue_name, TEXT, message_encode_policy=TextBase64EncodePolicy())
-    async with running(recording_app(queue_name, received), azurite, tmp_path) as host:
+    async with on_azurite(recording_app(queue_name, received), azurite, tmp_path) as host:
         await until(lambda: bool(received), "the handler to get the message")
         await until(lambda: host.metrics.get("succeeded") == 1, "the message to complete")
     assert received == [TEXT.encode("utf-8")]
@@ -140,7 +131,7 @@ async def test_plain_text_put_without_a_policy_arrives_as_utf8_under_encoding_no
 ) -> None:
     received: list[bytes] = []
     await sdk_put(azurite, queue_name, TEXT)
-    async with running(recording_app(queue_name, received), azurite, tmp_path, encoding="none") as host:
+    async with on_azurite(recording_app(queue_name, received), azurite, tmp_path, encoding="none") as host:
         await until(lambda: bool(received), "the handler to get the message")
         await until(lambda: host.metrics.get("succeeded") == 1, "the message to complete")
     assert received == [TEXT.encode("utf-8")]
@@ -162,7 +153,7 @@ async def test_output_binding_bytes_and_text_read_back_by_binary_base64_policy(
         out.set([ALL_BYTES, NOT_UTF8, TEXT])
 
     await sdk_put(azurite, queue_name, b"go", message_encode_policy=BinaryBase64EncodePolicy())
-    async with running(app, azurite, tmp_path) as host:
+    async with on_azurite(app, azurite, tmp_path) as host:
         await until(lambda: host.metrics.get("succeeded") == 1, "the handler to succeed")
     read = await sdk_receive_all(azurite, out_queue, 3)
     assert sorted(read) == sorted([ALL_BYTES, NOT_UTF8, TEXT.encode("utf-8")])
@@ -178,7 +169,7 @@ async def test_bytes_round_trip_sdk_to_handler_to_output_to_sdk(azurite: Azurite
         out.set(msg.get_body()[::-1])
 
     await sdk_put(azurite, queue_name, NOT_UTF8, message_encode_policy=BinaryBase64EncodePolicy())
-    async with running(app, azurite, tmp_path) as host:
+    async with on_azurite(app, azurite, tmp_path) as host:
         await until(lambda: host.metrics.get("succeeded") == 1, "the handler to succeed")
     assert await sdk_receive_all(azurite, out_queue, 1) == [NOT_UTF8[::-1]]
 

@@ -16,7 +16,6 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +26,12 @@ import yaml
 
 import worker.host as host_module
 from tests.compat import features_app
-from tests.support import apoll, poll
+from tests.support import apoll, poll, running
 from worker import QueueMessage, WorkerApp
 from worker.cli import UsageError, load_app
 from worker.config import HostConfig
 from worker.encoding import decode, encode
 from worker.functions_compat import FunctionAppError, SkippedFunction, from_function_app
-from worker.host import Host
 from worker.queues import open_backend
 from worker.queues.base import QueueBackend, QueueNotFound, RawMessage
 
@@ -69,18 +67,6 @@ async def backend(tmp_path: Path) -> AsyncIterator[QueueBackend]:
     b = open_backend(None, tmp_path)
     yield b
     await b.close()
-
-
-@asynccontextmanager
-async def running(app: WorkerApp, config: HostConfig) -> AsyncIterator[Host]:
-    """A host running on this loop until the block ends; then it drains and stops."""
-    host = Host(app, config)
-    task = asyncio.create_task(host.run())
-    try:
-        yield host
-    finally:
-        host.request_stop()
-        await asyncio.wait_for(task, 60)
 
 
 async def put(backend: QueueBackend, queue: str, body: str) -> str:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 
 import worker.host as host_module
-from tests.support import apoll
+from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
 from worker.config import HostConfig
 from worker.encoding import encode
@@ -36,18 +35,6 @@ def config(tmp_path: Path, connection: str | None) -> HostConfig:
         base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, new_batch_threshold=8, drain_timeout=1,
         connections={"AzureWebJobsStorage": connection} if connection else {},
     )
-
-
-@asynccontextmanager
-async def running(app: WorkerApp, config: HostConfig) -> AsyncIterator[Host]:
-    """A host running on this loop until the block ends; then it drains and stops."""
-    host = Host(app, config)
-    task = asyncio.create_task(host.run())
-    try:
-        yield host
-    finally:
-        host.request_stop()
-        await asyncio.wait_for(task, 60)
 
 
 def one_function(handler: Callable[..., Any], queue: str = QUEUE) -> WorkerApp:

@@ -36,9 +36,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tenacity.wait import wait_random_exponential
 
 from worker.queues.base import (
-    MAX_BATCH,
     MAX_MESSAGE_BYTES,
-    MAX_VISIBILITY_SECONDS,
     InvalidArgument,
     MessageNotFound,
     MessageTooLarge,
@@ -48,7 +46,10 @@ from worker.queues.base import (
     RawMessage,
     Receipt,
     TransientError,
+    check_count,
+    check_put,
     check_queue_name,
+    check_visibility,
 )
 from worker.queues.connection import AzureConnection
 
@@ -236,11 +237,7 @@ class AzureBackend:
     async def put(
         self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
     ) -> RawMessage:
-        size = len(content.encode("utf-8"))
-        if size > MAX_MESSAGE_BYTES:
-            raise MessageTooLarge(f"message is {size} bytes; the limit is {MAX_MESSAGE_BYTES} bytes (64 KiB)")
-        if not 0 <= visibility_timeout <= MAX_VISIBILITY_SECONDS:
-            raise InvalidArgument(f"visibility timeout must be between 0s and 7 days, got {visibility_timeout:g}s")
+        check_put(content, visibility_timeout, time_to_live)
         ttl = None if time_to_live is None else (-1 if time_to_live == -1 else _seconds(time_to_live))
 
         async def send() -> SdkMessage:
@@ -251,10 +248,8 @@ class AzureBackend:
         return _raw(await self._call(send, queue), content)
 
     async def receive(self, queue: str, max_messages: int, visibility_timeout: float) -> list[RawMessage]:
-        if not 1 <= max_messages <= MAX_BATCH:
-            raise InvalidArgument(f"number of messages must be between 1 and {MAX_BATCH}, got {max_messages}")
-        if not 1 <= visibility_timeout <= MAX_VISIBILITY_SECONDS:
-            raise InvalidArgument(f"visibility timeout must be between 1s and 7 days, got {visibility_timeout:g}s")
+        check_count(max_messages)
+        check_visibility(visibility_timeout, 1)
 
         async def first_page() -> list[SdkMessage]:
             pages = self._queue(queue).receive_messages(
@@ -268,8 +263,7 @@ class AzureBackend:
         return [_raw(m) for m in await self._call(first_page, queue)]
 
     async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
-        if not 0 <= visibility_timeout <= MAX_VISIBILITY_SECONDS:
-            raise InvalidArgument(f"visibility timeout must be between 0s and 7 days, got {visibility_timeout:g}s")
+        check_visibility(visibility_timeout, 0)
 
         async def update() -> SdkMessage:
             return await self._queue(queue).update_message(
@@ -295,8 +289,7 @@ class AzureBackend:
         await self._call(delete, queue, message_id)
 
     async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
-        if not 1 <= max_messages <= MAX_BATCH:
-            raise InvalidArgument(f"number of messages must be between 1 and {MAX_BATCH}, got {max_messages}")
+        check_count(max_messages)
 
         async def peek() -> list[SdkMessage]:
             return await self._queue(queue).peek_messages(max_messages=max_messages)

@@ -67,6 +67,32 @@ def check_queue_name(queue: str) -> None:
         )
 
 
+def check_put(content: str, visibility_timeout: float, time_to_live: float | None) -> float:
+    """Check a put as the service would, before any request; returns the time to live to use."""
+    size = len(content.encode("utf-8"))
+    if size > MAX_MESSAGE_BYTES:
+        raise MessageTooLarge(f"message is {size} bytes; the limit is {MAX_MESSAGE_BYTES} bytes (64 KiB)")
+    ttl = DEFAULT_TTL_SECONDS if time_to_live is None else time_to_live
+    if ttl != NEVER_EXPIRES and ttl < 1:
+        raise InvalidArgument(f"time to live must be at least 1 second or -1 (never), got {ttl:g}")
+    check_visibility(visibility_timeout, 0)
+    if ttl != NEVER_EXPIRES and visibility_timeout >= ttl:
+        raise InvalidArgument("visibility timeout must be shorter than the time to live")
+    return ttl
+
+
+def check_visibility(seconds: float, low: float) -> None:
+    """Receive takes 1 s to 7 days; put and update take 0 s to 7 days."""
+    if not low <= seconds <= MAX_VISIBILITY_SECONDS:
+        raise InvalidArgument(f"visibility timeout must be between {low:g}s and 7 days, got {seconds:g}s")
+
+
+def check_count(n: int) -> None:
+    """Receive and peek take 1 to 32 messages."""
+    if not 1 <= n <= MAX_BATCH:
+        raise InvalidArgument(f"number of messages must be between 1 and {MAX_BATCH}, got {n}")
+
+
 #: Errors that mean "the lease on this message is no longer ours".
 LeaseGone = (MessageNotFound, PopReceiptMismatch)
 

@@ -25,20 +25,17 @@ from pathlib import Path
 from typing import TypeVar
 
 from worker.queues.base import (
-    DEFAULT_TTL_SECONDS,
-    MAX_BATCH,
-    MAX_MESSAGE_BYTES,
-    MAX_VISIBILITY_SECONDS,
     NEVER_EXPIRES,
-    InvalidArgument,
     MessageNotFound,
-    MessageTooLarge,
     PopReceiptMismatch,
     QueueNotFound,
     RawMessage,
     Receipt,
     TransientError,
+    check_count,
+    check_put,
     check_queue_name,
+    check_visibility,
 )
 
 T = TypeVar("T")
@@ -82,16 +79,6 @@ def _row_to_message(row: tuple, with_receipt: bool = True) -> RawMessage:
         time_next_visible=_when(visible),
         pop_receipt=receipt if with_receipt else None,
     )
-
-
-def _check_visibility(seconds: float, low: float) -> None:
-    if not low <= seconds <= MAX_VISIBILITY_SECONDS:
-        raise InvalidArgument(f"visibility timeout must be between {low:g}s and 7 days, got {seconds:g}s")
-
-
-def _check_count(n: int) -> None:
-    if not 1 <= n <= MAX_BATCH:
-        raise InvalidArgument(f"number of messages must be between 1 and {MAX_BATCH}, got {n}")
 
 
 class SqliteBackend:
@@ -196,15 +183,7 @@ class SqliteBackend:
     async def put(
         self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
     ) -> RawMessage:
-        size = len(content.encode("utf-8"))
-        if size > MAX_MESSAGE_BYTES:
-            raise MessageTooLarge(f"message is {size} bytes; the limit is {MAX_MESSAGE_BYTES} bytes (64 KiB)")
-        ttl = DEFAULT_TTL_SECONDS if time_to_live is None else time_to_live
-        if ttl != NEVER_EXPIRES and ttl < 1:
-            raise InvalidArgument(f"time to live must be at least 1 second or -1 (never), got {ttl:g}")
-        _check_visibility(visibility_timeout, 0)
-        if ttl != NEVER_EXPIRES and visibility_timeout >= ttl:
-            raise InvalidArgument("visibility timeout must be shorter than the time to live")
+        ttl = check_put(content, visibility_timeout, time_to_live)
 
         def work(db: sqlite3.Connection) -> RawMessage:
             self._require_queue(db, queue)
@@ -220,8 +199,8 @@ class SqliteBackend:
         return await self._run(work, write=True)
 
     async def receive(self, queue: str, max_messages: int, visibility_timeout: float) -> list[RawMessage]:
-        _check_count(max_messages)
-        _check_visibility(visibility_timeout, 1)
+        check_count(max_messages)
+        check_visibility(visibility_timeout, 1)
 
         def work(db: sqlite3.Connection) -> list[RawMessage]:
             self._require_queue(db, queue)
@@ -245,7 +224,7 @@ class SqliteBackend:
         return await self._run(work, write=True)
 
     async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
-        _check_visibility(visibility_timeout, 0)
+        check_visibility(visibility_timeout, 0)
 
         def work(db: sqlite3.Connection) -> Receipt:
             now = time.time()
@@ -267,7 +246,7 @@ class SqliteBackend:
         await self._run(work, write=True)
 
     async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
-        _check_count(max_messages)
+        check_count(max_messages)
 
         def work(db: sqlite3.Connection) -> list[RawMessage]:
             self._require_queue(db, queue)
