@@ -86,13 +86,24 @@ class LeaseScheduler:
     def held(self) -> frozenset[Lease]:
         return frozenset(self._held)
 
+    def _extend(self, lease: Lease, now: float) -> None:
+        """Record a lease just taken or renewed for ``duration`` and schedule its next renewal.
+
+        A backend that keeps visibility times in whole seconds (Azure Storage)
+        may give a lease up to its ``visibility_resolution`` shorter than asked,
+        so that much is taken off before the renewal point is worked out.
+        """
+        resolution = lease.backend.visibility_resolution if lease.backend is not None else 0.0
+        lasts = max(self.duration - resolution, self.duration * self.fraction / 2)
+        lease.expires_at = now + lasts
+        self._schedule(lease, now + lasts * self.fraction)
+
     def hold(self, lease: Lease) -> None:
         """Start renewing ``lease``, which was just taken for ``duration`` seconds."""
         now = time.monotonic()
         lease.acquired_at = now
-        lease.expires_at = now + self.duration
         self._held.add(lease)
-        self._schedule(lease, now + self.duration * self.fraction)
+        self._extend(lease, now)
 
     def forget(self, lease: Lease) -> None:
         """Stop renewing ``lease`` (its message is completed or released). Caller holds ``lease.lock``."""
@@ -154,12 +165,10 @@ class LeaseScheduler:
                 )
                 self._schedule(lease, now + retry_in)
                 return
-            now = time.monotonic()
             lease.pop_receipt = receipt.pop_receipt
-            lease.expires_at = now + self.duration
             lease.renewals += 1
             self.metrics.inc("lease_renewals", lease.function)
-            self._schedule(lease, now + self.duration * self.fraction)
+            self._extend(lease, time.monotonic())
 
     def _lose(self, lease: Lease, exc: Exception) -> None:
         """Someone else owns the message now: tell the invocation, skip its completion."""

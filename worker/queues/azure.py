@@ -161,6 +161,9 @@ class _Incident:
 class AzureBackend:
     """Queues of one storage account; implements :class:`worker.queues.base.QueueBackend`."""
 
+    #: The service keeps visibility times in whole seconds, so a lease may end up to this much early.
+    visibility_resolution = 1.0
+
     def __init__(self, connection: AzureConnection, on_retry: Callable[[str], None] | None = None) -> None:
         self.connection = connection
         self._service = QueueServiceClient(

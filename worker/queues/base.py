@@ -124,6 +124,9 @@ class QueueBackend(Protocol):
     All times are UTC. Visibility and TTL are seconds (floats accepted).
     """
 
+    #: How much shorter than asked a visibility timeout may turn out (the service's time resolution).
+    visibility_resolution: float
+
     async def create_queue(self, queue: str) -> None:
         """Create the queue; creating one that exists is not an error."""
 

@@ -84,6 +84,9 @@ def _row_to_message(row: tuple, with_receipt: bool = True) -> RawMessage:
 class SqliteBackend:
     """Queues in one SQLite file; implements :class:`worker.queues.base.QueueBackend`."""
 
+    #: Visibility times are kept to the microsecond.
+    visibility_resolution = 0.0
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-{self.path.name}")
