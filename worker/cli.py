@@ -22,6 +22,7 @@ from worker.config import ConfigError, HostConfig, load_config, parse_duration
 from worker.encoding import MessageDecodeError, decode, encode
 from worker.host import Host
 from worker.observability import configure_logging, format_summary
+from worker.poison import drain_poison, poison_queue
 from worker.queues import UnsupportedConnection, open_backend
 from worker.queues.base import (
     MAX_BATCH,
@@ -31,6 +32,7 @@ from worker.queues.base import (
     MessageTooLarge,
     QueueBackend,
     QueueError,
+    QueueNotFound,
     RawMessage,
     check_queue_name,
 )
@@ -120,6 +122,16 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
 def _ttl(text: str) -> float:
     return NEVER_EXPIRES if text.strip() == "-1" else _duration(text)
 
@@ -192,7 +204,11 @@ def cmd_send(args: argparse.Namespace) -> int:
 def cmd_peek(args: argparse.Namespace) -> int:
     config = _config(args.config)
     check_queue_name(args.queue)  # a name the service would refuse is a usage error (2), not a missing queue (1)
-    messages = _with_backend(config, args.connection, lambda b: b.peek(args.queue, args.max))
+    _print_messages(_with_backend(config, args.connection, lambda b: b.peek(args.queue, args.max)), config, args.json)
+    return 0
+
+
+def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: bool) -> None:
     rows = [
         {
             "id": m.id,
@@ -203,12 +219,11 @@ def cmd_peek(args: argparse.Namespace) -> int:
         }
         for m in messages
     ]
-    if args.json:
+    if as_json:
         print(json.dumps(rows, indent=2))
     else:
         for row in rows:
             print(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
-    return 0
 
 
 def cmd_queues(args: argparse.Namespace) -> int:
@@ -231,6 +246,76 @@ def cmd_queues(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_poison(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+    check_queue_name(args.queue)
+    poison = poison_queue(args.queue)
+    if args.action == "list":
+        async def peek(backend: QueueBackend) -> list[RawMessage]:
+            try:
+                return await backend.peek(poison, min(args.max or MAX_BATCH, MAX_BATCH))
+            except QueueNotFound:  # made on first need: no poison queue yet means no poison
+                return []
+
+        _print_messages(_with_backend(config, args.connection, peek), config, args.json)
+        return 0
+
+    async def work(backend: QueueBackend) -> tuple[int, int]:
+        try:
+            total = await backend.approximate_count(poison)
+        except QueueNotFound:
+            return 0, 0
+        goal = total if args.max is None else min(total, args.max)
+        show = _progress(goal, "requeued" if args.action == "requeue" else "purged") if goal > MAX_BATCH else None
+        done = await drain_poison(backend, args.queue, requeue=args.action == "requeue", limit=args.max, progress=show)
+        return done, total
+
+    done, total = _with_backend(config, args.connection, work)
+    verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
+    if args.json:
+        print(json.dumps({"action": args.action, "queue": poison, "messages": done, "before": total}))
+    else:
+        print(f"{done} messages {verb}")
+    return 0
+
+
+def _progress(goal: int, verb: str) -> Callable[[int], None]:
+    """A one-line progress bar on stderr, for runs long enough to need one."""
+
+    def show(done: int) -> None:
+        filled = int(30 * min(done, goal) / goal)
+        end = "\n" if done >= goal else ""
+        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{goal} {verb}", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+
+    async def work(backend: QueueBackend) -> list[dict[str, Any]]:
+        names = set(await backend.list_queues())
+        sources = sorted({name.removesuffix("-poison") for name in names})
+        return [
+            {
+                "queue": source,
+                "messages": await backend.approximate_count(source) if source in names else 0,
+                "poison": await backend.approximate_count(poison_queue(source)) if poison_queue(source) in names else 0,
+            }
+            for source in sources
+        ]
+
+    rows = _with_backend(config, args.connection, work)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        width = max([len("queue"), *(len(r["queue"]) for r in rows)])
+        print(f"{'queue':<{width}}  {'messages':>8}  {'poison':>8}")
+        for row in rows:
+            print(f"{row['queue']:<{width}}  {row['messages']:>8}  {row['poison']:>8}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="worker", description="Queue-trigger worker host.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -250,13 +335,17 @@ def _parser() -> argparse.ArgumentParser:
         ("send", "put messages on a queue (created if missing), encoded under messageEncoding", cmd_send),
         ("peek", "show visible messages without taking them", cmd_peek),
         ("queues", "list queues with approximate message counts", cmd_queues),
+        ("poison", "list, requeue or purge the poison messages of QUEUE", cmd_poison),
+        ("stats", "queue and poison queue lengths", cmd_stats),
     ):
         sub = command(name, help, handler)
         sub.add_argument(
             "--connection", default=DEFAULT_CONNECTION,
             help=f"name of the connection setting (default: {DEFAULT_CONNECTION}; unset means the embedded queue)",
         )
-        if name != "queues":
+        if name == "poison":
+            sub.add_argument("action", choices=["list", "requeue", "purge"])
+        if name not in ("queues", "stats"):
             sub.add_argument("queue")
         if name == "send":
             sub.add_argument("bodies", nargs="+", metavar="BODY")
@@ -265,6 +354,9 @@ def _parser() -> argparse.ArgumentParser:
         if name == "peek":
             sub.add_argument("--max", type=int, default=MAX_BATCH, choices=range(1, MAX_BATCH + 1), metavar="N",
                              help=f"at most N messages (1-{MAX_BATCH}, default {MAX_BATCH})")
+        if name == "poison":
+            sub.add_argument("--max", type=_positive, default=None, metavar="N",
+                             help=f"requeue or purge at most N messages (list shows at most {MAX_BATCH})")
         if name != "send":
             sub.add_argument("--json", action="store_true", help="print JSON")
     return parser
