@@ -176,6 +176,7 @@ _SCHEMA: dict[str, _Setting] = {
     "worker.drainTimeout": _Setting("drain_timeout", parse_duration, _between(0, 86400, "s")),
     "worker.maxInFlight": _Setting("max_in_flight", _integer, _between(1, 100_000)),
     "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
+    "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
     "spark.master": _Setting("spark_master", _spark_master),
     "spark.appName": _Setting("spark_app_name", _text),
     "spark.conf": _Setting("spark_conf", _spark_conf),
@@ -208,6 +209,8 @@ class HostConfig:
     max_in_flight: int = 64
     #: Threads that run synchronous handlers; a sync message waits for one.
     handler_threads: int = 16
+    #: Port of /healthz, /readyz, /metrics and /leases; 0 (the default) turns the server off.
+    http_port: int = 0
     #: Where Spark runs: local[*], a cluster master, or a Spark Connect sc:// URL.
     spark_master: str = "local[*]"
     spark_app_name: str = "queueworker"

@@ -122,7 +122,8 @@ class Dispatcher:
         One message per invocation, or a whole batch for a ``cardinality="many"`` function.
         """
         deliveries = [
-            Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name))
+            Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
+                                dequeue_count=raw.dequeue_count))
             for raw in raws
         ]
         inv = Invocation(function, backend, deliveries)
@@ -234,7 +235,10 @@ class Dispatcher:
         inv.handler_task = asyncio.create_task(self._invoke(inv, argument, outputs))
         started = time.monotonic()
         try:
-            await inv.handler_task
+            try:
+                await inv.handler_task
+            finally:
+                self.metrics.handler_seconds.labels(inv.function.name).observe(time.monotonic() - started)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # the host itself is being torn down

@@ -29,6 +29,7 @@ from worker.app import WorkerApp
 from worker.completion import CompletionProcessor
 from worker.config import HostConfig
 from worker.dispatcher import SHUTDOWN, Dispatcher
+from worker.endpoints import Endpoints
 from worker.lease import LeaseScheduler
 from worker.listener import Capacity, Listener
 from worker.observability import Metrics
@@ -39,6 +40,8 @@ log = structlog.get_logger("worker.host")
 
 #: How often burst mode looks whether the trigger queues are empty, in seconds.
 BURST_CHECK_INTERVAL = 0.25
+#: How often the queue-length gauge is refreshed when the endpoints are on, in seconds.
+QUEUE_LENGTH_INTERVAL = 10.0
 #: Longest the host waits, at shutdown, for the completions of cancelled invocations and then for
 #: cancelled sync handlers to return, in seconds.
 COMPLETION_GRACE = 10.0
@@ -57,7 +60,7 @@ class _Backends:
         connection = self.config.connection_string(name)
         if connection not in self.by_connection:
             self.by_connection[connection] = open_backend(
-                connection, self.config.base_dir, on_retry=lambda _kind: self.metrics.inc("storage_retries")
+                connection, self.config.base_dir, on_retry=self.metrics.retried_storage_call
             )
             log.info("queue storage opened", connection=name, storage=describe(connection))
         return self.by_connection[connection]
@@ -109,6 +112,8 @@ class Host:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop, signum)
         scheduler_task = asyncio.create_task(scheduler.run(), name="lease-scheduler")
+        endpoints: Endpoints | None = None
+        watcher: asyncio.Task[None] | None = None
         try:
             listeners = []
             for function in self.app.functions:
@@ -126,6 +131,8 @@ class Host:
                 )
                 log.info("function loaded", function=function.name, queue=function.queue_name,
                          handler="async" if function.is_async else "sync")
+            if config.http_port:
+                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, capacity)
             log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst)
             listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
@@ -136,8 +143,12 @@ class Host:
             await asyncio.gather(*listener_tasks)
             await self._drain(dispatcher)
         finally:
-            scheduler_task.cancel()
-            await asyncio.gather(scheduler_task, return_exceptions=True)
+            for task in (scheduler_task, watcher):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+            if endpoints is not None:
+                await endpoints.stop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             await backends.close()
@@ -145,6 +156,33 @@ class Host:
             await asyncio.to_thread(spark.stop)
         log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
         return dispatcher
+
+    async def _serve_endpoints(
+        self, listeners: list[Listener], scheduler: LeaseScheduler, capacity: Capacity
+    ) -> tuple[Endpoints, asyncio.Task[None]]:
+        """Start the HTTP endpoints, with gauges for in-flight messages and queue lengths."""
+        lengths: dict[str, float] = {}
+
+        async def storage_check() -> None:
+            for lst in listeners:
+                lengths[lst.function.queue_name] = await lst.backend.approximate_count(lst.function.queue_name)
+
+        async def watch_lengths() -> None:
+            while True:
+                try:
+                    await storage_check()
+                except Exception as exc:  # readiness reports it; the gauge keeps its last values
+                    log.debug("queue length check failed", error=type(exc).__name__)
+                await asyncio.sleep(QUEUE_LENGTH_INTERVAL)
+
+        self.metrics.gauge("worker_messages_in_flight", "Messages received and not yet completed", "function",
+                           lambda: {lst.function.name: capacity.in_flight(lst.function.name) for lst in listeners})
+        self.metrics.gauge("worker_queue_length", "Approximate message count of each trigger queue", "queue",
+                           lambda: dict(lengths))
+        endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
+                              draining=self.stopping.is_set)
+        await endpoints.start(self.config.http_port)
+        return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
 
     @property
     def elapsed(self) -> float:

@@ -49,6 +49,7 @@ class Lease:
     message_id: str
     pop_receipt: str | None
     function: str = ""
+    dequeue_count: int = 0
     #: time.monotonic() at which the lease ends unless renewed.
     expires_at: float = 0.0
     acquired_at: float = field(default_factory=time.monotonic)

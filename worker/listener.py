@@ -119,7 +119,8 @@ class Listener:
             if room == 0:
                 return
             try:
-                messages = await self.backend.receive(self.function.queue_name, room, self.config.lease_duration)
+                with self.metrics.receive_seconds.labels(name).time():
+                    messages = await self.backend.receive(self.function.queue_name, room, self.config.lease_duration)
             except QueueNotFound:
                 # Deleted under the host, or never created because storage was down at start.
                 self._log.warning("trigger queue does not exist; creating it")

@@ -21,9 +21,10 @@ import pytest
 
 from tests.azurite import ACCOUNT, KEY, Azurite
 from tests.host.processes import APP, REPO, WorkerProcess, attempts, write_host_yaml
-from tests.support import poll
+from tests.support import apoll, poll
 from worker.encoding import encode
 from worker.queues import open_backend
+from worker.queues.base import QueueBackend
 
 pytestmark = pytest.mark.subprocess
 
@@ -111,13 +112,14 @@ async def test_key_stays_out_of_the_log_while_processing_and_through_a_storage_o
         sender = open_backend(emulator.connection_string, tmp_path)
         try:
             sent = await sender.put(QUEUE, encode("needs the key to be read", "base64"))
+            done = poll(
+                lambda: [r for r in attempts(tmp_path / "attempts.sqlite3") if r["event"] == "done"], 30,
+                what="the handler to finish",
+            )
+            assert [(r["message_id"], r["body"]) for r in done] == [(sent.id, "needs the key to be read")]
+            await apoll(lambda: _empty(sender), 30, what="the message to be deleted")  # completion, after the handler
         finally:
             await sender.close()
-        done = poll(
-            lambda: [r for r in attempts(tmp_path / "attempts.sqlite3") if r["event"] == "done"], 30,
-            what="the handler to finish",
-        )
-        assert [(r["message_id"], r["body"]) for r in done] == [(sent.id, "needs the key to be read")]
 
         # Storage goes away under the running worker: each call retries, then the receive gives up and says so.
         assert emulator.proc is not None
@@ -134,6 +136,10 @@ async def test_key_stays_out_of_the_log_while_processing_and_through_a_storage_o
     assert totals["succeeded"] == 1
     assert totals["storage_errors"] >= 1 and totals["storage_retries"] >= 1
     assert_no_key(worker.text())
+
+
+async def _empty(backend: QueueBackend) -> bool:
+    return await backend.approximate_count(QUEUE) == 0
 
 
 def test_storage_failure_at_startup_is_logged_without_the_key(tmp_path: Path, workers: list[LoggedWorker]) -> None:

@@ -1,0 +1,85 @@
+"""/healthz, /readyz, /metrics and /leases of a real worker process while a slow handler holds a message."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.host.processes import WorkerProcess, attempts, write_host_yaml
+from tests.support import poll
+from worker.encoding import encode
+from worker.queues.base import QueueBackend
+
+QUEUE = "slow"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def sample(text: str, name: str, labels: str) -> float | None:
+    """The value of one Prometheus sample, e.g. sample(text, "worker_received_total", 'function="recorder"')."""
+    match = re.search(rf"^{re.escape(name)}\{{{re.escape(labels)}\}} (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+async def test_endpoints_report_what_the_worker_is_doing(
+    tmp_path: Path, connection: str | None, queue: QueueBackend
+) -> None:
+    port = free_port()
+    config = write_host_yaml(tmp_path, worker={"leaseDuration": "3s", "drainTimeout": "3s", "httpPort": port})
+    record_db = tmp_path / "attempts.sqlite3"
+    env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "60", "TRIGGER_QUEUE": QUEUE}
+    if connection is not None:
+        env["AzureWebJobsStorage"] = connection
+    worker = WorkerProcess(config, env).start()
+    try:
+        worker.wait_for_log("host started")
+        assert get(port, "/healthz")[0] == 200
+        status, body = get(port, "/readyz")
+        assert (status, json.loads(body)["functions"]) == (200, ["recorder"])
+
+        [message_id] = [(await queue.put(QUEUE, encode("slow one", "base64"))).id]
+        poll(lambda: attempts(record_db), 30, what="the handler to start")
+
+        def renewed_twice() -> list[dict[str, Any]] | None:
+            held = json.loads(get(port, "/leases")[1])
+            return held if held and held[0]["renewals"] >= 2 else None
+
+        [lease] = poll(renewed_twice, 30, what="the lease to be renewed twice")
+        assert (lease["messageId"], lease["function"], lease["queue"], lease["dequeueCount"]) == (
+            message_id, "recorder", QUEUE, 1)
+        assert lease["elapsedSeconds"] > 0
+
+        metrics = get(port, "/metrics")[1]
+        fn = 'function="recorder"'
+        assert sample(metrics, "worker_received_total", fn) == 1
+        assert sample(metrics, "worker_messages_in_flight", fn) == 1
+        assert sample(metrics, "worker_lease_renewals_total", fn) >= 2
+        assert sample(metrics, "worker_succeeded_total", fn) is None  # nothing finished yet
+        assert sample(metrics, "worker_receive_duration_seconds_count", fn) >= 1
+        assert sample(metrics, "worker_handler_duration_seconds_count", fn) in (None, 0)
+
+        worker.send_signal(signal.SIGTERM)
+        status, body = poll(lambda: (r := get(port, "/readyz"))[0] == 503 and r, 10, what="/readyz to say draining")
+        assert "draining" in json.loads(body)["problems"]
+        assert worker.wait(60) == 0
+        assert worker.totals()["released"] == 1
+    finally:
+        worker.kill()
