@@ -121,12 +121,13 @@ class Dispatcher:
 
         One message per invocation, or a whole batch for a ``cardinality="many"`` function.
         """
-        deliveries = [
+        inv = Invocation(function, backend, [])
+        inv.deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
-                                dequeue_count=raw.dequeue_count))
+                                dequeue_count=raw.dequeue_count, invocation_id=inv.id))
             for raw in raws
         ]
-        inv = Invocation(function, backend, deliveries)
+        deliveries = inv.deliveries
         for delivery in deliveries:
             if not function.many:  # a batch goes on without a message whose lease was lost
                 delivery.lease.on_lost = lambda: inv.cancel(LEASE_LOST)

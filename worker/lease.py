@@ -50,6 +50,7 @@ class Lease:
     pop_receipt: str | None
     function: str = ""
     dequeue_count: int = 0
+    invocation_id: str = ""
     #: time.monotonic() at which the lease ends unless renewed.
     expires_at: float = 0.0
     acquired_at: float = field(default_factory=time.monotonic)
@@ -61,6 +62,11 @@ class Lease:
     #: Set once completion has begun; the scheduler then leaves the lease alone.
     finished: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def log_fields(self) -> dict[str, object]:
+        """What every log line about this lease's message carries."""
+        return {"function": self.function, "queue": self.queue, "message_id": self.message_id,
+                "dequeue_count": self.dequeue_count, "invocation_id": self.invocation_id}
 
     @classmethod
     def detached(cls, message_id: str, pop_receipt: str | None) -> Lease:
@@ -161,7 +167,7 @@ class LeaseScheduler:
                 retry_in = max(MIN_RETRY, (lease.expires_at - now) / 2)
                 log.warning(
                     "lease renewal failed; retrying",
-                    function=lease.function, queue=lease.queue, message_id=lease.message_id,
+                    **lease.log_fields(),
                     error=f"{type(exc).__name__}: {exc}", retry_in=round(retry_in, 3),
                 )
                 self._schedule(lease, now + retry_in)
@@ -180,7 +186,7 @@ class LeaseScheduler:
         self.metrics.inc("leases_lost", lease.function)
         log.warning(
             "lease lost; the message now belongs to another receiver",
-            function=lease.function, queue=lease.queue, message_id=lease.message_id,
+            **lease.log_fields(),
             reason=type(exc).__name__,
         )
         if lease.on_lost is not None:
