@@ -38,6 +38,8 @@ async def test_host_rides_out_a_storage_outage_and_resumes(tmp_path: Path) -> No
         await apoll(lambda: _exists(sender), 20, what="the host to create its queue")
         await sender.put(QUEUE, encode("before", "base64"))
         await apoll(lambda: _true(handled == [b"before"]), 20, what="the first message")
+        # Its deletion comes after the handler; an outage before it would leave the message to its lease.
+        await apoll(lambda: _true(host.metrics.get("succeeded") == 1), 20, what="the first message's deletion")
 
         emulator.stop()
         await apoll(lambda: _true(host.metrics.get("storage_retries") > 0), 30, what="the host to notice the outage")
