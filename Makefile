@@ -27,3 +27,12 @@ test: $(INSTALLED) $(NODE_INSTALLED)
 
 clean:
 	rm -rf $(VENV) node_modules .worker .pytest_cache
+
+# Benchmarks (a few minutes): worker throughput on Azurite beside a raw-SDK ceiling and a naive loop,
+# then lease renewal at scale on the embedded SQLite queue, then the pipeline one message per file versus
+# batched. See the docstrings in bench/.
+.PHONY: bench
+bench: $(INSTALLED) $(NODE_INSTALLED)
+	$(PY) bench/throughput.py
+	$(PY) bench/renewals.py
+	$(PY) bench/pipeline.py
