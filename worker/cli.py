@@ -235,14 +235,8 @@ def cmd_queues(args: argparse.Namespace) -> int:
             for name in await backend.list_queues()
         ]
 
-    rows = _with_backend(config, args.connection, work)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        width = max([len("queue"), *(len(r["name"]) for r in rows)])
-        print(f"{'queue':<{width}}  messages")
-        for row in rows:
-            print(f"{row['name']:<{width}}  {row['approximateMessageCount']}")
+    _print_table(_with_backend(config, args.connection, work), {"name": "queue", "approximateMessageCount": "messages"},
+                 args.json)
     return 0
 
 
@@ -305,15 +299,27 @@ def cmd_stats(args: argparse.Namespace) -> int:
             for source in sources
         ]
 
-    rows = _with_backend(config, args.connection, work)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        width = max([len("queue"), *(len(r["queue"]) for r in rows)])
-        print(f"{'queue':<{width}}  {'messages':>8}  {'poison':>8}")
-        for row in rows:
-            print(f"{row['queue']:<{width}}  {row['messages']:>8}  {row['poison']:>8}")
+    _print_table(_with_backend(config, args.connection, work), {"queue": "queue", "messages": "messages",
+                                                                  "poison": "poison"}, args.json)
     return 0
+
+
+def _print_table(rows: list[dict[str, Any]], titles: dict[str, str], as_json: bool) -> None:
+    """``rows`` as JSON, or as a table with the first column left-aligned and the others right-aligned."""
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    widths = {key: max([len(title), *(len(str(row[key])) for row in rows)]) for key, title in titles.items()}
+    first = next(iter(titles))
+
+    def line(cells: dict[str, Any]) -> str:
+        return "  ".join(
+            f"{cells[key]!s:<{widths[key]}}" if key == first else f"{cells[key]!s:>{widths[key]}}" for key in titles
+        )
+
+    print(line(titles))
+    for row in rows:
+        print(line(row))
 
 
 def _parser() -> argparse.ArgumentParser:
