@@ -199,7 +199,11 @@ class Host:
         """Burst mode: return once nothing is in flight and every trigger queue is empty (or on a signal)."""
         while not self.stopping.is_set():
             if capacity.total == 0:
-                counts = [await lst.backend.approximate_count(lst.function.queue_name) for lst in listeners]
+                try:
+                    counts = [await lst.backend.approximate_count(lst.function.queue_name) for lst in listeners]
+                except Exception as exc:  # storage trouble is no reason to stop early, nor to crash
+                    log.warning("burst mode cannot count the trigger queues now", error=f"{type(exc).__name__}: {exc}")
+                    counts = [1]
                 if capacity.total == 0 and not any(counts):
                     log.info("trigger queues are empty; stopping (burst mode)")
                     return

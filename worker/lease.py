@@ -113,8 +113,12 @@ class LeaseScheduler:
         self._extend(lease, now)
 
     def forget(self, lease: Lease) -> None:
-        """Stop renewing ``lease`` (its message is completed or released). Caller holds ``lease.lock``."""
+        """Stop renewing ``lease`` (its message is completed or released). Caller holds ``lease.lock``.
+
+        Its heap entry stays until due; dropping ``on_lost`` lets the invocation be freed meanwhile.
+        """
         lease.finished = True
+        lease.on_lost = None
         self._held.discard(lease)
 
     def _schedule(self, lease: Lease, due: float) -> None:
