@@ -4,7 +4,7 @@ N received messages (``--messages``, default 10,000) are held under leases of
 ``--lease`` seconds (default 2) for ``--seconds`` (default 60), each lease
 renewed at half its length (the host's leaseRenewalFraction). Renewing every
 lease on time takes N / (lease x 0.5) renewals a second, 10,000/s with the
-defaults, each one SQLite write transaction. A late renewal stretches that
+defaults, each one SQLite update (the backend commits waiting writes in groups). A late renewal stretches that
 lease's cycle (the next one is due half a lease after it), so fewer renewals a
 second can hold N as long as none is more than lease x 0.5 late.
 
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{name}: {args.messages} leases of {args.lease:g} s held {args.seconds:g} s ...", flush=True)
             results.append(run_design(name, Path(folder), args.messages, args.seconds, args.lease))
         print(f"\n{args.messages} leases of {args.lease:g} s, renewed at {FRACTION:g}, held {args.seconds:g} s "
-              f"on the embedded SQLite queue (one write transaction per renewal)")
+              f"on the embedded SQLite queue (writes committed in groups)")
         print(table(results, args.lease))
         scheduler = results[0]
         if scheduler.lapsed and not args.no_limit_search:
