@@ -434,6 +434,28 @@ async def test_receipt_is_stale_after_a_later_receive(backend: QueueBackend, que
     await backend.delete(queue_name, second.id, receipt_of(second))
 
 
+
+async def test_concurrent_calls_fail_only_where_their_own_receipt_is_stale(backend: QueueBackend, queue_name: str) -> None:
+    """Many updates and deletes at once (a backend may commit them together): a stale one fails alone."""
+    await backend.create_queue(queue_name)
+    for i in range(20):
+        await backend.put(queue_name, f"m{i}")
+    got = await backend.receive(queue_name, 20, HIDDEN)
+    assert len(got) == 20
+    stale = {m.id for m in got[::4]}
+    calls = [
+        backend.update(queue_name, m.id, "stale" if m.id in stale else receipt_of(m), HIDDEN) if i % 2
+        else backend.delete(queue_name, m.id, "stale" if m.id in stale else receipt_of(m))
+        for i, m in enumerate(got)
+    ]
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+
+    failed = {m.id for m, outcome in zip(got, outcomes, strict=True) if isinstance(outcome, BaseException)}
+    assert failed == stale
+    assert all(isinstance(o, PopReceiptMismatch) for o in outcomes if isinstance(o, BaseException))
+    deleted = sum(1 for i, m in enumerate(got) if i % 2 == 0 and m.id not in stale)
+    assert await backend.approximate_count(queue_name) == 20 - deleted
+
 # -- delete -------------------------------------------------------------------------------------------------------
 
 
