@@ -102,9 +102,14 @@ class RetryCount:
 
 
 def queue_client(connection_string: str, queue: str) -> QueueClient:
-    """An asyncio SDK client that retries at once (the SDK's default back-off starts at 15 s)."""
+    """An asyncio SDK client that retries at once (the SDK's default back-off starts at 15 s).
+
+    Environment settings are off, as in the worker when no proxy is configured: with them on,
+    aiohttp looks for ~/.netrc on every request.
+    """
     return QueueClient.from_connection_string(
-        connection_string, queue, initial_backoff=0, increment_base=0, random_jitter_range=0
+        connection_string, queue, initial_backoff=0, increment_base=0, random_jitter_range=0,
+        use_env_settings=False,
     )
 
 

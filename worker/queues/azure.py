@@ -14,7 +14,10 @@ under messageEncoding happens above this layer, as for the embedded queue.
 
 from __future__ import annotations
 
+import asyncio
 import math
+import os
+import random
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -60,6 +63,9 @@ T = TypeVar("T")
 #: Attempts of one storage call before it surfaces as TransientError, and the time they may take in all.
 RETRY_ATTEMPTS = 5
 RETRY_BUDGET_SECONDS = 15.0
+#: Back-off before the first retry is random up to this many seconds, doubling at each retry, capped at the max.
+RETRY_FIRST_WAIT = 0.2
+RETRY_MAX_WAIT = 4.0
 #: Seconds to open a connection, and to wait for an answer (a receive returns at once, even when empty).
 CONNECT_TIMEOUT = 5
 READ_TIMEOUT = 30
@@ -138,8 +144,7 @@ class _Incident:
         self.started: float | None = None
         self.failures = 0
 
-    def failed(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
+    def failed(self, exc: BaseException | None) -> None:
         kind = _describe(exc) if exc else "unknown"
         self.failures += 1
         if self.on_retry is not None:
@@ -147,6 +152,10 @@ class _Incident:
         if self.started is None:
             self.started = time.monotonic()
             log.warning("storage call failed; retrying with back-off", error=kind)
+
+    def after_attempt(self, state: RetryCallState) -> None:
+        """tenacity's ``after`` hook: called after each failed retry."""
+        self.failed(state.outcome.exception() if state.outcome else None)
 
     def succeeded(self) -> None:
         if self.started is not None:
@@ -156,6 +165,17 @@ class _Incident:
             )
             self.started = None
             self.failures = 0
+
+
+def _env_settings_wanted() -> bool:
+    """Whether the HTTP client should read proxy settings from the environment.
+
+    With them on, aiohttp also looks for ~/.netrc on every request (in a thread),
+    which costs a quarter of a no-op message's time; so they are on only where a
+    proxy is configured, which is all they are for here (storage requests are signed).
+    """
+    return any(os.environ.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
+                                                  "https_proxy", "all_proxy"))
 
 
 class AzureBackend:
@@ -172,6 +192,7 @@ class AzureBackend:
             retry_total=0,
             connection_timeout=CONNECT_TIMEOUT,
             read_timeout=READ_TIMEOUT,
+            use_env_settings=_env_settings_wanted(),
         )
         self._queues: dict[str, QueueClient] = {}
         self._incident = _Incident(on_retry)
@@ -188,16 +209,20 @@ class AzureBackend:
     async def _call(
         self, call: Callable[[], Awaitable[T]], queue: str, message_id: str | None = None
     ) -> T:
-        """Run one storage call with our retry policy; map what still fails onto the protocol's errors."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_transient),
-            wait=wait_random_exponential(multiplier=0.2, max=4),
-            stop=stop_after_attempt(RETRY_ATTEMPTS) | stop_after_delay(RETRY_BUDGET_SECONDS),
-            after=self._incident.failed,
-            reraise=True,
-        )
+        """Run one storage call with our retry policy; map what still fails onto the protocol's errors.
+
+        The first attempt is made directly: building a retry loop costs more than a no-op message's
+        whole handling, and almost every call succeeds at once.
+        """
+        started = time.monotonic()
         try:
-            result = await retrying(call)
+            try:
+                result = await call()
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._incident.failed(exc)
+                result = await self._retry(call, started)
         except AzureError as exc:
             if is_transient(exc):
                 raise TransientError(f"storage unreachable for queue {queue!r}: {_describe(exc)}") from None
@@ -206,6 +231,20 @@ class AzureBackend:
             raise TransientError(f"storage unreachable for queue {queue!r}: {_describe(exc)}") from None
         self._incident.succeeded()
         return result
+
+    async def _retry(self, call: Callable[[], Awaitable[T]], started: float) -> T:
+        """Attempts 2 to RETRY_ATTEMPTS of a call whose first attempt failed transiently, with back-off before each."""
+        await asyncio.sleep(random.uniform(0, RETRY_FIRST_WAIT))
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_transient),
+            # The n-th retry waits up to RETRY_FIRST_WAIT * 2**n, doubling on from the wait above.
+            wait=wait_random_exponential(multiplier=2 * RETRY_FIRST_WAIT, max=RETRY_MAX_WAIT),
+            stop=stop_after_attempt(RETRY_ATTEMPTS - 1)
+            | stop_after_delay(max(0.0, RETRY_BUDGET_SECONDS - (time.monotonic() - started))),
+            after=self._incident.after_attempt,
+            reraise=True,
+        )
+        return await retrying(call)
 
     # -- queues -----------------------------------------------------------------------------------------------
 
