@@ -183,13 +183,17 @@ class Dispatcher:
             raw = inv.deliveries[0].raw
             bound = bound.bind(message_id=raw.id, dequeue_count=raw.dequeue_count)
         await self._execute(inv, bound)
-        await asyncio.gather(*(
+        completions = [
             self.completion.complete(
                 Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, d.raw, d.lease),
                 d.result or Result(Outcome.RELEASE, "no result"),
             )
             for d in inv.deliveries
-        ))
+        ]
+        if len(completions) == 1:  # the common case, without gather's task per message
+            await completions[0]
+        else:
+            await asyncio.gather(*completions)
 
     def _admit(self, delivery: Delivery, bound: structlog.typing.FilteringBoundLogger) -> bool:
         """Decode one message for the handler; or decide at once that it goes to poison. True if admitted."""

@@ -52,7 +52,8 @@ class Capacity:
         self.limit = limit
         self.total = 0
         self._per_function: Counter[str] = Counter()
-        self._changed = asyncio.Condition()
+        #: Set whenever places are given back; every waiting listener wakes and looks again.
+        self._changed = asyncio.Event()
 
     def in_flight(self, function: str) -> int:
         return self._per_function[function]
@@ -60,29 +61,25 @@ class Capacity:
     async def reserve(self, function: str, threshold: int, want: int) -> int:
         """Wait until ``function`` holds no more than ``threshold`` and the process has room; reserve it.
 
-        The room is taken before the receive, so that listeners receiving at
-        the same time cannot together pass ``maxInFlight``; the caller gives
-        back what the receive did not fill.
+        The room is taken before the receive (the check and the taking have no
+        await between them), so that listeners receiving at the same time
+        cannot together pass ``maxInFlight``; the caller gives back what the
+        receive did not fill.
         """
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: self._per_function[function] <= threshold and self.total < self.limit
-            )
-            room = min(want, self.limit - self.total)
-            self._per_function[function] += room
-            self.total += room
-            return room
+        while not (self._per_function[function] <= threshold and self.total < self.limit):
+            self._changed.clear()
+            await self._changed.wait()
+        room = min(want, self.limit - self.total)
+        self._per_function[function] += room
+        self.total += room
+        return room
 
     def give_back(self, function: str, count: int = 1) -> None:
         """``count`` reserved places are free again (messages completed, or a receive came back short)."""
         if count:
             self._per_function[function] -= count
             self.total -= count
-            asyncio.get_running_loop().create_task(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+            self._changed.set()
 
 
 class Listener:
