@@ -34,6 +34,8 @@ log = structlog.get_logger("worker.lease")
 MIN_RETRY = 0.25
 #: Renewals in flight at once (one task each), so that a burst of due leases does not flood storage.
 MAX_CONCURRENT_RENEWALS = 64
+#: Heap entries of finished leases tolerated beyond the held ones before the heap is rebuilt.
+COMPACT_SLACK = 64
 
 
 @dataclass(eq=False)
@@ -115,11 +117,16 @@ class LeaseScheduler:
     def forget(self, lease: Lease) -> None:
         """Stop renewing ``lease`` (its message is completed or released). Caller holds ``lease.lock``.
 
-        Its heap entry stays until due; dropping ``on_lost`` lets the invocation be freed meanwhile.
+        Its heap entry is skipped when due. Entries of finished leases would otherwise pile up for
+        half a lease (5 minutes by default: tens of thousands at a few hundred messages a second), so
+        once they are most of the heap it is rebuilt without them, which costs O(1) per lease overall.
         """
         lease.finished = True
         lease.on_lost = None
         self._held.discard(lease)
+        if len(self._heap) > 2 * len(self._held) + COMPACT_SLACK:
+            self._heap = [entry for entry in self._heap if not entry[2].finished]
+            heapq.heapify(self._heap)
 
     def _schedule(self, lease: Lease, due: float) -> None:
         earliest = self._heap[0][0] if self._heap else float("inf")
