@@ -9,6 +9,7 @@ message is someone else's: nothing is done to it.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from dataclasses import dataclass
 
@@ -17,11 +18,13 @@ import structlog
 from worker.config import HostConfig
 from worker.lease import Lease, LeaseScheduler
 from worker.observability import Metrics
-from worker.queues.base import LeaseGone, QueueBackend, QueueNotFound, RawMessage
+from worker.queues.base import LeaseGone, QueueBackend, QueueNotFound, RawMessage, TransientError
 
 log = structlog.get_logger("worker.completion")
 
 POISON_SUFFIX = "-poison"
+#: Seconds between attempts of a completion that storage failed (each attempt has the backend's own retries).
+COMPLETION_RETRY_INTERVAL = 2.0
 
 
 class Outcome(enum.Enum):
@@ -61,33 +64,57 @@ class CompletionProcessor:
     async def complete(self, item: Finished, result: Result) -> None:
         """Delete, release or poison the message, under its lease lock so no renewal races the receipt.
 
-        Storage errors are logged and counted, never raised: the message then
-        comes back when its lease ends, which is the safe direction.
+        Storage trouble (:class:`TransientError`, left after the backend's own
+        retries) does not give the message up: its lease is renewed again and
+        the completion retried every ``COMPLETION_RETRY_INTERVAL`` until storage
+        answers or the lease is lost. Letting go would hand a finished message
+        to a second run once its lease ended (10 minutes later, by default).
+        Any other error is logged and counted; the message then comes back when
+        its lease ends, which is the safe direction.
         """
         lease = item.lease
         bound = log.bind(
             function=item.function, queue=item.queue, message_id=item.raw.id,
             dequeue_count=item.raw.dequeue_count, invocation_id=item.invocation_id,
         )
-        async with lease.lock:
-            if lease.lost.is_set():
-                self.metrics.inc("completions_skipped", item.function)
-                bound.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
-                return
-            self.scheduler.forget(lease)
-            try:
-                await self._apply(item, result, bound)
-            except LeaseGone as exc:
-                self.metrics.inc("leases_lost", item.function)
-                bound.warning("message changed hands before completion", error=type(exc).__name__)
-            except Exception as exc:
-                self.metrics.inc("storage_errors", item.function)
-                bound.error(
-                    "completion failed; the message returns when its lease ends",
-                    outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
-                )
+        progress = _Progress()
+        while True:
+            async with lease.lock:
+                if lease.lost.is_set():
+                    self.metrics.inc("completions_skipped", item.function)
+                    bound.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
+                    return
+                self.scheduler.forget(lease)
+                try:
+                    await self._apply(item, result, bound, progress)
+                    if progress.failed_attempts:
+                        bound.info("completion done after storage returned", attempts=progress.failed_attempts + 1)
+                    return
+                except LeaseGone as exc:
+                    self.metrics.inc("leases_lost", item.function)
+                    bound.warning("message changed hands before completion", error=type(exc).__name__)
+                    return
+                except TransientError as exc:
+                    self.metrics.inc("storage_errors", item.function)
+                    progress.failed_attempts += 1
+                    if progress.failed_attempts == 1:
+                        bound.error(
+                            "completion failed; keeping the lease and retrying until storage answers",
+                            outcome=result.outcome.value, error=str(exc), retry_every=COMPLETION_RETRY_INTERVAL,
+                        )
+                    self.scheduler.resume(lease)
+                except Exception as exc:
+                    self.metrics.inc("storage_errors", item.function)
+                    bound.error(
+                        "completion failed; the message returns when its lease ends",
+                        outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
+                    )
+                    return
+            await asyncio.sleep(COMPLETION_RETRY_INTERVAL)
 
-    async def _apply(self, item: Finished, result: Result, bound: structlog.typing.FilteringBoundLogger) -> None:
+    async def _apply(
+        self, item: Finished, result: Result, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
+    ) -> None:
         receipt = item.lease.pop_receipt
         assert receipt is not None
         if result.outcome is Outcome.SUCCEEDED:
@@ -108,7 +135,7 @@ class CompletionProcessor:
         if result.outcome is Outcome.POISON or item.raw.dequeue_count >= self.config.max_dequeue_count:
             if result.outcome is Outcome.FAILED:
                 self.metrics.inc("failed", item.function)
-            await self._poison(item, result.reason, bound)
+            await self._poison(item, result.reason, bound, progress)
             return
         await item.backend.update(item.queue, item.raw.id, receipt, self.config.visibility_timeout)
         self.metrics.inc("failed", item.function)
@@ -119,19 +146,35 @@ class CompletionProcessor:
             attempts_left=self.config.max_dequeue_count - item.raw.dequeue_count,
         )
 
-    async def _poison(self, item: Finished, reason: str, bound: structlog.typing.FilteringBoundLogger) -> None:
+    async def _poison(
+        self, item: Finished, reason: str, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
+    ) -> None:
         """Copy the original text to ``<queue>-poison`` (created on first need), then delete the original.
 
         The copy never expires, so that nothing poisoned disappears unseen; the
-        reason goes to the log together with the copy's id.
+        reason goes to the log together with the copy's id. A retried
+        completion whose copy was made already only deletes.
         """
         poison = item.queue + POISON_SUFFIX
-        try:
-            copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
-        except QueueNotFound:
-            await item.backend.create_queue(poison)
-            copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
+        if progress.poison_copy_id is None:
+            try:
+                copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
+            except QueueNotFound:
+                await item.backend.create_queue(poison)
+                copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
+            progress.poison_copy_id = copy.id
         assert item.lease.pop_receipt is not None
         await item.backend.delete(item.queue, item.raw.id, item.lease.pop_receipt)
         self.metrics.inc("poisoned", item.function)
-        bound.error("message moved to the poison queue", poison_queue=poison, poison_message_id=copy.id, reason=reason)
+        bound.error(
+            "message moved to the poison queue", poison_queue=poison, poison_message_id=progress.poison_copy_id,
+            reason=reason,
+        )
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What a completion has done so far, so that a retry after a storage failure does not do it twice."""
+
+    failed_attempts: int = 0
+    poison_copy_id: str | None = None

@@ -57,12 +57,16 @@ class Lease:
     expires_at: float = 0.0
     acquired_at: float = field(default_factory=time.monotonic)
     renewals: int = 0
+    #: Renewals failed in a row (storage trouble); only the first of a run is logged as a warning.
+    failed_renewals: int = 0
     lost: threading.Event = field(default_factory=threading.Event)
     cancelled: threading.Event = field(default_factory=threading.Event)
     #: Called (on the event loop) once when the lease is lost.
     on_lost: Callable[[], None] | None = None
     #: Set once completion has begun; the scheduler then leaves the lease alone.
     finished: bool = False
+    #: When its next renewal is due (time.monotonic()); heap entries with another due time are stale.
+    due: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def log_fields(self) -> dict[str, object]:
@@ -125,11 +129,21 @@ class LeaseScheduler:
         lease.on_lost = None
         self._held.discard(lease)
         if len(self._heap) > 2 * len(self._held) + COMPACT_SLACK:
-            self._heap = [entry for entry in self._heap if not entry[2].finished]
+            self._heap = [entry for entry in self._heap if not entry[2].finished and entry[0] == entry[2].due]
             heapq.heapify(self._heap)
+
+    def resume(self, lease: Lease) -> None:
+        """Renew ``lease`` again, at once: its completion failed and will be retried. Caller holds ``lease.lock``.
+
+        Unlike :meth:`hold`, the lease keeps the expiry it has: renewals may have failed meanwhile.
+        """
+        lease.finished = False
+        self._held.add(lease)
+        self._schedule(lease, time.monotonic())
 
     def _schedule(self, lease: Lease, due: float) -> None:
         earliest = self._heap[0][0] if self._heap else float("inf")
+        lease.due = due
         heapq.heappush(self._heap, (due, next(self._seq), lease))
         if due < earliest:
             self._wake.set()
@@ -141,8 +155,8 @@ class LeaseScheduler:
                 self._wake.clear()
                 now = time.monotonic()
                 while self._heap and self._heap[0][0] <= now:
-                    _, _, lease = heapq.heappop(self._heap)
-                    if not lease.finished:
+                    due, _, lease = heapq.heappop(self._heap)
+                    if not lease.finished and due == lease.due:
                         self._due.append(lease)
                 while self._due and len(self._renewers) < MAX_CONCURRENT_RENEWALS:
                     task = asyncio.create_task(self._renew_due())
@@ -176,15 +190,18 @@ class LeaseScheduler:
                 self.metrics.inc("storage_errors", lease.function)
                 now = time.monotonic()
                 retry_in = max(MIN_RETRY, (lease.expires_at - now) / 2)
-                log.warning(
+                lease.failed_renewals += 1
+                (log.warning if lease.failed_renewals == 1 else log.debug)(
                     "lease renewal failed; retrying",
                     **lease.log_fields(),
                     error=f"{type(exc).__name__}: {exc}", retry_in=round(retry_in, 3),
+                    failed_in_a_row=lease.failed_renewals,
                 )
                 self._schedule(lease, now + retry_in)
                 return
             lease.pop_receipt = receipt.pop_receipt
             lease.renewals += 1
+            lease.failed_renewals = 0
             self.metrics.inc("lease_renewals", lease.function)
             self._extend(lease, time.monotonic())
 
