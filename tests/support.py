@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -49,3 +52,19 @@ async def running(app: WorkerApp, config: HostConfig) -> AsyncIterator[Host]:
     finally:
         host.request_stop()
         await asyncio.wait_for(task, 60)
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a worker's endpoints)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(port: int, path: str, timeout: float = 10) -> tuple[int, str]:
+    """GET a worker endpoint on loopback: the status and the body, also for 4xx and 5xx answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()

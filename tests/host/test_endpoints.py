@@ -5,32 +5,15 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
-from tests.support import poll
+from tests.support import free_port, get, poll
 from worker.encoding import encode
 from worker.queues.base import QueueBackend
 
 QUEUE = "slow"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
 
 
 def sample(text: str, name: str, labels: str) -> float | None:
