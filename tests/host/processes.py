@@ -39,6 +39,7 @@ class WorkerProcess:
     config: Path
     env: dict[str, str]
     name: str = "worker"
+    app: str = APP
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
 
@@ -50,7 +51,7 @@ class WorkerProcess:
         env = {**inherited, "PYTHONPATH": str(REPO), **self.env}
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "worker", "run", "--app", APP, "--config", str(self.config)],
+                [sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config)],
                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
             )
         return self
