@@ -4,7 +4,8 @@ Set by environment variables, so that one module serves every test:
 ``RECORD_DB`` (the table's file), ``TRIGGER_QUEUE`` (default ``work``),
 ``HANDLER_MODE``: ``ok``; ``fail`` (always raise); ``hold`` (run for
 ``HOLD_SECONDS``, returning early if the host cancels); ``hold-first`` (hold on
-the first delivery, succeed on later ones).
+the first delivery, succeed on later ones). Whatever the mode, a message whose
+body starts with ``FAIL_PREFIX`` (when set) always raises.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def record(message: QueueMessage, event: str) -> None:
 def recorder(msg: QueueMessage) -> None:
     record(msg, "start")
     mode = os.environ.get("HANDLER_MODE", "ok")
-    if mode == "fail":
+    prefix = os.environ.get("FAIL_PREFIX")
+    if mode == "fail" or (prefix and msg.get_body().decode().startswith(prefix)):
         raise RuntimeError("this handler always fails")
     if mode == "hold" or (mode == "hold-first" and msg.dequeue_count == 1):
         if msg.cancelled.wait(float(os.environ.get("HOLD_SECONDS", "60"))):
