@@ -181,8 +181,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_send(args: argparse.Namespace) -> int:
     config = _config(args.config)
 
-    texts = [encode(body, config.message_encoding) for body in args.bodies]
-    for number, text in enumerate(texts, 1):  # refuse the whole command before anything is sent
+    texts = []
+    for number, body in enumerate(args.bodies, 1):  # refuse the whole command before anything is sent
+        # The argument's bytes as the shell passed them (bytes that are not UTF-8 arrive as surrogate escapes):
+        # base64 carries any bytes; none stores text, so such a body is refused.
+        try:
+            texts.append(encode(os.fsencode(body), config.message_encoding))
+        except ValueError as exc:
+            raise UsageError(f"message {number}: {exc}") from None
+    for number, text in enumerate(texts, 1):
         if (size := len(text.encode("utf-8"))) > MAX_MESSAGE_BYTES:
             raise MessageTooLarge(
                 f"message {number} is {size} bytes as stored ({config.message_encoding}); "
