@@ -18,7 +18,7 @@ import contextvars
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,6 +113,8 @@ class Dispatcher:
         self._busy_threads = 0
         self._threads_idle = asyncio.Event()
         self._threads_idle.set()
+        #: Threads still running a handler the host gave up on (timed out or cancelled); Python cannot stop them.
+        self._abandoned: set[Future[None]] = set()
 
     def dispatch(
         self, function: FunctionSpec, backend: QueueBackend, raws: list[RawMessage], on_done: Callable[[], None]
@@ -165,6 +167,19 @@ class Dispatcher:
     def threads_busy(self) -> int:
         """Sync handlers still running in a thread, including ones the host has given up on."""
         return self._busy_threads
+
+    @property
+    def threads_abandoned(self) -> int:
+        """Threads held by handlers the host gave up on; they come back only when those handlers return."""
+        return len(self._abandoned)
+
+    def stuck(self) -> str | None:
+        """Why the host can no longer run sync handlers (every thread held by an abandoned one), or None."""
+        limit = self.config.handler_threads
+        if len(self._abandoned) < limit:
+            return None
+        return (f"every handler thread ({limit}) runs a handler that ran past functionTimeout or was cancelled; "
+                "only a restart frees them")
 
     async def wait_threads(self, timeout: float) -> bool:
         """Give cancelled sync handlers ``timeout`` to notice ``message.cancelled`` and return."""
@@ -294,16 +309,33 @@ class Dispatcher:
                 for cleanup in inv.thread_cleanup:
                     cleanup()
 
-        def thread_done(_: object) -> None:
-            loop.call_soon_threadsafe(self._free_thread)
+        def thread_done(done: Future[None]) -> None:
+            loop.call_soon_threadsafe(self._free_thread, done)
 
         future = self._threads.submit(contextvars.copy_context().run, in_thread)
         future.add_done_callback(thread_done)
-        async with asyncio.timeout(self.config.function_timeout):
-            await asyncio.wrap_future(future)
+        try:
+            async with asyncio.timeout(self.config.function_timeout):
+                await asyncio.wrap_future(future)
+        except BaseException:
+            if not future.done():
+                self._abandon(inv, future)
+            raise
 
-    def _free_thread(self) -> None:
+    def _abandon(self, inv: Invocation, future: Future[None]) -> None:
+        """The host stops waiting for a sync handler that still runs: its thread stays taken until it returns."""
+        self._abandoned.add(future)
+        log.warning(
+            "handler thread is still running after the host gave up on it; it stays busy until the handler returns",
+            function=inv.function.name, invocation_id=inv.id,
+            threads_abandoned=len(self._abandoned), handler_threads=self.config.handler_threads,
+        )
+        if (problem := self.stuck()) is not None:
+            log.error("sync handlers can no longer run", problem=problem)
+
+    def _free_thread(self, future: Future[None]) -> None:
         """A thread is free only when its handler returns, not when the host stops waiting for it."""
+        self._abandoned.discard(future)
         self._busy_threads -= 1
         if self._busy_threads == 0:
             self._threads_idle.set()

@@ -1,6 +1,8 @@
 """The worker's HTTP endpoints for operators: liveness, readiness, Prometheus metrics, and the leases it holds.
 
-``/healthz``  200 while the event loop answers (a blocked loop fails the probe).
+``/healthz``  200 while the event loop answers (a blocked loop fails the probe); 503 once every handler
+              thread is held by a handler the host gave up on (past functionTimeout), which only a restart
+              frees: Functions recycles its worker process in that case, and a liveness probe does so here.
 ``/readyz``   200 when storage answers, functions are loaded and the host is not draining; else 503 with why.
 ``/metrics``  Prometheus text: counters, handler and poll-latency histograms, in-flight and queue-length gauges.
 ``/leases``   JSON: every message this worker holds invisible, with function, queue, id, dequeue count,
@@ -40,8 +42,10 @@ class Endpoints:
         storage_check: Callable[[], Awaitable[None]],
         functions: list[str],
         draining: Callable[[], bool],
+        stuck: Callable[[], str | None],
     ) -> None:
         self.metrics = metrics
+        self.stuck = stuck
         self.scheduler = scheduler
         self.storage_check = storage_check
         self.functions = functions
@@ -66,6 +70,8 @@ class Endpoints:
             await self._runner.cleanup()
 
     async def healthz(self, _: web.Request) -> web.Response:
+        if (problem := self.stuck()) is not None:
+            return web.json_response({"status": "stuck", "problem": problem}, status=503)
         return web.json_response({"status": "ok"})
 
     async def readyz(self, _: web.Request) -> web.Response:
@@ -74,6 +80,8 @@ class Endpoints:
             problems.append("no functions loaded")
         if self.draining():
             problems.append("draining")
+        if (stuck := self.stuck()) is not None:
+            problems.append(stuck)
         try:
             await asyncio.wait_for(self.storage_check(), READY_TIMEOUT)
         except Exception as exc:

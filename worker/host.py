@@ -132,7 +132,7 @@ class Host:
                 log.info("function loaded", function=function.name, queue=function.queue_name,
                          handler="async" if function.is_async else "sync")
             if config.http_port:
-                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, capacity)
+                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, capacity, dispatcher)
             log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst)
             listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
@@ -158,9 +158,9 @@ class Host:
         return dispatcher
 
     async def _serve_endpoints(
-        self, listeners: list[Listener], scheduler: LeaseScheduler, capacity: Capacity
+        self, listeners: list[Listener], scheduler: LeaseScheduler, capacity: Capacity, dispatcher: Dispatcher
     ) -> tuple[Endpoints, asyncio.Task[None]]:
-        """Start the HTTP endpoints, with gauges for in-flight messages and queue lengths."""
+        """Start the HTTP endpoints, with gauges for in-flight messages, queue lengths, threads and tasks."""
         lengths: dict[str, float] = {}
 
         async def storage_check() -> None:
@@ -179,8 +179,15 @@ class Host:
                            lambda: {lst.function.name: capacity.in_flight(lst.function.name) for lst in listeners})
         self.metrics.gauge("worker_queue_length", "Approximate message count of each trigger queue", "queue",
                            lambda: dict(lengths))
+        loop = asyncio.get_running_loop()
+        self.metrics.gauge("worker_handler_threads", "Handler threads running a sync handler, and those of them "
+                           "running one the host gave up on", "state",
+                           lambda: {"busy": dispatcher.threads_busy, "abandoned": dispatcher.threads_abandoned})
+        # Read from the scrape's thread: all_tasks() copes with the set changing meanwhile.
+        self.metrics.gauge("worker_event_loop_tasks", "asyncio tasks alive on the host's event loop", "loop",
+                           lambda: {"host": len(asyncio.all_tasks(loop))})
         endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
-                              draining=self.stopping.is_set)
+                              draining=self.stopping.is_set, stuck=dispatcher.stuck)
         await endpoints.start(self.config.http_port)
         return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 import structlog
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 #: Counter names, in the order the run summary prints them.
@@ -75,6 +75,7 @@ class Metrics:
             registry=self.registry, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15),
         )
         self.registry.register(_Exposition(self))
+        ProcessCollector(registry=self.registry)  # process_* : CPU, resident memory, open file descriptors
 
     def retried_storage_call(self, kind: str) -> None:
         """A storage call failed transiently and is being retried; ``kind`` is the HTTP status or error type."""

@@ -66,3 +66,34 @@ async def test_endpoints_report_what_the_worker_is_doing(
         assert worker.totals()["released"] == 1
     finally:
         worker.kill()
+
+
+async def test_healthz_fails_while_every_handler_thread_runs_an_abandoned_handler(
+    tmp_path: Path, connection: str | None, queue: QueueBackend
+) -> None:
+    """A sync handler past functionTimeout keeps its thread (Python cannot stop it); with none left, say so."""
+    port = free_port()
+    config = write_host_yaml(tmp_path, worker={"handlerThreads": 1, "httpPort": port, "drainTimeout": "1s"})
+    config.write_text(config.read_text() + 'functionTimeout: "00:00:01"\n', encoding="utf-8")
+    env = {"RECORD_DB": str(tmp_path / "calls.sqlite3"), "TRIGGER_QUEUE": QUEUE}
+    if connection is not None:
+        env["AzureWebJobsStorage"] = connection
+    worker = WorkerProcess(config, env, app="tests.apps.bad_input:app").start()
+    try:
+        worker.wait_for_log("host started")
+        assert get(port, "/healthz") == (200, '{"status": "ok"}')
+        await queue.put(QUEUE, encode(json.dumps({"kind": "block", "seconds": 8}), "base64"))
+
+        status, body = poll(lambda: (r := get(port, "/healthz"))[0] == 503 and r, 20, what="/healthz to fail")
+        assert json.loads(body)["status"] == "stuck"
+        status, body = get(port, "/readyz")
+        assert status == 503 and any("handler thread" in p for p in json.loads(body)["problems"]), body
+        metrics = get(port, "/metrics")[1]
+        assert sample(metrics, "worker_handler_threads", 'state="abandoned"') == 1
+        assert sample(metrics, "worker_event_loop_tasks", 'loop="host"') >= 1
+        assert re.search(r"^process_open_fds \d", metrics, re.MULTILINE), "no process metrics"
+        # The blocked handler returns at last: its thread is free again, and so is the host.
+        assert poll(lambda: get(port, "/healthz")[0] == 200, 30, what="/healthz to recover")
+        assert sample(get(port, "/metrics")[1], "worker_handler_threads", 'state="abandoned"') == 0
+    finally:
+        worker.kill()
