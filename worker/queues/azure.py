@@ -28,11 +28,13 @@ from azure.core.exceptions import (
     AzureError,
     ClientAuthenticationError,
     HttpResponseError,
+    IncompleteReadError,
     ResourceExistsError,
     ResourceNotFoundError,
     ServiceRequestError,
     ServiceResponseError,
 )
+from azure.core.pipeline.transport import AioHttpTransport
 from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
@@ -86,6 +88,8 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, ClientAuthenticationError):
         return False
     if isinstance(exc, (ServiceRequestError, ServiceResponseError, TimeoutError, ConnectionError)):
+        return True
+    if isinstance(exc, IncompleteReadError):  # the answer was cut short: a reset by another name, no status
         return True
     if isinstance(exc, HttpResponseError):
         return exc.status_code in _TRANSIENT_STATUS or _code(exc) in _TRANSIENT_CODES
@@ -178,6 +182,23 @@ def _env_settings_wanted() -> bool:
                                                   "https_proxy", "all_proxy"))
 
 
+class _Transport(AioHttpTransport):
+    """aiohttp's transport without aiohttp's own hidden retry.
+
+    aiohttp sends an idempotent request (GET, PUT, DELETE) a second time,
+    silently, when a kept-alive connection drops or resets under it. Our retry
+    policy then never learns of the first failure: it is neither counted nor
+    known to have possibly reached storage, so a DELETE whose first send went
+    through comes back as MessageNotFound and reads as someone else's delete.
+    Every retry is left to :meth:`AzureBackend._call`, which knows.
+    """
+
+    async def open(self) -> None:
+        await super().open()
+        if self.session is not None:
+            self.session._retry_connection = False  # no public switch (aiohttp 3.x)
+
+
 class AzureBackend:
     """Queues of one storage account; implements :class:`worker.queues.base.QueueBackend`."""
 
@@ -190,9 +211,9 @@ class AzureBackend:
             connection.queue_endpoint,
             credential=connection.credential(),
             retry_total=0,
-            connection_timeout=CONNECT_TIMEOUT,
-            read_timeout=READ_TIMEOUT,
-            use_env_settings=_env_settings_wanted(),
+            transport=_Transport(
+                connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, use_env_settings=_env_settings_wanted()
+            ),
         )
         self._queues: dict[str, QueueClient] = {}
         self._incident = _Incident(on_retry)
