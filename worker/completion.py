@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from dataclasses import dataclass
 
 import structlog
@@ -18,7 +19,7 @@ import structlog
 from worker.config import HostConfig
 from worker.lease import Lease, LeaseScheduler
 from worker.observability import Metrics
-from worker.queues.base import LeaseGone, QueueBackend, QueueNotFound, RawMessage, TransientError
+from worker.queues.base import LeaseGone, MessageNotFound, QueueBackend, QueueNotFound, RawMessage, TransientError
 
 log = structlog.get_logger("worker.completion")
 
@@ -118,7 +119,7 @@ class CompletionProcessor:
         receipt = item.lease.pop_receipt
         assert receipt is not None
         if result.outcome is Outcome.SUCCEEDED:
-            await item.backend.delete(item.queue, item.raw.id, receipt)
+            await self._delete(item, bound)
             self.metrics.inc("succeeded", item.function)
             return
         if result.outcome is Outcome.RELEASE:
@@ -146,6 +147,24 @@ class CompletionProcessor:
             attempts_left=self.config.max_dequeue_count - item.raw.dequeue_count,
         )
 
+    async def _delete(self, item: Finished, bound: structlog.typing.FilteringBoundLogger) -> None:
+        """Delete the message with the lease's receipt.
+
+        MessageNotFound while the lease still holds means an earlier attempt of
+        ours deleted it and its answer was lost (a retried call, or a completion
+        retried after a storage failure): nobody else can delete a message
+        without its current pop receipt, and nobody else has received it since.
+        That is a deletion, not a lost lease.
+        """
+        lease = item.lease
+        assert lease.pop_receipt is not None
+        try:
+            await item.backend.delete(item.queue, item.raw.id, lease.pop_receipt)
+        except MessageNotFound:
+            if lease.expires_at <= time.monotonic():
+                raise
+            bound.info("message already deleted by an earlier attempt whose answer was lost")
+
     async def _poison(
         self, item: Finished, reason: str, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
     ) -> None:
@@ -163,8 +182,7 @@ class CompletionProcessor:
                 await item.backend.create_queue(poison)
                 copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
             progress.poison_copy_id = copy.id
-        assert item.lease.pop_receipt is not None
-        await item.backend.delete(item.queue, item.raw.id, item.lease.pop_receipt)
+        await self._delete(item, bound)
         self.metrics.inc("poisoned", item.function)
         bound.error(
             "message moved to the poison queue", poison_queue=poison, poison_message_id=progress.poison_copy_id,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from worker.observability import Metrics
-from worker.queues.base import LeaseGone, QueueBackend
+from worker.queues.base import LeaseGone, MessageNotFound, QueueBackend
 
 log = structlog.get_logger("worker.lease")
 
@@ -67,6 +67,8 @@ class Lease:
     finished: bool = False
     #: When its next renewal is due (time.monotonic()); heap entries with another due time are stale.
     due: float = 0.0
+    #: Renewed only while a completion that storage failed is retried (see :meth:`LeaseScheduler.resume`).
+    completing: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def log_fields(self) -> dict[str, object]:
@@ -138,6 +140,7 @@ class LeaseScheduler:
         Unlike :meth:`hold`, the lease keeps the expiry it has: renewals may have failed meanwhile.
         """
         lease.finished = False
+        lease.completing = True
         self._held.add(lease)
         self._schedule(lease, time.monotonic())
 
@@ -184,6 +187,11 @@ class LeaseScheduler:
             try:
                 receipt = await lease.backend.update(lease.queue, lease.message_id, lease.pop_receipt, self.duration)
             except LeaseGone as exc:
+                if lease.completing and isinstance(exc, MessageNotFound) and lease.expires_at > time.monotonic():
+                    # The retried completion's earlier attempt deleted it (see CompletionProcessor._delete): stop
+                    # renewing and let the completion find it gone.
+                    self.forget(lease)
+                    return
                 self._lose(lease, exc)
                 return
             except Exception as exc:  # storage trouble: keep the lease, try again sooner
