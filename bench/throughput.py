@@ -49,7 +49,16 @@ machine. Then the ratios worker/ceiling and worker/naive; the issue's targets
 at 1,000 messages are >= 0.9 and >= 5. ceiling/naive is printed too: what
 concurrency and batching buy at all against this emulator on this machine.
 
-Run: ``.venv/bin/python bench/throughput.py [--messages 1000] [--rounds 3]`` (or ``make bench``).
+``--latency-ms D`` puts a proxy process (the test suite's fault proxy, delaying
+every request by D ms and injecting nothing else) between every contender and
+Azurite. On loopback Azurite answers with no network time at all, and being one
+Node.js thread on a two-core machine it saturates first, which caps what any
+concurrent client gains over the naive loop (ceiling/naive) at 3-4x here. A
+real storage account is some milliseconds away, which the naive loop pays twice
+per message while concurrent clients overlap it; ``--latency-ms 5`` or ``10``
+shows that case.
+
+Run: ``.venv/bin/python bench/throughput.py [--messages 1000] [--rounds 3] [--latency-ms 0]`` (or ``make bench``).
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ import asyncio
 import gc
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -306,7 +316,8 @@ async def measure(
         raise RuntimeError(f"{contender.name} left {left} of {messages} messages in {queue}")
 
 
-async def bench(args: argparse.Namespace, azurite: Azurite) -> None:
+async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: str) -> None:
+    """Every contender drains its queues through ``connection_string``: Azurite itself, or the latency proxy."""
     assert azurite.proc is not None
     server = AzuriteCpu(azurite.proc.pid)
     collector = GcTime()
@@ -335,11 +346,12 @@ async def bench(args: argparse.Namespace, azurite: Azurite) -> None:
             order.reverse()
         for contender in order:
             queue = f"bench-{round_}-{contender.name.lower().replace(' k=', '-k').replace(' ', '-')}"
-            await measure(contender, azurite.connection_string, queue, n, server, collector)
+            await measure(contender, connection_string, queue, n, server, collector)
             print(f"  round {round_ + 1}: {contender.name:<13} {n / contender.seconds[-1]:5.0f} msgs/s", flush=True)
 
     best = max(ceilings, key=lambda c: c.median_rate(n))
-    print(f"\n{n} messages per contender, median of {args.rounds} rounds (each round in brackets)")
+    print(f"\n{n} messages per contender, median of {args.rounds} rounds (each round in brackets)"
+          + (f", every request delayed {args.latency_ms:g} ms" if args.latency_ms else ""))
     print(f"worker: batchSize {BATCH}, maxInFlight {settings.max_in_flight}, "
           f"newBatchThreshold {settings.new_batch_threshold}, messageEncoding none")
     print("  (py, gc, azurite: CPU ms per message in this process, in its garbage collector, in Azurite)")
@@ -366,6 +378,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the worker's newBatchThreshold (default 96: receive again once 32 places are free)")
     parser.add_argument("--ceiling-k", type=lambda s: [int(k) for k in s.split(",")], default=[2, 4, 8],
                         metavar="K,K,...", help="receivers tried for the ceiling (default 2,4,8)")
+    parser.add_argument("--latency-ms", type=float, default=0,
+                        help="add this round-trip delay to every request, through a proxy process (default 0: none)")
     return parser.parse_args(argv)
 
 
@@ -374,10 +388,37 @@ def main(argv: list[str] | None = None) -> None:
     configure_logging("WARNING", json_lines=False)
     with tempfile.TemporaryDirectory(prefix="bench-azurite-") as folder:
         azurite = Azurite(location=Path(folder)).start()
+        proxy: subprocess.Popen[str] | None = None
         try:
-            asyncio.run(bench(args, azurite))
+            connection_string = azurite.connection_string
+            if args.latency_ms:
+                proxy, port = start_latency_proxy(azurite.port, args.latency_ms)
+                connection_string = connection_string.replace(f":{azurite.port}/", f":{port}/")
+            asyncio.run(bench(args, azurite, connection_string))
         finally:
+            if proxy is not None:
+                proxy.terminate()
+                proxy.wait(10)
             azurite.stop()
+
+
+def start_latency_proxy(upstream_port: int, latency_ms: float) -> tuple[subprocess.Popen[str], int]:
+    """The test suite's fault proxy (tests/reliability/faultproxy.py) in its own process, delaying every request.
+
+    Azurite on loopback answers in well under a millisecond of network time, where a real storage account is
+    a few to tens of milliseconds away: a sequential loop pays that delay twice per message, a concurrent
+    client hides it. The proxy runs apart so that its CPU is not charged to the contenders.
+    """
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "tests.reliability.faultproxy", str(upstream_port), "--latency-ms", str(latency_ms)],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )
+    assert proxy.stdout is not None
+    line = proxy.stdout.readline()
+    if not line.startswith("listening "):
+        proxy.kill()
+        raise RuntimeError(f"the latency proxy did not start: {line!r}")
+    return proxy, int(line.split()[1])
 
 
 if __name__ == "__main__":

@@ -448,3 +448,30 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     writer.transport.abort()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the proxy as a process of its own until SIGTERM or SIGINT: for benchmarks, which must not share its GIL.
+
+    Prints ``listening PORT`` once it accepts connections.
+    """
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="A fault-injecting proxy in front of Azurite's queue service.")
+    parser.add_argument("upstream_port", type=int, help="Azurite's queue port on 127.0.0.1")
+    parser.add_argument("--latency-ms", type=float, default=0, help="delay every request by this much (default 0)")
+    args = parser.parse_args(argv)
+    delay = args.latency_ms / 1000
+    rates = FaultRates({Fault.LATENCY: 1.0} if delay else {}, (delay, delay))
+    proxy = FaultProxy(args.upstream_port, rates).start()
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    print(f"listening {proxy.port}", flush=True)
+    stop.wait()
+    proxy.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -294,3 +296,25 @@ async def test_the_proxy_stops_cleanly_with_connections_open(azurite: Azurite, t
             await asyncio.wait_for(backend.list_queues(), 30)
     finally:
         await backend.close()
+
+
+async def test_the_proxy_runs_as_a_process_of_its_own_for_the_benchmarks(azurite: Azurite, tmp_path: Path) -> None:
+    """bench/throughput.py --latency-ms starts it so; it must forward, delay, and stop cleanly on SIGTERM."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.reliability.faultproxy", str(azurite.port), "--latency-ms", "200"],
+        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline().split()[1])
+        backend = open_backend(azurite.connection_string.replace(f":{azurite.port}/", f":{port}/"), tmp_path)
+        try:
+            started = time.monotonic()
+            assert isinstance(await backend.list_queues(), list)
+            assert time.monotonic() - started >= 0.2, "the request was not delayed"
+        finally:
+            await backend.close()
+        process.terminate()
+        assert process.wait(10) == 0
+    finally:
+        process.kill()
