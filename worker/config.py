@@ -148,7 +148,8 @@ def _between(low: float, high: float, unit: str = "") -> Callable[[Any], str | N
     def check(value: Any) -> str | None:
         if value is None or low <= value <= high:
             return None
-        return f"must be between {low:g}{unit} and {high:g}{unit}, got {value:g}{unit}"
+        got = "NaN" if value != value else f"{value:g}{unit}"
+        return f"must be between {low:g}{unit} and {high:g}{unit}, got {got}"
 
     return check
 
@@ -333,6 +334,9 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
             continue
         setting = _SCHEMA.get(key)
         if setting is None:
+            inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
+            if inside:  # a known section given a scalar or a list
+                raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
             raise ConfigError(key, f"unknown key (known keys: {', '.join(sorted(_SCHEMA))}, connections)", where)
         try:
             parsed = setting.parse(value)

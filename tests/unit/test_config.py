@@ -243,6 +243,7 @@ extensions:
             "    messageEncoding: utf8\n", "extensions.queues.messageEncoding", "base64, none", id="encoding"
         ),
         pytest.param("    visibilityTimeout: 8d\n", "extensions.queues.visibilityTimeout", "between", id="vis-8d"),
+        pytest.param("    visibilityTimeout: .nan\n", "extensions.queues.visibilityTimeout", "got NaN", id="vis-nan"),
     ],
 )
 def test_error_names_the_dotted_key_and_its_line(tmp_path: Path, body: str, key: str, problem: str) -> None:
@@ -272,6 +273,23 @@ def test_error_names_key_and_line_outside_queues(tmp_path: Path, text: str, key:
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ=NO_ENV)
     assert_names_key_and_line(caught.value, key, f"{path}:{line}")
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line"),
+    [
+        pytest.param("version: '1.0'\nworker: 5\n", "worker", 2, id="worker-scalar"),
+        pytest.param("version: '1.0'\nextensions:\n  queues: [1]\n", "extensions.queues", 3, id="queues-list"),
+    ],
+)
+def test_a_section_given_a_value_is_a_type_error_not_an_unknown_key(
+    tmp_path: Path, text: str, key: str, line: int
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ=NO_ENV)
+    assert_names_key_and_line(caught.value, key, f"{path}:{line}")
+    assert "expected a mapping of" in str(caught.value) and "unknown" not in str(caught.value)
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path: Path) -> None:
