@@ -90,6 +90,8 @@ class QueueMessage:
             text = self._body.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise ValueError(f"message {self.id} body is not valid UTF-8: {exc}") from None
+        if not text.strip():
+            raise ValueError(f"message {self.id} body is empty, not JSON")
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:

@@ -100,7 +100,7 @@ BAD = [
     Bad("JSON: unclosed object", _b64("{not json"), "not valid JSON", MAX_DEQUEUE),
     Bad("JSON: cut-off array", _b64("[1, 2"), "not valid JSON", MAX_DEQUEUE),
     Bad("JSON: plain text", _b64("hello"), "not valid JSON", MAX_DEQUEUE),
-    Bad("empty body", "", "not valid JSON", MAX_DEQUEUE),
+    Bad("empty body", "", "body is empty, not JSON", MAX_DEQUEUE),
     Bad("blocks past functionTimeout", _b64(json.dumps({"kind": "block", "seconds": BLOCK_SECONDS})),
         "functionTimeout of 1s exceeded", MAX_DEQUEUE),
 ]
