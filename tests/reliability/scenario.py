@@ -22,11 +22,8 @@ neither is one the worker did not notice.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -34,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.azurite import Azurite
-from tests.host.processes import REPO, WorkerProcess, write_host_yaml
+from tests.host.processes import WorkerProcess, write_host_yaml
 from tests.reliability.faultproxy import FaultProxy, FaultRates, ProxyStats
 from tests.support import apoll
 from worker.encoding import encode
@@ -163,23 +160,6 @@ def account(run: FaultRun) -> Accounting:
     )
 
 
-@dataclass
-class _Worker(WorkerProcess):
-    """``worker run`` with an app of our choice (WorkerProcess always runs the recording app)."""
-
-    app: str = APP
-
-    def start(self) -> _Worker:
-        inherited = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
-        env = {**inherited, "PYTHONPATH": str(REPO), **self.env}
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config)],
-                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
-            )
-        return self
-
-
 def _rows(db_path: Path, table: str) -> list[dict[str, Any]]:
     with sqlite3.connect(db_path, timeout=30) as db:
         db.row_factory = sqlite3.Row
@@ -227,7 +207,7 @@ async def run_scenario(settings: Settings, workdir: Path) -> FaultRun:
     emulator = Azurite(location=workdir / "azurite").start()
     proxy = FaultProxy(emulator.port, FaultRates.spread(settings.fault_rate), seed=settings.seed).start()
     direct = open_backend(emulator.connection_string, workdir)
-    worker: _Worker | None = None
+    worker: WorkerProcess | None = None
     try:
         await direct.create_queue(QUEUE)
         config = write_host_yaml(
@@ -241,7 +221,8 @@ async def run_scenario(settings: Settings, workdir: Path) -> FaultRun:
             "SLOW_EVERY": str(settings.slow_every), "SLOW_SECONDS": str(settings.slow_seconds),
         }
         worker_started = time.monotonic()
-        worker = _Worker(config, env, name="worker").start()  # it starts (imports, ~1 s) while the queue fills
+        # It starts (imports, ~1 s) while the queue fills.
+        worker = WorkerProcess(config, env, name="worker", app=APP).start()
         sent = await _send(direct, settings.messages, settings.send_concurrency)
         send_seconds = time.monotonic() - worker_started
 

@@ -107,21 +107,8 @@ BAD = [
 BLOCKER = BAD[-1]
 
 
-@dataclass
 class AppWorker(WorkerProcess):
-    """``worker run`` of an app chosen here (WorkerProcess always runs the recording app)."""
-
-    app: str = APP
-
-    def start(self) -> AppWorker:
-        inherited = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
-        env = {**inherited, "PYTHONPATH": str(REPO), **self.env}
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config)],
-                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
-            )
-        return self
+    """``worker run`` of the bad-input app, which can tell whether the host is still alive."""
 
     def alive(self) -> None:
         """Fail at once, with the log, if the host has died: bad input must never stop it."""
@@ -176,7 +163,7 @@ async def test_bad_messages_end_in_poison_with_their_reason_while_every_good_one
     config.write_text(HOST_YAML, encoding="utf-8")
     record_db = tmp_path / "calls.sqlite3"
     backend = open_backend(None, tmp_path)
-    worker = AppWorker(config, {"RECORD_DB": str(record_db), "TRIGGER_QUEUE": QUEUE})
+    worker = AppWorker(config, {"RECORD_DB": str(record_db), "TRIGGER_QUEUE": QUEUE}, app=APP)
     try:
         await backend.create_queue(QUEUE)
         # Raw puts: the backend API stores exactly this text, so that invalid base64 reaches the queue as it is.
