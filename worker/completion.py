@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
 from dataclasses import dataclass
 
 import structlog
@@ -150,18 +149,17 @@ class CompletionProcessor:
     async def _delete(self, item: Finished, bound: structlog.typing.FilteringBoundLogger) -> None:
         """Delete the message with the lease's receipt.
 
-        MessageNotFound while the lease still holds means an earlier attempt of
-        ours deleted it and its answer was lost (a retried call, or a completion
-        retried after a storage failure): nobody else can delete a message
-        without its current pop receipt, and nobody else has received it since.
-        That is a deletion, not a lost lease.
+        MessageNotFound while the lease still holds (:meth:`Lease.holds`) means
+        an earlier attempt of ours deleted it and its answer was lost (a retried
+        call, or a completion retried after a storage failure). That is a
+        deletion, not a lost lease.
         """
         lease = item.lease
         assert lease.pop_receipt is not None
         try:
             await item.backend.delete(item.queue, item.raw.id, lease.pop_receipt)
         except MessageNotFound:
-            if lease.expires_at <= time.monotonic():
+            if not lease.holds():
                 raise
             bound.info("message already deleted by an earlier attempt whose answer was lost")
 

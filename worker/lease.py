@@ -71,6 +71,14 @@ class Lease:
     completing: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
+    def holds(self) -> bool:
+        """Whether the lease is still ours by our own clock: until then nobody else can receive the message.
+
+        So a message found gone meanwhile was deleted with our receipt, by an earlier attempt of ours
+        whose answer was lost (or its time to live ran out), not by another worker.
+        """
+        return self.expires_at > time.monotonic()
+
     def log_fields(self) -> dict[str, object]:
         """What every log line about this lease's message carries."""
         return {"function": self.function, "queue": self.queue, "message_id": self.message_id,
@@ -187,7 +195,7 @@ class LeaseScheduler:
             try:
                 receipt = await lease.backend.update(lease.queue, lease.message_id, lease.pop_receipt, self.duration)
             except LeaseGone as exc:
-                if lease.completing and isinstance(exc, MessageNotFound) and lease.expires_at > time.monotonic():
+                if lease.completing and isinstance(exc, MessageNotFound) and lease.holds():
                     # The retried completion's earlier attempt deleted it (see CompletionProcessor._delete): stop
                     # renewing and let the completion find it gone.
                     self.forget(lease)

@@ -66,7 +66,7 @@ async def test_kill_9_at_random_while_1000_messages_flow_loses_nothing(tmp_path:
             return await sender.approximate_count(QUEUE) == 0
 
         await apoll(emptied, 120, what="the trigger queue to empty")
-        poison = [decode(m.content, "base64").decode() for m in await peek_all(sender, QUEUE + "-poison")]
+        poison = [decode(m.content, "base64").decode() for m in await receive_all(sender, QUEUE + "-poison")]
         for worker in workers:  # a worker restarted last may still be starting
             worker.wait_for_log("host started")
             assert worker.stop(signal.SIGTERM) == 0
@@ -103,7 +103,7 @@ def count(record_db: Path, event: str) -> int:
             return 0
 
 
-async def peek_all(backend: QueueBackend, queue: str) -> list[RawMessage]:
+async def receive_all(backend: QueueBackend, queue: str) -> list[RawMessage]:
     """Every message of ``queue``: received (hidden, so the next receive moves on), never deleted."""
     if queue not in await backend.list_queues():
         return []
