@@ -84,8 +84,10 @@ class Endpoints:
             problems.append(stuck)
         try:
             await asyncio.wait_for(self.storage_check(), READY_TIMEOUT)
-        except Exception as exc:
-            problems.append(f"storage unreachable: {type(exc).__name__}")
+        except TimeoutError:
+            problems.append(f"storage unreachable: no answer within {READY_TIMEOUT:g}s")
+        except Exception as exc:  # a TransientError names the endpoint and the cause (refused, sign-in, TLS ...)
+            problems.append(f"storage unreachable: {exc}" if str(exc) else f"storage unreachable: {type(exc).__name__}")
         body = {"ready": not problems, "problems": problems, "functions": self.functions}
         return web.json_response(body, status=200 if not problems else 503)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -26,15 +25,10 @@ from typing import TypeVar
 import structlog
 from azure.core.exceptions import (
     AzureError,
-    ClientAuthenticationError,
     HttpResponseError,
-    IncompleteReadError,
     ResourceExistsError,
     ResourceNotFoundError,
-    ServiceRequestError,
-    ServiceResponseError,
 )
-from azure.core.pipeline.transport import AioHttpTransport
 from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
@@ -57,6 +51,16 @@ from worker.queues.base import (
     check_visibility,
 )
 from worker.queues.connection import AzureConnection
+from worker.storage_errors import (
+    CONNECT_TIMEOUT,
+    READ_TIMEOUT,
+    Transport,
+    describe_failure,
+    env_settings_wanted,
+    error_code,
+    failure_kind,
+    is_transient,
+)
 
 log = structlog.get_logger("worker.queues.azure")
 
@@ -68,44 +72,10 @@ RETRY_BUDGET_SECONDS = 15.0
 #: Back-off before the first retry is random up to this many seconds, doubling at each retry, capped at the max.
 RETRY_FIRST_WAIT = 0.2
 RETRY_MAX_WAIT = 4.0
-#: Seconds to open a connection, and to wait for an answer (a receive returns at once, even when empty).
-CONNECT_TIMEOUT = 5
-READ_TIMEOUT = 30
-
-_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-#: 409 QueueBeingDeleted: the queue is going away and may be created again shortly.
-_TRANSIENT_CODES = frozenset({"QueueBeingDeleted", "ServerBusy", "InternalError", "OperationTimedOut"})
-
-
-def _code(exc: HttpResponseError) -> str:
-    """Azure's error code (``PopReceiptMismatch``); the SDK gives an enum member or a plain string."""
-    code = getattr(exc, "error_code", None)
-    return str(getattr(code, "value", code) or "")
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures the same call may get past later: the network, timeouts, 5xx, 408, 429."""
-    if isinstance(exc, ClientAuthenticationError):
-        return False
-    if isinstance(exc, (ServiceRequestError, ServiceResponseError, TimeoutError, ConnectionError)):
-        return True
-    if isinstance(exc, IncompleteReadError):  # the answer was cut short: a reset by another name, no status
-        return True
-    if isinstance(exc, HttpResponseError):
-        return exc.status_code in _TRANSIENT_STATUS or _code(exc) in _TRANSIENT_CODES
-    return False
-
-
-def _describe(exc: BaseException) -> str:
-    """A short account of a failure: status and code, never a URL (which may carry a SAS token)."""
-    if isinstance(exc, HttpResponseError):
-        return f"HTTP {exc.status_code} {_code(exc) or exc.reason or ''}".strip()
-    return type(exc).__name__
-
 
 def _protocol_error(exc: AzureError, queue: str, message_id: str | None = None) -> QueueError:
     """The protocol's error for an SDK error that is not transient."""
-    code = _code(exc) if isinstance(exc, HttpResponseError) else ""
+    code = error_code(exc) if isinstance(exc, HttpResponseError) else ""
     status = getattr(exc, "status_code", None)
     subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
     if code == "QueueNotFound":
@@ -119,8 +89,8 @@ def _protocol_error(exc: AzureError, queue: str, message_id: str | None = None) 
     if status == 404:
         return (MessageNotFound if message_id else QueueNotFound)(f"{subject} was not found")
     if status == 400 or code in {"OutOfRangeInput", "OutOfRangeQueryParameterValue", "InvalidResourceName"}:
-        return InvalidArgument(f"storage refused the request for {subject}: {_describe(exc)}")
-    return QueueError(f"storage call for {subject} failed: {_describe(exc)}")
+        return InvalidArgument(f"storage refused the request for {subject}: {describe_failure(exc)}")
+    return QueueError(f"storage call for {subject} failed: {describe_failure(exc)}")
 
 
 def _seconds(value: float) -> int:
@@ -149,7 +119,7 @@ class _Incident:
         self.failures = 0
 
     def failed(self, exc: BaseException | None) -> None:
-        kind = _describe(exc) if exc else "unknown"
+        kind = failure_kind(exc) if exc else "unknown"
         self.failures += 1
         if self.on_retry is not None:
             self.on_retry(kind)
@@ -171,34 +141,6 @@ class _Incident:
             self.failures = 0
 
 
-def _env_settings_wanted() -> bool:
-    """Whether the HTTP client should read proxy settings from the environment.
-
-    With them on, aiohttp also looks for ~/.netrc on every request (in a thread),
-    which costs a quarter of a no-op message's time; so they are on only where a
-    proxy is configured, which is all they are for here (storage requests are signed).
-    """
-    return any(os.environ.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
-                                                  "https_proxy", "all_proxy"))
-
-
-class _Transport(AioHttpTransport):
-    """aiohttp's transport without aiohttp's own hidden retry.
-
-    aiohttp sends an idempotent request (GET, PUT, DELETE) a second time,
-    silently, when a kept-alive connection drops or resets under it. Our retry
-    policy then never learns of the first failure: it is neither counted nor
-    known to have possibly reached storage, so a DELETE whose first send went
-    through comes back as MessageNotFound and reads as someone else's delete.
-    Every retry is left to :meth:`AzureBackend._call`, which knows.
-    """
-
-    async def open(self) -> None:
-        await super().open()
-        if self.session is not None:
-            self.session._retry_connection = False  # no public switch (aiohttp 3.x)
-
-
 class AzureBackend:
     """Queues of one storage account; implements :class:`worker.queues.base.QueueBackend`."""
 
@@ -211,8 +153,8 @@ class AzureBackend:
             connection.queue_endpoint,
             credential=connection.credential(),
             retry_total=0,
-            transport=_Transport(
-                connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, use_env_settings=_env_settings_wanted()
+            transport=Transport(
+                connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, use_env_settings=env_settings_wanted()
             ),
         )
         self._queues: dict[str, QueueClient] = {}
@@ -246,12 +188,16 @@ class AzureBackend:
                 result = await self._retry(call, started)
         except AzureError as exc:
             if is_transient(exc):
-                raise TransientError(f"storage unreachable for queue {queue!r}: {_describe(exc)}") from None
+                raise TransientError(self._unreachable(queue, exc)) from None
             raise _protocol_error(exc, queue, message_id) from None
         except (TimeoutError, ConnectionError) as exc:
-            raise TransientError(f"storage unreachable for queue {queue!r}: {_describe(exc)}") from None
+            raise TransientError(self._unreachable(queue, exc)) from None
         self._incident.succeeded()
         return result
+
+    def _unreachable(self, queue: str, exc: BaseException) -> str:
+        """Why storage could not be used: its endpoint and the cause (refused, not resolved, TLS, sign-in ...)."""
+        return f"storage {self.connection.queue_endpoint} unreachable for queue {queue!r}: {describe_failure(exc)}"
 
     async def _retry(self, call: Callable[[], Awaitable[T]], started: float) -> T:
         """Attempts 2 to RETRY_ATTEMPTS of a call whose first attempt failed transiently, with back-off before each."""
@@ -346,7 +292,7 @@ class AzureBackend:
                 await self._queue(queue).delete_message(message_id, pop_receipt)
             except ResourceNotFoundError as exc:
                 # A retried delete that finds nothing: the first attempt deleted it and its answer was lost.
-                if attempts == 1 or _code(exc) != "MessageNotFound":
+                if attempts == 1 or error_code(exc) != "MessageNotFound":
                     raise
 
         await self._call(delete, queue, message_id)

@@ -1,0 +1,136 @@
+"""How the Azure backends (queues and blobs) read a failed storage call: transient or not, and what to tell people.
+
+One place for both services, so that a refused connection, a name that does
+not resolve, a TLS failure, a failed sign-in and a 403 read the same in the
+host's log, ``/readyz`` and the CLI, naming the cause (never a URL's query,
+which may carry a SAS token), and so that both clients share one HTTP
+transport set-up.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    HttpResponseError,
+    IncompleteReadError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.core.pipeline.transport import AioHttpTransport
+
+#: Seconds to open a connection, and to wait for an answer (a receive returns at once, even when empty).
+CONNECT_TIMEOUT = 5
+READ_TIMEOUT = 30
+
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+#: 409 QueueBeingDeleted: the queue is going away and may be created again shortly.
+_TRANSIENT_CODES = frozenset({"QueueBeingDeleted", "ServerBusy", "InternalError", "OperationTimedOut"})
+
+
+def error_code(exc: HttpResponseError) -> str:
+    """Azure's error code (``PopReceiptMismatch``); the SDK gives an enum member or a plain string."""
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code) or "")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures the same call may get past later: the network, timeouts, 5xx, 408, 429, sign-in.
+
+    A sign-in that fails for want of a token (no managed identity here yet,
+    the token endpoint down) is transient too: the host keeps trying, as
+    for an outage, and ``/readyz`` says why.
+    """
+    if isinstance(exc, ClientAuthenticationError):
+        return exc.status_code is None  # the credential failed; a 401/403 from storage is an answer
+    if isinstance(exc, (ServiceRequestError, ServiceResponseError, TimeoutError, ConnectionError)):
+        return True
+    if isinstance(exc, IncompleteReadError):  # the answer was cut short: a reset by another name, no status
+        return True
+    if isinstance(exc, HttpResponseError):
+        return exc.status_code in _TRANSIENT_STATUS or error_code(exc) in _TRANSIENT_CODES
+    return False
+
+
+def failure_kind(exc: BaseException) -> str:
+    """A short name for a failure, for counters' labels: status and code, or the exception's type."""
+    if isinstance(exc, HttpResponseError) and exc.status_code is not None:
+        return f"HTTP {exc.status_code} {error_code(exc) or exc.reason or ''}".strip()
+    return type(exc).__name__
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps: the SDK's ``inner_exception``, ``__cause__`` and ``__context__``, in depth."""
+    seen: list[BaseException] = []
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if current is None or any(current is s for s in seen):
+            continue
+        seen.append(current)
+        pending.extend([getattr(current, "inner_exception", None), getattr(current, "os_error", None),
+                        current.__cause__, current.__context__])
+    return seen
+
+
+def describe_failure(exc: BaseException) -> str:
+    """What went wrong, for people: "connection refused", "name not resolved", "TLS: ...", "HTTP 403 AuthenticationFailed".
+
+    Never the URL, whose query may carry a SAS token.
+    """
+    if isinstance(exc, HttpResponseError) and exc.status_code is not None:
+        return f"HTTP {exc.status_code} {error_code(exc) or exc.reason or ''}".strip()
+    for cause in _causes(exc):
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return "name not resolved"
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"TLS certificate not trusted: {cause.verify_message or cause.reason}"
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS: {cause.reason or cause}"
+        if isinstance(cause, ConnectionResetError):
+            return "connection reset"
+    if isinstance(exc, ClientAuthenticationError):
+        return f"sign-in failed: {_first_line(exc)}"
+    if any(isinstance(cause, TimeoutError) for cause in _causes(exc)):
+        return "timed out"
+    if isinstance(exc, IncompleteReadError):
+        return "the answer was cut short"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", None) or exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def env_settings_wanted() -> bool:
+    """Whether the HTTP client should read proxy settings from the environment.
+
+    With them on, aiohttp also looks for ~/.netrc on every request (in a thread),
+    which costs a quarter of a no-op message's time; so they are on only where a
+    proxy is configured, which is all they are for here (storage requests are signed).
+    """
+    return any(os.environ.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
+                                                  "https_proxy", "all_proxy"))
+
+
+class Transport(AioHttpTransport):
+    """aiohttp's transport without aiohttp's own hidden retry.
+
+    aiohttp sends an idempotent request (GET, PUT, DELETE) a second time,
+    silently, when a kept-alive connection drops or resets under it. Our retry
+    policy then never learns of the first failure: it is neither counted nor
+    known to have possibly reached storage, so a DELETE whose first send went
+    through comes back as MessageNotFound and reads as someone else's delete.
+    Every retry is left to the backend, which knows.
+    """
+
+    async def open(self) -> None:
+        await super().open()
+        if self.session is not None:
+            self.session._retry_connection = False  # no public switch (aiohttp 3.x)
