@@ -1,4 +1,4 @@
-"""The real Azure Storage emulator (Azurite's queue service from node_modules), started for the tests."""
+"""The real Azure Storage emulator (Azurite's queue and blob services from node_modules), started for the tests."""
 
 from __future__ import annotations
 
@@ -10,19 +10,23 @@ from pathlib import Path
 from tests.support import poll
 
 REPO = Path(__file__).resolve().parents[1]
-EXECUTABLE = REPO / "node_modules" / ".bin" / "azurite-queue"
+EXECUTABLE = REPO / "node_modules" / ".bin" / "azurite"
 ACCOUNT = "devstoreaccount1"
 #: The emulator's well-known key, published by Microsoft.
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-_LISTENING = re.compile(r"listens on https?://[\d.]+:(\d+)")
+_LISTENING = re.compile(r"Azurite (Blob|Queue) service is successfully listening at https?://[\d.]+:(\d+)")
 
 
 class Azurite:
-    """One ``azurite-queue`` process on a free loopback port (in memory, or on disk under ``location``)."""
+    """One ``azurite`` process serving queues and blobs on free loopback ports (in memory, or on disk under ``location``).
 
-    def __init__(self, location: Path | None = None, port: int = 0) -> None:
+    ``port`` is the queue service's, ``blob_port`` the blob service's; a restart keeps both.
+    """
+
+    def __init__(self, location: Path | None = None, port: int = 0, blob_port: int = 0) -> None:
         self.location = location
         self.port = port
+        self.blob_port = blob_port
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
 
@@ -31,6 +35,7 @@ class Azurite:
         return (
             f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
             f"QueueEndpoint=http://127.0.0.1:{self.port}/{ACCOUNT};"
+            f"BlobEndpoint=http://127.0.0.1:{self.blob_port}/{ACCOUNT};"
         )
 
     def start(self, timeout: float = 60) -> Azurite:
@@ -39,18 +44,22 @@ class Azurite:
         storage = ["--location", str(self.location)] if self.location else ["--inMemoryPersistence"]
         self.proc = subprocess.Popen(
             [str(EXECUTABLE), *storage, "--skipApiVersionCheck", "--loose",
-             "--queueHost", "127.0.0.1", "--queuePort", str(self.port)],
+             "--queueHost", "127.0.0.1", "--queuePort", str(self.port),
+             "--blobHost", "127.0.0.1", "--blobPort", str(self.blob_port),
+             # The table service cannot be left out of this executable; it gets a free port and is not used.
+             "--tableHost", "127.0.0.1", "--tablePort", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
 
-        def listening() -> int | None:
+        def listening() -> dict[str, int] | None:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError("azurite exited:\n" + "".join(self.output))
-            found = next((m for line in list(self.output) if (m := _LISTENING.search(line))), None)
-            return int(found.group(1)) if found else None
+            ports = {m.group(1): int(m.group(2)) for line in list(self.output) if (m := _LISTENING.search(line))}
+            return ports if len(ports) == 2 else None
 
-        self.port = poll(listening, timeout, what="azurite to listen")
+        ports = poll(listening, timeout, what="azurite to listen")
+        self.port, self.blob_port = ports["Queue"], ports["Blob"]
         return self
 
     def _read(self) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import traceback
 from pathlib import Path
 
@@ -10,7 +9,6 @@ import pytest
 
 from tests.azurite import ACCOUNT as AZURITE_ACCOUNT
 from tests.azurite import KEY as AZURITE_KEY
-from worker.config import HostConfig
 from worker.queues import UnsupportedConnection, open_backend
 from worker.queues import describe as describe_connection
 from worker.queues.azure import AzureBackend
@@ -20,7 +18,6 @@ from worker.queues.connection import (
     DEV_QUEUE_ENDPOINT,
     AzureConnection,
     ConnectionStringError,
-    identity_connection,
     parse_connection_string,
 )
 from worker.queues.sqlite import SqliteBackend
@@ -193,119 +190,12 @@ def test_describe_of_a_malformed_string_does_not_echo_it() -> None:
 # -- identity-based connections ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("settings", "endpoint"),
-    [
-        ({"Storage__queueServiceUri": "https://acct.queue.core.windows.net"}, "https://acct.queue.core.windows.net"),
-        ({"Storage__serviceUri": "https://acct.queue.core.windows.net"}, "https://acct.queue.core.windows.net"),
-        ({"Storage__accountName": "acct"}, "https://acct.queue.core.windows.net"),
-        ({"Storage__QUEUESERVICEURI": "https://acct.queue.core.windows.net"}, "https://acct.queue.core.windows.net"),
-        (
-            {"Storage__queueServiceUri": "https://q.example/acct", "Storage__accountName": "other"},
-            "https://q.example/acct",
-        ),
-    ],
-)
-def test_identity_settings_make_an_identity_connection(settings: dict[str, str], endpoint: str) -> None:
-    text = identity_connection("Storage", settings)
-    assert text is not None
-    parsed = parse_connection_string(text)
-    assert parsed.use_identity
-    assert parsed.queue_endpoint == endpoint
-    assert parsed.identity_client_id is None
-    assert parsed.account_key is None and parsed.sas_token is None
-
-
-def test_identity_client_id_chooses_a_user_assigned_identity() -> None:
-    client_id = "8d6e5b3c-0000-4c1b-9f3e-1234567890ab"
-    text = identity_connection(
-        "Storage", {"Storage__queueServiceUri": "https://acct.queue.core.windows.net", "Storage__clientId": client_id}
-    )
-    assert text is not None
-    parsed = parse_connection_string(text)
-    assert parsed.use_identity
-    assert parsed.queue_endpoint == "https://acct.queue.core.windows.net"
-    assert parsed.identity_client_id == client_id
-
-
-@pytest.mark.parametrize(
-    "settings",
-    [
-        {},
-        {"Storage__clientId": "8d6e5b3c-0000-4c1b-9f3e-1234567890ab"},
-        {"Storage__queueServiceUri": ""},
-        {"Other__queueServiceUri": "https://acct.queue.core.windows.net"},
-        {"Storage": "UseDevelopmentStorage=true"},
-        {"StorageX__queueServiceUri": "https://acct.queue.core.windows.net"},
-    ],
-)
-def test_without_an_endpoint_there_is_no_identity_connection(settings: dict[str, str]) -> None:
-    assert identity_connection("Storage", settings) is None
-
-
 def test_identity_connection_string_written_directly() -> None:
     parsed = parse_connection_string(
         "QueueEndpoint=https://acct.queue.core.windows.net;Credential=defaultazurecredential;ClientId=abc"
     )
     assert parsed.use_identity and parsed.identity_client_id == "abc"
     assert parsed.queue_endpoint == "https://acct.queue.core.windows.net"
-
-
-# -- HostConfig.connection_string ---------------------------------------------------------------------------------------
-
-PLAIN_ENV = f"AccountName=fromenv;AccountKey={KEY}"
-PLAIN_YAML = f"AccountName=fromyaml;AccountKey={KEY}"
-
-
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No Storage* variable of the machine running the tests may leak in."""
-    for name in list(os.environ):
-        if name == "Storage" or name.startswith("Storage__"):
-            monkeypatch.delenv(name)
-    return monkeypatch
-
-
-def test_environment_variable_wins_over_connections(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("Storage", PLAIN_ENV)
-    clean_env.setenv("Storage__queueServiceUri", "https://identity.queue.core.windows.net")
-    config = HostConfig(connections={"Storage": PLAIN_YAML})
-    assert config.connection_string("Storage") == PLAIN_ENV
-
-
-def test_connections_entry_wins_over_identity_settings(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("Storage__queueServiceUri", "https://identity.queue.core.windows.net")
-    config = HostConfig(connections={"Storage": PLAIN_YAML})
-    assert config.connection_string("Storage") == PLAIN_YAML
-
-
-def test_identity_settings_from_the_environment(clean_env: pytest.MonkeyPatch) -> None:
-    clean_env.setenv("Storage__queueServiceUri", "https://fromenv.queue.core.windows.net")
-    clean_env.setenv("Storage__clientId", "cid")
-    config = HostConfig(connections={"Storage__queueServiceUri": "https://fromyaml.queue.core.windows.net"})
-    text = config.connection_string("Storage")
-    assert text is not None
-    parsed = parse_connection_string(text)
-    assert parsed.use_identity
-    assert parsed.queue_endpoint == "https://fromenv.queue.core.windows.net"
-    assert parsed.identity_client_id == "cid"
-
-
-def test_identity_settings_from_connections(clean_env: pytest.MonkeyPatch) -> None:
-    config = HostConfig(connections={"Storage__accountName": "fromyaml", "Storage__clientId": "cid"})
-    text = config.connection_string("Storage")
-    assert text is not None
-    parsed = parse_connection_string(text)
-    assert parsed.use_identity
-    assert parsed.queue_endpoint == "https://fromyaml.queue.core.windows.net"
-    assert parsed.identity_client_id == "cid"
-
-
-def test_no_setting_and_no_name_mean_the_embedded_queue(clean_env: pytest.MonkeyPatch) -> None:
-    config = HostConfig(connections={"Other": PLAIN_YAML})
-    assert config.connection_string("Storage") is None
-    assert config.connection_string(None) is None
-    assert config.connection_string("") is None
 
 
 # -- open_backend ------------------------------------------------------------------------------------------------------

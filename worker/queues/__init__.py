@@ -50,6 +50,8 @@ def open_backend(
         parsed = parse_connection_string(connection)
     except ConnectionStringError as exc:
         raise UnsupportedConnection(str(exc)) from None
+    if parsed.queue_endpoint is None:
+        raise UnsupportedConnection("connection string has no QueueEndpoint (nor an AccountName to derive one from)")
     from worker.queues.azure import AzureBackend
 
     return AzureBackend(parsed, on_retry=on_retry)

@@ -1,20 +1,17 @@
-"""Azure Storage connection settings, read as Azure Functions reads them.
+"""Azure Storage connection strings, read as Azure Functions reads them.
 
-A connection setting holds either a connection string (``UseDevelopmentStorage=true``;
-account name and key; a SAS; an explicit ``QueueEndpoint=``) or, for
-identity-based connections, nothing: then ``<name>__queueServiceUri`` (or
-``<name>__serviceUri`` / ``<name>__accountName``) names the account and
-DefaultAzureCredential signs in, with ``<name>__clientId`` choosing a
-user-assigned managed identity. Such a setting is turned into the connection
-string ``QueueEndpoint=<uri>;Credential=DefaultAzureCredential[;ClientId=<id>]``,
-which may also be written directly.
+A connection string is ``UseDevelopmentStorage=true``, an account name and
+key, a SAS, or explicit ``QueueEndpoint=`` / ``BlobEndpoint=``. Identity-based
+connections (``<name>__queueServiceUri`` and friends, resolved by
+:mod:`worker.connections`) become the connection string
+``QueueEndpoint=<uri>;Credential=DefaultAzureCredential[;ClientId=<id>]`` (or
+``BlobEndpoint=...``), which may also be written directly.
 
 Nothing here puts a secret into a message: errors name the keys, never values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +19,7 @@ from typing import Any
 DEV_ACCOUNT = "devstoreaccount1"
 DEV_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 DEV_QUEUE_ENDPOINT = f"http://127.0.0.1:10001/{DEV_ACCOUNT}"
+DEV_BLOB_ENDPOINT = f"http://127.0.0.1:10000/{DEV_ACCOUNT}"
 
 IDENTITY_CREDENTIAL = "DefaultAzureCredential"
 
@@ -32,14 +30,20 @@ class ConnectionStringError(ValueError):
 
 @dataclass
 class AzureConnection:
-    """Where the queues are and how to sign in. Secrets stay out of ``repr``."""
+    """Where the queues and blobs are and how to sign in. Secrets stay out of ``repr``.
 
-    queue_endpoint: str
+    A connection string may name one service only (``BlobEndpoint=`` without
+    ``QueueEndpoint=``); the other endpoint is then None, and a binding that
+    needs it is refused.
+    """
+
+    queue_endpoint: str | None
     account_name: str | None = None
     account_key: str | None = field(default=None, repr=False)
     sas_token: str | None = field(default=None, repr=False)
     identity_client_id: str | None = None
     use_identity: bool = False
+    blob_endpoint: str | None = None
     _identity: Any = field(default=None, repr=False, compare=False)
 
     def credential(self) -> Any:
@@ -66,15 +70,16 @@ class AzureConnection:
             await self._identity.close()
             self._identity = None
 
-    def describe(self) -> str:
-        """For logs: the endpoint and the kind of credential, never the credential."""
+    def describe(self, service: str = "queue") -> str:
+        """For logs: the endpoint of ``service`` ("queue" or "blob") and the kind of credential, never the credential."""
         kind = (
             "managed identity" if self.use_identity
             else "account key" if self.account_key
             else "SAS" if self.sas_token
             else "anonymous"
         )
-        return f"Azure Storage {self.queue_endpoint} ({kind})"
+        endpoint = self.blob_endpoint if service == "blob" else self.queue_endpoint
+        return f"Azure Storage {endpoint} ({kind})"
 
 
 def parse_connection_string(text: str) -> AzureConnection:
@@ -89,37 +94,28 @@ def parse_connection_string(text: str) -> AzureConnection:
         settings[key.strip().lower()] = value.strip()
     if settings.get("usedevelopmentstorage", "").lower() == "true":
         proxy = settings.get("developmentstorageproxyuri")
-        endpoint = f"{proxy.rstrip('/')}/{DEV_ACCOUNT}" if proxy else DEV_QUEUE_ENDPOINT
-        return AzureConnection(endpoint, DEV_ACCOUNT, DEV_ACCOUNT_KEY)
+        if proxy:  # the proxy stands for every service of the emulator
+            endpoint = blob = f"{proxy.rstrip('/')}/{DEV_ACCOUNT}"
+        else:
+            endpoint, blob = DEV_QUEUE_ENDPOINT, DEV_BLOB_ENDPOINT
+        return AzureConnection(endpoint, DEV_ACCOUNT, DEV_ACCOUNT_KEY, blob_endpoint=blob)
     name = settings.get("accountname")
     endpoint = settings.get("queueendpoint")
-    if not endpoint:
-        if not name:
-            raise ConnectionStringError("connection string has neither QueueEndpoint nor AccountName")
+    blob = settings.get("blobendpoint")
+    if name:
         protocol = settings.get("defaultendpointsprotocol", "https")
         suffix = settings.get("endpointsuffix", "core.windows.net")
-        endpoint = f"{protocol}://{name}.queue.{suffix}"
+        endpoint = endpoint or f"{protocol}://{name}.queue.{suffix}"
+        blob = blob or f"{protocol}://{name}.blob.{suffix}"
+    if not endpoint and not blob:
+        raise ConnectionStringError("connection string has neither QueueEndpoint, BlobEndpoint nor AccountName")
     if settings.get("credential", "").lower() == IDENTITY_CREDENTIAL.lower():
-        return AzureConnection(endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"))
+        return AzureConnection(endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"),
+                               blob_endpoint=blob)
     key = settings.get("accountkey")
     sas = settings.get("sharedaccesssignature")
     if key and not name:
         raise ConnectionStringError("connection string has AccountKey but no AccountName")
     if not key and not sas:
         raise ConnectionStringError("connection string has no AccountKey, SharedAccessSignature or Credential")
-    return AzureConnection(endpoint, name, key, sas.lstrip("?") if sas else None)
-
-
-def identity_connection(name: str, settings: Mapping[str, str]) -> str | None:
-    """The connection string for an identity-based connection ``name``, from ``<name>__*`` settings, or None."""
-    prefix = f"{name}__"
-    values = {k[len(prefix):].lower(): v for k, v in settings.items() if k.startswith(prefix) and v}
-    endpoint = values.get("queueserviceuri") or values.get("serviceuri")
-    if not endpoint and values.get("accountname"):
-        endpoint = f"https://{values['accountname']}.queue.core.windows.net"
-    if not endpoint:
-        return None
-    text = f"QueueEndpoint={endpoint};Credential={IDENTITY_CREDENTIAL}"
-    if values.get("clientid"):
-        text += f";ClientId={values['clientid']}"
-    return text
+    return AzureConnection(endpoint, name, key, sas.lstrip("?") if sas else None, blob_endpoint=blob)
