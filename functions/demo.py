@@ -31,7 +31,7 @@ PROGRESS_EVERY = 3.0
 
 
 def backend(config: HostConfig) -> QueueBackend:
-    return open_backend(config.connection_string("AzureWebJobsStorage"), config.base_dir)
+    return open_backend(config.connection_string(None), config.base_dir)  # as the sample app's functions resolve it
 
 
 async def enqueue(config: HostConfig, files: list[str]) -> None:

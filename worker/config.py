@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from worker.queues.connection import identity_connection
+from worker.connections import ResolvedConnection, Service, resolve
 
 ENV_PREFIX = "WORKER__"
 
@@ -224,18 +224,24 @@ class HostConfig:
     #: Keys read but not used (copied from host.json), for the host to warn about.
     ignored_keys: tuple[str, ...] = ()
 
-    def connection_string(self, name: str | None) -> str | None:
-        """The connection string a function's ``connection`` names: environment first, then host.yaml.
+    def resolve_connection(
+        self, name: str | None, service: Service = "queue", *, embedded_default: bool = False
+    ) -> ResolvedConnection:
+        """Resolve a binding's ``connection`` as Functions does (:mod:`worker.connections`), reading the environment now.
 
-        Without one, ``<name>__queueServiceUri`` (or ``__serviceUri``/``__accountName``)
-        in either place makes an identity-based connection, as in Functions.
+        Raises ConnectionSettingError (MissingConnection with Functions' message) when it resolves to nothing.
         """
-        if not name:
-            return None
-        plain = os.environ.get(name) or self.connections.get(name)
-        if plain:
-            return plain
-        return identity_connection(name, os.environ) or identity_connection(name, self.connections)
+        return resolve(name, service, environ=os.environ, connections=self.connections,
+                       embedded_default=embedded_default)
+
+    def connection_string(self, name: str | None, service: Service = "queue") -> str | None:
+        """The connection string of ``name``; None is the embedded queue's default file.
+
+        ``name`` None is a binding that names no connection (a WorkerApp's, or
+        a CLI command without ``--connection``): ``AzureWebJobsStorage`` when
+        it is set, else the embedded queue. A named one must resolve.
+        """
+        return self.resolve_connection(name, service, embedded_default=name is None).value
 
 
 def _line_index(text: str) -> dict[str, int]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from worker.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.connections import MissingConnection
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -399,13 +400,14 @@ def test_connections_environment_takes_precedence(tmp_path: Path, monkeypatch: p
     monkeypatch.delenv("Orders", raising=False)
     monkeypatch.setenv("Billing", "sqlite:///from-env.db")
     monkeypatch.delenv("Nowhere", raising=False)
+    monkeypatch.delenv("AzureWebJobsStorage", raising=False)
     config = load_config(path, environ=NO_ENV)
     assert config.connections == {"Orders": "sqlite:///orders.db", "Billing": "sqlite:///billing.db"}
     assert config.connection_string("Orders") == "sqlite:///orders.db"
     assert config.connection_string("Billing") == "sqlite:///from-env.db"
-    assert config.connection_string("Nowhere") is None
-    assert config.connection_string(None) is None
-    assert config.connection_string("") is None
+    with pytest.raises(MissingConnection, match="'AzureWebJobsNowhere' does not exist"):
+        config.connection_string("Nowhere")
+    assert config.connection_string(None) is None  # a binding that names none: the embedded queue
 
 
 def test_connection_can_come_from_a_worker_variable(tmp_path: Path) -> None:
