@@ -7,7 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from worker.blob_bindings import BlobInput, BlobOutput, check_blob_path, input_kind
 from worker.outputs import OutputBinding
+from worker.param_types import DataKind, data_kind
 from worker.queues.base import InvalidArgument, check_queue_name
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -16,6 +18,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 _NAME_ATTR = "__worker_function_name__"
 #: Output bindings declared below ``@app.queue_trigger`` wait here until it runs.
 _OUTPUTS_ATTR = "__worker_queue_outputs__"
+#: Input bindings declared below ``@app.queue_trigger`` wait here until it runs.
+_INPUTS_ATTR = "__worker_inputs__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +30,17 @@ class FunctionSpec:
     handler: Callable[..., Any]
     arg_name: str
     queue_name: str
-    connection: str
+    #: The connection setting's name; None: ``AzureWebJobsStorage`` when it is set, else the embedded queue.
+    connection: str | None
     is_async: bool
-    #: ``@app.queue_output`` bindings, sent only when the handler succeeds.
-    outputs: tuple[OutputBinding, ...] = ()
+    #: ``@app.queue_output`` and ``@app.blob_output`` bindings, written only when the handler succeeds.
+    outputs: tuple[OutputBinding | BlobOutput, ...] = ()
+    #: ``@app.blob_input`` bindings, read before the handler runs.
+    inputs: tuple[BlobInput, ...] = ()
     #: True for ``cardinality="many"``: the handler gets the received batch as a list.
     many: bool = False
+    #: What the trigger parameter receives: the QueueMessage, or its body as ``str`` or ``bytes``.
+    trigger_kind: DataKind = "object"
 
 
 class WorkerApp:
@@ -67,15 +76,20 @@ class WorkerApp:
         *,
         arg_name: str,
         queue_name: str,
-        connection: str = "AzureWebJobsStorage",
+        connection: str | None = None,
         cardinality: str = "one",
     ) -> Callable[[F], F]:
         """Run the decorated function for each message on ``queue_name``, passed as ``arg_name``.
 
-        ``connection`` names an environment variable or a ``connections:`` entry
-        of host.yaml holding the connection string; unset means the embedded queue.
-        ``cardinality="many"`` passes each received batch (up to batchSize) as a
-        list instead; the handler may fail single messages with ``msg.fail(reason)``.
+        ``connection`` names a connection setting, resolved as Azure Functions
+        does (``AzureWebJobs<X>``, then ``<X>``; environment, then host.yaml
+        ``connections:``); a named one that resolves to nothing is refused at
+        start. Unset means ``AzureWebJobsStorage`` when that is set, else the
+        embedded queue. The parameter annotated ``str`` or ``bytes`` gets the
+        body as that type, as in the Functions Python worker; otherwise a
+        :class:`QueueMessage`. ``cardinality="many"`` passes each received
+        batch (up to batchSize) as a list instead; the handler may fail single
+        messages with ``msg.fail(reason)``.
         """
         if cardinality not in ("one", "many"):
             raise ValueError(f"cardinality must be 'one' or 'many', got {cardinality!r}")
@@ -88,6 +102,10 @@ class WorkerApp:
             if arg_name not in inspect.signature(handler).parameters:
                 raise TypeError(f"{handler.__qualname__} has no parameter {arg_name!r} for the queue message")
             name = getattr(handler, _NAME_ATTR, handler.__name__)
+            inputs = tuple(getattr(handler, _INPUTS_ATTR, ()))
+            outputs = tuple(getattr(handler, _OUTPUTS_ATTR, ()))
+            if cardinality == "many" and (inputs or any(isinstance(b, BlobOutput) for b in outputs)):
+                raise ValueError(f"{handler.__qualname__}: blob bindings need cardinality 'one' (a path names one message)")
             self._specs[handler] = FunctionSpec(
                 name=name,
                 handler=handler,
@@ -95,29 +113,68 @@ class WorkerApp:
                 queue_name=queue_name,
                 connection=connection,
                 is_async=inspect.iscoroutinefunction(handler),
-                outputs=tuple(getattr(handler, _OUTPUTS_ATTR, ())),
+                outputs=outputs,
+                inputs=inputs,
                 many=cardinality == "many",
+                trigger_kind="object" if cardinality == "many" else data_kind(handler, arg_name),
             )
             return handler
 
         return register
 
     def queue_output(
-        self, *, arg_name: str, queue_name: str, connection: str = "AzureWebJobsStorage"
+        self, *, arg_name: str, queue_name: str, connection: str | None = None
     ) -> Callable[[F], F]:
         """Give the handler an :class:`worker.Out` as ``arg_name``; what it sets goes to ``queue_name`` on success."""
         try:
             check_queue_name(queue_name)
         except InvalidArgument as exc:
             raise ValueError(str(exc)) from None
-        binding = OutputBinding(arg_name, queue_name, connection)
+        return self._bind(OutputBinding(arg_name, queue_name, connection), "queue output")
+
+    def blob_output(self, *, arg_name: str, path: str, connection: str | None = None) -> Callable[[F], F]:
+        """Give the handler an :class:`worker.Out` as ``arg_name``; what it sets (str or bytes) is written on success.
+
+        ``path`` is ``container/blob``, with binding expressions (``{queueTrigger}``,
+        ``{id}``, JSON body properties, ``{rand-guid}``, ``{DateTime}``, ``%Setting%``)
+        resolved for each message. The blob is written after the handler
+        returns and before the trigger message is deleted.
+        """
+        check_blob_path(path)
+        return self._bind(BlobOutput(arg_name, path, connection), "blob output")
+
+    def blob_input(
+        self, *, arg_name: str, path: str, connection: str | None = None, data_type: str | None = None
+    ) -> Callable[[F], F]:
+        """Read the blob at ``path`` before the handler runs and pass it as ``arg_name``; None when it does not exist.
+
+        The parameter's annotation chooses the type, as in the Functions
+        Python worker: ``str``, ``bytes``, else an :class:`worker.InputStream`;
+        an unannotated parameter follows ``data_type`` (``"string"``/``"binary"``).
+        """
+        check_blob_path(path)
 
         def bind(handler: F) -> F:
-            if arg_name not in inspect.signature(handler).parameters:
-                raise TypeError(f"{handler.__qualname__} has no parameter {arg_name!r} for the queue output")
+            kind = input_kind(handler, arg_name, data_type)
+            return self._bind(BlobInput(arg_name, path, connection, kind), "blob input")(handler)
+
+        return bind
+
+    def _bind(self, binding: OutputBinding | BlobOutput | BlobInput, what: str) -> Callable[[F], F]:
+        """Add ``binding`` to the handler's function, whether ``@app.queue_trigger`` ran already or runs later."""
+        inputs = isinstance(binding, BlobInput)
+        attr = _INPUTS_ATTR if inputs else _OUTPUTS_ATTR
+
+        def bind(handler: F) -> F:
+            if binding.arg_name not in inspect.signature(handler).parameters:
+                raise TypeError(f"{handler.__qualname__} has no parameter {binding.arg_name!r} for the {what}")
             spec = self._specs.get(handler)
             if spec is None:
-                setattr(handler, _OUTPUTS_ATTR, (*getattr(handler, _OUTPUTS_ATTR, ()), binding))
+                setattr(handler, attr, (*getattr(handler, attr, ()), binding))
+            elif spec.many and not isinstance(binding, OutputBinding):
+                raise ValueError(f"{handler.__qualname__}: blob bindings need cardinality 'one' (a path names one message)")
+            elif inputs:
+                self._specs[handler] = replace(spec, inputs=(*spec.inputs, binding))
             else:
                 self._specs[handler] = replace(spec, outputs=(*spec.outputs, binding))
             return handler

@@ -14,11 +14,14 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from worker import preflight
 from worker.app import WorkerApp
 from worker.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.connections import ConnectionSettingError
 from worker.encoding import MessageDecodeError, decode, encode
 from worker.host import Host
 from worker.observability import configure_logging, format_summary
@@ -48,11 +51,14 @@ class UsageError(Exception):
     """Bad arguments, configuration or app: exit code 2."""
 
 
-def load_app(target: str, search_path: Path) -> WorkerApp:
-    """Import ``MODULE:ATTR`` (looked up from ``search_path`` first) and check it is an app with functions.
+def load_app(target: str, search_path: Path, config: HostConfig | None = None) -> WorkerApp:
+    """Import ``MODULE:ATTR`` (looked up from ``search_path`` first) and check it is an app that can run.
 
     The app is a WorkerApp, or an ``azure.functions.FunctionApp`` whose queue-triggered functions are
-    registered into one (:mod:`worker.functions_compat`); a warning is logged for each function not run.
+    registered into one (:mod:`worker.functions_compat`); a warning is logged for each function not run
+    (another trigger, or switched off with ``AzureWebJobs.<name>.Disabled``). With ``config``, the
+    functions' connections and settings are checked too (:mod:`worker.preflight`). Every problem found is
+    listed in one UsageError.
     """
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
@@ -67,6 +73,8 @@ def load_app(target: str, search_path: Path) -> WorkerApp:
     app = getattr(module, attr, None)
     if app is None:
         raise UsageError(f"module {module_name!r} has no attribute {attr!r}")
+    problems: list[str] = []
+    not_run: list[str] = []
     # An azure.functions.FunctionApp: azure-functions is then imported already (the app's module did it),
     # so apps that do not use it never import it, and it stays an optional dependency.
     azure_functions = sys.modules.get("azure.functions")
@@ -81,28 +89,40 @@ def load_app(target: str, search_path: Path) -> WorkerApp:
 
             from worker.functions_compat import FunctionAppError, from_function_app
 
+            check = None if config is None else partial(preflight.connection_problem, config)
             try:
-                converted = from_function_app(app)
+                converted = from_function_app(app, connection_problem=check)
             except FunctionAppError as exc:
                 raise UsageError(f"{target}: {exc}") from None
             log = structlog.get_logger("worker.cli")
             for skipped in converted.skipped:
                 log.warning(skipped.message, function=skipped.name, trigger=skipped.trigger_type)
-            if not converted.app.functions:
-                not_run = "".join(f"\n  {skipped.message}" for skipped in converted.skipped)
+                not_run.append(skipped.message)
+            for name in converted.disabled:
+                log.warning("function is disabled by its AzureWebJobs.<name>.Disabled setting; it is not run",
+                            function=name)
+                not_run.append(f"function {name} is disabled (AzureWebJobs.{name}.Disabled)")
+            problems.extend(converted.problems)
+            if not converted.app.functions and not problems:
+                listed = "".join(f"\n  {line}" for line in not_run)
                 raise UsageError(
                     f"{target} is an azure.functions.FunctionApp without a queue-triggered function this host can run"
-                    + (f":{not_run}" if not_run else " (it has no functions)")
+                    + (f":{listed}" if listed else " (it has no functions)")
                 )
-            return converted.app
+            app = converted.app
     if not isinstance(app, WorkerApp):
         raise UsageError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
     try:
         functions = app.functions
     except ValueError as exc:
         raise UsageError(f"{target}: {exc}") from None
-    if not functions:
+    if not functions and not problems:
         raise UsageError(f"{target} registers no functions; decorate a handler with @app.queue_trigger")
+    if config is not None:
+        problems.extend(preflight.problems(app, config))
+    if problems:
+        listed = "".join(f"\n  {line}" for line in problems)
+        raise UsageError(f"{target} cannot run; {len(problems)} problem(s):{listed}")
     return app
 
 
@@ -136,12 +156,12 @@ def _ttl(text: str) -> float:
     return NEVER_EXPIRES if text.strip() == "-1" else _duration(text)
 
 
-def _with_backend(config: HostConfig, connection: str, work: Callable[[QueueBackend], Awaitable[T]]) -> T:
-    """Open the backend ``connection`` names, run ``work`` on it, close it."""
+def _with_backend(config: HostConfig, connection: str | None, work: Callable[[QueueBackend], Awaitable[T]]) -> T:
+    """Open the backend ``connection`` names (None: AzureWebJobsStorage, else the embedded queue), run ``work``, close it."""
     try:
         backend = open_backend(config.connection_string(connection), config.base_dir)
-    except UnsupportedConnection as exc:
-        raise UsageError(f"connection {connection}: {exc}") from None
+    except (UnsupportedConnection, ConnectionSettingError) as exc:
+        raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
 
     async def main() -> T:
         try:
@@ -167,7 +187,7 @@ def _iso(value: Any) -> str | None:
 def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     config = _config(args.config)
-    app = load_app(args.app, config.base_dir)
+    app = load_app(args.app, config.base_dir, config)
     host = Host(app, config, burst=args.burst)
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)
@@ -353,8 +373,9 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sub = command(name, help, handler)
         sub.add_argument(
-            "--connection", default=DEFAULT_CONNECTION,
-            help=f"name of the connection setting (default: {DEFAULT_CONNECTION}; unset means the embedded queue)",
+            "--connection", default=None,
+            help=f"name of the connection setting, resolved as Functions does (AzureWebJobs<NAME>, then <NAME>); "
+                 f"default: {DEFAULT_CONNECTION} when it is set, else the embedded queue",
         )
         if name == "poison":
             sub.add_argument("action", choices=["list", "requeue", "purge"])

@@ -24,7 +24,9 @@ from typing import Any
 
 import structlog
 
+from worker import expressions
 from worker.app import FunctionSpec
+from worker.blob_bindings import read_inputs
 from worker.completion import CompletionProcessor, Finished, Outcome, Result
 from worker.config import HostConfig
 from worker.encoding import MessageDecodeError, decode
@@ -33,6 +35,7 @@ from worker.message import QueueMessage
 from worker.observability import Metrics
 from worker.outputs import Out, send_outputs
 from worker.queues.base import QueueBackend, RawMessage
+from worker.storage import Storage
 
 log = structlog.get_logger("worker.dispatcher")
 
@@ -99,11 +102,11 @@ class Dispatcher:
         scheduler: LeaseScheduler,
         completion: CompletionProcessor,
         metrics: Metrics,
-        backend_for: Callable[[str], QueueBackend],
+        storage: Storage,
     ) -> None:
-        """``backend_for`` maps a connection setting name to its backend, for output bindings."""
+        """``storage`` opens the queues and blob stores that bindings' connections name."""
         self.config = config
-        self.backend_for = backend_for
+        self.storage = storage
         self.scheduler = scheduler
         self.completion = completion
         self.metrics = metrics
@@ -251,8 +254,19 @@ class Dispatcher:
             return Result(Outcome.RELEASE, inv.cancel_reason)
         messages = [d.message for d in live]
         outputs = {binding.arg_name: Out[Any]() for binding in inv.function.outputs}
-        argument = messages if inv.function.many else messages[0]
-        inv.handler_task = asyncio.create_task(self._invoke(inv, argument, outputs))
+        # Binding data for blob paths: one message's (blob bindings need cardinality one).
+        data = expressions.binding_data(messages[0]) if not inv.function.many else {}
+        try:
+            inputs = await read_inputs(inv.function.inputs, data, self.storage.blobs)
+        except Exception as exc:
+            bound.error("input binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
+            return Result(Outcome.FAILED, f"input binding: {type(exc).__name__}: {exc}")
+        try:
+            argument = messages if inv.function.many else _trigger_argument(messages[0], inv.function)
+        except UnicodeDecodeError as exc:
+            bound.error("message body is not UTF-8 text for a str parameter", error=str(exc))
+            return Result(Outcome.FAILED, f"message body is not valid UTF-8 for a str parameter: {exc}")
+        inv.handler_task = asyncio.create_task(self._invoke(inv, argument, {**inputs, **outputs}))
         started = time.monotonic()
         try:
             try:
@@ -281,15 +295,16 @@ class Dispatcher:
             bound.warning("invocation cancelled", reason=inv.cancel_reason)
             return Result(Outcome.RELEASE, inv.cancel_reason)
         try:
-            await send_outputs(inv.function.outputs, outputs, self.backend_for, self.config.message_encoding)
+            await send_outputs(inv.function.outputs, outputs, self.storage, self.config.message_encoding, data)
         except Exception as exc:
             bound.error("output binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
             return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
         bound.debug("handler succeeded", seconds=round(time.monotonic() - started, 3), messages=len(live))
         return Result(Outcome.SUCCEEDED)
 
-    async def _invoke(self, inv: Invocation, argument: Any, outputs: dict[str, Out[Any]]) -> None:
-        kwargs: dict[str, Any] = {inv.function.arg_name: argument, **outputs}
+    async def _invoke(self, inv: Invocation, argument: Any, bound: dict[str, Any]) -> None:
+        """Call the handler with the trigger ``argument`` and the ``bound`` inputs and outputs, within functionTimeout."""
+        kwargs: dict[str, Any] = {inv.function.arg_name: argument, **bound}
         current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
         if inv.function.is_async:
             inv.started = True
@@ -340,3 +355,12 @@ class Dispatcher:
         if self._busy_threads == 0:
             self._threads_idle.set()
         self._thread_slots.release()
+
+
+def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:
+    """The message as the trigger parameter asks for it: the QueueMessage, or its body as bytes or text."""
+    if function.trigger_kind == "bytes":
+        return message.get_body()
+    if function.trigger_kind == "str":
+        return message.get_body().decode("utf-8")
+    return message

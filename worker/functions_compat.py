@@ -8,54 +8,68 @@ queue-triggered one into a :class:`~worker.app.WorkerApp`, with a handler that
 calls the user's function as the Functions Python worker would:
 
 - the name is ``@app.function_name``'s, else the Python function's;
-- the trigger's ``queue_name`` and ``connection`` (``AzureWebJobsStorage``
-  when empty); ``%SETTING%`` in a queue name is read from the environment, as
-  Functions resolves it from app settings;
-- the message arrives as an ``azure.functions.QueueMessage`` (every attribute
-  filled: id, body, dequeue_count, pop_receipt and the three times), under the
-  trigger's ``arg_name``;
+- the trigger's ``queue_name`` and ``connection`` (``AzureWebJobsStorage`` when
+  empty, as in Functions, and required like any named one); ``%SETTING%`` in a
+  queue name or blob path is read from the environment, as Functions resolves
+  it from app settings;
+- the trigger parameter gets an ``azure.functions.QueueMessage`` (every
+  attribute filled), or the body as ``str`` / ``bytes`` when annotated so;
 - a sync function stays sync (it runs on the host's handler threads) and an
   async one runs on the event loop;
-- ``@app.queue_output`` bindings get a :class:`worker.Out` (``set``/``get``,
-  like ``func.Out``), sent only when the function succeeds; with
-  ``arg_name="$return"`` the return value is sent; returning a value without a
-  ``$return`` binding fails the invocation, as in Functions;
+- queue and blob output bindings (typed or generic, ``arg_name="$return"``
+  for the return value) get a :class:`worker.Out` (``set``/``get``, like
+  ``func.Out``), written only when the function succeeds, with the values the
+  Python worker's converters accept; returning a value without a ``$return``
+  binding fails the invocation, as in Functions;
+- blob input bindings get an ``azure.functions.InputStream``, ``str`` or
+  ``bytes`` by annotation (``data_type`` for an unannotated parameter), None
+  for a blob that does not exist;
 - a parameter named ``context`` gets an ``azure.functions.Context``.
 
-Functions this host cannot run (an http, timer, blob ... trigger, or an input
-or output binding other than a queue output) are not dropped silently: they
-come back in :attr:`ConvertedApp.skipped`, for the caller to warn about.
+Functions with another trigger (http, timer, blob ...) are listed in
+:attr:`ConvertedApp.skipped`, functions switched off with
+``AzureWebJobs.<name>.Disabled`` in :attr:`ConvertedApp.disabled`, and
+whatever makes a queue-triggered function impossible to run (a binding type
+this host does not provide, a ``%setting%`` that is not set, parameters that
+do not match the bindings) in :attr:`ConvertedApp.problems`, one line each,
+for the caller to refuse the app with all of them at once.
 This module imports azure-functions (the optional extra ``azure-functions``);
 ``worker.cli`` imports it only when the app is a FunctionApp.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import logging
 import os
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+from azure.functions.blob import InputStream as _BlobStream
 from azure.functions.decorators.core import Binding, BindingDirection
 from azure.functions.decorators.function_app import Function, FunctionRegister
 from azure.functions.queue import QueueMessage as _FullQueueMessage
 
+from worker import blob_bindings, expressions, preflight
 from worker.app import WorkerApp
+from worker.connections import Service
 from worker.dispatcher import current_invocation
 from worker.message import QueueMessage
 from worker.outputs import Out
 
 QUEUE_TRIGGER = "queueTrigger"
-QUEUE_OUTPUT = "queue"
+#: A Functions binding without a connection uses this one (the storage extension's default).
 DEFAULT_CONNECTION = "AzureWebJobsStorage"
+QUEUE = "queue"
+BLOB = "blob"
 #: The arg_name of an output binding that takes the function's return value.
 RETURN = "$return"
 #: What the wrapper calls the ``$return`` output: the host passes outputs as keyword arguments, "$return" is no identifier.
@@ -66,7 +80,7 @@ func.Out.register(Out)
 
 
 class FunctionAppError(ValueError):
-    """The FunctionApp cannot be run as written (a duplicate name, a parameter without a binding, ...)."""
+    """The FunctionApp cannot be indexed at all (a function without a trigger, two functions of one name)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +99,12 @@ class ConvertedApp:
     """What :func:`from_function_app` made: the queue-triggered functions as a WorkerApp, and the rest."""
 
     app: WorkerApp
+    #: Functions with a trigger this host does not run (listed at start, not run).
     skipped: tuple[SkippedFunction, ...]
+    #: Names of functions switched off with ``AzureWebJobs.<name>.Disabled`` (listed at start, not run).
+    disabled: tuple[str, ...] = ()
+    #: Why queue-triggered functions cannot run, one line each naming the function and binding: refuse the app.
+    problems: tuple[str, ...] = ()
 
 
 class FunctionsQueueMessage(_FullQueueMessage):
@@ -156,17 +175,36 @@ class _Context(func.Context):
         return None
 
 
-def from_function_app(app: FunctionRegister) -> ConvertedApp:
+def disabled(name: str, environ: Mapping[str, str]) -> bool:
+    """Functions' switch ``AzureWebJobs.<name>.Disabled`` (``true`` or ``1``); ``__`` may stand for the dots."""
+    for key in (f"AzureWebJobs.{name}.Disabled", f"AzureWebJobs__{name}__Disabled"):
+        if environ.get(key, "").strip().lower() in ("true", "1"):
+            return True
+    return False
+
+
+def from_function_app(
+    app: FunctionRegister,
+    environ: Mapping[str, str] | None = None,
+    connection_problem: Callable[[str, Service], str | None] | None = None,
+) -> ConvertedApp:
     """Register each queue-triggered function of ``app`` into a new WorkerApp; list the functions left out.
 
-    The WorkerApp may hold no function (the caller decides whether that is an
-    error). Raises :class:`FunctionAppError` for an app Functions would not
-    index either, or one whose queue names do not resolve or are invalid.
+    ``environ`` holds the app settings (``%SETTING%`` values and the
+    ``Disabled`` switches; default ``os.environ``); ``connection_problem``,
+    when given, says why a binding's connection cannot serve a service
+    (:func:`worker.preflight.connection_problem`). Nothing is raised for a
+    function that cannot run: its problems are collected, so that the caller
+    can list every one of them at once. Raises :class:`FunctionAppError` only
+    for an app Functions would not index either.
     """
     if not isinstance(app, FunctionRegister):
         raise TypeError(f"expected an azure.functions.FunctionApp, got {type(app).__name__}")
+    environ = os.environ if environ is None else environ
     worker_app = WorkerApp()
     skipped: list[SkippedFunction] = []
+    switched_off: list[str] = []
+    problems: list[str] = []
     for function in _functions(app):
         name = function.get_function_name() or function.get_user_function().__name__
         trigger = function.get_trigger()
@@ -176,25 +214,35 @@ def from_function_app(app: FunctionRegister) -> ConvertedApp:
             message = f"function {name} has a {kind} trigger; this host runs queue triggers only; it is not run"
             skipped.append(SkippedFunction(name, trigger.type or "unknown", message))
             continue
-        others = [b for b in function.get_bindings() if b is not trigger]
-        unsupported = [b for b in others if not _is_queue_output(b)]
-        if unsupported:
-            listed = ", ".join(f"{_direction(b)} binding {b.type} ({b.name})" for b in unsupported)
-            skipped.append(SkippedFunction(
-                name, trigger.type,
-                f"function {name} has a queue trigger but also {listed}, which this host does not provide "
-                "(it provides queue output bindings only); it is not run",
-            ))
+        if disabled(name, environ):
+            switched_off.append(name)
             continue
-        try:
-            _register(worker_app, function, name, trigger, others)
-        except (ValueError, TypeError) as exc:
-            raise FunctionAppError(f"function {name}: {exc}") from None
+        found = _FunctionProblems(name)
+        if connection_problem is not None:
+            _check_connections(function, found, connection_problem)
+        _register(worker_app, function, name, trigger, environ, found)
+        problems.extend(found.lines)
     try:
         worker_app.functions  # noqa: B018 -- names are checked when read
     except ValueError as exc:
         raise FunctionAppError(str(exc)) from None
-    return ConvertedApp(worker_app, tuple(skipped))
+    return ConvertedApp(worker_app, tuple(skipped), tuple(switched_off), tuple(problems))
+
+
+class _FunctionProblems:
+    """The problems found in one function, each line naming it (and the binding where there is one)."""
+
+    def __init__(self, function: str) -> None:
+        self.function = function
+        self.lines: list[str] = []
+
+    def add(self, problem: str, binding: Binding | None = None) -> None:
+        where = f"function {self.function}"
+        if binding is not None and binding.type == QUEUE_TRIGGER:
+            where += f", trigger {binding.type} ({binding.name})"
+        elif binding is not None:
+            where += f", {_direction(binding)} binding {binding.type} ({binding.name})"
+        self.lines.append(f"{where}: {problem}")
 
 
 def _functions(app: FunctionRegister) -> list[Function]:
@@ -230,107 +278,199 @@ def _without_auth_level_notice() -> Iterator[None]:
         root.removeFilter(notice)
 
 
-def _is_queue_output(binding: Binding) -> bool:
-    return binding.type == QUEUE_OUTPUT and binding.direction == BindingDirection.OUT.value
-
-
 def _direction(binding: Binding) -> str:
     # Binding.direction is the enum's int value, not the enum.
-    return {BindingDirection.IN.value: "an input", BindingDirection.OUT.value: "an output"}.get(
-        binding.direction, "an in/out"
-    )
-
-
-_SETTING = re.compile(r"%([^%]+)%")
+    return {BindingDirection.IN.value: "input", BindingDirection.OUT.value: "output"}.get(binding.direction, "inout")
 
 
 def _setting(binding: Binding, attr: str) -> str | None:
-    """A binding field: the typed decorators set ``queue_name``; ``generic_trigger(**kwargs)`` may say ``queueName``."""
+    """A binding field: the typed decorators set ``queue_name``; ``generic_*(**kwargs)`` may say ``queueName``."""
     camel = re.sub(r"_(\w)", lambda m: m.group(1).upper(), attr)
     value = getattr(binding, attr, None) or getattr(binding, camel, None)
     return str(value) if value else None
 
 
-def _queue_name(binding: Binding) -> str:
-    """The binding's queue name, with ``%SETTING%`` read from the environment."""
-    name = _setting(binding, "queue_name")
-    if name is None:
-        raise ValueError(f"binding {binding.name} has no queue_name")
-
-    def resolve(match: re.Match[str]) -> str:
-        value = os.environ.get(match.group(1))
-        if value is None:
-            raise ValueError(f"queue name {name!r} refers to the setting {match.group(1)}, which is not set")
-        return value
-
-    return _SETTING.sub(resolve, name)
+#: What each binding this host provides is, by (type, direction).
+_QUEUE_OUT = (QUEUE, BindingDirection.OUT.value)
+_BLOB_IN = (BLOB, BindingDirection.IN.value)
+_BLOB_OUT = (BLOB, BindingDirection.OUT.value)
+_TRIGGER_TYPES = (func.QueueMessage, str, bytes)
+_BLOB_INPUT_TYPES = (func.InputStream, str, bytes)
 
 
 def _register(
-    worker_app: WorkerApp, function: Function, name: str, trigger: Binding, outputs: list[Binding]
+    worker_app: WorkerApp,
+    function: Function,
+    name: str,
+    trigger: Binding,
+    environ: Mapping[str, str],
+    problems: _FunctionProblems,
 ) -> None:
+    """Register one queue-triggered function; every reason it cannot run goes to ``problems`` instead."""
     user = function.get_user_function()
+    others = [b for b in function.get_bindings() if b is not trigger]
+    for binding in others:
+        if (binding.type, binding.direction) not in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT):
+            problems.add("this host does not provide this binding type (it provides queue outputs and blob "
+                         "inputs and outputs)", binding)
+    usable = [b for b in others if (b.type, b.direction) in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT)]
+
     parameters = inspect.signature(user).parameters
-    bound = {trigger.name, *(b.name for b in outputs if b.name != RETURN)}
-    requires_context = "context" in parameters and "context" not in bound
+    bound = {trigger.name, *(b.name for b in others if b.name != RETURN)}
     missing = sorted(bound - set(parameters))
     if missing:
-        raise ValueError(f"{user.__name__}() has no parameter for binding(s) {', '.join(missing)}")
+        problems.add(f"{user.__name__}() has no parameter for binding(s) {', '.join(missing)}")
     unbound = sorted(
         p.name for p in parameters.values()
         if p.name not in bound and p.name != "context" and p.default is inspect.Parameter.empty
         and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     )
     if unbound:
-        raise ValueError(f"{user.__name__}() has no binding for parameter(s) {', '.join(unbound)}")
+        problems.add(f"{user.__name__}() has no binding for parameter(s) {', '.join(unbound)}")
+    hints = _annotations(user)
+    trigger_hint = hints.get(trigger.name, inspect.Parameter.empty)
+    if not _accepts(trigger_hint, _TRIGGER_TYPES):
+        problems.add(f"parameter {trigger.name} is annotated {_type_name(trigger_hint)}; a queue trigger binds "
+                     "func.QueueMessage, str or bytes", trigger)
+    for binding in usable:
+        hint = hints.get(binding.name, inspect.Parameter.empty)
+        if (binding.type, binding.direction) == _BLOB_IN and not _accepts(hint, _BLOB_INPUT_TYPES):
+            problems.add(f"parameter {binding.name} is annotated {_type_name(hint)}; a blob input binds "
+                         "func.InputStream, str or bytes", binding)
 
-    out_args = {b.name: (_RETURN_ARG if b.name == RETURN else b.name) for b in outputs}
-    try:
-        directory = str(Path(inspect.getfile(user)).resolve().parent)
-    except (TypeError, OSError):
-        directory = os.getcwd()
+    queue_name = _resolved(trigger, "queue_name", environ, problems)
+    resolved = {id(b): _resolved(b, "queue_name" if b.type == QUEUE else "path", environ, problems) for b in usable}
+    if problems.lines:
+        return
+
+    out_args = {b.name: (_RETURN_ARG if b.name == RETURN else b.name) for b in usable
+                if b.direction == BindingDirection.OUT.value}
     handler = _handler(
-        user, name, trigger.name, out_args.values(), has_return=RETURN in out_args,
-        requires_context=requires_context, directory=directory,
+        user, name, trigger.name, hints, usable, out_args,
+        requires_context="context" in parameters and "context" not in bound, directory=_directory(user),
     )
-    for binding in outputs:
-        worker_app.queue_output(
-            arg_name=out_args[binding.name], queue_name=_queue_name(binding),
-            connection=_setting(binding, "connection") or DEFAULT_CONNECTION,
+    try:
+        for binding in usable:
+            connection = _setting(binding, "connection") or DEFAULT_CONNECTION
+            if (binding.type, binding.direction) == _QUEUE_OUT:
+                worker_app.queue_output(
+                    arg_name=out_args[binding.name], queue_name=resolved[id(binding)], connection=connection,
+                )(handler)
+            elif binding.direction == BindingDirection.OUT.value:
+                worker_app.blob_output(
+                    arg_name=out_args[binding.name], path=resolved[id(binding)], connection=connection,
+                )(handler)
+            else:
+                data_type = getattr(binding, "data_type", None)
+                worker_app.blob_input(
+                    arg_name=binding.name, path=resolved[id(binding)], connection=connection,
+                    data_type=getattr(data_type, "name", data_type),
+                )(handler)
+        worker_app.queue_trigger(
+            arg_name=trigger.name, queue_name=queue_name, connection=_setting(trigger, "connection") or DEFAULT_CONNECTION,
         )(handler)
-    worker_app.queue_trigger(
-        arg_name=trigger.name, queue_name=_queue_name(trigger),
-        connection=_setting(trigger, "connection") or DEFAULT_CONNECTION,
-    )(handler)
+    except (ValueError, TypeError) as exc:
+        problems.add(str(exc))
+        return
     worker_app.function_name(name)(handler)
 
 
-def _plain(value: Any) -> Any:
-    """An output value as the host sends it: a ``func.QueueMessage`` (alone or in a list) becomes its body."""
+def _check_connections(
+    function: Function, problems: _FunctionProblems, connection_problem: Callable[[str, Service], str | None]
+) -> None:
+    """Add a problem for every queue or blob binding whose connection cannot serve it."""
+    services: dict[str, Service] = {BLOB: "blob", QUEUE: "queue", QUEUE_TRIGGER: "queue"}
+    for binding in function.get_bindings():
+        service = services.get(binding.type)
+        connection = _setting(binding, "connection") or DEFAULT_CONNECTION
+        if service is not None and (problem := connection_problem(connection, service)):
+            problems.add(problem, binding)
+
+
+def _resolved(binding: Binding, attr: str, environ: Mapping[str, str], problems: _FunctionProblems) -> str:
+    """A binding's queue name or path with ``%SETTING%`` read from the app settings; a problem when it cannot be."""
+    value = _setting(binding, attr)
+    if value is None:
+        problems.add(f"has no {attr}", binding)
+        return ""
+    if unset := preflight.unset_settings(attr.replace("_", " "), value, environ):
+        problems.add(unset, binding)
+        return ""
+    return expressions.resolve_settings(value, environ)
+
+
+def _annotations(user: Callable[..., Any]) -> dict[str, Any]:
+    """Parameter annotations, evaluated where they can be (string annotations from ``from __future__``)."""
+    try:
+        signature = inspect.signature(user, eval_str=True)
+    except Exception:
+        signature = inspect.signature(user)
+    return {name: p.annotation for name, p in signature.parameters.items()}
+
+
+def _accepts(hint: Any, types: tuple[type, ...]) -> bool:
+    """Whether a parameter annotated ``hint`` can take one of ``types`` (unannotated takes the binding's object)."""
+    if hint is inspect.Parameter.empty or isinstance(hint, str):  # a name that could not be evaluated: trust it
+        return True
+    return isinstance(hint, type) and issubclass(hint, types)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__qualname__", None) or str(hint)
+
+
+def _directory(user: Callable[..., Any]) -> str:
+    try:
+        return str(Path(inspect.getfile(user)).resolve().parent)
+    except (TypeError, OSError):
+        return os.getcwd()
+
+
+def _queue_value(value: Any) -> Any:
+    """An output value as the Python worker's queue converter takes it: str, bytes, a QueueMessage, or a list of them.
+
+    A QueueMessage (alone or in a list) becomes its body. Anything else fails
+    the invocation, as the converter's NotImplementedError does; a dict is
+    refused rather than sent as its keys (which is what iterating it in the
+    Python worker does).
+    """
+    if isinstance(value, (str, bytes)):
+        return value
     if isinstance(value, func.QueueMessage):
         return value.get_body()
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
+    if isinstance(value, collections.abc.Iterable) and not isinstance(value, (dict, bytearray)):
+        items = list(value)
+        for item in items:
+            if not isinstance(item, (str, func.QueueMessage)):
+                raise TypeError(f"a queue output list takes str or func.QueueMessage items, not {type(item).__name__}")
+        return [item.get_body() if isinstance(item, func.QueueMessage) else item for item in items]
+    raise TypeError(f"a queue output takes str, bytes, func.QueueMessage or a list of str/func.QueueMessage, not "
+                    f"{type(value).__name__} (json.dumps a dict first)")
 
 
 def _handler(
     user: Callable[..., Any],
     name: str,
     trigger_arg: str,
-    out_args: Any,
+    hints: Mapping[str, Any],
+    bindings: list[Binding],
+    out_args: Mapping[str, str],
     *,
-    has_return: bool,
     requires_context: bool,
     directory: str,
 ) -> Callable[..., Any]:
     """A host handler calling ``user``: sync for a sync function, async for an async one."""
-    out_args = tuple(out_args)
+    queue_outs = {out_args[b.name] for b in bindings if (b.type, b.direction) == _QUEUE_OUT}
+    blob_ins = [b.name for b in bindings if (b.type, b.direction) == _BLOB_IN]
 
     def arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Out[Any] | None]:
         kwargs = dict(kwargs)
         returned = kwargs.pop(_RETURN_ARG, None)
-        call = {**kwargs, trigger_arg: FunctionsQueueMessage(kwargs[trigger_arg])}
+        trigger = kwargs[trigger_arg]
+        call = {**kwargs, trigger_arg: FunctionsQueueMessage(trigger) if isinstance(trigger, QueueMessage) else trigger}
+        for arg in blob_ins:
+            if isinstance(stream := call[arg], blob_bindings.InputStream):
+                call[arg] = _BlobStream(data=stream.read(), name=stream.name, uri=stream.uri, length=stream.length)
         if requires_context:
             invocation = current_invocation.get()
             invocation_id = invocation.id if invocation is not None else str(uuid.uuid4())
@@ -342,10 +482,10 @@ def _handler(
             returned.set(result)
         elif result is not None:
             raise RuntimeError(f"function {name!r} without a $return binding returned a non-None value")
-        for arg in out_args:
+        for arg in queue_outs:
             out = kwargs[arg]
             if (value := out.get()) is not None:
-                out.set(_plain(value))
+                out.set(_queue_value(value))
 
     if inspect.iscoroutinefunction(user):
         async def handler(**kwargs: Any) -> None:
@@ -359,8 +499,14 @@ def _handler(
     handler.__name__ = handler.__qualname__ = name
     handler.__module__ = user.__module__
     handler.__doc__ = user.__doc__
-    # WorkerApp's decorators check that the handler takes the trigger and output arguments.
+    # WorkerApp's decorators check that the handler takes the trigger and binding arguments, and read the
+    # annotations of the trigger and the blob inputs to choose what the host passes (the message, str or bytes).
+    empty = inspect.Parameter.empty
+    carried = {arg: hints.get(arg, empty) for arg in (trigger_arg, *blob_ins)}
     handler.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY) for arg in (trigger_arg, *out_args)]
+        [
+            inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, annotation=carried.get(arg, empty))
+            for arg in (trigger_arg, *blob_ins, *out_args.values())
+        ]
     )
     return handler

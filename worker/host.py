@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from worker import spark
+from worker import preflight, spark
 from worker.app import WorkerApp
+from worker.blobs import open_blob_store
+from worker.blobs.base import BlobStore
 from worker.completion import CompletionProcessor
 from worker.config import HostConfig
 from worker.dispatcher import SHUTDOWN, Dispatcher
@@ -33,7 +35,7 @@ from worker.endpoints import Endpoints
 from worker.lease import LeaseScheduler
 from worker.listener import Capacity, Listener
 from worker.observability import Metrics
-from worker.queues import describe, open_backend
+from worker.queues import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend
 from worker.queues.base import QueueBackend, TransientError
 
 log = structlog.get_logger("worker.host")
@@ -48,15 +50,19 @@ COMPLETION_GRACE = 10.0
 
 
 @dataclass
-class _Backends:
-    """One backend per distinct connection string, shared by the functions that name it."""
+class _Storage:
+    """One queue backend and one blob store per distinct connection string, shared by the bindings that name it.
+
+    Implements :class:`worker.storage.Storage` for the dispatcher's output and input bindings.
+    """
 
     config: HostConfig
     metrics: Metrics
     by_connection: dict[str | None, QueueBackend] = field(default_factory=dict)
+    blob_stores: dict[str, BlobStore] = field(default_factory=dict)
 
-    def for_connection(self, name: str) -> QueueBackend:
-        """The backend for the connection setting ``name`` (opened on first use)."""
+    def queues(self, name: str | None) -> QueueBackend:
+        """The queue backend of the connection setting ``name`` (opened on first use)."""
         connection = self.config.connection_string(name)
         if connection not in self.by_connection:
             self.by_connection[connection] = open_backend(
@@ -65,9 +71,19 @@ class _Backends:
             log.info("queue storage opened", connection=name, storage=describe(connection))
         return self.by_connection[connection]
 
+    def blobs(self, name: str | None) -> BlobStore:
+        """The blob store of the connection setting ``name`` (opened on first use)."""
+        connection = self.config.connection_string(name) or f"{SQLITE_PREFIX}{DEFAULT_SQLITE_PATH.as_posix()}"
+        if connection not in self.blob_stores:
+            self.blob_stores[connection] = store = open_blob_store(connection, self.config.base_dir)
+            log.info("blob storage opened", connection=name, storage=store.describe())
+        return self.blob_stores[connection]
+
     async def close(self) -> None:
         for backend in self.by_connection.values():
             await backend.close()
+        for store in self.blob_stores.values():
+            await store.close()
 
 
 class Host:
@@ -76,6 +92,7 @@ class Host:
     def __init__(self, app: WorkerApp, config: HostConfig, *, burst: bool = False) -> None:
         if not app.functions:
             raise ValueError("the app registers no functions; decorate a handler with @app.queue_trigger")
+        preflight.check(app, config)
         self.app = app
         self.config = config
         self.burst = burst
@@ -105,8 +122,8 @@ class Host:
         ))
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         completion = CompletionProcessor(config, scheduler, self.metrics)
-        backends = _Backends(config, self.metrics)
-        dispatcher = Dispatcher(config, scheduler, completion, self.metrics, backends.for_connection)
+        backends = _Storage(config, self.metrics)
+        dispatcher = Dispatcher(config, scheduler, completion, self.metrics, backends)
         capacity = Capacity(config.max_in_flight)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -117,7 +134,7 @@ class Host:
         try:
             listeners = []
             for function in self.app.functions:
-                backend = backends.for_connection(function.connection)
+                backend = backends.queues(function.connection)
                 # Trigger queues are created at start, so that a fresh deployment needs no set-up step. Storage
                 # that cannot be reached now is no reason to stop: the listener retries and waits for the queue.
                 try:

@@ -1,7 +1,8 @@
-"""Queue output bindings: values a handler sets are sent only when it succeeds.
+"""Output bindings: values a handler sets are sent (queues) or written (blobs) only when it succeeds.
 
 As in Azure Functions, a handler declares an output with
-``@app.queue_output(arg_name="out", queue_name="next")`` and receives an
+``@app.queue_output(arg_name="out", queue_name="next")`` or
+``@app.blob_output(arg_name="out", path="container/{id}.json")`` and receives an
 :class:`Out` to ``set()``. The host sends what was set after the handler
 returns and before the trigger message is deleted, so a failed invocation
 sends nothing, and a send that fails makes the invocation fail (the trigger
@@ -11,12 +12,16 @@ message is retried: at-least-once, never lost).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from worker.blob_bindings import BlobOutput, write_output
 from worker.encoding import encode
-from worker.queues.base import QueueBackend, QueueNotFound
+from worker.queues.base import QueueNotFound
+
+if TYPE_CHECKING:
+    from worker.storage import Storage
 
 T = TypeVar("T")
 
@@ -27,7 +32,7 @@ class OutputBinding:
 
     arg_name: str
     queue_name: str
-    connection: str
+    connection: str | None
 
 
 class Out(Generic[T]):
@@ -59,18 +64,25 @@ def _texts(value: Any) -> list[str | bytes]:
 
 
 async def send_outputs(
-    bindings: tuple[OutputBinding, ...],
+    bindings: tuple[OutputBinding | BlobOutput, ...],
     values: dict[str, Out[Any]],
-    backend_for: Callable[[str], QueueBackend],
+    storage: Storage,
     encoding: str,
+    data: Mapping[str, Any],
 ) -> int:
-    """Send every value set on ``values`` to its binding's queue (created if missing); returns how many."""
+    """Send every value set on ``values`` to its queue (created if missing) or blob; returns how many were written.
+
+    ``data`` is the trigger message's binding data, for blob paths' expressions.
+    """
     sent = 0
     for binding in bindings:
+        if isinstance(binding, BlobOutput):
+            sent += await write_output(binding, values[binding.arg_name].get(), data, storage.blobs)
+            continue
         bodies = _texts(values[binding.arg_name].get())
         if not bodies:
             continue
-        backend = backend_for(binding.connection)
+        backend = storage.queues(binding.connection)
         for body in bodies:
             text = encode(body, encoding)
             try:

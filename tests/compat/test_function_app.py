@@ -31,7 +31,7 @@ from worker import QueueMessage, WorkerApp
 from worker.cli import UsageError, load_app
 from worker.config import HostConfig
 from worker.encoding import decode, encode
-from worker.functions_compat import FunctionAppError, SkippedFunction, from_function_app
+from worker.functions_compat import SkippedFunction, from_function_app
 from worker.queues import open_backend
 from worker.queues.base import QueueBackend, QueueNotFound, RawMessage
 
@@ -40,10 +40,13 @@ DOCS_SAMPLE = Path(__file__).resolve().parent / "docs_sample"
 HTTP_NOT_RUN = "function HttpHello has a http trigger; this host runs queue triggers only; it is not run"
 
 
+EMBEDDED = "sqlite:///.worker/queues.sqlite3"
+
+
 @pytest.fixture(autouse=True)
 def _embedded_queue(monkeypatch: pytest.MonkeyPatch) -> None:
-    """AzureWebJobsStorage unset: every function's connection selects the embedded queue beside host.yaml."""
-    monkeypatch.delenv("AzureWebJobsStorage", raising=False)
+    """AzureWebJobsStorage names the embedded queue beside host.yaml, chosen explicitly as a user would."""
+    monkeypatch.setenv("AzureWebJobsStorage", EMBEDDED)
 
 
 @pytest.fixture
@@ -57,7 +60,7 @@ def features() -> Iterator[Any]:
 def config(tmp_path: Path) -> HostConfig:
     return HostConfig(
         base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, new_batch_threshold=8, drain_timeout=1,
-        max_dequeue_count=2,
+        max_dequeue_count=2, connections={"AzureWebJobsStorage": EMBEDDED},
     )
 
 
@@ -90,7 +93,8 @@ def calls(features: Any, function: str) -> list[tuple[func.QueueMessage, str]]:
 
 
 def _worker_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER__")}
+    env["AzureWebJobsStorage"] = EMBEDDED
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(DOCS_SAMPLE)])
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ beside the sample
     return env
@@ -237,61 +241,150 @@ def test_converting_the_same_app_twice_works(features: Any) -> None:
     assert [s.name for s in first.app.functions] == [s.name for s in second.app.functions]
 
 
-def test_queue_trigger_with_a_binding_the_host_lacks_is_listed_not_run() -> None:
+def test_every_problem_of_every_function_is_listed_and_the_sound_functions_still_convert() -> None:
     app = func.FunctionApp()
 
     @app.queue_trigger(arg_name="msg", queue_name="images", connection="AzureWebJobsStorage")
-    @app.blob_output(arg_name="thumbnail", path="thumbs/{id}", connection="AzureWebJobsStorage")
-    def resize(msg: func.QueueMessage, thumbnail: func.Out[bytes]) -> None:
+    @app.table_input(arg_name="row", table_name="sizes", connection="AzureWebJobsStorage")
+    @app.generic_output_binding(arg_name="bus", type="serviceBus", queue_name="done", connection="Bus")
+    def resize(msg: func.QueueMessage, row: str, bus: func.Out[str]) -> None:
+        pass
+
+    @app.queue_trigger(arg_name="msg", queue_name="%ORDERS_QUEUE%", connection="AzureWebJobsStorage")
+    @app.blob_output(arg_name="out", path="%ARCHIVE%/{id}", connection="AzureWebJobsStorage")
+    def orders(msg: dict, out: func.Out[str]) -> None:  # type: ignore[type-arg]
+        pass
+
+    @app.queue_trigger(arg_name="message", queue_name="jobs", connection="AzureWebJobsStorage")
+    def job(msg: func.QueueMessage, table: str) -> None:
         pass
 
     @app.queue_trigger(arg_name="msg", queue_name="plain", connection="")
     def plain(msg: func.QueueMessage) -> None:
         pass
 
-    converted = from_function_app(app)
+    converted = from_function_app(app, environ={})
 
     assert [(s.name, s.connection) for s in converted.app.functions] == [("plain", "AzureWebJobsStorage")]
-    [skipped] = converted.skipped
-    assert (skipped.name, skipped.trigger_type) == ("resize", "queueTrigger")
-    assert "an output binding blob (thumbnail)" in skipped.message and skipped.message.endswith("it is not run")
+    assert converted.skipped == ()
+    assert sorted(converted.problems) == sorted([
+        "function resize, input binding table (row): this host does not provide this binding type (it provides "
+        "queue outputs and blob inputs and outputs)",
+        "function resize, output binding serviceBus (bus): this host does not provide this binding type (it provides "
+        "queue outputs and blob inputs and outputs)",
+        "function orders, trigger queueTrigger (msg): parameter msg is annotated dict; a queue trigger binds "
+        "func.QueueMessage, str or bytes",
+        "function orders, trigger queueTrigger (msg): the queue name '%ORDERS_QUEUE%' refers to the app setting "
+        "ORDERS_QUEUE, which is not set",
+        "function orders, output binding blob (out): the path '%ARCHIVE%/{id}' refers to the app setting ARCHIVE, "
+        "which is not set",
+        "function job: job() has no parameter for binding(s) message",
+        "function job: job() has no binding for parameter(s) msg, table",
+    ])
 
 
-def test_queue_name_settings_are_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_queue_name_and_path_settings_are_read_from_the_app_settings() -> None:
     app = func.FunctionApp()
 
     @app.queue_trigger(arg_name="msg", queue_name="%ORDERS_QUEUE%", connection="AzureWebJobsStorage")
-    def orders(msg: func.QueueMessage) -> None:
+    @app.blob_output(arg_name="out", path="%ARCHIVE%/{id}.json", connection="AzureWebJobsStorage")
+    def orders(msg: func.QueueMessage, out: func.Out[str]) -> None:
         pass
 
-    monkeypatch.setenv("ORDERS_QUEUE", "orders-eu")
-    assert [s.queue_name for s in from_function_app(app).app.functions] == ["orders-eu"]
-
-    monkeypatch.delenv("ORDERS_QUEUE")
-    with pytest.raises(FunctionAppError, match="function orders: .*ORDERS_QUEUE, which is not set"):
-        from_function_app(app)
+    [spec] = from_function_app(app, environ={"ORDERS_QUEUE": "orders-eu", "ARCHIVE": "archive-eu"}).app.functions
+    assert spec.queue_name == "orders-eu"
+    assert [b.path for b in spec.outputs] == ["archive-eu/{id}.json"]
 
 
-def test_a_parameter_without_a_binding_is_an_error() -> None:
+def test_disabled_functions_are_listed_and_the_rest_run() -> None:
+    app = func.FunctionApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="one", connection="AzureWebJobsStorage")
+    def first(msg: func.QueueMessage) -> None:
+        pass
+
+    @app.function_name("Second")
+    @app.queue_trigger(arg_name="msg", queue_name="two", connection="AzureWebJobsStorage")
+    def second(msg: func.QueueMessage) -> None:
+        pass
+
+    converted = from_function_app(app, environ={"AzureWebJobs.Second.Disabled": "true",
+                                                "AzureWebJobs.first.Disabled": "false"})
+    assert [s.name for s in converted.app.functions] == ["first"]
+    assert converted.disabled == ("Second",)
+    assert from_function_app(app, environ={"AzureWebJobs__first__Disabled": "1"}).disabled == ("first",)
+
+
+def test_trigger_parameters_typed_str_or_bytes_get_the_body() -> None:
+    app = func.FunctionApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="texts", connection="AzureWebJobsStorage")
+    @app.queue_output(arg_name="$return", queue_name="echo", connection="AzureWebJobsStorage")
+    def text(msg: str) -> str:
+        return msg.upper()
+
+    @app.queue_trigger(arg_name="msg", queue_name="raw", connection="AzureWebJobsStorage")
+    @app.queue_output(arg_name="$return", queue_name="echo", connection="AzureWebJobsStorage")
+    def raw(msg: bytes) -> bytes:
+        return msg[::-1]
+
+    specs = {s.name: s for s in from_function_app(app, environ={}).app.functions}
+    assert {name: s.trigger_kind for name, s in specs.items()} == {"text": "str", "raw": "bytes"}
+    out: Any = worker_out()
+    specs["text"].handler(msg="héllo", **{spec_return(specs["text"]): out})
+    assert out.get() == "HÉLLO"
+    specs["raw"].handler(msg=b"abc", **{spec_return(specs["raw"]): out})
+    assert out.get() == b"cba"
+
+
+@pytest.mark.parametrize(
+    ("value", "sent"),
+    [
+        ("text", "text"),
+        (b"bytes", b"bytes"),
+        (func.QueueMessage(body="from a message"), b"from a message"),
+        (["one", func.QueueMessage(body="two")], ["one", b"two"]),
+    ],
+)
+def test_queue_outputs_take_what_the_python_worker_converter_takes(value: Any, sent: Any) -> None:
+    [spec] = from_function_app(_returning(value), environ={}).app.functions
+    out: Any = worker_out()
+    spec.handler(msg=_message(), **{spec_return(spec): out})
+    assert out.get() == sent
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, 17, [b"bytes in a list"]])
+def test_queue_outputs_refuse_what_the_python_worker_converter_refuses(value: Any) -> None:
+    [spec] = from_function_app(_returning(value), environ={}).app.functions
+    with pytest.raises(TypeError, match="a queue output"):
+        spec.handler(msg=_message(), **{spec_return(spec): worker_out()})
+
+
+def _returning(value: Any) -> func.FunctionApp:
     app = func.FunctionApp()
 
     @app.queue_trigger(arg_name="msg", queue_name="jobs", connection="AzureWebJobsStorage")
-    def job(msg: func.QueueMessage, table: str) -> None:
-        pass
+    @app.queue_output(arg_name="$return", queue_name="out", connection="AzureWebJobsStorage")
+    def job(msg: func.QueueMessage) -> Any:
+        return value
 
-    with pytest.raises(FunctionAppError, match=r"function job: job\(\) has no binding for parameter\(s\) table"):
-        from_function_app(app)
+    return app
 
 
-def test_a_binding_without_a_parameter_is_an_error() -> None:
-    app = func.FunctionApp()
+def _message() -> QueueMessage:
+    return QueueMessage(id="m1", body=b"x", dequeue_count=1, insertion_time=None, expiration_time=None,
+                        time_next_visible=None)
 
-    @app.queue_trigger(arg_name="message", queue_name="jobs", connection="AzureWebJobsStorage")
-    def job(msg: func.QueueMessage) -> None:
-        pass
 
-    with pytest.raises(FunctionAppError, match=r"function job: job\(\) has no parameter for binding\(s\) message"):
-        from_function_app(app)
+def worker_out() -> Any:
+    from worker import Out
+
+    return Out()
+
+
+def spec_return(spec: Any) -> str:
+    [binding] = spec.outputs
+    return binding.arg_name
 
 
 def test_functions_of_a_registered_blueprint_run_and_a_bare_blueprint_is_refused(
@@ -324,11 +417,8 @@ def test_returning_a_value_without_a_return_binding_fails_the_invocation() -> No
         return "lost"
 
     [spec] = from_function_app(app).app.functions
-    message = QueueMessage(
-        id="m1", body=b"x", dequeue_count=1, insertion_time=None, expiration_time=None, time_next_visible=None
-    )
     with pytest.raises(RuntimeError, match="without a \\$return binding returned a non-None value"):
-        spec.handler(msg=message)
+        spec.handler(msg=_message())
 
 
 # -- running in a host -------------------------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from worker import InputStream, Out, QueueMessage
 from worker.app import FunctionSpec, WorkerApp
+from worker.blob_bindings import BlobOutput
 
 
 def test_public_api_exports_app_message_and_out() -> None:
@@ -14,7 +16,7 @@ def test_public_api_exports_app_message_and_out() -> None:
 
     assert PublicApp is WorkerApp
     assert QueueMessage.__module__ == "worker.message"
-    assert set(worker.__all__) == {"Out", "QueueMessage", "WorkerApp"}
+    assert set(worker.__all__) == {"InputStream", "Out", "QueueMessage", "WorkerApp"}
 
 
 def test_sync_handler_is_registered_with_its_settings() -> None:
@@ -47,14 +49,72 @@ def test_async_handler_is_marked_async() -> None:
     assert spec.is_async is True
 
 
-def test_default_connection_is_azure_web_jobs_storage() -> None:
+def test_a_function_that_names_no_connection_has_none() -> None:
+    """None: AzureWebJobsStorage when it is set, else the embedded queue (resolved by the host at start)."""
     app = WorkerApp()
 
     @app.queue_trigger(arg_name="msg", queue_name="orders")
     def handle(msg: object) -> None:
         pass
 
-    assert app.functions[0].connection == "AzureWebJobsStorage"
+    assert app.functions[0].connection is None
+
+
+def test_trigger_parameter_annotated_str_or_bytes_gets_the_body_kind() -> None:
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="texts")
+    def text(msg: str) -> None:
+        pass
+
+    @app.queue_trigger(arg_name="msg", queue_name="raws")
+    def raw(msg: bytes) -> None:
+        pass
+
+    @app.queue_trigger(arg_name="msg", queue_name="whole")
+    def whole(msg: QueueMessage) -> None:
+        pass
+
+    @app.queue_trigger(arg_name="msgs", queue_name="batches", cardinality="many")
+    def batch(msgs: list[QueueMessage]) -> None:
+        pass
+
+    assert {s.name: s.trigger_kind for s in app.functions} == {
+        "text": "str", "raw": "bytes", "whole": "object", "batch": "object",
+    }
+
+
+def test_blob_bindings_stack_in_any_order_with_their_kinds() -> None:
+    app = WorkerApp()
+
+    @app.blob_input(arg_name="stream", path="in/{queueTrigger}")
+    @app.queue_trigger(arg_name="msg", queue_name="orders", connection="Orders")
+    @app.blob_input(arg_name="text", path="in/{id}.txt", connection="Blobs")
+    @app.blob_input(arg_name="untyped", path="in/x", data_type="binary")
+    @app.blob_output(arg_name="out", path="out/{id}")
+    def handle(msg: QueueMessage, stream: InputStream, text: str, untyped, out: Out[str]) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    [spec] = app.functions
+    assert sorted((b.arg_name, b.path, b.connection, b.kind) for b in spec.inputs) == [
+        ("stream", "in/{queueTrigger}", None, "object"),
+        ("text", "in/{id}.txt", "Blobs", "str"),
+        ("untyped", "in/x", None, "bytes"),
+    ]
+    assert spec.outputs == (BlobOutput("out", "out/{id}", None),)
+
+
+def test_blob_bindings_are_refused_on_batches_and_need_a_container() -> None:
+    app = WorkerApp()
+
+    with pytest.raises(ValueError, match="blob bindings need cardinality 'one'"):
+        @app.queue_trigger(arg_name="msgs", queue_name="orders", cardinality="many")
+        @app.blob_output(arg_name="out", path="out/{id}")
+        def batch(msgs: list[QueueMessage], out: Out[str]) -> None:
+            pass
+
+    with pytest.raises(ValueError, match="must look like 'container/blob'"):
+        app.blob_input(arg_name="x", path="no-container")
 
 
 def test_decorators_return_the_handler_unchanged() -> None:

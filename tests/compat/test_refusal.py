@@ -1,0 +1,103 @@
+"""What cannot run is refused at start by ``worker run``, every problem on its own line; disabled functions step aside."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+APP = '''
+import azure.functions as func
+
+app = func.FunctionApp()
+
+
+@app.function_name("Thumbnails")
+@app.queue_trigger(arg_name="msg", queue_name="images", connection="ImagesStorage")
+@app.blob_output(arg_name="out", path="%THUMBS_CONTAINER%/{id}.png", connection="AzureWebJobsStorage")
+def thumbnails(msg: func.QueueMessage, out: func.Out[bytes]) -> None:
+    out.set(msg.get_body())
+
+
+@app.function_name("Ledger")
+@app.queue_trigger(arg_name="msg", queue_name="%LEDGER_QUEUE%", connection="AzureWebJobsStorage")
+@app.table_output(arg_name="row", table_name="ledger", connection="AzureWebJobsStorage")
+def ledger(msg: func.QueueMessage, row: func.Out[str]) -> None:
+    row.set("{}")
+
+
+@app.function_name("Audit")
+@app.queue_trigger(arg_name="msg", queue_name="audit", connection="")
+def audit(msg: str) -> None:
+    print("audited", msg, flush=True)
+
+
+@app.route(route="hello")
+def hello(req: func.HttpRequest) -> func.HttpResponse:
+    return func.HttpResponse("hi")
+'''
+
+
+def _run(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=folder, env={**base, "PYTHONPATH": os.pathsep.join([str(folder), str(REPO)]), **(env or {})},
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+@pytest.fixture
+def app_folder(tmp_path: Path) -> Path:
+    (tmp_path / "function_app.py").write_text(APP, encoding="utf-8")
+    (tmp_path / "host.yaml").write_text('version: "1.0"\nextensions:\n  queues:\n    maxPollingInterval: 200ms\n',
+                                        encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.subprocess
+def test_every_problem_is_listed_at_once_with_exit_code_2(app_folder: Path) -> None:
+    result = _run(app_folder, "run", "--app", "function_app:app", "--config", "host.yaml")
+
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    problems = [line.strip() for line in result.stderr.splitlines() if line.startswith("  function ")]
+    missing_storage = ("Storage account connection string 'AzureWebJobsStorage' does not exist. Make sure that it is a "
+                       "defined App Setting.")
+    assert sorted(problems) == sorted([
+        f"function Ledger, trigger queueTrigger (msg): {missing_storage}",
+        f"function Thumbnails, output binding blob (out): {missing_storage}",
+        "function Ledger, output binding table (row): this host does not provide this binding type (it provides "
+        "queue outputs and blob inputs and outputs)",
+        "function Ledger, trigger queueTrigger (msg): the queue name '%LEDGER_QUEUE%' refers to the app setting "
+        "LEDGER_QUEUE, which is not set",
+        "function Thumbnails, trigger queueTrigger (msg): Storage account connection string 'AzureWebJobsImagesStorage' "
+        "does not exist. Make sure that it is a defined App Setting.",
+        "function Thumbnails, output binding blob (out): the path '%THUMBS_CONTAINER%/{id}.png' refers to the app "
+        "setting THUMBS_CONTAINER, which is not set",
+        f"function Audit, trigger queueTrigger (msg): {missing_storage}",
+    ]), result.stderr
+
+
+@pytest.mark.subprocess
+def test_disabled_functions_step_aside_and_the_rest_run(app_folder: Path) -> None:
+    env = {"AzureWebJobsStorage": "sqlite:///.worker/queues.sqlite3",
+           "AzureWebJobs.Thumbnails.Disabled": "true", "AzureWebJobs.Ledger.Disabled": "True"}
+    sent = _run(app_folder, "send", "audit", "first", "--config", "host.yaml", env=env)
+    assert sent.returncode == 0, sent.stderr
+
+    result = _run(app_folder, "run", "--burst", "--app", "function_app:app", "--config", "host.yaml", env=env)
+
+    assert result.returncode == 0, result.stderr
+    assert "audited first" in result.stdout
+    lines = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    disabled = {line["function"] for line in lines if "disabled" in line["event"]}
+    assert disabled == {"Thumbnails", "Ledger"}
+    loaded = [line["function"] for line in lines if line["event"] == "function loaded"]
+    assert loaded == ["Audit"]

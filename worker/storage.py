@@ -1,0 +1,22 @@
+"""The storage a running host reaches by connection setting: queue backends and blob stores."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from worker.blobs.base import BlobStore
+from worker.queues.base import QueueBackend
+
+
+class Storage(Protocol):
+    """Opens (once) and hands out the queue backend and blob store a binding's ``connection`` names.
+
+    ``None`` is a WorkerApp binding that names no connection: ``AzureWebJobsStorage``
+    when it is set, else the embedded queue and its blob folder.
+    """
+
+    def queues(self, connection: str | None) -> QueueBackend:
+        """The queue backend of ``connection``."""
+
+    def blobs(self, connection: str | None) -> BlobStore:
+        """The blob store of ``connection``."""
