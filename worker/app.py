@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from worker.blob_bindings import BlobInput, BlobOutput, check_blob_path, input_kind
@@ -41,6 +44,10 @@ class FunctionSpec:
     many: bool = False
     #: What the trigger parameter receives: the QueueMessage, or its body as ``str`` or ``bytes``.
     trigger_kind: DataKind = "object"
+    #: True when the handler has a parameter named ``context`` for the invocation's :class:`worker.Context`.
+    wants_context: bool = False
+    #: The folder of the handler's module (``context.function_directory``).
+    directory: str = ""
 
 
 class WorkerApp:
@@ -117,6 +124,8 @@ class WorkerApp:
                 inputs=inputs,
                 many=cardinality == "many",
                 trigger_kind="object" if cardinality == "many" else data_kind(handler, arg_name),
+                wants_context="context" in inspect.signature(handler).parameters and arg_name != "context",
+                directory=_directory(handler),
             )
             return handler
 
@@ -193,3 +202,10 @@ class WorkerApp:
             return handler
 
         return rename
+
+
+def _directory(handler: Callable[..., Any]) -> str:
+    """The folder of the module that defines ``handler`` (the app's folder), or the current one."""
+    module = sys.modules.get(handler.__module__)
+    file = getattr(module, "__file__", None)
+    return str(Path(file).resolve().parent) if file else os.getcwd()

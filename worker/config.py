@@ -102,6 +102,12 @@ def _integer(value: Any) -> int:
     return value
 
 
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"expected a number, got {value!r}")
@@ -178,6 +184,7 @@ _SCHEMA: dict[str, _Setting] = {
     "worker.maxInFlight": _Setting("max_in_flight", _integer, _between(1, 100_000)),
     "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
     "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
+    "worker.invocationLogs": _Setting("invocation_logs", _boolean),
     "spark.master": _Setting("spark_master", _spark_master),
     "spark.appName": _Setting("spark_app_name", _text),
     "spark.conf": _Setting("spark_conf", _spark_conf),
@@ -212,6 +219,8 @@ class HostConfig:
     handler_threads: int = 16
     #: Port of /healthz, /readyz, /metrics and /leases; 0 (the default) turns the server off.
     http_port: int = 0
+    #: An INFO line when each invocation starts (Executing) and ends (Executed), as Functions logs them.
+    invocation_logs: bool = True
     #: Where Spark runs: local[*], a cluster master, or a Spark Connect sc:// URL.
     spark_master: str = "local[*]"
     spark_app_name: str = "queueworker"

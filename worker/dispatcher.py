@@ -29,6 +29,7 @@ from worker.app import FunctionSpec
 from worker.blob_bindings import read_inputs
 from worker.completion import CompletionProcessor, Finished, Outcome, Result
 from worker.config import HostConfig
+from worker.context import Context, RetryContext
 from worker.encoding import MessageDecodeError, decode
 from worker.lease import Lease, LeaseScheduler
 from worker.message import QueueMessage
@@ -75,6 +76,8 @@ class Invocation:
     on_interrupt: list[Callable[[], None]] = field(default_factory=list)
     #: Called in the handler's thread when it returns, to clear what the handler left on the thread.
     thread_cleanup: list[Callable[[], None]] = field(default_factory=list)
+    #: What a handler with a ``context`` parameter gets.
+    context: Context | None = None
 
     def interrupt(self) -> None:
         """Tell the handler to stop: set every message's ``cancelled`` event and run ``on_interrupt``."""
@@ -127,6 +130,9 @@ class Dispatcher:
         One message per invocation, or a whole batch for a ``cardinality="many"`` function.
         """
         inv = Invocation(function, backend, [])
+        inv.context = Context(inv.id, function.name, function.directory, RetryContext(
+            retry_count=max(0, raws[0].dequeue_count - 1), max_retry_count=self.config.max_dequeue_count - 1,
+        ))
         inv.deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
                                 dequeue_count=raw.dequeue_count, invocation_id=inv.id))
@@ -196,11 +202,20 @@ class Dispatcher:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _process(self, inv: Invocation) -> None:
+        # Every line logged in this task (and the handler's thread, which copies its context) names the invocation,
+        # including the handler's own logging and structlog lines. The task's context is its own: nothing leaks.
+        structlog.contextvars.bind_contextvars(function=inv.function.name, invocation_id=inv.id)
         bound = log.bind(function=inv.function.name, queue=inv.function.queue_name, invocation_id=inv.id)
         if not inv.function.many:
             raw = inv.deliveries[0].raw
             bound = bound.bind(message_id=raw.id, dequeue_count=raw.dequeue_count)
+        started = time.monotonic()
+        if self.config.invocation_logs:
+            bound.info("Executing", reason="new queue message detected", messages=len(inv.deliveries))
         await self._execute(inv, bound)
+        if self.config.invocation_logs:
+            outcomes = sorted({(d.result or Result(Outcome.RELEASE, "")).outcome.value for d in inv.deliveries})
+            bound.info("Executed", outcome=",".join(outcomes), duration_ms=round((time.monotonic() - started) * 1000, 1))
         completions = [
             self.completion.complete(
                 Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, d.raw, d.lease),
@@ -305,6 +320,8 @@ class Dispatcher:
     async def _invoke(self, inv: Invocation, argument: Any, bound: dict[str, Any]) -> None:
         """Call the handler with the trigger ``argument`` and the ``bound`` inputs and outputs, within functionTimeout."""
         kwargs: dict[str, Any] = {inv.function.arg_name: argument, **bound}
+        if inv.function.wants_context:
+            kwargs["context"] = inv.context
         current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
         if inv.function.is_async:
             inv.started = True
@@ -318,6 +335,8 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
 
         def in_thread() -> None:
+            if inv.context is not None:  # the Python worker's context.thread_local_storage, filled in the handler's thread
+                inv.context.thread_local_storage.invocation_id = inv.id
             try:
                 inv.function.handler(**kwargs)
             finally:

@@ -45,14 +45,13 @@ import logging
 import os
 import re
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import azure.functions as func
+from azure.functions import _abc
 from azure.functions.blob import InputStream as _BlobStream
 from azure.functions.decorators.core import Binding, BindingDirection
 from azure.functions.decorators.function_app import Function, FunctionRegister
@@ -61,7 +60,7 @@ from azure.functions.queue import QueueMessage as _FullQueueMessage
 from worker import blob_bindings, expressions, preflight
 from worker.app import WorkerApp
 from worker.connections import Service
-from worker.dispatcher import current_invocation
+from worker.context import Context, RetryContext, TraceContext
 from worker.message import QueueMessage
 from worker.outputs import Out
 
@@ -75,8 +74,11 @@ RETURN = "$return"
 #: What the wrapper calls the ``$return`` output: the host passes outputs as keyword arguments, "$return" is no identifier.
 _RETURN_ARG = "__azure_functions_return__"
 
-# A worker.Out passes isinstance checks against func.Out, as the Functions worker's own Out does.
+# worker.Out and worker.Context pass isinstance checks against func.Out and func.Context, as the Functions worker's own do.
 func.Out.register(Out)
+func.Context.register(Context)
+_abc.TraceContext.register(TraceContext)
+_abc.RetryContext.register(RetryContext)
 
 
 class FunctionAppError(ValueError):
@@ -138,41 +140,6 @@ class FunctionsQueueMessage(_FullQueueMessage):
     @property
     def cancelled(self) -> threading.Event:
         return self._message.cancelled
-
-
-class _Context(func.Context):
-    """``func.Context`` for a function with a ``context`` parameter; no tracing or retry context here (None)."""
-
-    def __init__(self, invocation_id: str, function_name: str, function_directory: str) -> None:
-        self._invocation_id = invocation_id
-        self._function_name = function_name
-        self._function_directory = function_directory
-        self._thread_local_storage = threading.local()
-        self._thread_local_storage.invocation_id = invocation_id
-
-    @property
-    def invocation_id(self) -> str:
-        return self._invocation_id
-
-    @property
-    def thread_local_storage(self) -> Any:
-        return self._thread_local_storage
-
-    @property
-    def function_name(self) -> str:
-        return self._function_name
-
-    @property
-    def function_directory(self) -> str:
-        return self._function_directory
-
-    @property
-    def trace_context(self) -> Any:
-        return None
-
-    @property
-    def retry_context(self) -> Any:
-        return None
 
 
 def disabled(name: str, environ: Mapping[str, str]) -> bool:
@@ -347,7 +314,7 @@ def _register(
                 if b.direction == BindingDirection.OUT.value}
     handler = _handler(
         user, name, trigger.name, hints, usable, out_args,
-        requires_context="context" in parameters and "context" not in bound, directory=_directory(user),
+        requires_context="context" in parameters and "context" not in bound,
     )
     try:
         for binding in usable:
@@ -419,13 +386,6 @@ def _type_name(hint: Any) -> str:
     return getattr(hint, "__qualname__", None) or str(hint)
 
 
-def _directory(user: Callable[..., Any]) -> str:
-    try:
-        return str(Path(inspect.getfile(user)).resolve().parent)
-    except (TypeError, OSError):
-        return os.getcwd()
-
-
 def _queue_value(value: Any) -> Any:
     """An output value as the Python worker's queue converter takes it: str, bytes, a QueueMessage, or a list of them.
 
@@ -457,7 +417,6 @@ def _handler(
     out_args: Mapping[str, str],
     *,
     requires_context: bool,
-    directory: str,
 ) -> Callable[..., Any]:
     """A host handler calling ``user``: sync for a sync function, async for an async one."""
     queue_outs = {out_args[b.name] for b in bindings if (b.type, b.direction) == _QUEUE_OUT}
@@ -471,10 +430,6 @@ def _handler(
         for arg in blob_ins:
             if isinstance(stream := call[arg], blob_bindings.InputStream):
                 call[arg] = _BlobStream(data=stream.read(), name=stream.name, uri=stream.uri, length=stream.length)
-        if requires_context:
-            invocation = current_invocation.get()
-            invocation_id = invocation.id if invocation is not None else str(uuid.uuid4())
-            call["context"] = _Context(invocation_id, name, directory)
         return call, returned
 
     def finish(result: Any, returned: Out[Any] | None, kwargs: dict[str, Any]) -> None:
@@ -506,7 +461,7 @@ def _handler(
     handler.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [
             inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, annotation=carried.get(arg, empty))
-            for arg in (trigger_arg, *blob_ins, *out_args.values())
+            for arg in (trigger_arg, *blob_ins, *out_args.values(), *(["context"] if requires_context else []))
         ]
     )
     return handler

@@ -46,9 +46,13 @@ class WorkerProcess:
     def __post_init__(self) -> None:
         self.log_path = self.config.parent / f"{self.name}.log"
 
-    def start(self) -> WorkerProcess:
+    def merged_env(self) -> dict[str, str]:
+        """The worker's environment: this one without storage and WORKER__ settings, plus the test's."""
         inherited = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
-        env = {**inherited, "PYTHONPATH": str(REPO), **self.env}
+        return {**inherited, "PYTHONPATH": str(REPO), **self.env}
+
+    def start(self) -> WorkerProcess:
+        env = self.merged_env()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config)],

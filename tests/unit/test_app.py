@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from worker import InputStream, Out, QueueMessage
@@ -16,7 +18,7 @@ def test_public_api_exports_app_message_and_out() -> None:
 
     assert PublicApp is WorkerApp
     assert QueueMessage.__module__ == "worker.message"
-    assert set(worker.__all__) == {"InputStream", "Out", "QueueMessage", "WorkerApp"}
+    assert set(worker.__all__) == {"Context", "InputStream", "Out", "QueueMessage", "WorkerApp"}
 
 
 def test_sync_handler_is_registered_with_its_settings() -> None:
@@ -34,6 +36,7 @@ def test_sync_handler_is_registered_with_its_settings() -> None:
             queue_name="orders",
             connection="OrdersStorage",
             is_async=False,
+            directory=str(Path(__file__).resolve().parent),
         )
     ]
 
