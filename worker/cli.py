@@ -18,6 +18,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import structlog
+
 from worker import preflight
 from worker.app import WorkerApp
 from worker.config import ConfigError, HostConfig, load_config, parse_duration
@@ -44,6 +46,7 @@ T = TypeVar("T")
 
 DEFAULT_APP = "functions.function_app:app"
 DEFAULT_CONFIG = "host.yaml"
+HOST_JSON = "host.json"
 DEFAULT_CONNECTION = "AzureWebJobsStorage"
 
 
@@ -85,8 +88,6 @@ def load_app(target: str, search_path: Path, config: HostConfig | None = None) -
                 "(app.register_functions(bp)) and give --app the FunctionApp"
             )
         if isinstance(app, azure_functions.FunctionRegister):
-            import structlog
-
             from worker.functions_compat import FunctionAppError, from_function_app
 
             check = None if config is None else partial(preflight.connection_problem, config)
@@ -126,11 +127,39 @@ def load_app(target: str, search_path: Path, config: HostConfig | None = None) -
     return app
 
 
-def _config(path: str | None) -> HostConfig:
-    """host.yaml from ``--config``; without it, ./host.yaml when present, else the defaults."""
+def app_directory(target: str) -> Path | None:
+    """The folder of the module ``MODULE:ATTR`` names, found on the import path without importing anything."""
+    parts = target.partition(":")[0].split(".")
+    if not all(parts):
+        return None
+    for folder in (os.getcwd(), *sys.path):
+        base = Path(folder or ".", *parts)
+        if base.with_suffix(".py").is_file():
+            return base.parent.resolve()
+        if (base / "__init__.py").is_file():
+            return base.resolve()
+    return None
+
+
+def find_config(app: str | None = None) -> Path | None:
+    """The settings file Functions would read: host.yaml, else host.json, beside the app; then in the current folder.
+
+    None when there is none (the defaults apply).
+    """
+    folders = [folder for folder in (app_directory(app) if app else None, Path.cwd()) if folder is not None]
+    for folder in folders:
+        for name in (DEFAULT_CONFIG, HOST_JSON):
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def _config(path: str | None, app: str | None = None) -> HostConfig:
+    """The settings of ``--config``; without it, :func:`find_config`'s file, else the defaults."""
     if path is None:
-        path = DEFAULT_CONFIG if Path(DEFAULT_CONFIG).is_file() else None
-    elif not Path(path).is_file():
+        found = find_config(app)
+        return load_config(found)
+    if not Path(path).is_file():
         raise UsageError(f"config file {path} does not exist")
     return load_config(path)
 
@@ -186,7 +215,11 @@ def _iso(value: Any) -> str | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
-    config = _config(args.config)
+    config = _config(args.config, args.app)
+    if config.source is not None:
+        structlog.get_logger("worker.cli").info("config file", path=str(config.source))
+    else:
+        structlog.get_logger("worker.cli").info("no config file; defaults", looked_in=str(Path.cwd()))
     app = load_app(args.app, config.base_dir, config)
     host = Host(app, config, burst=args.burst)
     dispatcher = asyncio.run(host.run())
@@ -356,7 +389,8 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
-        sub.add_argument("--config", help=f"host.yaml to read (default: ./{DEFAULT_CONFIG} when present)")
+        sub.add_argument("--config", help=f"settings file to read (default: {DEFAULT_CONFIG}, else {HOST_JSON}, in the "
+                                          "app's folder, then in the current one)")
         return sub
 
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)

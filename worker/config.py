@@ -232,6 +232,8 @@ class HostConfig:
     base_dir: Path = field(default_factory=Path.cwd)
     #: Keys read but not used (copied from host.json), for the host to warn about.
     ignored_keys: tuple[str, ...] = ()
+    #: The file the settings were read from (host.yaml or host.json); None for the defaults.
+    source: Path | None = None
 
     def resolve_connection(
         self, name: str | None, service: Service = "queue", *, embedded_default: bool = False
@@ -365,7 +367,9 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
         settings["spark_conf"] = {**settings.get("spark_conf", {}), **spark_conf}
     if "new_batch_threshold" not in settings:
         settings["new_batch_threshold"] = settings.get("batch_size", 16) // 2 * (os.cpu_count() or 1)
-    return HostConfig(**settings, connections=connections, base_dir=base_dir, ignored_keys=tuple(sorted(ignored)))
+    source = Path(path).resolve() if path is not None else None
+    return HostConfig(**settings, connections=connections, base_dir=base_dir, ignored_keys=tuple(sorted(ignored)),
+                      source=source)
 
 
 def _connections(key: str, value: Any, where: str) -> dict[str, str]:

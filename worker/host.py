@@ -115,7 +115,8 @@ class Host:
         """Run until stopped; return the dispatcher so the caller can see whether handler threads still run."""
         config = self.config
         for key in config.ignored_keys:
-            log.warning("host.yaml key is accepted for host.json compatibility but has no effect here", key=key)
+            log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key,
+                        file=str(config.source) if config.source else None)
         spark.configure(spark.SparkSettings(
             config.spark_master, config.spark_app_name, dict(config.spark_conf),
             log_file=config.base_dir / ".worker" / "spark.log",
