@@ -39,6 +39,7 @@ from worker.queues.base import (
     QueueError,
     QueueNotFound,
     RawMessage,
+    UnusableFile,
     check_queue_name,
 )
 
@@ -434,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (UsageError, ConfigError, InvalidArgument, MessageTooLarge) as exc:
+    except (UsageError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile) as exc:
         print(f"worker {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except QueueError as exc:

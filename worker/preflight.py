@@ -19,8 +19,9 @@ from worker.blob_bindings import BlobInput, BlobOutput
 from worker.config import HostConfig
 from worker.connections import DEFAULT, ConnectionSettingError, Service
 from worker.outputs import OutputBinding
-from worker.queues import SQLITE_PREFIX
+from worker.queues import DEFAULT_SQLITE_PATH, SQLITE_PREFIX
 from worker.queues.connection import ConnectionStringError, parse_connection_string
+from worker.queues.sqlite import file_problem
 
 
 class StartupRefused(ValueError):
@@ -67,7 +68,7 @@ def connection_problem(config: HostConfig, connection: str | None, service: Serv
     except ConnectionSettingError as exc:
         return str(exc)
     if value is None or value.startswith(SQLITE_PREFIX):
-        return None
+        return file_problem(config.base_dir / (value[len(SQLITE_PREFIX):] if value else DEFAULT_SQLITE_PATH))
     try:
         parsed = parse_connection_string(value)
     except ConnectionStringError as exc:

@@ -54,6 +54,10 @@ class InvalidArgument(QueueError):
     """An argument is out of the range the service accepts (Azure: 400 OutOfRangeQueryParameterValue)."""
 
 
+class UnusableFile(QueueError):
+    """The embedded queue's file exists but is not a SQLite database this host can use (refused, never overwritten)."""
+
+
 class TransientError(QueueError):
     """Storage could not be reached or answered 5xx/408/429; the same call may succeed later."""
 

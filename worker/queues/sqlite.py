@@ -39,6 +39,7 @@ from worker.queues.base import (
     RawMessage,
     Receipt,
     TransientError,
+    UnusableFile,
     check_count,
     check_put,
     check_queue_name,
@@ -109,6 +110,29 @@ class _Write:
             self.future.set_exception(value)
 
 
+#: The first bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be an embedded queue file, or None (a missing or empty file becomes a new database).
+
+    Checked before SQLite opens it, so that a file of something else is refused with its path, not written over.
+    """
+    if path.is_dir():
+        return f"embedded queue file {path} is a directory"
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"embedded queue file {path} cannot be read: {exc.strerror or exc}"
+    if head and head != SQLITE_HEADER:
+        return f"embedded queue file {path} is not a SQLite database"
+    return None
+
+
 class SqliteBackend:
     """Queues in one SQLite file; implements :class:`worker.queues.base.QueueBackend`."""
 
@@ -131,6 +155,8 @@ class SqliteBackend:
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
+            if problem := file_problem(self.path):
+                raise UnusableFile(problem)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             try:
@@ -138,6 +164,11 @@ class SqliteBackend:
                 self._enable_wal(db)
                 db.execute("PRAGMA synchronous = NORMAL")
                 db.executescript(_SCHEMA)
+            except sqlite3.DatabaseError as exc:
+                db.close()
+                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                    raise
+                raise UnusableFile(f"embedded queue file {self.path} cannot be used: {exc}") from None
             except BaseException:
                 db.close()
                 raise

@@ -1,0 +1,82 @@
+"""Storage that cannot be used is named with its cause, never a traceback: corrupted files, closed ports, bad keys."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.azurite import ACCOUNT, KEY, Azurite
+from tests.support import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _worker(folder: Path, *args: str, connection: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}
+    env["PYTHONPATH"] = str(REPO)
+    if connection is not None:
+        env["AzureWebJobsStorage"] = connection
+    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("content", [b"this is a text file, not a queue\n", b"\x00" * 4096], ids=["text", "zeros"])
+def test_a_file_that_is_not_a_sqlite_database_is_refused_naming_it(tmp_path: Path, content: bytes) -> None:
+    (tmp_path / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
+    queue_file = tmp_path / ".worker" / "queues.sqlite3"
+    queue_file.parent.mkdir()
+    queue_file.write_bytes(content)
+
+    for args in (("run", "--burst", "--app", "tests.apps.recording:app"), ("queues",), ("send", "work", "x")):
+        result = _worker(tmp_path, *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert f"embedded queue file {queue_file} is not a SQLite database" in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert queue_file.read_bytes() == content  # refused, never written over
+
+
+@pytest.mark.subprocess
+def test_an_empty_file_becomes_a_new_queue_file(tmp_path: Path) -> None:
+    queue_file = tmp_path / ".worker" / "queues.sqlite3"
+    queue_file.parent.mkdir()
+    queue_file.touch()
+    assert _worker(tmp_path, "send", "work", "x").returncode == 0
+    assert queue_file.read_bytes().startswith(b"SQLite format 3\x00")
+
+
+def _azure(endpoint: str, key: str = KEY) -> str:
+    return f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={key};QueueEndpoint={endpoint};"
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("endpoint", "cause"),
+    [
+        (f"http://127.0.0.1:{free_port()}/{ACCOUNT}", "connection refused"),
+        (f"http://nosuchhost.invalid/{ACCOUNT}", "name not resolved"),
+    ],
+    ids=["closed-port", "unresolvable-name"],
+)
+def test_unreachable_storage_is_named_with_its_cause(tmp_path: Path, endpoint: str, cause: str) -> None:
+    result = _worker(tmp_path, "queues", connection=_azure(endpoint))
+
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert endpoint in line and cause in line, line
+    assert "HTTP None" not in line
+
+
+@pytest.mark.subprocess
+def test_a_wrong_account_key_is_named_with_the_service_error_code(tmp_path: Path, azurite: Azurite) -> None:
+    wrong = "d3Jvbmcga2V5IGZvciB0aGUgZW11bGF0b3IgYWNjb3VudCwgb2YgdGhlIHJpZ2h0IGxlbmd0aCBmb3IgYSBrZXk/PT0="
+    result = _worker(tmp_path, "queues", connection=_azure(f"http://127.0.0.1:{azurite.port}/{ACCOUNT}", wrong))
+
+    assert result.returncode == 1, result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert "HTTP 403 AuthenticationFailed" in line, line
+    assert wrong not in result.stderr
