@@ -23,25 +23,39 @@ class Azurite:
     ``port`` is the queue service's, ``blob_port`` the blob service's; a restart keeps both.
     """
 
-    def __init__(self, location: Path | None = None, port: int = 0, blob_port: int = 0) -> None:
+    def __init__(
+        self, location: Path | None = None, port: int = 0, blob_port: int = 0, tls: tuple[Path, Path] | None = None
+    ) -> None:
+        """``tls`` (certificate, key) serves HTTPS and accepts OAuth bearer tokens as well as account keys."""
         self.location = location
         self.port = port
         self.blob_port = blob_port
+        self.tls = tls
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
+
+    @property
+    def queue_endpoint(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}/{ACCOUNT}"
+
+    @property
     def connection_string(self) -> str:
         return (
-            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
-            f"QueueEndpoint=http://127.0.0.1:{self.port}/{ACCOUNT};"
-            f"BlobEndpoint=http://127.0.0.1:{self.blob_port}/{ACCOUNT};"
+            f"DefaultEndpointsProtocol={self.scheme};AccountName={ACCOUNT};AccountKey={KEY};"
+            f"QueueEndpoint={self.queue_endpoint};"
+            f"BlobEndpoint={self.scheme}://127.0.0.1:{self.blob_port}/{ACCOUNT};"
         )
 
     def start(self, timeout: float = 60) -> Azurite:
         if not EXECUTABLE.exists():
             raise RuntimeError(f"{EXECUTABLE} is missing: run 'npm ci' (the README's test command does)")
         storage = ["--location", str(self.location)] if self.location else ["--inMemoryPersistence"]
+        if self.tls:
+            storage += ["--cert", str(self.tls[0]), "--key", str(self.tls[1]), "--oauth", "basic"]
         self.proc = subprocess.Popen(
             [str(EXECUTABLE), *storage, "--skipApiVersionCheck", "--loose",
              "--queueHost", "127.0.0.1", "--queuePort", str(self.port),

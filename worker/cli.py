@@ -217,11 +217,11 @@ def _iso(value: Any) -> str | None:
 def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     config = _config(args.config, args.app)
+    app = load_app(args.app, config.base_dir, config)
     if config.source is not None:
         structlog.get_logger("worker.cli").info("config file", path=str(config.source))
     else:
         structlog.get_logger("worker.cli").info("no config file; defaults", looked_in=str(Path.cwd()))
-    app = load_app(args.app, config.base_dir, config)
     host = Host(app, config, burst=args.burst)
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)

@@ -28,8 +28,9 @@ from worker.queues.connection import IDENTITY_CREDENTIAL
 Service = Literal["queue", "blob"]
 #: What Functions prefixes a connection name with for its first lookup.
 PREFIX = "AzureWebJobs"
-#: The connection a binding without one uses (``Storage``, looked up as ``AzureWebJobsStorage``).
-DEFAULT = "AzureWebJobsStorage"
+#: The connection a binding without one uses: ``Storage``, looked up as ``AzureWebJobsStorage`` first.
+STORAGE = "Storage"
+DEFAULT = PREFIX + STORAGE
 #: The only ``__credential`` value Functions gives a meaning to.
 MANAGED_IDENTITY = "managedidentity"
 
@@ -71,7 +72,7 @@ def resolve(
     unset ``AzureWebJobsStorage`` means the embedded queue instead of an error.
     """
     sources = (("environment", environ), ("host.yaml", connections))
-    key = name or DEFAULT
+    key = name or STORAGE
     for candidate in _candidates(key):
         # As in .NET's layered configuration: a value anywhere beats a section; the environment beats host.yaml.
         for setting in (f"ConnectionStrings__{candidate}", candidate):

@@ -43,7 +43,10 @@ class Endpoints:
         functions: list[str],
         draining: Callable[[], bool],
         stuck: Callable[[], str | None],
+        last_storage_error: Callable[[], str | None] = lambda: None,
     ) -> None:
+        """``last_storage_error`` says why storage last failed, for a readiness check that gets no answer in time."""
+        self.last_storage_error = last_storage_error
         self.metrics = metrics
         self.stuck = stuck
         self.scheduler = scheduler
@@ -85,7 +88,9 @@ class Endpoints:
         try:
             await asyncio.wait_for(self.storage_check(), READY_TIMEOUT)
         except TimeoutError:
-            problems.append(f"storage unreachable: no answer within {READY_TIMEOUT:g}s")
+            last = self.last_storage_error()
+            problem = f"storage unreachable: no answer within {READY_TIMEOUT:g}s"
+            problems.append(f"{problem}; last: {last}" if last else problem)
         except Exception as exc:  # a TransientError names the endpoint and the cause (refused, sign-in, TLS ...)
             problems.append(f"storage unreachable: {exc}" if str(exc) else f"storage unreachable: {type(exc).__name__}")
         body = {"ready": not problems, "problems": problems, "functions": self.functions}

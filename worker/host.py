@@ -205,7 +205,8 @@ class Host:
         self.metrics.gauge("worker_event_loop_tasks", "asyncio tasks alive on the host's event loop", "loop",
                            lambda: {"host": len(asyncio.all_tasks(loop))})
         endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
-                              draining=self.stopping.is_set, stuck=dispatcher.stuck)
+                              draining=self.stopping.is_set, stuck=dispatcher.stuck,
+                              last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None))
         await endpoints.start(self.config.http_port)
         return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
 

@@ -102,6 +102,8 @@ class Listener:
         self.stopping = stopping
         self._wake = asyncio.Event()
         self._log = log.bind(function=function.name, queue=function.queue_name)
+        #: Why the last storage call failed, until one succeeds again (for /readyz when storage does not answer).
+        self.last_error: str | None = None
 
     def wake(self) -> None:
         """Cut a back-off short: something was just written to this queue."""
@@ -118,6 +120,7 @@ class Listener:
             try:
                 with self.metrics.receive_seconds.labels(name).time():
                     messages = await self.backend.receive(self.function.queue_name, room, self.config.lease_duration)
+                self.last_error = None
             except QueueNotFound:
                 # Deleted under the host, or never created because storage was down at start.
                 self._log.warning("trigger queue does not exist; creating it")
@@ -125,6 +128,7 @@ class Listener:
                 messages = []
             except Exception as exc:
                 self.metrics.inc("storage_errors", name)
+                self.last_error = str(exc) or type(exc).__name__
                 self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
                 messages = []
             self.capacity.give_back(name, room - len(messages))
@@ -141,6 +145,7 @@ class Listener:
             await self.backend.create_queue(self.function.queue_name)
         except Exception as exc:
             self.metrics.inc("storage_errors", self.function.name)
+            self.last_error = str(exc) or type(exc).__name__
             self._log.error("creating the trigger queue failed; backing off", error=f"{type(exc).__name__}: {exc}")
 
     def _give_back(self, count: int) -> Callable[[], None]:

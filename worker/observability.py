@@ -222,3 +222,6 @@ def configure_logging(level: str = "INFO", json_lines: bool | None = None, strea
     root.setLevel(numeric)  # handlers' own logging.info lines show, as in Functions
     # The Azure SDK logs every request at INFO: noise, and the place secrets would leak from first.
     logging.getLogger("azure").setLevel(max(numeric, logging.WARNING))
+    # azure-identity logs each failed sign-in at WARNING as a page of text; the host's own line names the
+    # connection and the cause once per failed call instead.
+    logging.getLogger("azure.identity").setLevel(max(numeric, logging.ERROR))

@@ -95,7 +95,10 @@ def describe_failure(exc: BaseException) -> str:
         if isinstance(cause, ConnectionResetError):
             return "connection reset"
     if isinstance(exc, ClientAuthenticationError):
-        return f"sign-in failed: {_first_line(exc)}"
+        # DefaultAzureCredential lists every credential it tried; the managed identity's line is the one that matters.
+        lines = [line.strip() for line in str(getattr(exc, "message", None) or exc).splitlines()]
+        managed = next((line for line in lines if line.startswith("ManagedIdentityCredential:")), None)
+        return f"sign-in failed: {_first_line(exc)}" + (f" {managed[:300]}" if managed else "")
     if any(isinstance(cause, TimeoutError) for cause in _causes(exc)):
         return "timed out"
     if isinstance(exc, IncompleteReadError):

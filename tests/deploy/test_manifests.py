@@ -266,8 +266,11 @@ def test_the_warehouse_is_on_a_claim_that_exists() -> None:
 def test_the_connection_comes_from_the_secret() -> None:
     env = {e["name"]: e for e in worker_container()["env"]}
     for function in app_functions():
-        assert function.connection in env, f"no environment variable {function.connection} for {function.name}"
-        ref = env[function.connection]["valueFrom"]["secretKeyRef"]
+        # A sample function names no connection: AzureWebJobsStorage, which must then be set, or it would run
+        # on a file inside the pod.
+        setting = function.connection or "AzureWebJobsStorage"
+        assert setting in env, f"no environment variable {setting} for {function.name}"
+        ref = env[setting]["valueFrom"]["secretKeyRef"]
         secret = one("Secret", ref["name"])
         values = {**secret.get("stringData", {}), **secret.get("data", {})}
         assert ref["key"] in values, f"secret.example.yaml has no key {ref['key']}"

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from azure.storage.queue import QueueClient
 
 from tests.azurite import ACCOUNT, KEY, Azurite
-from tests.support import free_port
+from tests.host.processes import WorkerProcess, attempts, write_host_yaml
+from tests.identity import IDENTITY_HEADER, TokenEndpoint, loopback_certificate
+from tests.support import free_port, get, poll
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,3 +84,46 @@ def test_a_wrong_account_key_is_named_with_the_service_error_code(tmp_path: Path
     [line] = result.stderr.strip().splitlines()
     assert "HTTP 403 AuthenticationFailed" in line, line
     assert wrong not in result.stderr
+
+
+@pytest.mark.subprocess
+def test_a_sign_in_that_fails_at_start_keeps_the_host_up_and_it_recovers_when_the_identity_works(tmp_path: Path) -> None:
+    """An identity-based connection whose credential cannot get a token yet: /readyz says why; then it works."""
+    cert, key = loopback_certificate(tmp_path)
+    emulator = Azurite(tls=(cert, key)).start()
+    token_endpoint = TokenEndpoint(free_port())
+    http_port = free_port()
+    worker = WorkerProcess(
+        write_host_yaml(tmp_path, worker={"httpPort": http_port}),
+        {"AzureWebJobsStorage__queueServiceUri": emulator.queue_endpoint, "IDENTITY_ENDPOINT": token_endpoint.url,
+         "IDENTITY_HEADER": IDENTITY_HEADER, "SSL_CERT_FILE": str(cert), "RECORD_DB": str(tmp_path / "record.db")},
+    )
+    try:
+        worker.start()
+        worker.wait_for_log("host started", timeout=60)
+
+        def not_ready_because_of_sign_in() -> str | None:
+            status, body = get(http_port, "/readyz")
+            return body if status == 503 and "sign-in failed" in body else None
+
+        body = poll(not_ready_because_of_sign_in, 60, what="/readyz to name the failed sign-in")
+        assert emulator.queue_endpoint in body
+        assert get(http_port, "/healthz")[0] == 200
+
+        token_endpoint.start()
+        poll(lambda: get(http_port, "/readyz")[0] == 200, 90, what="/readyz once the identity works")
+        client = QueueClient(emulator.queue_endpoint, "work", credential={"account_name": ACCOUNT, "account_key": KEY},
+                             connection_verify=str(cert))
+        client.send_message(base64.b64encode(b"after sign-in").decode())
+        poll(lambda: [row for row in attempts(tmp_path / "record.db") if row["event"] == "done"], 60,
+             what="the message to be handled")
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
+        token_endpoint.stop()
+        emulator.stop()
+    text = worker.log_path.read_text()
+    assert "Traceback" not in text
+    assert token_endpoint.requests >= 1
+    failures = [line for line in worker.lines() if "sign-in failed" in str(line.get("error", ""))]
+    assert failures, text
