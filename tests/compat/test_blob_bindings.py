@@ -16,13 +16,13 @@ import azure.functions as func
 import pytest
 
 from tests.azurite import Azurite
+from tests.compat.test_function_app import put
 from tests.reliability.faultproxy import Fault, FaultProxy, FaultRates
 from tests.support import apoll, running
 from worker import InputStream, Out, QueueMessage, WorkerApp
 from worker.blobs import open_blob_store
 from worker.blobs.base import BlobStore
 from worker.config import HostConfig
-from worker.encoding import encode
 from worker.functions_compat import from_function_app
 from worker.queues import open_backend
 from worker.queues.base import QueueBackend, QueueNotFound
@@ -58,11 +58,6 @@ async def blobs(storage_connection: str, tmp_path: Path) -> AsyncIterator[BlobSt
     store = open_blob_store(storage_connection, tmp_path)
     yield store
     await store.close()
-
-
-async def put(queues: QueueBackend, queue: str, body: str) -> str:
-    await queues.create_queue(queue)
-    return (await queues.put(queue, encode(body, "base64"))).id
 
 
 async def count(queues: QueueBackend, queue: str) -> int:
