@@ -49,6 +49,11 @@ class FunctionSpec:
     #: The folder of the handler's module (``context.function_directory``).
     directory: str = ""
 
+    @property
+    def has_blob_bindings(self) -> bool:
+        """Whether an invocation needs the message's binding data (for blob paths)."""
+        return bool(self.inputs) or any(isinstance(b, BlobOutput) for b in self.outputs)
+
 
 class WorkerApp:
     """Holds the functions a host runs.

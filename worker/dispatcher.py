@@ -269,8 +269,8 @@ class Dispatcher:
             return Result(Outcome.RELEASE, inv.cancel_reason)
         messages = [d.message for d in live]
         outputs = {binding.arg_name: Out[Any]() for binding in inv.function.outputs}
-        # Binding data for blob paths: one message's (blob bindings need cardinality one).
-        data = expressions.binding_data(messages[0]) if not inv.function.many else {}
+        # Binding data for blob paths: one message's (blob bindings need cardinality one); only computed when used.
+        data = expressions.binding_data(messages[0]) if inv.function.has_blob_bindings else {}
         try:
             inputs = await read_inputs(inv.function.inputs, data, self.storage.blobs)
         except Exception as exc:
