@@ -130,9 +130,6 @@ class Dispatcher:
         One message per invocation, or a whole batch for a ``cardinality="many"`` function.
         """
         inv = Invocation(function, backend, [])
-        inv.context = Context(inv.id, function.name, function.directory, RetryContext(
-            retry_count=max(0, raws[0].dequeue_count - 1), max_retry_count=self.config.max_dequeue_count - 1,
-        ))
         inv.deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
                                 dequeue_count=raw.dequeue_count, invocation_id=inv.id))
@@ -320,8 +317,11 @@ class Dispatcher:
     async def _invoke(self, inv: Invocation, argument: Any, bound: dict[str, Any]) -> None:
         """Call the handler with the trigger ``argument`` and the ``bound`` inputs and outputs, within functionTimeout."""
         kwargs: dict[str, Any] = {inv.function.arg_name: argument, **bound}
-        if inv.function.wants_context:
-            kwargs["context"] = inv.context
+        if inv.function.wants_context:  # made only for handlers that ask for one
+            first = inv.deliveries[0].raw
+            kwargs["context"] = inv.context = Context(inv.id, inv.function.name, inv.function.directory, RetryContext(
+                retry_count=max(0, first.dequeue_count - 1), max_retry_count=self.config.max_dequeue_count - 1,
+            ))
         current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
         if inv.function.is_async:
             inv.started = True
