@@ -17,6 +17,8 @@ beside host.yaml, not into the worker's structured log.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,24 @@ log = structlog.get_logger("worker.spark")
 
 #: How often an interrupted invocation's Spark jobs are cancelled again, until its handler returns.
 CANCEL_REPEAT_SECONDS = 0.5
+
+
+def _use_this_interpreter(conf: dict[str, str]) -> None:
+    """Start Spark's Python workers with the worker's own interpreter, so that they can import the app and its packages.
+
+    PySpark starts them with ``PYSPARK_PYTHON``, else ``python3`` from PATH:
+    for a worker started as ``.venv/bin/worker`` without an activated venv
+    that is another Python, and a handler's ``rdd.map(f)`` or UDF fails with
+    ModuleNotFoundError. ``spark.pyspark.python`` in ``spark.conf`` (which
+    in-process PySpark does not read by itself) or ``PYSPARK_PYTHON`` set by
+    the user win. On a cluster of several hosts that path must exist on every
+    executor: the same image, or an environment shipped with ``spark.archives``.
+    """
+    if os.environ.get("PYSPARK_PYTHON"):
+        return
+    chosen = conf.get("spark.pyspark.python") or sys.executable
+    os.environ["PYSPARK_PYTHON"] = chosen
+    log.info("Spark's Python workers use this interpreter", python=chosen)
 
 
 def tag_for(invocation: Invocation) -> str:
@@ -75,6 +95,8 @@ class SparkProvider:
         from pyspark.sql import SparkSession
 
         settings = self.settings
+        if not self.remote:
+            _use_this_interpreter(settings.conf)
         builder = SparkSession.builder.appName(settings.app_name)
         builder = builder.remote(settings.master) if self.remote else builder.master(settings.master)
         conf = {"spark.ui.showConsoleProgress": "false", **settings.conf}

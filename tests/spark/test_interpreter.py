@@ -1,0 +1,46 @@
+"""Spark's Python workers run the worker's own interpreter: a Python function of the app works from .venv/bin/worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.subprocess
+def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(tmp_path: Path) -> None:
+    """``python3`` on PATH here is the system's, without the worker's packages: the workers must not use it."""
+    entry = Path(sys.executable).parent / "worker"
+    assert entry.is_file(), entry
+    (tmp_path / "host.yaml").write_text(yaml.safe_dump({
+        "version": "1.0",
+        "extensions": {"queues": {"maxPollingInterval": "200ms", "maxDequeueCount": 1}},
+        "connections": {"AzureWebJobsStorage": "sqlite:///queues.db"},
+        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": False, "spark.sql.shuffle.partitions": 2}},
+    }), encoding="utf-8")
+    result_file = tmp_path / "result.json"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("WORKER__", "AzureWebJobs", "PYSPARK_", "VIRTUAL_ENV")) and k != "PYTHONPATH"}
+    env.update({"PATH": "/usr/bin:/bin", "RESULT_FILE": str(result_file)})
+    config = str(tmp_path / "host.yaml")
+
+    sent = subprocess.run([str(entry), "send", "spark-udf", "100", "--config", config], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert sent.returncode == 0, sent.stderr
+    run = subprocess.run([str(entry), "run", "--burst", "--app", "tests.apps.spark_udf:app", "--config", config],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "ModuleNotFoundError" not in run.stderr
+    squares = sum(i * i for i in range(100))
+    assert json.loads(result_file.read_text()) == {"rdd": squares, "udf": squares}, run.stderr[-3000:]
+    lines = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
+    assert any(line["event"] == "Spark's Python workers use this interpreter" and line["python"] == sys.executable
+               for line in lines)
