@@ -41,7 +41,9 @@ async def enqueue(config: HostConfig, files: list[str]) -> None:
             for queue in (name, f"{name}-poison"):
                 await queues.delete_queue(queue)
             await queues.create_queue(name)
-        for path in [*files, str((HOME / "landing" / "2026-11-19" / "part-9999.csv").resolve())]:
+        # Absolute paths: a Spark Connect server or a cluster resolves relative ones against its own folder.
+        missing = HOME / "landing" / "2026-11-19" / "part-9999.csv"
+        for path in [*(str(Path(f).resolve()) for f in files), str(missing.resolve())]:
             await queues.put("ingest", encode(json.dumps({"path": path}), config.message_encoding))
     finally:
         await queues.close()

@@ -29,18 +29,6 @@ def warehouse() -> Path:
     return Path(os.environ.get("PIPELINE_WAREHOUSE", ".worker/pipeline/warehouse")).resolve()
 
 
-def unreadable(path: str) -> str | None:
-    """Why ``path`` cannot be read at all, or None."""
-    file = Path(path)
-    if not file.is_file():
-        return f"landed file {path} does not exist"
-    if file.suffix not in (".csv", ".jsonl", ".json"):
-        return f"landed file {path} is neither CSV nor JSON lines"
-    if not os.access(file, os.R_OK):
-        return f"landed file {path} is not readable"
-    return None
-
-
 @app.function_name("ingest")
 @app.queue_output(arg_name="next_step", queue_name="aggregate")
 @app.queue_trigger(arg_name="msgs", queue_name="ingest", cardinality="many")
@@ -52,7 +40,7 @@ def ingest(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
         except (ValueError, KeyError, TypeError) as exc:
             msg.fail(f"not an ingest message ({{'path': ...}} expected): {exc}")
             continue
-        if reason := unreadable(path):
+        if reason := pipeline.unreadable(path):
             msg.fail(reason)
         else:
             paths.append(path)

@@ -41,6 +41,49 @@ class UnreadableInput(Exception):
     """A landed file that is missing or cannot be read at all."""
 
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_FORMATS = (".csv", ".jsonl", ".json")
+
+
+def unreadable(path: str) -> str | None:
+    """Why the landed file ``path`` cannot be ingested, or None.
+
+    Messages carry absolute paths or URIs, so that any Spark driver, cluster
+    or Spark Connect server reads the same file: a relative path would be
+    resolved against whichever process reads it. Local files (an absolute
+    path or ``file://``) are checked here; other URIs (``abfss://``,
+    ``s3a://``, ``hdfs://`` ...) are passed to Spark untouched, which says
+    whether they exist.
+    """
+    if not path.lower().endswith(_FORMATS):
+        return f"landed file {path} is neither CSV nor JSON lines"
+    local = local_path(path)
+    if local is None:
+        if _URI.match(path):
+            return None
+        return (f"landed file path {path} is relative; give an absolute path or a URI (file:///, abfss://, s3a://), "
+                "since a Spark driver or Connect server resolves a relative path against its own folder")
+    if not local.is_file():
+        return f"landed file {path} does not exist"
+    try:
+        with local.open("rb"):
+            pass
+    except OSError as exc:
+        return f"landed file {path} is not readable: {exc.strerror or exc}"
+    return None
+
+
+def local_path(path: str) -> Path | None:
+    """The local file ``path`` names (an absolute path or a ``file://`` URI), or None for other URIs and relative paths."""
+    if path.lower().startswith("file://"):
+        from urllib.parse import unquote, urlsplit
+
+        return Path(unquote(urlsplit(path).path))
+    if _URI.match(path) or not Path(path).is_absolute():
+        return None
+    return Path(path)
+
+
 @dataclass
 class IngestStats:
     batch_id: str
@@ -64,15 +107,13 @@ def _read(spark: SparkSession, path: str) -> DataFrame:
     """All columns as text plus ``_corrupt_record``; validation and casts come after, so each reject has a reason."""
     from pyspark.sql import types as T
 
-    if not Path(path).is_file():
-        raise UnreadableInput(f"landed file {path} does not exist")
+    if problem := unreadable(path):
+        raise UnreadableInput(problem)
     schema = T.StructType([T.StructField(c, T.StringType()) for c in [*COLUMNS, "_corrupt_record"]])
     reader = spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt_record")
-    if path.endswith(".csv"):
+    if path.lower().endswith(".csv"):
         return reader.option("header", True).csv(path)
-    if path.endswith(".jsonl") or path.endswith(".json"):
-        return reader.json(path)
-    raise UnreadableInput(f"landed file {path} is neither CSV nor JSON lines")
+    return reader.json(path)
 
 
 def _validated(raw: DataFrame, day: str) -> DataFrame:
