@@ -14,8 +14,23 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _spark_section(where: str, request: pytest.FixtureRequest) -> dict[str, object]:
+    conf: dict[str, object] = {"spark.ui.enabled": False, "spark.sql.shuffle.partitions": 2}
+    if where == "local":
+        return {"master": "local[2]", "conf": conf}
+    cluster = request.getfixturevalue("spark_cluster")
+    # Executors start in their own work folder: the app's package reaches them as it would on a real cluster,
+    # through the executors' environment (or spark.submit.pyFiles / spark.archives).
+    conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                 "spark.executor.memory": "512m", "spark.cores.max": 2, "spark.executorEnv.PYTHONPATH": str(REPO)})
+    return {"master": cluster.url, "conf": conf}
+
+
 @pytest.mark.subprocess
-def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["local", "cluster"])
+def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(
+    tmp_path: Path, where: str, request: pytest.FixtureRequest
+) -> None:
     """``python3`` on PATH here is the system's, without the worker's packages: the workers must not use it."""
     entry = Path(sys.executable).parent / "worker"
     assert entry.is_file(), entry
@@ -23,7 +38,7 @@ def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(
         "version": "1.0",
         "extensions": {"queues": {"maxPollingInterval": "200ms", "maxDequeueCount": 1}},
         "connections": {"AzureWebJobsStorage": "sqlite:///queues.db"},
-        "spark": {"master": "local[2]", "conf": {"spark.ui.enabled": False, "spark.sql.shuffle.partitions": 2}},
+        "spark": _spark_section(where, request),
     }), encoding="utf-8")
     result_file = tmp_path / "result.json"
     env = {k: v for k, v in os.environ.items()
@@ -44,3 +59,5 @@ def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(
     lines = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     assert any(line["event"] == "Spark's Python workers use this interpreter" and line["python"] == sys.executable
                for line in lines)
+    master = yaml.safe_load((tmp_path / "host.yaml").read_text())["spark"]["master"]
+    assert any(line["event"] == "starting Spark" and line["master"] == master for line in lines)

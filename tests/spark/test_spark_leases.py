@@ -1,4 +1,4 @@
-"""Spark jobs bound to message leases, with real local Spark: cancelled when the host gives up on the message."""
+"""Spark jobs bound to message leases, on local Spark and on a standalone cluster: cancelled when the host gives up."""
 
 from __future__ import annotations
 
@@ -29,12 +29,24 @@ QUEUE = "spark-jobs"
 ENDLESS = "sum(id % 7)"
 
 
-@pytest.fixture
-def config(tmp_path: Path) -> HostConfig:
-    return HostConfig(
-        base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1,
-        spark_master="local[2]", spark_conf={"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
-    )
+@pytest.fixture(params=["local", "cluster"])
+def config(tmp_path: Path, request: pytest.FixtureRequest) -> HostConfig:
+    conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+    master = "local[2]"
+    if request.param == "cluster":
+        master = request.getfixturevalue("spark_cluster").url
+        conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.executor.memory": "512m",
+                 "spark.cores.max": "2", "spark.executorEnv.PYTHONPATH": str(REPO)}
+    return HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, spark_master=master,
+                      spark_conf=conf)
+
+
+def _sleepy(x: int) -> int:
+    """Runs on Spark's Python workers (imported from this module there), far longer than any test waits."""
+    import time
+
+    time.sleep(600)
+    return x
 
 
 @pytest.fixture
@@ -107,6 +119,35 @@ async def test_shutdown_past_drain_timeout_cancels_the_spark_job_and_releases_th
     [back] = await queue.peek(QUEUE, 32)
     assert (back.id, back.dequeue_count) == (message_id, 1)
     assert host.metrics.get("released") == 1
+
+
+async def test_a_python_job_past_function_timeout_is_cancelled_and_the_message_handled_by_the_usual_rules(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    seen: dict[str, Any] = {}
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    def slow(msg: QueueMessage) -> None:
+        try:
+            spark.session().sparkContext.parallelize(range(2), 2).map(_sleepy).collect()
+        except Exception as exc:
+            seen["error"] = f"{type(exc).__name__}: {exc}"
+            raise
+        seen["finished"] = True
+
+    await queue.put(QUEUE, encode("slow", "base64"))
+    host = Host(app, replace(config, function_timeout=8, max_dequeue_count=1))
+    task = asyncio.create_task(host.run())
+    try:
+        await apoll(lambda: _true(host.metrics.get("poisoned") == 1), 120, what="the timed-out message in poison")
+        await apoll(lambda: _true("error" in seen), 60, what="Spark to report the job cancelled")
+    finally:
+        host.request_stop()
+        await asyncio.wait_for(task, 120)
+    assert "cancel" in seen["error"].lower(), seen["error"]
+    assert "finished" not in seen
+    assert host.metrics.get("failed") == 1
 
 
 def test_spark_log_stays_out_of_the_worker_log(tmp_path: Path) -> None:
