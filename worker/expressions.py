@@ -10,8 +10,9 @@ Two kinds, resolved at different times:
   ``{id}``, ``{dequeueCount}``, ``{insertionTime}``, ``{expirationTime}``,
   ``{nextVisibleTime}``, ``{popReceipt}``, and the properties of a JSON object
   body (``{customer}``, nested as ``{order.id}``); names are
-  case-insensitive, and the message's own names win over body properties of
-  the same name. Two system values need no message: ``{rand-guid}`` (a new
+  case-insensitive, and a body property wins over the message's own name
+  when they clash, as in the WebJobs SDK (data of the value overrides the
+  built-in data). Two system values need no message: ``{rand-guid}`` (a new
   GUID at each use; ``{rand-guid:N}`` formats it as .NET's ``N``, ``D``,
   ``B`` or ``P``) and ``{DateTime}`` (the current UTC time; ``{DateTime:fmt}``
   takes a .NET custom format such as ``yyyy/MM/dd``).
@@ -73,15 +74,12 @@ def resolve_settings(template: str, settings: Mapping[str, str]) -> str:
 
 
 def binding_data(message: _Message) -> dict[str, Any]:
-    """The values a ``{name}`` may take from ``message``: its metadata, then its JSON body's properties."""
+    """The values a ``{name}`` may take from ``message``: its metadata, overridden by its JSON body's properties."""
     body = message.get_body()
-    data: dict[str, Any] = {}
     try:
         parsed = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         parsed = None
-    if isinstance(parsed, dict):
-        data.update({str(k).lower(): v for k, v in parsed.items()})
     system = {
         "queuetrigger": body.decode("utf-8", errors="replace"),
         "id": message.id,
@@ -91,7 +89,9 @@ def binding_data(message: _Message) -> dict[str, Any]:
         "nextvisibletime": message.time_next_visible,
         "popreceipt": message.pop_receipt,
     }
-    data.update({k: v for k, v in system.items() if v is not None})
+    data = {k: v for k, v in system.items() if v is not None}
+    if isinstance(parsed, dict):
+        data.update({str(k).lower(): v for k, v in parsed.items()})
     return data
 
 

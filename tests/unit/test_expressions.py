@@ -35,9 +35,9 @@ def test_json_body_properties_nested_and_typed() -> None:
     assert resolve("{order.id}-{order.region}-{rush}-{n}", data) == "17-eu-True-2.5"
 
 
-def test_the_message_metadata_wins_over_a_body_property_of_the_same_name() -> None:
+def test_a_body_property_wins_over_the_message_metadata_of_the_same_name_as_in_the_sdk() -> None:
     data = binding_data(message(b'{"id": "from-body", "name": "x"}'))
-    assert resolve("{id}-{name}", data) == "m-1-x"
+    assert resolve("{id}-{name}-{dequeueCount}", data) == "from-body-x-2"
 
 
 def test_a_name_the_message_does_not_have_names_it_and_what_there_is() -> None:
