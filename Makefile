@@ -11,7 +11,7 @@ NODE_INSTALLED := node_modules/.installed
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect]'
 	touch $@
 
 # Azurite, the Azure Storage emulator the tests run against, pinned in package-lock.json.

@@ -217,6 +217,8 @@ def configure_logging(level: str = "INFO", json_lines: bool | None = None, strea
             renderer,
         ],
     ))
+    # Python warnings (pyspark's UserWarnings, pandas' FutureWarnings) become log lines too, not raw stderr text.
+    logging.captureWarnings(True)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)  # handlers' own logging.info lines show, as in Functions

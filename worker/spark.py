@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -95,11 +96,15 @@ class SparkProvider:
         from pyspark.sql import SparkSession
 
         settings = self.settings
-        if not self.remote:
+        if self.remote:
+            # A Connect session takes runtime settings only: the app name and the console progress bar belong to
+            # the server, and asking for them only draws warnings.
+            builder = SparkSession.builder.remote(settings.master)
+            conf = dict(settings.conf)
+        else:
             _use_this_interpreter(settings.conf)
-        builder = SparkSession.builder.appName(settings.app_name)
-        builder = builder.remote(settings.master) if self.remote else builder.master(settings.master)
-        conf = {"spark.ui.showConsoleProgress": "false", **settings.conf}
+            builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
+            conf = {"spark.ui.showConsoleProgress": "false", **settings.conf}
         for key, value in conf.items():
             builder = builder.config(key, value)
         if settings.log_file is not None and not self.remote:
@@ -133,38 +138,22 @@ class SparkProvider:
     def _tag(self, spark: SparkSession, invocation: Invocation) -> None:
         """Tag this thread's Spark jobs with the invocation, once per thread and invocation."""
         tag = tag_for(invocation)
-        if self.remote:
+        handler_returned = threading.Event()
+        if self.remote:  # Spark Connect: the session's tags, per thread; interrupting is a call to the server
             if tag in spark.getTags():
                 return
             spark.addTag(tag)
-            invocation.on_interrupt.append(lambda: spark.interruptTag(tag))
+            cancel: Callable[[], object] = lambda: spark.interruptTag(tag)  # noqa: E731
             invocation.thread_cleanup.append(lambda: spark.removeTag(tag))
-            return
-        context = spark.sparkContext
-        if tag in context.getJobTags():
-            return
-        context.addJobTag(tag)
-        handler_returned = threading.Event()
-        invocation.on_interrupt.append(lambda: self._cancel_until(context, tag, handler_returned))
+        else:
+            context = spark.sparkContext
+            if tag in context.getJobTags():
+                return
+            context.addJobTag(tag)
+            cancel = lambda: context.cancelJobsWithTag(tag)  # noqa: E731
+            invocation.thread_cleanup.append(lambda: context.removeJobTag(tag))
+        invocation.on_interrupt.append(lambda: _cancel_until(cancel, tag, handler_returned))
         invocation.thread_cleanup.append(handler_returned.set)
-        invocation.thread_cleanup.append(lambda: context.removeJobTag(tag))
-
-    @staticmethod
-    def _cancel_until(context: object, tag: str, handler_returned: threading.Event) -> None:
-        """Cancel the tag's jobs now and again every half second until the handler returns.
-
-        Cancelling a tag only stops the jobs running at that moment; a job the
-        handler was about to submit would otherwise run to its end.
-        """
-        log.warning("cancelling the invocation's Spark jobs", tag=tag)
-
-        def keep_cancelling() -> None:
-            while True:
-                context.cancelJobsWithTag(tag)  # type: ignore[attr-defined]
-                if handler_returned.wait(CANCEL_REPEAT_SECONDS):
-                    return
-
-        threading.Thread(target=keep_cancelling, name=f"cancel-{tag}", daemon=True).start()
 
     def stop(self) -> None:
         with self._lock:
@@ -172,6 +161,33 @@ class SparkProvider:
                 log.info("stopping Spark")
                 self._session.stop()
                 self._session = None
+                if self.remote:
+                    # PySpark marks the whole process as Spark Connect once a remote session is built; a later
+                    # session on another master (an in-process host after this one) must not inherit that.
+                    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+
+
+def _cancel_until(cancel: Callable[[], object], tag: str, handler_returned: threading.Event) -> None:
+    """Cancel the tag's jobs now and again every half second until the handler returns, off the event loop.
+
+    Cancelling a tag only stops the jobs running at that moment; a job the
+    handler was about to submit would otherwise run to its end. The calls run
+    in a thread of their own: on Spark Connect each is a request to the
+    server, and a server that does not answer must not hold up the host's
+    event loop (and with it every other lease's renewal).
+    """
+    log.warning("cancelling the invocation's Spark jobs", tag=tag)
+
+    def keep_cancelling() -> None:
+        while True:
+            try:
+                cancel()
+            except Exception as exc:  # a server gone or slow: try again until the handler returns
+                log.warning("cancelling Spark jobs failed; trying again", tag=tag, error=f"{type(exc).__name__}: {exc}")
+            if handler_returned.wait(CANCEL_REPEAT_SECONDS):
+                return
+
+    threading.Thread(target=keep_cancelling, name=f"cancel-{tag}", daemon=True).start()
 
 
 def _quiet_pyspark_loggers() -> None:
@@ -201,3 +217,8 @@ def session() -> SparkSession:
 def stop() -> None:
     """Stop the SparkSession if one was made (the host does it at shutdown)."""
     _provider.stop()
+
+
+def is_remote() -> bool:
+    """True when ``spark.master`` is a Spark Connect URL: the session has no SparkContext, RDDs or JVM."""
+    return _provider.remote

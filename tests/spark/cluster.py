@@ -1,15 +1,19 @@
-"""A Spark standalone cluster for the tests: one master and one worker from the installed pyspark, on loopback.
+"""Real Spark servers for the tests, from the installed pyspark, on loopback: a standalone cluster and Spark Connect.
 
-Both are real JVMs started with ``bin/spark-class`` on free ports, with the
-worker's ``--work-dir`` under the test run's temporary folder; each is ready
-when it logs so (the master "I have been elected leader", the worker
-"Successfully registered with master").
+All are JVMs on free ports. The cluster is a master and one worker started
+with ``bin/spark-class`` (the worker's ``--work-dir`` under the test run's
+temporary folder), ready when they log so ("I have been elected leader",
+"Successfully registered with master"). The Connect server is
+``SparkConnectServer`` through ``bin/spark-submit`` on ``local[2]``, ready on
+"Spark Connect server started"; its Python workers run this interpreter with
+the repository on their path, as a Connect server set up for an app would.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -19,18 +23,20 @@ from tests.support import free_port, poll
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
+SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
+REPO = Path(__file__).resolve().parents[2]
 
 
 class _Daemon:
     """One spark-class process whose output is kept for readiness checks and failure messages."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+    def __init__(self, name: str, command: list[str], log_dir: Path, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.output: list[str] = []
         env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-               "SPARK_LOG_DIR": str(log_dir), "SPARK_NO_DAEMONIZE": "1"}
-        self.proc = subprocess.Popen([str(SPARK_CLASS), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, env=env)
+               "SPARK_LOG_DIR": str(log_dir), "SPARK_NO_DAEMONIZE": "1", **(env or {})}
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                     cwd=REPO)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -70,12 +76,12 @@ class StandaloneCluster:
     def start(self, timeout: float = 120) -> StandaloneCluster:
         logs = self.folder / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        master = _Daemon("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+        master = _Daemon("master", [str(SPARK_CLASS), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                     "--port", str(self.port), "--webui-port", str(free_port())], logs)
         self._daemons.append(master)
         master.wait_for("I have been elected leader", timeout)
-        worker = _Daemon("worker", ["org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
-                                    "--cores", str(self.cores), "--memory", self.memory,
+        worker = _Daemon("worker", [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker", self.url,
+                                    "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
                                     "--work-dir", str(self.folder / "work"), "--webui-port", str(free_port())], logs)
         self._daemons.append(worker)
         worker.wait_for("Successfully registered with master", timeout)
@@ -85,3 +91,33 @@ class StandaloneCluster:
         for daemon in reversed(self._daemons):
             daemon.stop()
         self._daemons.clear()
+
+
+class ConnectServer:
+    """A Spark Connect server on ``local[2]``; ``url`` is its ``sc://`` address."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"sc://127.0.0.1:{self.port}"
+        self._daemon: _Daemon | None = None
+
+    def start(self, timeout: float = 120) -> ConnectServer:
+        logs = self.folder / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self._daemon = _Daemon(
+            "connect server",
+            [str(SPARK_SUBMIT), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+             "--name", "queueworker-tests", "--master", "local[2]",
+             "--conf", f"spark.connect.grpc.binding.port={self.port}",
+             "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false",
+             "--conf", f"spark.local.dir={self.folder / 'local'}"],
+            logs, env={"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(REPO)},
+        )
+        self._daemon.wait_for("Spark Connect server started", timeout)
+        return self
+
+    def stop(self) -> None:
+        if self._daemon is not None:
+            self._daemon.stop()
+            self._daemon = None

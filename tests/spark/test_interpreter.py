@@ -18,6 +18,8 @@ def _spark_section(where: str, request: pytest.FixtureRequest) -> dict[str, obje
     conf: dict[str, object] = {"spark.ui.enabled": False, "spark.sql.shuffle.partitions": 2}
     if where == "local":
         return {"master": "local[2]", "conf": conf}
+    if where == "connect":  # the server runs the Python functions, with the interpreter it was started with
+        return {"master": request.getfixturevalue("spark_connect").url, "conf": {"spark.sql.shuffle.partitions": 2}}
     cluster = request.getfixturevalue("spark_cluster")
     # Executors start in their own work folder: the app's package reaches them as it would on a real cluster,
     # through the executors' environment (or spark.submit.pyFiles / spark.archives).
@@ -27,7 +29,7 @@ def _spark_section(where: str, request: pytest.FixtureRequest) -> dict[str, obje
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("where", ["local", "cluster"])
+@pytest.mark.parametrize("where", ["local", "cluster", "connect"])
 def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(
     tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
@@ -55,9 +57,14 @@ def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ModuleNotFoundError" not in run.stderr
     squares = sum(i * i for i in range(100))
-    assert json.loads(result_file.read_text()) == {"rdd": squares, "udf": squares}, run.stderr[-3000:]
+    expected = {"udf": squares} if where == "connect" else {"rdd": squares, "udf": squares}
+    assert json.loads(result_file.read_text()) == expected, run.stderr[-3000:]
+    not_json = [line for line in run.stderr.splitlines() if line.strip() and not line.startswith("{")]
+    assert not not_json, f"lines on the worker's stderr that are not its JSON log: {not_json[:5]}"
+    assert "CANNOT_MODIFY_CONFIG" not in run.stderr
     lines = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
-    assert any(line["event"] == "Spark's Python workers use this interpreter" and line["python"] == sys.executable
-               for line in lines)
+    if where != "connect":  # on Connect the server's interpreter runs them
+        assert any(line["event"] == "Spark's Python workers use this interpreter" and line["python"] == sys.executable
+                   for line in lines)
     master = yaml.safe_load((tmp_path / "host.yaml").read_text())["spark"]["master"]
     assert any(line["event"] == "starting Spark" and line["master"] == master for line in lines)

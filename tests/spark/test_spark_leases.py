@@ -29,10 +29,12 @@ QUEUE = "spark-jobs"
 ENDLESS = "sum(id % 7)"
 
 
-@pytest.fixture(params=["local", "cluster"])
+@pytest.fixture(params=["local", "cluster", "connect"])
 def config(tmp_path: Path, request: pytest.FixtureRequest) -> HostConfig:
     conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
     master = "local[2]"
+    if request.param == "connect":
+        master, conf = request.getfixturevalue("spark_connect").url, {"spark.sql.shuffle.partitions": "2"}
     if request.param == "cluster":
         master = request.getfixturevalue("spark_cluster").url
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.executor.memory": "512m",
@@ -129,8 +131,10 @@ async def test_a_python_job_past_function_timeout_is_cancelled_and_the_message_h
 
     @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
     def slow(msg: QueueMessage) -> None:
-        try:
-            spark.session().sparkContext.parallelize(range(2), 2).map(_sleepy).collect()
+        from pyspark.sql import functions as F
+
+        try:  # a Python UDF: the same job on local, on the cluster and on Connect (which has no RDDs)
+            spark.session().range(0, 2, numPartitions=2).select(F.udf(_sleepy, "long")("id")).collect()
         except Exception as exc:
             seen["error"] = f"{type(exc).__name__}: {exc}"
             raise
@@ -148,6 +152,34 @@ async def test_a_python_job_past_function_timeout_is_cancelled_and_the_message_h
     assert "cancel" in seen["error"].lower(), seen["error"]
     assert "finished" not in seen
     assert host.metrics.get("failed") == 1
+
+
+async def test_a_job_submitted_after_the_interrupt_is_cancelled_too(config: HostConfig, queue: QueueBackend) -> None:
+    """A handler that catches the cancellation and starts another job: the host keeps cancelling until it returns."""
+    seen: dict[str, Any] = {}
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    def stubborn(msg: QueueMessage) -> None:
+        session = spark.session()
+        for attempt in ("first", "second"):
+            try:
+                session.range(0, 10**13, numPartitions=2).selectExpr(ENDLESS).collect()
+            except Exception as exc:
+                seen[attempt] = f"{type(exc).__name__}: {exc}"
+        seen["returned"] = True
+
+    await queue.put(QUEUE, encode("stubborn", "base64"))
+    host = Host(app, replace(config, function_timeout=6, max_dequeue_count=1))
+    task = asyncio.create_task(host.run())
+    try:
+        await apoll(lambda: _true("returned" in seen), 120, what="the handler to return after two cancelled jobs")
+        await apoll(lambda: _true(host.metrics.get("poisoned") == 1), 30, what="the message in poison")
+    finally:
+        host.request_stop()
+        await asyncio.wait_for(task, 120)
+    assert "cancel" in seen["first"].lower(), seen
+    assert "cancel" in seen["second"].lower(), seen
 
 
 def test_spark_log_stays_out_of_the_worker_log(tmp_path: Path) -> None:
