@@ -433,6 +433,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command != "run":
+        # Without this, a storage retry's warning would be printed by structlog's default set-up on stdout, in the
+        # middle of --json output; the command's own error line says what finally went wrong.
+        configure_logging("ERROR")
     try:
         return args.handler(args)
     except (UsageError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile) as exc:

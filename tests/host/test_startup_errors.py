@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -127,3 +128,18 @@ def test_a_sign_in_that_fails_at_start_keeps_the_host_up_and_it_recovers_when_th
     assert token_endpoint.requests >= 1
     failures = [line for line in worker.lines() if "sign-in failed" in str(line.get("error", ""))]
     assert failures, text
+
+
+@pytest.mark.subprocess
+def test_json_output_stays_json_while_storage_is_retried(tmp_path: Path, azurite: Azurite) -> None:
+    """A retried storage call must not print its warning into stdout's JSON (it went there before)."""
+    from tests.reliability.faultproxy import Fault, FaultProxy
+
+    proxy = FaultProxy(azurite.port).start()
+    try:
+        proxy.inject(Fault.ERROR_503, count=2)  # the first attempts fail; the retries answer
+        result = _worker(tmp_path, "queues", "--json", connection=proxy.connection_string)
+    finally:
+        proxy.stop()
+    assert result.returncode == 0, result.stderr
+    assert isinstance(json.loads(result.stdout), list), result.stdout
