@@ -320,6 +320,10 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
             text = file.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError("(file)", f"cannot read {file}: {exc.strerror or exc}") from exc
+        if file.suffix.lower() == ".json":
+            # host.json is read as YAML (JSON is YAML), which allows no tab in indentation; valid JSON has tabs
+            # only between tokens (inside strings they are escaped), so they can become spaces.
+            text = text.replace("\t", "  ")
         try:
             tree = yaml.safe_load(text)
         except yaml.YAMLError as exc:

@@ -47,7 +47,7 @@ def test_host_json_beside_the_app_is_read_and_named(tmp_path: Path) -> None:
     app_dir.mkdir()
     elsewhere.mkdir()
     (app_dir / "function_app.py").write_text(APP, encoding="utf-8")
-    (app_dir / "host.json").write_text(json.dumps(HOST_JSON), encoding="utf-8")
+    (app_dir / "host.json").write_text(json.dumps(HOST_JSON, indent="\t"), encoding="utf-8")  # as some editors save it
     sent = _worker(elsewhere, app_dir, "send", "jobs", "the work", "--config", str(app_dir / "host.json"))
     assert sent.returncode == 0, sent.stderr
 
