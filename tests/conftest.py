@@ -1,4 +1,4 @@
-"""Fixtures shared by every test: one queue backend per supported kind, and unique queue names."""
+"""Fixtures shared by every test: one queue backend per supported kind, unique queue names, and Spark servers."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.azurite import Azurite
+from tests.spark.cluster import ConnectServer, StandaloneCluster
 from worker.observability import configure_logging
 from worker.queues import open_backend
 from worker.queues.base import QueueBackend
@@ -55,3 +56,19 @@ def queue_name() -> str:
 def _logging() -> None:
     """In-process hosts log as the worker does; pytest shows the lines of failing tests only."""
     configure_logging("INFO", json_lines=False)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A Spark standalone cluster (master and one worker), started once per run by the first test that asks."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A Spark Connect server, started once per run by the first test that asks."""
+    server = ConnectServer(tmp_path_factory.mktemp("spark-connect")).start()
+    yield server
+    server.stop()

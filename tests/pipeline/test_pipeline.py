@@ -1,4 +1,4 @@
-"""The sample data pipeline with real local Spark, on the embedded queue."""
+"""The sample data pipeline on the embedded queue, with real Spark: local, a standalone cluster and Spark Connect."""
 
 from __future__ import annotations
 
@@ -24,17 +24,26 @@ from worker.queues import open_backend
 from worker.queues.base import QueueBackend
 
 SPARK = "spark:\n  master: local[2]\n  conf:\n    spark.sql.shuffle.partitions: 2\n    spark.ui.enabled: false\n"
+SETTINGS = "extensions:\n  queues:\n    maxPollingInterval: 200ms\n    maxDequeueCount: 2\nworker:\n  drainTimeout: 5s\n"
 
 
 @pytest.fixture
 def host_yaml(tmp_path: Path) -> Path:
     path = tmp_path / "host.yaml"
-    path.write_text(
-        "extensions:\n  queues:\n    maxPollingInterval: 200ms\n    maxDequeueCount: 2\nworker:\n  drainTimeout: 5s\n"
-        + SPARK,
-        encoding="utf-8",
-    )
+    path.write_text(SETTINGS + SPARK, encoding="utf-8")
     return path
+
+
+def _spark_section(where: str, request: pytest.FixtureRequest) -> str:
+    """host.yaml's spark section for local Spark, the test cluster or the test Connect server."""
+    if where == "local":
+        return SPARK
+    if where == "connect":
+        return f"spark:\n  master: {request.getfixturevalue('spark_connect').url}\n"
+    cluster = request.getfixturevalue("spark_cluster")
+    return (f"spark:\n  master: {cluster.url}\n  conf:\n    spark.sql.shuffle.partitions: 2\n    spark.ui.enabled: false\n"
+            "    spark.driver.host: 127.0.0.1\n    spark.driver.bindAddress: 127.0.0.1\n    spark.executor.memory: 512m\n"
+            "    spark.cores.max: 2\n")
 
 
 @pytest.fixture
@@ -50,9 +59,11 @@ async def send_paths(queues: QueueBackend, *paths: str) -> None:
         await queues.put("ingest", encode(json.dumps({"path": path}), "base64"))
 
 
+@pytest.mark.parametrize("where", ["local", "cluster", "connect"])
 async def test_end_to_end_counts_match_the_generated_data_and_unreadable_input_is_poisoned(
-    tmp_path: Path, host_yaml: Path, queues: QueueBackend
+    tmp_path: Path, host_yaml: Path, queues: QueueBackend, where: str, request: pytest.FixtureRequest
 ) -> None:
+    host_yaml.write_text(SETTINGS + _spark_section(where, request), encoding="utf-8")
     manifest = data.generate(tmp_path / "landing", size_bytes=60_000, files=3, days=2)
     missing = str(tmp_path / "landing" / "2026-11-16" / "part-0404.csv")
     await send_paths(queues, *manifest.files, missing)
