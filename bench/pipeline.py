@@ -8,8 +8,11 @@ Only the trigger differs: ``one`` gives each message its own invocation and
 Spark job; ``many`` hands every received batch (up to batchSize) to one
 invocation and one Spark job. The rows written are checked to be equal.
 
-    python bench/pipeline.py [--files 32] [--rows 200]
+    python bench/pipeline.py [--files 32] [--rows 200] [--master local[2]] [--conf KEY=VALUE ...]
 
+``--master`` takes any Spark master: ``local[n]``, a standalone cluster's
+``spark://host:port`` (give ``--conf spark.driver.host=...`` where executors
+must reach the driver at a given address), or a Spark Connect ``sc://`` URL.
 Prints files per second for each and the ratio many/one.
 """
 
@@ -54,13 +57,15 @@ def ingest_app(cardinality: str, warehouse: Path) -> WorkerApp:
     return app
 
 
-async def run_variant(cardinality: str, files: list[str], folder: Path) -> tuple[float, int]:
+async def run_variant(
+    cardinality: str, files: list[str], folder: Path, master: str, conf: dict[str, str]
+) -> tuple[float, int]:
     """Seconds to ingest every file, and rows written."""
     folder.mkdir(parents=True)
     warehouse = folder / "warehouse"
     config = HostConfig(
         base_dir=folder, max_polling_interval=0.1, batch_size=32, new_batch_threshold=16, handler_threads=2,
-        spark_master="local[2]", spark_conf=SPARK_CONF,
+        spark_master=master, spark_conf=conf,
     )
     queues = open_backend(None, folder)
     await queues.create_queue("ingest")
@@ -80,19 +85,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=32)
     parser.add_argument("--rows", type=int, default=200, help="rows per file")
+    parser.add_argument("--master", default="local[2]", help="Spark master: local[n], spark://..., sc://...")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark property (repeatable)")
     args = parser.parse_args()
+    remote = args.master.startswith("sc://")
+    conf = {} if remote else dict(SPARK_CONF)
+    conf |= dict(item.split("=", 1) for item in args.conf)
     configure_logging("WARNING")
     root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     try:
         manifest = data.generate(root / "landing", args.rows * data.BYTES_PER_ROW * args.files, files=args.files)
-        spark.configure(spark.SparkSettings("local[2]", "bench", dict(SPARK_CONF), log_file=root / "spark.log"))
-        spark.session().range(10).count()  # the JVM starts here, outside both timings
+        files = [str(Path(f).resolve()) for f in manifest.files]  # absolute: a cluster or Connect server reads them
+        spark.configure(spark.SparkSettings(args.master, "bench", dict(conf), log_file=root / "spark.log"))
+        spark.session().range(10).count()  # the JVM (or the Connect channel) starts here, outside both timings
         results = {}
         for cardinality in ("one", "many"):
-            results[cardinality] = asyncio.run(run_variant(cardinality, manifest.files, root / cardinality))
+            results[cardinality] = asyncio.run(run_variant(cardinality, files, root / cardinality, args.master, conf))
         (one_s, one_rows), (many_s, many_rows) = results["one"], results["many"]
         assert one_rows == many_rows == manifest.clean, (one_rows, many_rows, manifest.clean)
-        print(f"{args.files} files, {manifest.rows} rows, {manifest.clean} rows out in each variant")
+        print(f"master {args.master}: {args.files} files, {manifest.rows} rows, {manifest.clean} rows out in each variant")
         print(f"one message per invocation : {one_s:7.1f} s  {args.files / one_s:6.2f} files/s")
         print(f"cardinality many           : {many_s:7.1f} s  {args.files / many_s:6.2f} files/s")
         print(f"ratio many/one             : {one_s / many_s:6.2f}x")

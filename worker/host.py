@@ -20,6 +20,7 @@ import asyncio
 import os
 import signal
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 import structlog
@@ -150,7 +151,7 @@ class Host:
                 log.info("function loaded", function=function.name, queue=function.queue_name,
                          handler="async" if function.is_async else "sync")
             if config.http_port:
-                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, capacity, dispatcher)
+                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher)
             log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst)
             listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
@@ -176,7 +177,7 @@ class Host:
         return dispatcher
 
     async def _serve_endpoints(
-        self, listeners: list[Listener], scheduler: LeaseScheduler, capacity: Capacity, dispatcher: Dispatcher
+        self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher
     ) -> tuple[Endpoints, asyncio.Task[None]]:
         """Start the HTTP endpoints, with gauges for in-flight messages, queue lengths, threads and tasks."""
         lengths: dict[str, float] = {}
@@ -193,8 +194,14 @@ class Host:
                     log.debug("queue length check failed", error=type(exc).__name__)
                 await asyncio.sleep(QUEUE_LENGTH_INTERVAL)
 
-        self.metrics.gauge("worker_messages_in_flight", "Messages received and not yet completed", "function",
-                           lambda: {lst.function.name: capacity.in_flight(lst.function.name) for lst in listeners})
+        def in_flight() -> dict[str, float]:
+            """Messages held per function: the dispatcher's invocations, not the room a receive has reserved."""
+            held: Counter[str] = Counter()
+            for inv in list(dispatcher.invocations):  # read from the scrape's thread; list() copies under the GIL
+                held[inv.function.name] += len(inv.deliveries)
+            return {lst.function.name: held[lst.function.name] for lst in listeners}
+
+        self.metrics.gauge("worker_messages_in_flight", "Messages received and not yet completed", "function", in_flight)
         self.metrics.gauge("worker_queue_length", "Approximate message count of each trigger queue", "queue",
                            lambda: dict(lengths))
         loop = asyncio.get_running_loop()
