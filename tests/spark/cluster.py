@@ -12,9 +12,12 @@ the repository on their path, as a Connect server set up for an app would.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyspark
@@ -116,6 +119,19 @@ class ConnectServer:
         )
         self._daemon.wait_for("Spark Connect server started", timeout)
         return self
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The server stopped with SIGSTOP (it accepts nothing and answers nothing) until the block ends.
+
+        ``spark-submit`` execs the JVM, so the process started is the server itself.
+        """
+        assert self._daemon is not None
+        self._daemon.proc.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self._daemon.proc.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         if self._daemon is not None:
