@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 from functions.data import COLUMNS
 
@@ -103,21 +103,39 @@ def batch_id(path: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]", "-", f"{file.parent.name}-{file.stem}")
 
 
-def _read(spark: SparkSession, path: str) -> DataFrame:
-    """All columns as text plus ``_corrupt_record``; validation and casts come after, so each reject has a reason."""
+def _read(spark: SparkSession, paths: list[str]) -> list[DataFrame]:
+    """The files, one frame per format: all columns as text, ``_corrupt_record``, and ``_file`` (the file's URI).
+
+    Validation and casts come after, so each reject has a reason.
+    """
+    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if problem := unreadable(path):
-        raise UnreadableInput(problem)
+    for path in paths:
+        if problem := unreadable(path):
+            raise UnreadableInput(problem)
     schema = T.StructType([T.StructField(c, T.StringType()) for c in [*COLUMNS, "_corrupt_record"]])
-    reader = spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt_record")
-    if path.lower().endswith(".csv"):
-        return reader.option("header", True).csv(path)
-    return reader.json(path)
+
+    def reader() -> Any:
+        return spark.read.schema(schema).option("mode", "PERMISSIVE").option("columnNameOfCorruptRecord", "_corrupt_record")
+
+    csv = [path for path in paths if path.lower().endswith(".csv")]
+    json_lines = [path for path in paths if not path.lower().endswith(".csv")]
+    frames = []
+    if csv:
+        frames.append(reader().option("header", True).csv(csv))
+    if json_lines:
+        frames.append(reader().json(json_lines))
+    return [frame.select("*", F.col("_metadata.file_path").alias("_file")) for frame in frames]
 
 
-def _validated(raw: DataFrame, day: str) -> DataFrame:
-    """Each row with a ``reason`` (null when valid), typed columns, and the ``late`` flag."""
+def _validated(raw: DataFrame, sources: Column) -> DataFrame:
+    """Each row with a ``reason`` (null when valid), typed columns, the ``late`` flag, its ``batch_id`` and ``source``.
+
+    The batch id is computed from the file's URI exactly as :func:`batch_id`
+    computes it from the path, and ``sources`` maps it back to the path the
+    message named.
+    """
     from pyspark.sql import functions as F
 
     typed = raw.select(
@@ -129,6 +147,10 @@ def _validated(raw: DataFrame, day: str) -> DataFrame:
     for column, (_, expected) in TYPED.items():
         reason = reason.when(F.col(f"{column}_typed").isNull(), F.lit(f"{column} is not {expected}"))
     reason = reason.when(F.col("quantity_typed") <= 0, F.lit("quantity is not positive"))
+    segments = F.split(F.url_decode(F.col("_file")), "/")
+    day = F.element_at(segments, -2)  # the day folder the file landed in
+    stem = F.regexp_replace(F.element_at(segments, -1), r"\.[^.]*$", "")
+    batch = F.regexp_replace(F.concat(day, F.lit("-"), stem), "[^A-Za-z0-9-]", "-")
     event_date = F.to_date(F.col("event_time_typed"))
     return typed.select(
         "event_id", "order_id", "customer_id", "sku", "country", "_corrupt_record",
@@ -137,8 +159,10 @@ def _validated(raw: DataFrame, day: str) -> DataFrame:
         F.col("quantity_typed").alias("quantity"), F.col("unit_price_typed").alias("unit_price"),
         F.col("event_time_typed").alias("event_time"),
         event_date.alias("event_date"),
-        (event_date < F.date_sub(F.lit(day).cast("date"), LATE_AFTER_DAYS)).alias("late"),
+        (event_date < F.date_sub(day.cast("date"), LATE_AFTER_DAYS)).alias("late"),
         reason.alias("reason"),
+        batch.alias("batch_id"),
+        F.element_at(sources, batch).alias("source"),
     )
 
 
@@ -149,6 +173,9 @@ def _overwrite(frame: DataFrame, path: Path, *partitions: str) -> None:
 def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[IngestStats]:
     """Validate, quarantine, de-duplicate and store the landed files; one job for all of them.
 
+    The files are read in one scan per format, not one per file, so that a
+    batch of many small files costs about what one file does.
+
     Raises UnreadableInput naming the first file that cannot be read at all.
     """
     from pyspark.sql import functions as F
@@ -156,11 +183,8 @@ def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[Inges
 
     started = time.monotonic()
     spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-    frames = []
-    for path in paths:
-        raw = _read(spark, path)
-        frames.append(_validated(raw, Path(path).parent.name).withColumn("batch_id", F.lit(batch_id(path)))
-                      .withColumn("source", F.lit(path)))
+    sources = F.create_map(*[F.lit(value) for path in paths for value in (batch_id(path), path)])
+    frames = [_validated(raw, sources) for raw in _read(spark, paths)]
     rows = frames[0]
     for frame in frames[1:]:
         rows = rows.unionByName(frame)
