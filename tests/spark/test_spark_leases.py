@@ -1,4 +1,5 @@
-"""Spark jobs bound to message leases, on local Spark, a standalone cluster and Spark Connect: cancelled when the host gives up."""
+"""Spark jobs bound to message leases, on local Spark, a standalone cluster and Spark Connect: cancelled when the host
+gives up."""
 
 from __future__ import annotations
 
