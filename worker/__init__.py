@@ -6,7 +6,8 @@ The public API is what this module exports; everything else is internal.
 from worker.app import WorkerApp
 from worker.blob_bindings import InputStream
 from worker.context import Context
-from worker.message import QueueMessage
+from worker.message import Poison, QueueMessage
+from worker.middleware import InvocationFailed, Middleware
 from worker.outputs import Out
 
-__all__ = ["Context", "InputStream", "Out", "QueueMessage", "WorkerApp"]
+__all__ = ["Context", "InputStream", "InvocationFailed", "Middleware", "Out", "Poison", "QueueMessage", "WorkerApp"]

@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from worker.blob_bindings import BlobInput, BlobOutput, check_blob_path, input_kind
+from worker.config import parse_duration
+from worker.middleware import Middleware
 from worker.outputs import OutputBinding
 from worker.param_types import DataKind, data_kind
 from worker.queues.base import InvalidArgument, check_queue_name
+from worker.retry import RetryPolicy, parse_retry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -23,6 +26,8 @@ _NAME_ATTR = "__worker_function_name__"
 _OUTPUTS_ATTR = "__worker_queue_outputs__"
 #: Input bindings declared below ``@app.queue_trigger`` wait here until it runs.
 _INPUTS_ATTR = "__worker_inputs__"
+#: A retry policy declared below ``@app.queue_trigger`` waits here until it runs.
+_RETRY_ATTR = "__worker_retry__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,8 @@ class FunctionSpec:
     wants_context: bool = False
     #: The folder of the handler's module (``context.function_directory``).
     directory: str = ""
+    #: The retry policy given in code (``@app.retry``); host.yaml's ``functions.<name>.retry`` wins over it.
+    retry: RetryPolicy | None = None
 
     @property
     def has_blob_bindings(self) -> bool:
@@ -65,6 +72,18 @@ class WorkerApp:
 
     def __init__(self) -> None:
         self._specs: dict[Callable[..., Any], FunctionSpec] = {}
+        self._middleware: list[Middleware] = []
+
+    def add_middleware(self, middleware: Middleware) -> None:
+        """Run ``middleware`` (a :class:`worker.Middleware`) in every host that runs this app, after the host's own."""
+        if not isinstance(middleware, Middleware):
+            raise TypeError(f"expected a worker.Middleware instance, got {type(middleware).__name__}")
+        self._middleware.append(middleware)
+
+    @property
+    def middleware(self) -> list[Middleware]:
+        """The middleware added with :meth:`add_middleware`, in order."""
+        return list(self._middleware)
 
     @property
     def functions(self) -> list[FunctionSpec]:
@@ -131,10 +150,33 @@ class WorkerApp:
                 trigger_kind="object" if cardinality == "many" else data_kind(handler, arg_name),
                 wants_context="context" in inspect.signature(handler).parameters and arg_name != "context",
                 directory=_directory(handler),
+                retry=getattr(handler, _RETRY_ATTR, None),
             )
             return handler
 
         return register
+
+    def retry(
+        self,
+        strategy: str,
+        max_retry_count: str | int | None = None,
+        delay_interval: str | None = None,
+        minimum_interval: str | None = None,
+        maximum_interval: str | None = None,
+    ) -> Callable[[F], F]:
+        """The function's retry policy, as ``azure.functions.FunctionApp.retry`` takes it.
+
+        ``strategy`` is ``fixed_delay`` (``delay_interval``) or
+        ``exponential_backoff`` (``minimum_interval``, ``maximum_interval``),
+        intervals as ``hh:mm:ss``. A failed message is released with the
+        policy's delay for its attempt; attempts are counted by
+        ``maxDequeueCount``, so ``max_retry_count`` has no effect.
+        """
+        policy = parse_retry({"strategy": strategy, "max_retry_count": max_retry_count,
+                              "delay_interval": delay_interval, "minimum_interval": minimum_interval,
+                              "maximum_interval": maximum_interval}, parse_duration)
+
+        return lambda handler: self._set(handler, _RETRY_ATTR, retry=policy)
 
     def queue_output(
         self, *, arg_name: str, queue_name: str, connection: str | None = None
@@ -198,15 +240,18 @@ class WorkerApp:
     def function_name(self, name: str) -> Callable[[F], F]:
         """Name the function in logs and metrics (default: the Python function's name)."""
 
-        def rename(handler: F) -> F:
-            spec = self._specs.get(handler)
-            if spec is None:
-                setattr(handler, _NAME_ATTR, name)
-            else:
-                self._specs[handler] = replace(spec, name=name)
-            return handler
+        return lambda handler: self._set(handler, _NAME_ATTR, name=name)
 
-        return rename
+    def _set(self, handler: F, attr: str, **field: Any) -> F:
+        """Set one field of the handler's function, whether ``@app.queue_trigger`` ran already or runs later (then
+        the value waits on the handler as ``attr``)."""
+        spec = self._specs.get(handler)
+        if spec is None:
+            [value] = field.values()
+            setattr(handler, attr, value)
+        else:
+            self._specs[handler] = replace(spec, **field)
+        return handler
 
 
 def _directory(handler: Callable[..., Any]) -> str:

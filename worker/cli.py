@@ -225,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     host = Host(app, config, burst=args.burst)
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)
-    if dispatcher.threads_busy:
+    if dispatcher.threads.busy:
         # A sync handler past drainTimeout cannot be stopped from outside; its message is already released.
         sys.stderr.flush()
         os._exit(0)

@@ -1,10 +1,14 @@
-"""What to do with a message once its invocation is over: the WebJobs SDK's QueueProcessor.
+"""What to do with a message before and after its invocation: the WebJobs SDK's QueueProcessor (Begin/Complete).
 
-Success deletes it. Failure releases it after ``visibilityTimeout``, or, once it
+:meth:`CompletionProcessor.begin` decides, before anything runs, that a
+message dequeued more than ``maxDequeueCount`` times goes to poison. After
+the invocation, success deletes it. Failure releases it after ``visibilityTimeout``, or, once it
 has been tried ``maxDequeueCount`` times, copies its original text to
 ``<queue>-poison`` and deletes it. A shutdown releases it at once so another
 worker takes it without waiting for the lease to run out. A lost lease means the
-message is someone else's: nothing is done to it.
+message is someone else's: nothing is done to it. What was done is announced
+to the middleware (``after_completion``), which counts it; the delay before a
+retry is theirs too (``retry_delay``: visibilityTimeout, or a retry policy).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -19,6 +24,9 @@ from worker.config import HostConfig
 from worker.lease import Lease, LeaseScheduler
 from worker.observability import Metrics
 from worker.queues.base import LeaseGone, MessageNotFound, QueueBackend, QueueNotFound, RawMessage, TransientError
+
+if TYPE_CHECKING:
+    from worker.middleware import Chain
 
 log = structlog.get_logger("worker.completion")
 
@@ -41,6 +49,26 @@ class Outcome(enum.Enum):
 class Result:
     outcome: Outcome
     reason: str = ""
+    #: POISON asked for by the handler (``raise worker.Poison``, ``msg.fail(..., poison=True)``).
+    requested: bool = False
+
+
+class Done(enum.Enum):
+    """What a completion did to the message."""
+
+    DELETED = "deleted"
+    RELEASED = "released"
+    #: Failed, and made visible again after the retry delay.
+    RETRIED = "retried"
+    POISONED = "poisoned"
+    #: Failed on a poison queue, which has no poison queue: left for its lease to end.
+    LEFT = "left"
+    #: The lease was lost before completion began: nothing done.
+    SKIPPED = "skipped"
+    #: The message changed hands during completion.
+    LEASE_LOST = "lease lost"
+    #: Storage refused for good; the message comes back when its lease ends.
+    ERROR = "error"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +81,28 @@ class Finished:
     queue: str
     raw: RawMessage
     lease: Lease
+    #: The settings of the message's function (maxDequeueCount, visibilityTimeout, retry).
+    config: HostConfig
 
 
 class CompletionProcessor:
-    def __init__(self, config: HostConfig, scheduler: LeaseScheduler, metrics: Metrics) -> None:
-        self.config = config
+    def __init__(self, scheduler: LeaseScheduler, metrics: Metrics, middleware: Chain) -> None:
         self.scheduler = scheduler
         self.metrics = metrics
+        self.middleware = middleware
+
+    @staticmethod
+    def begin(raw: RawMessage, config: HostConfig) -> Result | None:
+        """The rule applied before a message is handed to its handler: poison it at once, or None to run it.
+
+        A message dequeued more often than ``maxDequeueCount`` (its earlier
+        attempts were lost to crashes or lapsed leases, so completion never
+        counted them) is not run again.
+        """
+        limit = config.max_dequeue_count
+        if raw.dequeue_count > limit:
+            return Result(Outcome.POISON, f"dequeue count {raw.dequeue_count} is over maxDequeueCount {limit}")
+        return None
 
     async def complete(self, item: Finished, result: Result) -> None:
         """Delete, release or poison the message, under its lease lock so no renewal races the receipt.
@@ -81,18 +124,19 @@ class CompletionProcessor:
         while True:
             async with lease.lock:
                 if lease.lost.is_set():
-                    self.metrics.inc("completions_skipped", item.function)
                     bound.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
+                    self.middleware.after_completion(item, result, Done.SKIPPED)
                     return
                 self.scheduler.forget(lease)
                 try:
-                    await self._apply(item, result, bound, progress)
+                    done = await self._apply(item, result, bound, progress)
                     if progress.failed_attempts:
                         bound.info("completion done after storage returned", attempts=progress.failed_attempts + 1)
+                    self.middleware.after_completion(item, result, done)
                     return
                 except LeaseGone as exc:
-                    self.metrics.inc("leases_lost", item.function)
                     bound.warning("message changed hands before completion", error=type(exc).__name__)
+                    self.middleware.after_completion(item, result, Done.LEASE_LOST)
                     return
                 except TransientError as exc:
                     self.metrics.inc("storage_errors", item.function)
@@ -104,47 +148,42 @@ class CompletionProcessor:
                         )
                     self.scheduler.resume(lease)
                 except Exception as exc:
-                    self.metrics.inc("storage_errors", item.function)
                     bound.error(
                         "completion failed; the message returns when its lease ends",
                         outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
                     )
+                    self.middleware.after_completion(item, result, Done.ERROR)
                     return
             await asyncio.sleep(COMPLETION_RETRY_INTERVAL)
 
     async def _apply(
         self, item: Finished, result: Result, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
-    ) -> None:
+    ) -> Done:
         receipt = item.lease.pop_receipt
         assert receipt is not None
         if result.outcome is Outcome.SUCCEEDED:
             await self._delete(item, bound)
-            self.metrics.inc("succeeded", item.function)
-            return
+            return Done.DELETED
         if result.outcome is Outcome.RELEASE:
             await item.backend.update(item.queue, item.raw.id, receipt, 0)
-            self.metrics.inc("released", item.function)
             bound.info("message released", reason=result.reason)
-            return
+            return Done.RELEASED
         if item.queue.endswith(POISON_SUFFIX):
             # A poison queue has no poison queue of its own; as in Functions, the
             # message stays invisible until its lease ends, then is tried again.
-            self.metrics.inc("failed", item.function)
             bound.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
-            return
-        if result.outcome is Outcome.POISON or item.raw.dequeue_count >= self.config.max_dequeue_count:
-            if result.outcome is Outcome.FAILED:
-                self.metrics.inc("failed", item.function)
+            return Done.LEFT
+        limit = item.config.max_dequeue_count
+        if result.outcome is Outcome.POISON or item.raw.dequeue_count >= limit:
             await self._poison(item, result.reason, bound, progress)
-            return
-        await item.backend.update(item.queue, item.raw.id, receipt, self.config.visibility_timeout)
-        self.metrics.inc("failed", item.function)
-        self.metrics.inc("retried", item.function)
+            return Done.POISONED
+        delay = self.middleware.retry_delay(item, item.config.visibility_timeout)
+        await item.backend.update(item.queue, item.raw.id, receipt, delay)
         bound.warning(
             "message failed; it will be retried",
-            reason=result.reason, visible_in=self.config.visibility_timeout,
-            attempts_left=self.config.max_dequeue_count - item.raw.dequeue_count,
+            reason=result.reason, visible_in=round(delay, 3), attempts_left=limit - item.raw.dequeue_count,
         )
+        return Done.RETRIED
 
     async def _delete(self, item: Finished, bound: structlog.typing.FilteringBoundLogger) -> None:
         """Delete the message with the lease's receipt.
@@ -181,7 +220,6 @@ class CompletionProcessor:
                 copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
             progress.poison_copy_id = copy.id
         await self._delete(item, bound)
-        self.metrics.inc("poisoned", item.function)
         bound.error(
             "message moved to the poison queue", poison_queue=poison, poison_message_id=progress.poison_copy_id,
             reason=reason,

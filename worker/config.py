@@ -7,6 +7,12 @@ copied file loads; every other unknown key, wrong type or out-of-range value is
 an error naming the key and, where the YAML gives one, the line.
 
 Environment variables override file values: ``WORKER__extensions__queues__batchSize=4``.
+
+A ``functions:`` section, keyed by function name, overrides the queue settings
+for one function (``functions: {resize: {maxConcurrency: 2, retry: {...}}}``,
+or ``WORKER__functions__resize__maxConcurrency=2``); :meth:`HostConfig.for_function`
+gives the settings one function runs with. host.json's own ``functions`` (a
+list of the functions to load) is accepted and ignored, as before.
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from worker.connections import ResolvedConnection, Service, resolve
+from worker.retry import RetryPolicy, parse_retry
 
 ENV_PREFIX = "WORKER__"
 
@@ -33,12 +40,10 @@ IGNORED_HOST_JSON_KEYS = frozenset(
         "healthMonitor",
         "managedDependency",
         "concurrency",
-        "retry",
         "singleton",
         "watchDirectories",
         "watchFiles",
         "customHandler",
-        "functions",
         "languageWorkers",
         "console",
         "extensions.http",
@@ -95,6 +100,16 @@ class _Setting:
     parse: Callable[[Any], Any]
     check: Callable[[Any], str | None] = lambda _v: None
 
+    def read(self, key: str, value: Any, where: str) -> Any:
+        """``value`` parsed and checked; ConfigError naming ``key`` and ``where`` when it is wrong."""
+        try:
+            parsed = self.parse(value)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc), where) from None
+        if problem := self.check(parsed):
+            raise ConfigError(key, problem, where)
+        return parsed
+
 
 def _integer(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -132,6 +147,15 @@ def _spark_conf(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValueError(f"expected a mapping of Spark properties to values, got {value!r}")
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A list of ``module:attribute`` names (``worker.middleware``)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"expected a list of module:attribute names, got {value!r}")
+    return tuple(value)
 
 
 def _spark_master(value: Any) -> str:
@@ -185,10 +209,38 @@ _SCHEMA: dict[str, _Setting] = {
     "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
     "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
     "worker.invocationLogs": _Setting("invocation_logs", _boolean),
+    "worker.middleware": _Setting("middleware", _names),
+    "retry": _Setting("retry", lambda value: parse_retry(value, parse_duration)),
     "spark.master": _Setting("spark_master", _spark_master),
     "spark.appName": _Setting("spark_app_name", _text),
     "spark.conf": _Setting("spark_conf", _spark_conf),
 }
+
+
+#: The keys a ``functions.<name>`` section may set: each is the global key of the same meaning, for one function.
+_FUNCTION_KEYS: dict[str, str] = {
+    "batchSize": "extensions.queues.batchSize",
+    "newBatchThreshold": "extensions.queues.newBatchThreshold",
+    "maxPollingInterval": "extensions.queues.maxPollingInterval",
+    "visibilityTimeout": "extensions.queues.visibilityTimeout",
+    "maxDequeueCount": "extensions.queues.maxDequeueCount",
+    "leaseDuration": "worker.leaseDuration",
+    "functionTimeout": "functionTimeout",
+    "retry": "retry",
+    "maxConcurrency": "maxConcurrency",
+}
+#: Settings that exist per function only.
+_FUNCTION_ONLY: dict[str, _Setting] = {
+    "maxConcurrency": _Setting("max_concurrency", _integer, _between(1, 100_000)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionOverrides:
+    """One ``functions.<name>`` section: the settings it changes, and where it stands (file:line)."""
+
+    settings: Mapping[str, Any]
+    where: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +273,8 @@ class HostConfig:
     http_port: int = 0
     #: An INFO line when each invocation starts (Executing) and ends (Executed), as Functions logs them.
     invocation_logs: bool = True
+    #: Middleware to add, as ``module:attribute`` names, after the host's own and the app's.
+    middleware: tuple[str, ...] = ()
     #: Where Spark runs: local[*], a cluster master, or a Spark Connect sc:// URL.
     spark_master: str = "local[*]"
     spark_app_name: str = "queueworker"
@@ -230,10 +284,28 @@ class HostConfig:
     connections: Mapping[str, str] = field(default_factory=dict)
     #: Folder relative paths (the embedded queue file) are resolved against: host.yaml's.
     base_dir: Path = field(default_factory=Path.cwd)
+    #: How long a failed message waits before its next attempt (the release's visibility); None: visibilityTimeout.
+    retry: RetryPolicy | None = None
+    #: Invocations of one function at once (a ``functions:`` setting); None: bounded by maxInFlight only.
+    max_concurrency: int | None = None
+    #: The ``functions:`` section: settings of single functions, by function name.
+    functions: Mapping[str, FunctionOverrides] = field(default_factory=dict)
     #: Keys read but not used (copied from host.json), for the host to warn about.
     ignored_keys: tuple[str, ...] = ()
     #: The file the settings were read from (host.yaml or host.json); None for the defaults.
     source: Path | None = None
+
+    def for_function(self, name: str, code_retry: RetryPolicy | None = None) -> HostConfig:
+        """The settings function ``name`` runs with: its ``functions:`` section over the global ones.
+
+        ``code_retry`` is a retry policy given in code (``@app.retry``); the
+        function's own host.yaml ``retry`` wins over it, and it wins over the
+        global ``retry``, as a function's retry wins over host.json's in Functions.
+        """
+        overrides = dict(self.functions[name].settings) if name in self.functions else {}
+        if code_retry is not None and "retry" not in overrides:
+            overrides["retry"] = code_retry
+        return replace(self, **overrides) if overrides else self
 
     def resolve_connection(
         self, name: str | None, service: Service = "queue", *, embedded_default: bool = False
@@ -281,7 +353,7 @@ def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
         raise ConfigError(prefix.rstrip(".") or "(top level)", f"expected a mapping, got {tree!r}", where)
     for key, value in tree.items():
         path = f"{prefix}{key}"
-        if path in IGNORED_HOST_JSON_KEYS or path == "connections":
+        if path in IGNORED_HOST_JSON_KEYS or path in ("connections", "functions"):
             out[path] = value
         elif value is None and any(known.startswith(path + ".") for known in _SCHEMA):
             continue  # a section whose keys are all commented out
@@ -312,6 +384,8 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
     """
     environ = os.environ if environ is None else environ
     values: dict[str, tuple[Any, str]] = {}
+    #: file:line of every key in the file, for errors inside sections read whole (functions:).
+    line_of: dict[str, str] = {}
     base_dir = Path.cwd()
     if path is not None:
         file = Path(path)
@@ -332,6 +406,7 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
             problem = getattr(exc, "problem", None) or str(exc)
             raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
         lines = _line_index(text)
+        line_of.update((key, f"{file}:{line}") for key, line in lines.items())
         flat: dict[str, Any] = {}
         _flatten(tree if tree is not None else {}, "", flat, str(file))
         for key, value in flat.items():
@@ -343,6 +418,8 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
     ignored: list[str] = []
     connections: dict[str, str] = {}
     spark_conf: dict[str, str] = {}
+    function_values: dict[str, tuple[dict[str, Any], str]] = {}
+    retry_fields: dict[str, Any] = {}
     for key, (value, where) in values.items():
         if key in IGNORED_HOST_JSON_KEYS:
             ignored.append(key)
@@ -353,27 +430,87 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
         if key.startswith("spark.conf."):  # one Spark property from the environment
             spark_conf[key[len("spark.conf."):]] = str(value)
             continue
+        if key == "functions" and isinstance(value, list):  # host.json's list of the functions to load
+            ignored.append(key)
+            continue
+        if key == "functions" or key.startswith("functions."):
+            _function_sections(key, value, where, lambda k: line_of.get(k, ""), function_values)
+            continue
+        if key.startswith("retry."):  # one retry field from the environment
+            retry_fields[key[len("retry."):]] = value
+            continue
         setting = _SCHEMA.get(key)
         if setting is None:
             inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
             if inside:  # a known section given a scalar or a list
                 raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
             raise ConfigError(key, f"unknown key (known keys: {', '.join(sorted(_SCHEMA))}, connections)", where)
-        try:
-            parsed = setting.parse(value)
-        except ValueError as exc:
-            raise ConfigError(key, str(exc), where) from None
-        if problem := setting.check(parsed):
-            raise ConfigError(key, problem, where)
-        settings[setting.attr] = parsed
+        settings[setting.attr] = setting.read(key, value, where)
 
     if spark_conf:
         settings["spark_conf"] = {**settings.get("spark_conf", {}), **spark_conf}
-    if "new_batch_threshold" not in settings:
-        settings["new_batch_threshold"] = settings.get("batch_size", 16) // 2 * (os.cpu_count() or 1)
+    if retry_fields:
+        settings["retry"] = _SCHEMA["retry"].read("retry", retry_fields, "environment WORKER__retry__...")
+    threshold_given = "new_batch_threshold" in settings
+    if not threshold_given:
+        settings["new_batch_threshold"] = _default_threshold(settings.get("batch_size", 16))
+    functions = {
+        name: _function_overrides(name, fields, where, derive_threshold=not threshold_given)
+        for name, (fields, where) in function_values.items()
+    }
     source = Path(path).resolve() if path is not None else None
-    return HostConfig(**settings, connections=connections, base_dir=base_dir, ignored_keys=tuple(sorted(ignored)),
-                      source=source)
+    return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
+                      ignored_keys=tuple(sorted(ignored)), source=source)
+
+
+def _default_threshold(batch_size: int) -> int:
+    """newBatchThreshold's default, as in Functions: half the batch size times the processor count."""
+    return batch_size // 2 * (os.cpu_count() or 1)
+
+
+def _function_sections(
+    key: str, value: Any, where: str, lines: Callable[[str], str], found: dict[str, tuple[dict[str, Any], str]]
+) -> None:
+    """Collect ``functions:`` (the whole section from a file) or one ``functions.<name>.<key>`` (the environment)."""
+    if key == "functions":
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a mapping of function names to their settings, got {value!r}", where)
+        for name, fields in value.items():
+            if not isinstance(fields, dict):
+                raise ConfigError(f"functions.{name}", f"expected a mapping of settings, got {fields!r}",
+                                  lines(f"functions.{name}") or where)
+            at = lines(f"functions.{name}") or where
+            existing = found.setdefault(str(name), ({}, at))[0]
+            for field_key, field_value in fields.items():
+                existing[str(field_key)] = (field_value, lines(f"functions.{name}.{field_key}") or at)
+        return
+    parts = key.split(".")
+    if len(parts) < 3:
+        raise ConfigError(key, "expected functions.<function name>.<setting>", where)
+    name, field_key = parts[1], parts[2]
+    existing = found.setdefault(name, ({}, where))[0]
+    if field_key == "retry" and len(parts) > 3:  # WORKER__functions__f__retry__strategy=...
+        retry, _ = existing.get("retry", ({}, where))
+        existing["retry"] = ({**(retry if isinstance(retry, dict) else {}), parts[3]: value}, where)
+    else:
+        existing[field_key] = (value, where)
+
+
+def _function_overrides(
+    name: str, fields: Mapping[str, tuple[Any, str]], where: str, *, derive_threshold: bool
+) -> FunctionOverrides:
+    """Parse one function's section against the schema of the keys a function may set."""
+    settings: dict[str, Any] = {}
+    for field_key, (value, at) in fields.items():
+        dotted = f"functions.{name}.{field_key}"
+        global_key = _FUNCTION_KEYS.get(field_key)
+        if global_key is None:
+            raise ConfigError(dotted, f"unknown key (a function may set {', '.join(sorted(_FUNCTION_KEYS))})", at)
+        setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
+        settings[setting.attr] = setting.read(dotted, value, at)
+    if derive_threshold and "batch_size" in settings and "new_batch_threshold" not in settings:
+        settings["new_batch_threshold"] = _default_threshold(settings["batch_size"])
+    return FunctionOverrides(settings, where)
 
 
 def _connections(key: str, value: Any, where: str) -> dict[str, str]:

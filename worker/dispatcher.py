@@ -9,6 +9,11 @@ A function with ``cardinality="many"`` gets the whole received batch in one
 invocation. Each message keeps its own lease and its own outcome: messages
 that cannot be decoded go to poison without failing the rest, and the handler
 may fail single messages with ``message.fail(reason)``.
+
+The dispatcher only runs handlers and announces it: bindings, invocation logs
+and counting are middleware (:mod:`worker.middleware`), the threads of sync
+handlers are :mod:`worker.handler_threads`', and the rule that poisons a
+message before it runs is the completion processor's ``begin``.
 """
 
 from __future__ import annotations
@@ -18,25 +23,21 @@ import contextvars
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from worker import expressions
 from worker.app import FunctionSpec
-from worker.blob_bindings import read_inputs
 from worker.completion import CompletionProcessor, Finished, Outcome, Result
 from worker.config import HostConfig
 from worker.context import Context, RetryContext
 from worker.encoding import MessageDecodeError, decode
+from worker.handler_threads import HandlerThreads
 from worker.lease import Lease, LeaseScheduler
-from worker.message import QueueMessage
-from worker.observability import Metrics
-from worker.outputs import Out, send_outputs
+from worker.message import Poison, QueueMessage
+from worker.middleware import Chain, InvocationFailed
 from worker.queues.base import QueueBackend, RawMessage
-from worker.storage import Storage
 
 log = structlog.get_logger("worker.dispatcher")
 
@@ -64,8 +65,11 @@ class Invocation:
     """One run of one function for one message (or, with cardinality many, one batch)."""
 
     function: FunctionSpec
+    #: The function's settings (host.yaml's ``functions:`` section over the global ones).
+    config: HostConfig
     backend: QueueBackend
     deliveries: list[Delivery]
+    middleware: Chain
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
     started: bool = False
     cancel_reason: str | None = None
@@ -78,9 +82,21 @@ class Invocation:
     thread_cleanup: list[Callable[[], None]] = field(default_factory=list)
     #: What a handler with a ``context`` parameter gets.
     context: Context | None = None
+    #: The messages handed to the handler (those not poisoned before it ran).
+    messages: list[QueueMessage] = field(default_factory=list)
+    #: What the handler is called with: the trigger argument, then what middleware adds (outputs, inputs, context).
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    #: The message's binding data for blob paths (cardinality one), filled by the bindings middleware when needed.
+    binding_data: dict[str, Any] = field(default_factory=dict)
+    #: How long the handler ran, once it has.
+    handler_seconds: float | None = None
+    #: time.monotonic() when processing began.
+    began: float = 0.0
+    #: The invocation's logger, bound to function, queue and ids.
+    log: Any = None
 
     def interrupt(self) -> None:
-        """Tell the handler to stop: set every message's ``cancelled`` event and run ``on_interrupt``."""
+        """Tell the handler to stop: set every message's ``cancelled`` event, run ``on_interrupt``, tell middleware."""
         for delivery in self.deliveries:
             delivery.lease.cancelled.set()
         for hook in self.on_interrupt:
@@ -88,6 +104,7 @@ class Invocation:
                 hook()
             except Exception as exc:  # an interrupt that fails must not stop the others
                 log.warning("interrupt hook failed", invocation_id=self.id, error=f"{type(exc).__name__}: {exc}")
+        self.middleware.on_interrupt(self)
 
     def cancel(self, reason: str) -> None:
         """Give up on the invocation: its messages are released (async handlers are also cancelled)."""
@@ -100,48 +117,39 @@ class Invocation:
 
 class Dispatcher:
     def __init__(
-        self,
-        config: HostConfig,
-        scheduler: LeaseScheduler,
-        completion: CompletionProcessor,
-        metrics: Metrics,
-        storage: Storage,
+        self, scheduler: LeaseScheduler, completion: CompletionProcessor, middleware: Chain, threads: HandlerThreads
     ) -> None:
-        """``storage`` opens the queues and blob stores that bindings' connections name."""
-        self.config = config
-        self.storage = storage
         self.scheduler = scheduler
         self.completion = completion
-        self.metrics = metrics
+        self.middleware = middleware
+        self.threads = threads
         self.invocations: set[Invocation] = set()
-        self._threads = ThreadPoolExecutor(config.handler_threads, thread_name_prefix="handler")
-        self._thread_slots = asyncio.Semaphore(config.handler_threads)
-        self._busy_threads = 0
-        self._threads_idle = asyncio.Event()
-        self._threads_idle.set()
-        #: Threads still running a handler the host gave up on (timed out or cancelled); Python cannot stop them.
-        self._abandoned: set[Future[None]] = set()
 
     def dispatch(
-        self, function: FunctionSpec, backend: QueueBackend, raws: list[RawMessage], on_done: Callable[[], None]
+        self,
+        function: FunctionSpec,
+        config: HostConfig,
+        backend: QueueBackend,
+        raws: list[RawMessage],
+        on_done: Callable[[], None],
     ) -> Invocation:
         """Take the leases on ``raws``, start their invocation, and call ``on_done`` once all are completed.
 
-        One message per invocation, or a whole batch for a ``cardinality="many"`` function.
+        One message per invocation, or a whole batch for a ``cardinality="many"`` function; ``config`` is the
+        function's settings.
         """
-        inv = Invocation(function, backend, [])
+        inv = Invocation(function, config, backend, [], self.middleware)
         inv.deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
-                                dequeue_count=raw.dequeue_count, invocation_id=inv.id))
+                                dequeue_count=raw.dequeue_count, invocation_id=inv.id,
+                                duration=config.lease_duration))
             for raw in raws
         ]
-        deliveries = inv.deliveries
-        for delivery in deliveries:
+        for delivery in inv.deliveries:
             if not function.many:  # a batch goes on without a message whose lease was lost
                 delivery.lease.on_lost = lambda: inv.cancel(LEASE_LOST)
             self.scheduler.hold(delivery.lease)
         self.invocations.add(inv)
-        self.metrics.inc("received", function.name, len(raws))
 
         def finished(_: asyncio.Task[None]) -> None:
             self.invocations.discard(inv)
@@ -169,35 +177,6 @@ class Dispatcher:
         for inv in list(self.invocations):
             inv.cancel(reason)
 
-    @property
-    def threads_busy(self) -> int:
-        """Sync handlers still running in a thread, including ones the host has given up on."""
-        return self._busy_threads
-
-    @property
-    def threads_abandoned(self) -> int:
-        """Threads held by handlers the host gave up on; they come back only when those handlers return."""
-        return len(self._abandoned)
-
-    def stuck(self) -> str | None:
-        """Why the host can no longer run sync handlers (every thread held by an abandoned one), or None."""
-        limit = self.config.handler_threads
-        if len(self._abandoned) < limit:
-            return None
-        return (f"every handler thread ({limit}) runs a handler that ran past functionTimeout or was cancelled; "
-                "only a restart frees them")
-
-    async def wait_threads(self, timeout: float) -> bool:
-        """Give cancelled sync handlers ``timeout`` to notice ``message.cancelled`` and return."""
-        try:
-            await asyncio.wait_for(self._threads_idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
-
-    def close(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
-
     async def _process(self, inv: Invocation) -> None:
         # Every line logged in this task (and the handler's thread, which copies its context) names the invocation,
         # including the handler's own logging and structlog lines. The task's context is its own: nothing leaks.
@@ -206,16 +185,12 @@ class Dispatcher:
         if not inv.function.many:
             raw = inv.deliveries[0].raw
             bound = bound.bind(message_id=raw.id, dequeue_count=raw.dequeue_count)
-        started = time.monotonic()
-        if self.config.invocation_logs:
-            bound.info("Executing", reason="new queue message detected", messages=len(inv.deliveries))
-        await self._execute(inv, bound)
-        if self.config.invocation_logs:
-            outcomes = sorted({(d.result or Result(Outcome.RELEASE, "")).outcome.value for d in inv.deliveries})
-            bound.info("Executed", outcome=",".join(outcomes), duration_ms=round((time.monotonic() - started) * 1000, 1))
+        inv.log = bound
+        inv.began = time.monotonic()
+        await self._execute(inv)
         completions = [
             self.completion.complete(
-                Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, d.raw, d.lease),
+                Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, d.raw, d.lease, inv.config),
                 d.result or Result(Outcome.RELEASE, "no result"),
             )
             for d in inv.deliveries
@@ -225,17 +200,16 @@ class Dispatcher:
         else:
             await asyncio.gather(*completions)
 
-    def _admit(self, delivery: Delivery, bound: structlog.typing.FilteringBoundLogger) -> bool:
+    def _admit(self, inv: Invocation, delivery: Delivery) -> bool:
         """Decode one message for the handler; or decide at once that it goes to poison. True if admitted."""
         raw = delivery.raw
-        limit = self.config.max_dequeue_count
-        if raw.dequeue_count > limit:
-            delivery.result = Result(Outcome.POISON, f"dequeue count {raw.dequeue_count} is over maxDequeueCount {limit}")
+        if (refused := self.completion.begin(raw, inv.config)) is not None:
+            delivery.result = refused
             return False
         try:
-            body = decode(raw.content, self.config.message_encoding)
+            body = decode(raw.content, inv.config.message_encoding)
         except MessageDecodeError as exc:
-            bound.error("message decoding has failed", message_id=raw.id, reason=str(exc))
+            inv.log.error("message decoding has failed", message_id=raw.id, reason=str(exc))
             delivery.result = Result(Outcome.POISON, str(exc))
             return False
         delivery.message = QueueMessage(
@@ -244,136 +218,120 @@ class Dispatcher:
         )
         return True
 
-    async def _execute(self, inv: Invocation, bound: structlog.typing.FilteringBoundLogger) -> None:
-        """Run the handler and set each delivery's result; never raises."""
-        live = [d for d in inv.deliveries if self._admit(d, bound)]
+    async def _execute(self, inv: Invocation) -> None:
+        """Run the handler with its middleware and set each delivery's result; never raises."""
+        live = [d for d in inv.deliveries if self._admit(inv, d)]
         if not live:
             return
-        result = await self._run_handler(inv, live, bound)
+        inv.messages = [d.message for d in live if d.message is not None]
+        result = await self._run(inv)
         for delivery in live:
-            failure = delivery.message.failure if delivery.message is not None else None
-            if result.outcome is Outcome.SUCCEEDED and failure is not None:
-                bound.warning("handler failed one message", message_id=delivery.raw.id, reason=failure)
-                delivery.result = Result(Outcome.FAILED, failure)
+            message = delivery.message
+            if result.outcome is Outcome.SUCCEEDED and message is not None and message.failure is not None:
+                inv.log.warning("handler failed one message", message_id=delivery.raw.id, reason=message.failure,
+                                poison=message.poison_requested)
+                outcome = Outcome.POISON if message.poison_requested else Outcome.FAILED
+                delivery.result = Result(outcome, message.failure, requested=message.poison_requested)
             else:
                 delivery.result = result
 
-    async def _run_handler(
-        self, inv: Invocation, live: list[Delivery], bound: structlog.typing.FilteringBoundLogger
-    ) -> Result:
-        """Call the handler on the admitted messages, then send its outputs; the outcome of the whole call."""
+    async def _run(self, inv: Invocation) -> Result:
+        """before_invocation hooks, the handler, after_invocation hooks: the outcome of the whole call."""
         if inv.cancel_reason is not None:
             return Result(Outcome.RELEASE, inv.cancel_reason)
-        messages = [d.message for d in live]
-        outputs = {binding.arg_name: Out[Any]() for binding in inv.function.outputs}
-        # Binding data for blob paths: one message's (blob bindings need cardinality one); only computed when used.
-        data = expressions.binding_data(messages[0]) if inv.function.has_blob_bindings else {}
+        function = inv.function
         try:
-            inputs = await read_inputs(inv.function.inputs, data, self.storage.blobs)
-        except Exception as exc:
-            bound.error("input binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
-            return Result(Outcome.FAILED, f"input binding: {type(exc).__name__}: {exc}")
-        try:
-            argument = messages if inv.function.many else _trigger_argument(messages[0], inv.function)
+            argument = inv.messages if function.many else _trigger_argument(inv.messages[0], function)
         except UnicodeDecodeError as exc:
-            bound.error("message body is not UTF-8 text for a str parameter", error=str(exc))
+            inv.log.error("message body is not UTF-8 text for a str parameter", error=str(exc))
             return Result(Outcome.FAILED, f"message body is not valid UTF-8 for a str parameter: {exc}")
-        inv.handler_task = asyncio.create_task(self._invoke(inv, argument, {**inputs, **outputs}))
+        inv.kwargs[function.arg_name] = argument
+        if function.wants_context:  # made only for handlers that ask for one
+            first = inv.deliveries[0].raw
+            inv.kwargs["context"] = inv.context = Context(inv.id, function.name, function.directory, RetryContext(
+                retry_count=max(0, first.dequeue_count - 1), max_retry_count=inv.config.max_dequeue_count - 1,
+            ))
+        try:
+            await self.middleware.before_invocation(inv)
+        except Exception as exc:
+            result = _failure(inv, exc, "before the handler")
+        else:
+            result = await self._call(inv)
+        try:
+            return await self.middleware.after_invocation(inv, result)
+        except Exception as exc:
+            return _failure(inv, exc, "after the handler")
+
+    async def _call(self, inv: Invocation) -> Result:
+        """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
+        inv.handler_task = asyncio.create_task(self._invoke(inv))
         started = time.monotonic()
         try:
             try:
                 await inv.handler_task
             finally:
-                self.metrics.handler_seconds.labels(inv.function.name).observe(time.monotonic() - started)
+                inv.handler_seconds = time.monotonic() - started
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # the host itself is being torn down
                 raise
             if inv.cancel_reason is None:
-                bound.error("handler cancelled itself")
+                inv.log.error("handler cancelled itself")
                 return Result(Outcome.FAILED, "handler raised CancelledError")
         except TimeoutError:
             inv.interrupt()
-            reason = f"functionTimeout of {self.config.function_timeout:g}s exceeded"
-            bound.error("handler timed out", reason=reason)
+            reason = f"functionTimeout of {inv.config.function_timeout:g}s exceeded"
+            inv.log.error("handler timed out", reason=reason)
             return Result(Outcome.FAILED, reason)
         except Exception as exc:
             if inv.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
-                bound.warning("invocation cancelled", reason=inv.cancel_reason, error=f"{type(exc).__name__}: {exc}")
+                inv.log.warning("invocation cancelled", reason=inv.cancel_reason, error=f"{type(exc).__name__}: {exc}")
                 return Result(Outcome.RELEASE, inv.cancel_reason)
-            bound.exception("handler failed", error=f"{type(exc).__name__}: {exc}")
-            return Result(Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+            return _failure(inv, exc, "")
         if inv.cancel_reason is not None:
-            bound.warning("invocation cancelled", reason=inv.cancel_reason)
+            inv.log.warning("invocation cancelled", reason=inv.cancel_reason)
             return Result(Outcome.RELEASE, inv.cancel_reason)
-        try:
-            await send_outputs(inv.function.outputs, outputs, self.storage, self.config.message_encoding, data)
-        except Exception as exc:
-            bound.error("output binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
-            return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
-        bound.debug("handler succeeded", seconds=round(time.monotonic() - started, 3), messages=len(live))
+        inv.log.debug("handler succeeded", seconds=round(inv.handler_seconds, 3), messages=len(inv.messages))
         return Result(Outcome.SUCCEEDED)
 
-    async def _invoke(self, inv: Invocation, argument: Any, bound: dict[str, Any]) -> None:
-        """Call the handler with the trigger ``argument`` and the ``bound`` inputs and outputs, within functionTimeout."""
-        kwargs: dict[str, Any] = {inv.function.arg_name: argument, **bound}
-        if inv.function.wants_context:  # made only for handlers that ask for one
-            first = inv.deliveries[0].raw
-            kwargs["context"] = inv.context = Context(inv.id, inv.function.name, inv.function.directory, RetryContext(
-                retry_count=max(0, first.dequeue_count - 1), max_retry_count=self.config.max_dequeue_count - 1,
-            ))
+    async def _invoke(self, inv: Invocation) -> None:
+        """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread."""
+        function = inv.function
         current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
-        if inv.function.is_async:
+        timeout = inv.config.function_timeout
+        if function.is_async:
             inv.started = True
-            async with asyncio.timeout(self.config.function_timeout):
-                await inv.function.handler(**kwargs)
+            async with asyncio.timeout(timeout):
+                await function.handler(**inv.kwargs)
             return
-        await self._thread_slots.acquire()
-        inv.started = True
-        self._busy_threads += 1
-        self._threads_idle.clear()
-        loop = asyncio.get_running_loop()
 
         def in_thread() -> None:
             if inv.context is not None:  # the Python worker's context.thread_local_storage, filled in the handler's thread
                 inv.context.thread_local_storage.invocation_id = inv.id
             try:
-                inv.function.handler(**kwargs)
+                function.handler(**inv.kwargs)
             finally:
                 for cleanup in inv.thread_cleanup:
                     cleanup()
 
-        def thread_done(done: Future[None]) -> None:
-            loop.call_soon_threadsafe(self._free_thread, done)
+        def started() -> None:
+            inv.started = True
 
-        future = self._threads.submit(contextvars.copy_context().run, in_thread)
-        future.add_done_callback(thread_done)
-        try:
-            async with asyncio.timeout(self.config.function_timeout):
-                await asyncio.wrap_future(future)
-        except BaseException:
-            if not future.done():
-                self._abandon(inv, future)
-            raise
+        await self.threads.run(in_thread, timeout, on_start=started,
+                               about={"function": function.name, "invocation_id": inv.id})
 
-    def _abandon(self, inv: Invocation, future: Future[None]) -> None:
-        """The host stops waiting for a sync handler that still runs: its thread stays taken until it returns."""
-        self._abandoned.add(future)
-        log.warning(
-            "handler thread is still running after the host gave up on it; it stays busy until the handler returns",
-            function=inv.function.name, invocation_id=inv.id,
-            threads_abandoned=len(self._abandoned), handler_threads=self.config.handler_threads,
-        )
-        if (problem := self.stuck()) is not None:
-            log.error("sync handlers can no longer run", problem=problem)
 
-    def _free_thread(self, future: Future[None]) -> None:
-        """A thread is free only when its handler returns, not when the host stops waiting for it."""
-        self._abandoned.discard(future)
-        self._busy_threads -= 1
-        if self._busy_threads == 0:
-            self._threads_idle.set()
-        self._thread_slots.release()
+def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
+    """The result of a handler (or middleware ``where``) that raised: poison if it asked for it, else a failure."""
+    if isinstance(exc, Poison):
+        inv.log.error("handler asked for the poison queue", reason=exc.reason)
+        return Result(Outcome.POISON, exc.reason, requested=True)
+    error = f"{type(exc).__name__}: {exc}"
+    if where:
+        inv.log.error(f"invocation failed {where}; the message will be retried", error=error)
+        return Result(Outcome.FAILED, str(exc) if isinstance(exc, InvocationFailed) else error)
+    inv.log.exception("handler failed", error=error)
+    return Result(Outcome.FAILED, error)
 
 
 def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:

@@ -336,6 +336,14 @@ def _register(
         worker_app.queue_trigger(
             arg_name=trigger.name, queue_name=queue_name, connection=_setting(trigger, "connection") or DEFAULT_CONNECTION,
         )(handler)
+        if (policy := function.get_setting("retry_policy")) is not None:
+            # Functions ignores @app.retry on a queue trigger; here it sets the delay before each retry.
+            fields = {k: v for k, v in policy.get_dict_repr().items() if k != "setting_name"}
+            try:
+                worker_app.retry(**fields)(handler)
+            except ValueError as exc:
+                problems.add(f"@app.retry: {exc}")
+                return
     except (ValueError, TypeError) as exc:
         problems.add(str(exc))
         return

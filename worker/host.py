@@ -33,8 +33,10 @@ from worker.completion import CompletionProcessor
 from worker.config import HostConfig
 from worker.dispatcher import SHUTDOWN, Dispatcher
 from worker.endpoints import Endpoints
+from worker.handler_threads import HandlerThreads
 from worker.lease import LeaseScheduler
 from worker.listener import Capacity, Listener
+from worker.middleware import Chain, builtin
 from worker.observability import Metrics
 from worker.queues import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend
 from worker.queues.base import QueueBackend, TransientError
@@ -93,7 +95,8 @@ class Host:
     def __init__(self, app: WorkerApp, config: HostConfig, *, burst: bool = False) -> None:
         if not app.functions:
             raise ValueError("the app registers no functions; decorate a handler with @app.queue_trigger")
-        preflight.check(app, config)
+        self._extra_middleware, problems = builtin.load(config.middleware)
+        preflight.check(app, config, problems)
         self.app = app
         self.config = config
         self.burst = burst
@@ -123,9 +126,12 @@ class Host:
             log_file=config.base_dir / ".worker" / "spark.log",
         ))
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
-        completion = CompletionProcessor(config, scheduler, self.metrics)
         backends = _Storage(config, self.metrics)
-        dispatcher = Dispatcher(config, scheduler, completion, self.metrics, backends)
+        middleware = Chain([*builtin.standard(config, self.metrics, backends), *self.app.middleware,
+                            *self._extra_middleware])
+        completion = CompletionProcessor(scheduler, self.metrics, middleware)
+        threads = HandlerThreads(config.handler_threads)
+        dispatcher = Dispatcher(scheduler, completion, middleware, threads)
         capacity = Capacity(config.max_in_flight)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -145,14 +151,17 @@ class Host:
                     self.metrics.inc("storage_errors", function.name)
                     log.error("cannot create the trigger queue now; the listener will keep trying",
                               function=function.name, queue=function.queue_name, error=str(exc))
+                own = config.for_function(function.name, function.retry)
                 listeners.append(
-                    Listener(function, backend, config, dispatcher, capacity, self.metrics, self.stopping)
+                    Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware)
                 )
                 log.info("function loaded", function=function.name, queue=function.queue_name,
-                         handler="async" if function.is_async else "sync")
+                         handler="async" if function.is_async else "sync", **_own_settings(config, own))
             if config.http_port:
                 endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher)
-            log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst)
+            middleware.host_started(self.app.functions)
+            log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst,
+                     middleware=[type(m).__name__ for m in middleware.middleware])
             listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
                 await self._until_drained(listeners, capacity)
@@ -161,6 +170,7 @@ class Host:
             self.stopping.set()
             await asyncio.gather(*listener_tasks)
             await self._drain(dispatcher)
+            middleware.host_stopped()
         finally:
             for task in (scheduler_task, watcher):
                 if task is not None:
@@ -171,7 +181,7 @@ class Host:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             await backends.close()
-            dispatcher.close()
+            threads.close()
             await asyncio.to_thread(spark.stop)
         log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
         return dispatcher
@@ -207,12 +217,12 @@ class Host:
         loop = asyncio.get_running_loop()
         self.metrics.gauge("worker_handler_threads", "Handler threads running a sync handler, and those of them "
                            "running one the host gave up on", "state",
-                           lambda: {"busy": dispatcher.threads_busy, "abandoned": dispatcher.threads_abandoned})
+                           lambda: {"busy": dispatcher.threads.busy, "abandoned": dispatcher.threads.abandoned})
         # Read from the scrape's thread: all_tasks() copes with the set changing meanwhile.
         self.metrics.gauge("worker_event_loop_tasks", "asyncio tasks alive on the host's event loop", "loop",
                            lambda: {"host": len(asyncio.all_tasks(loop))})
         endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
-                              draining=self.stopping.is_set, stuck=dispatcher.stuck,
+                              draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
                               last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None))
         await endpoints.start(self.config.http_port)
         return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
@@ -258,6 +268,18 @@ class Host:
         if not await dispatcher.wait_idle(COMPLETION_GRACE):
             log.error("some completions did not finish; their leases will bring the messages back",
                       unfinished=len(dispatcher.invocations))
-        if not await dispatcher.wait_threads(COMPLETION_GRACE):
+        if not await dispatcher.threads.wait_idle(COMPLETION_GRACE):
             log.warning("sync handlers still running after cancellation; exiting without them",
-                        threads=dispatcher.threads_busy)
+                        threads=dispatcher.threads.busy)
+
+
+def _own_settings(config: HostConfig, own: HostConfig) -> dict[str, object]:
+    """The settings a function runs with that differ from the global ones, for its "function loaded" line."""
+    if own is config:
+        return {}
+    keys = ("batch_size", "new_batch_threshold", "max_polling_interval", "visibility_timeout", "max_dequeue_count",
+            "lease_duration", "function_timeout", "max_concurrency", "retry")
+    changed = {key: getattr(own, key) for key in keys if getattr(own, key) != getattr(config, key)}
+    if "retry" in changed and own.retry is not None:
+        changed["retry"] = own.retry.describe()
+    return changed

@@ -53,6 +53,8 @@ class Lease:
     function: str = ""
     dequeue_count: int = 0
     invocation_id: str = ""
+    #: Seconds each renewal extends it by (the function's leaseDuration); 0: the scheduler's own.
+    duration: float = 0.0
     #: time.monotonic() at which the lease ends unless renewed.
     expires_at: float = 0.0
     acquired_at: float = field(default_factory=time.monotonic)
@@ -91,7 +93,7 @@ class Lease:
 
 
 class LeaseScheduler:
-    """Renews every held lease at ``fraction`` of ``duration``, from one task."""
+    """Renews every held lease at ``fraction`` of its duration (the lease's own, else ``duration``), from one task."""
 
     def __init__(self, duration: float, fraction: float, metrics: Metrics) -> None:
         self.duration = duration
@@ -117,7 +119,8 @@ class LeaseScheduler:
         so that much is taken off before the renewal point is worked out.
         """
         resolution = lease.backend.visibility_resolution if lease.backend is not None else 0.0
-        lasts = max(self.duration - resolution, self.duration * self.fraction / 2)
+        duration = lease.duration or self.duration
+        lasts = max(duration - resolution, duration * self.fraction / 2)
         lease.expires_at = now + lasts
         self._schedule(lease, now + lasts * self.fraction)
 
@@ -193,7 +196,9 @@ class LeaseScheduler:
             if lease.finished:
                 return
             try:
-                receipt = await lease.backend.update(lease.queue, lease.message_id, lease.pop_receipt, self.duration)
+                receipt = await lease.backend.update(
+                    lease.queue, lease.message_id, lease.pop_receipt, lease.duration or self.duration
+                )
             except LeaseGone as exc:
                 if lease.completing and isinstance(exc, MessageNotFound) and lease.holds():
                     # The retried completion's earlier attempt deleted it (see CompletionProcessor._delete): stop

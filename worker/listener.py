@@ -20,6 +20,7 @@ import structlog
 from worker.app import FunctionSpec
 from worker.config import HostConfig
 from worker.dispatcher import Dispatcher
+from worker.middleware import Chain
 from worker.observability import Metrics
 from worker.queues.base import QueueBackend, QueueNotFound
 
@@ -46,38 +47,54 @@ class Backoff:
 
 
 class Capacity:
-    """In-flight messages per function and in all, bounded by ``maxInFlight`` across the process."""
+    """In-flight messages and invocations per function, and messages in all, bounded by ``maxInFlight``."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.total = 0
         self._per_function: Counter[str] = Counter()
+        self._invocations: Counter[str] = Counter()
         #: Set whenever places are given back; every waiting listener wakes and looks again.
         self._changed = asyncio.Event()
 
     def in_flight(self, function: str) -> int:
         return self._per_function[function]
 
-    async def reserve(self, function: str, threshold: int, want: int) -> int:
-        """Wait until ``function`` holds no more than ``threshold`` and the process has room; reserve it.
+    def running(self, function: str) -> int:
+        """Invocations of ``function`` held now (received and not completed)."""
+        return self._invocations[function]
 
-        The room is taken before the receive (the check and the taking have no
-        await between them), so that listeners receiving at the same time
-        cannot together pass ``maxInFlight``; the caller gives back what the
-        receive did not fill.
+    async def reserve(self, function: str, threshold: int, want: int, allowed: Callable[[int], int] | None = None) -> int:
+        """Wait until ``function`` holds no more than ``threshold``, the process has room and ``allowed`` gives some.
+
+        ``allowed(running invocations)`` is what middleware lets the function
+        receive now (maxConcurrency). The room is taken before the receive (the
+        check and the taking have no await between them), so that listeners
+        receiving at the same time cannot together pass ``maxInFlight``; the
+        caller gives back what the receive did not fill.
         """
-        while not (self._per_function[function] <= threshold and self.total < self.limit):
+        while True:
+            if self._per_function[function] <= threshold and self.total < self.limit:
+                room = min(want, self.limit - self.total)
+                if allowed is not None:
+                    room = min(room, allowed(self._invocations[function]))
+                if room > 0:
+                    break
             self._changed.clear()
             await self._changed.wait()
-        room = min(want, self.limit - self.total)
         self._per_function[function] += room
         self.total += room
         return room
 
-    def give_back(self, function: str, count: int = 1) -> None:
-        """``count`` reserved places are free again (messages completed, or a receive came back short)."""
-        if count:
+    def started(self, function: str) -> None:
+        """One invocation of ``function`` was dispatched with places reserved before."""
+        self._invocations[function] += 1
+
+    def give_back(self, function: str, count: int = 1, invocations: int = 0) -> None:
+        """``count`` reserved places (and ``invocations`` invocations) are free again."""
+        if count or invocations:
             self._per_function[function] -= count
+            self._invocations[function] -= invocations
             self.total -= count
             self._changed.set()
 
@@ -92,8 +109,11 @@ class Listener:
         capacity: Capacity,
         metrics: Metrics,
         stopping: asyncio.Event,
+        middleware: Chain,
     ) -> None:
+        """``config`` is the function's own settings (:meth:`HostConfig.for_function`)."""
         self.function = function
+        self.middleware = middleware
         self.backend = backend
         self.config = config
         self.dispatcher = dispatcher
@@ -134,9 +154,12 @@ class Listener:
             self.capacity.give_back(name, room - len(messages))
             if messages:
                 backoff.reset()
+                self.middleware.after_receive(self.function, len(messages))
                 batches = [messages] if self.function.many else [[raw] for raw in messages]
                 for batch in batches:
-                    self.dispatcher.dispatch(self.function, self.backend, batch, self._give_back(len(batch)))
+                    self.capacity.started(name)
+                    self.dispatcher.dispatch(self.function, self.config, self.backend, batch,
+                                             self._give_back(len(batch)))
                 continue
             await self._sleep(backoff.next())
 
@@ -148,14 +171,19 @@ class Listener:
             self.last_error = str(exc) or type(exc).__name__
             self._log.error("creating the trigger queue failed; backing off", error=f"{type(exc).__name__}: {exc}")
 
+    def _allowed(self, running: int) -> int:
+        """What middleware (maxConcurrency) lets this function receive now, given its running invocations."""
+        return self.middleware.receive_limit(self.function, self.config, running, self.config.batch_size)
+
     def _give_back(self, count: int) -> Callable[[], None]:
         """What an invocation of ``count`` messages calls when it is completed."""
-        return lambda: self.capacity.give_back(self.function.name, count)
+        return lambda: self.capacity.give_back(self.function.name, count, invocations=1)
 
     async def _wait_for_room(self) -> int:
         """Room for the next receive, or 0 when the host is stopping."""
         room = asyncio.ensure_future(
-            self.capacity.reserve(self.function.name, self.config.new_batch_threshold, self.config.batch_size)
+            self.capacity.reserve(self.function.name, self.config.new_batch_threshold, self.config.batch_size,
+                                  self._allowed)
         )
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({room, stop}, return_when=asyncio.FIRST_COMPLETED)

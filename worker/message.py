@@ -12,6 +12,20 @@ if TYPE_CHECKING:
     import threading
 
 
+class Poison(Exception):  # noqa: N818 -- named for what the handler asks, as Functions users would say it
+    """Raised by a handler: its message goes to ``<queue>-poison`` at once, whatever its dequeue count.
+
+    For a message that can never succeed (bad data, a permanent refusal
+    downstream), so that it is not retried ``maxDequeueCount`` times first.
+    The reason is logged with the poison copy's id and counted by function
+    (``poison_requested``).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class QueueMessage:
     """A received message, decoded under messageEncoding.
 
@@ -32,6 +46,7 @@ class QueueMessage:
         "_body",
         "_lease",
         "_failure",
+        "_poison",
     )
 
     def __init__(
@@ -54,6 +69,7 @@ class QueueMessage:
         self._body = body
         self._lease = lease if lease is not None else Lease.detached(id, pop_receipt)
         self._failure: str | None = None
+        self._poison = False
 
     @property
     def pop_receipt(self) -> str | None:
@@ -68,13 +84,21 @@ class QueueMessage:
     def cancelled(self) -> threading.Event:
         return self._lease.cancelled
 
-    def fail(self, reason: str) -> None:
+    def fail(self, reason: str, *, poison: bool = False) -> None:
         """Fail this message alone, though the handler returns normally (for ``cardinality="many"`` batches).
 
         It is then retried or poisoned like a message whose handler raised;
-        the other messages of the batch are deleted.
+        the other messages of the batch are deleted. ``poison=True`` sends it
+        to ``<queue>-poison`` at once, whatever its dequeue count (as raising
+        :class:`Poison` does for a whole invocation).
         """
         self._failure = reason
+        self._poison = poison
+
+    @property
+    def poison_requested(self) -> bool:
+        """True when :meth:`fail` asked for the poison queue at once."""
+        return self._poison
 
     @property
     def failure(self) -> str | None:

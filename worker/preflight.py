@@ -49,6 +49,11 @@ def problems(app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | No
     """Every reason the app's functions cannot run with ``config``; empty when all can."""
     environ = os.environ if environ is None else environ
     found: list[str] = []
+    names = {spec.name for spec in app.functions}
+    for name, section in config.functions.items():
+        if name not in names:
+            found.append(f"{section.where}: functions.{name}: the app has no function of that name "
+                         f"(its functions: {', '.join(sorted(names))})")
     for spec in app.functions:
         for where, connection, service, path in _bindings(spec):
             if problem := connection_problem(config, connection, service):
@@ -90,7 +95,7 @@ def unset_settings(what: str, text: str, environ: Mapping[str, str]) -> str | No
     return f"the {what} {text!r} refers to the {setting} {names}, which {verb} not set"
 
 
-def check(app: WorkerApp, config: HostConfig) -> None:
-    """Raise :class:`StartupRefused` listing every problem, if there is any."""
-    if found := problems(app, config):
+def check(app: WorkerApp, config: HostConfig, more: list[str] | None = None) -> None:
+    """Raise :class:`StartupRefused` listing every problem (and ``more`` found elsewhere), if there is any."""
+    if found := [*(more or []), *problems(app, config)]:
         raise StartupRefused(found)

@@ -18,7 +18,8 @@ def test_public_api_exports_app_message_and_out() -> None:
 
     assert PublicApp is WorkerApp
     assert QueueMessage.__module__ == "worker.message"
-    assert set(worker.__all__) == {"Context", "InputStream", "Out", "QueueMessage", "WorkerApp"}
+    assert set(worker.__all__) == {"Context", "InputStream", "InvocationFailed", "Middleware", "Out", "Poison",
+                                   "QueueMessage", "WorkerApp"}
 
 
 def test_sync_handler_is_registered_with_its_settings() -> None:

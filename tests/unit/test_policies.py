@@ -1,0 +1,184 @@
+"""Per-function settings, retry policies and the pieces that enforce them, as small objects without I/O."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from worker import Middleware, WorkerApp
+from worker.app import FunctionSpec
+from worker.completion import CompletionProcessor, Outcome, Result
+from worker.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.listener import Capacity
+from worker.middleware import Chain
+from worker.middleware.concurrency import ConcurrencyLimit
+from worker.queues.base import RawMessage
+from worker.retry import RetryPolicy, parse_retry
+
+
+def _load(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> HostConfig:
+    path = tmp_path / "host.yaml"
+    path.write_text(text, encoding="utf-8")
+    return load_config(path, environ=environ or {})
+
+
+def test_a_function_section_overrides_the_global_settings_for_that_function_only(tmp_path: Path) -> None:
+    config = _load(tmp_path, """
+extensions:
+  queues:
+    maxDequeueCount: 3
+    batchSize: 16
+functions:
+  resize:
+    maxDequeueCount: 4
+    batchSize: 2
+    maxConcurrency: 2
+    functionTimeout: 00:00:30
+    retry: {strategy: exponentialBackoff, minimumInterval: 1s, maximumInterval: 00:00:04}
+""", {"WORKER__functions__resize__leaseDuration": "2m", "WORKER__functions__other__maxPollingInterval": "5s"})
+    resize = config.for_function("resize")
+    assert (resize.max_dequeue_count, resize.batch_size, resize.max_concurrency, resize.function_timeout,
+            resize.lease_duration) == (4, 2, 2, 30.0, 120.0)
+    assert resize.retry == RetryPolicy("exponentialBackoff", 1.0, 4.0)
+    assert resize.new_batch_threshold == 1 * (os.cpu_count() or 1)  # derived from its own batchSize
+    assert config.for_function("other").max_polling_interval == 5.0
+    assert config.for_function("unnamed") is config and config.max_dequeue_count == 3 and config.max_concurrency is None
+
+
+def test_retry_precedence_host_yaml_function_then_code_then_global(tmp_path: Path) -> None:
+    config = _load(tmp_path, """
+retry: {strategy: fixedDelay, delayInterval: 00:00:09}
+functions:
+  pinned:
+    retry: {strategy: fixedDelay, delayInterval: 1s}
+""")
+    code = RetryPolicy("fixedDelay", 5.0, 5.0)
+    assert config.for_function("pinned", code).retry == RetryPolicy("fixedDelay", 1.0, 1.0)
+    assert config.for_function("coded", code).retry == code
+    assert config.for_function("plain").retry == RetryPolicy("fixedDelay", 9.0, 9.0)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("functions:\n  a:\n    bogus: 1\n", "host.yaml:3: functions.a.bogus: unknown key (a function may set"),
+    ("functions:\n  a:\n    batchSize: 40\n", "host.yaml:3: functions.a.batchSize: must be between 1 and 32, got 40"),
+    ("functions:\n  a:\n    maxConcurrency: 0\n", "host.yaml:3: functions.a.maxConcurrency: must be between 1"),
+    ("functions:\n  a: 3\n", "host.yaml:2: functions.a: expected a mapping of settings, got 3"),
+    ("functions:\n  a:\n    retry: {strategy: linear}\n",
+     "host.yaml:3: functions.a.retry: strategy must be fixedDelay or exponentialBackoff, got 'linear'"),
+    ("retry: {strategy: fixedDelay}\n", "host.yaml:1: retry: fixedDelay needs delayInterval"),
+    ("retry: {strategy: exponentialBackoff, minimumInterval: 5s, maximumInterval: 1s}\n",
+     "retry: maximumInterval (1s) is shorter than minimumInterval (5s)"),
+    ("retry: {strategy: fixedDelay, delayInterval: 1s, minimumInterval: 1s}\n",
+     "retry: fixedDelay takes delayInterval, maxRetryCount; unknown: minimumInterval"),
+])
+def test_bad_function_sections_and_retry_policies_are_refused_with_file_and_line(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        _load(tmp_path, text)
+    assert expected in str(refused.value).replace(str(tmp_path) + "/", "")
+
+
+def test_host_json_functions_list_is_still_accepted_and_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "host.json"
+    path.write_text('{"version": "2.0", "functions": ["a", "b"]}', encoding="utf-8")
+    config = load_config(path, environ={})
+    assert config.ignored_keys == ("functions",) and not config.functions
+
+
+def test_exponential_backoff_doubles_up_to_the_maximum_and_jitters_within_twenty_percent() -> None:
+    policy = parse_retry({"strategy": "exponential_backoff", "minimum_interval": "00:00:01",
+                          "maximum_interval": "00:00:04", "max_retry_count": "3"}, parse_duration)
+    exact = [policy.delay(n, lambda _low, _high: 1.0) for n in range(1, 6)]
+    assert exact == [1.0, 2.0, 4.0, 4.0, 4.0]
+    assert policy.delay(3, lambda low, _high: low) == pytest.approx(3.2)
+    assert policy.delay(3, lambda _low, high: high) == pytest.approx(4.8)
+    assert all(0.8 <= policy.delay(1) <= 1.2 for _ in range(200))
+    fixed = parse_retry({"strategy": "fixedDelay", "delayInterval": "00:00:03"}, parse_duration)
+    assert [fixed.delay(n, lambda _low, _high: 1.0) for n in (1, 7)] == [3.0, 3.0]
+
+
+def test_app_retry_takes_function_apps_arguments() -> None:
+    app = WorkerApp()
+
+    @app.retry(strategy="fixed_delay", max_retry_count="2", delay_interval="00:00:02")
+    @app.queue_trigger(arg_name="msg", queue_name="retried")
+    def retried(msg: object) -> None: ...
+
+    [spec] = app.functions
+    assert spec.retry == RetryPolicy("fixedDelay", 2.0, 2.0)
+    with pytest.raises(ValueError, match="exponentialBackoff needs maximumInterval"):
+        app.retry(strategy="exponential_backoff", max_retry_count="2", minimum_interval="00:00:01")
+
+
+def _spec(many: bool = False) -> FunctionSpec:
+    return FunctionSpec("f", lambda msg: None, "msg", "queue", None, False, many=many)
+
+
+def test_concurrency_limit_gives_room_up_to_the_cap_and_a_batch_counts_as_one() -> None:
+    limit = ConcurrencyLimit()
+    capped = HostConfig(max_concurrency=2)
+    assert limit.receive_limit(_spec(), capped, running=0, room=16) == 2
+    assert limit.receive_limit(_spec(), capped, running=1, room=16) == 1
+    assert limit.receive_limit(_spec(), capped, running=2, room=16) == 0
+    assert limit.receive_limit(_spec(many=True), capped, running=1, room=16) == 16
+    assert limit.receive_limit(_spec(many=True), capped, running=2, room=16) == 0
+    assert limit.receive_limit(_spec(), HostConfig(), running=500, room=16) == 16
+
+
+async def test_capacity_waits_for_the_allowed_room_and_counts_invocations() -> None:
+    capacity = Capacity(limit=64)
+    allowed = lambda running: max(0, 2 - running)  # noqa: E731
+    assert await capacity.reserve("f", threshold=100, want=16, allowed=allowed) == 2
+    capacity.started("f")
+    capacity.started("f")
+    waiting = asyncio.ensure_future(capacity.reserve("f", threshold=100, want=16, allowed=allowed))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    capacity.give_back("f", 1, invocations=1)
+    assert await asyncio.wait_for(waiting, 1) == 1
+    assert (capacity.total, capacity.in_flight("f"), capacity.running("f")) == (2, 2, 1)
+
+
+def test_middleware_chain_runs_before_hooks_in_order_and_after_hooks_in_reverse() -> None:
+    order: list[str] = []
+
+    class Named(Middleware):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def receive_limit(self, function: FunctionSpec, config: HostConfig, running: int, room: int) -> int:
+            order.append(f"limit {self.name}")
+            return room - 1
+
+        def host_started(self, functions: object) -> None:
+            order.append(f"started {self.name}")
+
+        def host_stopped(self) -> None:
+            order.append(f"stopped {self.name}")
+
+    class Broken(Middleware):
+        def host_started(self, functions: object) -> None:
+            raise RuntimeError("a hook that fails is logged, not fatal")
+
+    chain = Chain([Named("a"), Broken(), Named("b")])
+    chain.host_started([])
+    assert chain.receive_limit(_spec(), HostConfig(), 0, 10) == 8
+    chain.host_stopped()
+    assert order == ["started a", "started b", "limit a", "limit b", "stopped b", "stopped a"]
+
+
+def test_completion_begin_poisons_a_message_dequeued_more_than_max_dequeue_count() -> None:
+    config = HostConfig(max_dequeue_count=3)
+
+    def raw(count: int) -> RawMessage:
+        return RawMessage(id="m", content="", dequeue_count=count, insertion_time=datetime.now(UTC),
+                          expiration_time=None, time_next_visible=None, pop_receipt="r")
+
+    assert CompletionProcessor.begin(raw(3), config) is None
+    assert CompletionProcessor.begin(raw(4), config) == Result(
+        Outcome.POISON, "dequeue count 4 is over maxDequeueCount 3")

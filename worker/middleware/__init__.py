@@ -1,0 +1,154 @@
+"""Middleware: the host's policies as pluggable pieces with named hooks (Dramatiq's model).
+
+The listener, dispatcher and completion processor only announce what happens;
+what to do about it (count it, log it, write the outputs, hold back receives,
+choose the retry delay) is middleware. The host runs its own middleware first
+(:func:`worker.middleware.builtin.standard`), then the app's
+(``app.add_middleware(...)``) and host.yaml's (``worker.middleware``).
+
+Every hook is optional: a subclass overrides the ones it needs, and only
+overridden hooks are called. ``before_*`` hooks run in order; ``after_*``
+hooks run in reverse order, so that the first middleware sees the last word
+(as layers of an onion). Invocation hooks may be ``async``. A hook that raises
+in ``before_invocation`` or ``after_invocation`` fails the invocation (raising
+:class:`worker.Poison` poisons its messages); one that raises elsewhere is
+logged and the host goes on.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+if TYPE_CHECKING:
+    from worker.app import FunctionSpec
+    from worker.completion import Done, Finished, Result
+    from worker.config import HostConfig
+    from worker.dispatcher import Invocation
+
+log = structlog.get_logger("worker.middleware")
+
+
+class InvocationFailed(Exception):
+    """Raised by a middleware hook to fail the attempt with exactly this reason (the message is retried)."""
+
+
+class Middleware:
+    """Base class: every hook does nothing. Override the ones you need."""
+
+    def host_started(self, functions: Sequence[FunctionSpec]) -> None:
+        """The host has started its listeners for ``functions``."""
+
+    def host_stopped(self) -> None:
+        """The host has drained and is about to close storage."""
+
+    def receive_limit(self, function: FunctionSpec, config: HostConfig, running: int, room: int) -> int:
+        """How many messages the listener of ``function`` may receive now, at most ``room``.
+
+        ``running`` is the function's invocations held now (received and not
+        completed). Returning 0 holds its receives back until one completes.
+        """
+        return room
+
+    def after_receive(self, function: FunctionSpec, count: int) -> None:
+        """The listener of ``function`` received ``count`` messages (more than 0)."""
+
+    def before_invocation(self, invocation: Invocation) -> Any:
+        """The handler is about to be called; ``invocation.kwargs`` holds what it will be called with."""
+
+    def after_invocation(self, invocation: Invocation, result: Result) -> Any:
+        """The handler returned or failed with ``result``; return a Result to replace it, or None to keep it."""
+
+    def on_interrupt(self, invocation: Invocation) -> None:
+        """The host gave up on the invocation (lease lost, functionTimeout, shutdown); called on the event loop."""
+
+    def retry_delay(self, item: Finished, delay: float) -> float:
+        """Seconds a failed message stays invisible before its next attempt (``delay``: what earlier layers chose)."""
+        return delay
+
+    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+        """The message was completed: ``done`` says what was done to it (deleted, released, poisoned, ...)."""
+
+
+_HOOKS = ("host_started", "host_stopped", "receive_limit", "after_receive", "before_invocation", "after_invocation",
+          "on_interrupt", "retry_delay", "after_completion")
+
+
+class Chain:
+    """The host's middleware in order, calling only the hooks each one overrides."""
+
+    def __init__(self, middleware: Sequence[Middleware]) -> None:
+        self.middleware = tuple(middleware)
+        hooks = {
+            name: [getattr(m, name) for m in self.middleware if getattr(type(m), name) is not getattr(Middleware, name)]
+            for name in _HOOKS
+        }
+        self._started = hooks["host_started"]
+        self._stopped = hooks["host_stopped"][::-1]
+        self._limits = hooks["receive_limit"]
+        self._received = hooks["after_receive"]
+        self._before = hooks["before_invocation"]
+        self._after = hooks["after_invocation"][::-1]
+        self._interrupts = hooks["on_interrupt"]
+        self._delays = hooks["retry_delay"]
+        self._completed = hooks["after_completion"][::-1]
+
+    def host_started(self, functions: Sequence[FunctionSpec]) -> None:
+        for hook in self._started:
+            _guarded(hook, functions)
+
+    def host_stopped(self) -> None:
+        for hook in self._stopped:
+            _guarded(hook)
+
+    def receive_limit(self, function: FunctionSpec, config: HostConfig, running: int, room: int) -> int:
+        for hook in self._limits:
+            room = max(0, min(room, hook(function, config, running, room)))
+        return room
+
+    def after_receive(self, function: FunctionSpec, count: int) -> None:
+        for hook in self._received:
+            _guarded(hook, function, count)
+
+    async def before_invocation(self, invocation: Invocation) -> None:
+        for hook in self._before:
+            outcome = hook(invocation)
+            if inspect.isawaitable(outcome):
+                await outcome
+
+    async def after_invocation(self, invocation: Invocation, result: Result) -> Result:
+        for hook in self._after:
+            changed = hook(invocation, result)
+            if inspect.isawaitable(changed):
+                changed = await changed
+            if changed is not None:
+                result = changed
+        return result
+
+    def on_interrupt(self, invocation: Invocation) -> None:
+        for hook in self._interrupts:
+            _guarded(hook, invocation)
+
+    def retry_delay(self, item: Finished, delay: float) -> float:
+        for hook in self._delays:
+            delay = hook(item, delay)
+        return delay
+
+    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+        for hook in self._completed:
+            _guarded(hook, item, result, done)
+
+
+def _guarded(hook: Any, *args: Any) -> None:
+    """Call a hook whose failure must not stop the host: log it and go on."""
+    try:
+        hook(*args)
+    except Exception as exc:
+        log.error("middleware hook failed", hook=getattr(hook, "__qualname__", repr(hook)),
+                  error=f"{type(exc).__name__}: {exc}")
+
+
+__all__ = ["Chain", "InvocationFailed", "Middleware"]

@@ -1,0 +1,56 @@
+"""Input and output bindings around the handler: blobs read before it runs, outputs written once it succeeded."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from worker import expressions
+from worker.blob_bindings import read_inputs
+from worker.completion import Outcome, Result
+from worker.middleware import InvocationFailed, Middleware
+from worker.outputs import Out, send_outputs
+from worker.storage import Storage
+
+if TYPE_CHECKING:
+    from worker.dispatcher import Invocation
+
+log = structlog.get_logger("worker.bindings")
+
+
+class Bindings(Middleware):
+    """Gives the handler its ``Out`` values and blob inputs; sends the outputs only when the handler succeeded.
+
+    Outputs go out before the trigger message is deleted, so a failure to
+    write is a failed attempt (retried, then poisoned), never a lost output.
+    """
+
+    def __init__(self, storage: Storage, encoding: str) -> None:
+        self.storage = storage
+        self.encoding = encoding
+
+    async def before_invocation(self, invocation: Invocation) -> None:
+        function = invocation.function
+        if function.outputs:
+            invocation.kwargs.update({binding.arg_name: Out[Any]() for binding in function.outputs})
+        if function.has_blob_bindings:  # binding data for blob paths: the one message's (cardinality one)
+            invocation.binding_data = expressions.binding_data(invocation.messages[0])
+        if function.inputs:
+            try:
+                invocation.kwargs.update(await read_inputs(function.inputs, invocation.binding_data, self.storage.blobs))
+            except Exception as exc:
+                raise InvocationFailed(f"input binding: {type(exc).__name__}: {exc}") from exc
+
+    async def after_invocation(self, invocation: Invocation, result: Result) -> Result | None:
+        function = invocation.function
+        if result.outcome is not Outcome.SUCCEEDED or not function.outputs:
+            return None
+        values = {binding.arg_name: invocation.kwargs[binding.arg_name] for binding in function.outputs}
+        try:
+            await send_outputs(function.outputs, values, self.storage, self.encoding, invocation.binding_data)
+        except Exception as exc:
+            log.error("output binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
+            return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
+        return None
+

@@ -1,0 +1,56 @@
+"""The host's own middleware, in the order it runs, and the loading of middleware named in host.yaml."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+
+from worker.config import HostConfig
+from worker.middleware import Middleware
+from worker.middleware.bindings import Bindings
+from worker.middleware.concurrency import ConcurrencyLimit
+from worker.middleware.counting import Counting
+from worker.middleware.logs import InvocationLogs
+from worker.middleware.retry import RetryDelay
+from worker.observability import Metrics
+from worker.storage import Storage
+
+
+def standard(config: HostConfig, metrics: Metrics, storage: Storage) -> list[Middleware]:
+    """Counting outermost (it sees every final result), then logs, bindings, the concurrency cap, the retry delay."""
+    found: list[Middleware] = [Counting(metrics)]
+    if config.invocation_logs:
+        found.append(InvocationLogs())
+    found += [Bindings(storage, config.message_encoding), ConcurrencyLimit(), RetryDelay()]
+    return found
+
+
+def load(names: Sequence[str]) -> tuple[list[Middleware], list[str]]:
+    """Middleware named ``module:attribute`` (a Middleware subclass, made with no arguments, or an instance).
+
+    Returns what loaded and one problem line for each name that did not, so that the host can refuse them all at once.
+    """
+    loaded: list[Middleware] = []
+    problems: list[str] = []
+    for name in names:
+        where = f"worker.middleware {name!r}"
+        module_name, _, attr = name.partition(":")
+        if not module_name or not attr:
+            problems.append(f"{where}: expected module:attribute")
+            continue
+        try:
+            target = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            problems.append(f"{where}: cannot be loaded: {type(exc).__name__}: {exc}")
+            continue
+        if isinstance(target, type) and issubclass(target, Middleware):
+            try:
+                target = target()
+            except Exception as exc:
+                problems.append(f"{where}: cannot be made without arguments: {type(exc).__name__}: {exc}")
+                continue
+        if not isinstance(target, Middleware):
+            problems.append(f"{where}: is not a worker.Middleware subclass or instance")
+            continue
+        loaded.append(target)
+    return loaded, problems

@@ -1,0 +1,48 @@
+"""The host's counters and handler-time histogram, kept from the hooks (what ``/metrics`` shows)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from worker.app import FunctionSpec
+from worker.completion import Done, Finished, Outcome, Result
+from worker.middleware import Middleware
+from worker.observability import Metrics
+
+if TYPE_CHECKING:
+    from worker.dispatcher import Invocation
+
+#: The counters each completion adds to.
+_COUNTED: dict[Done, tuple[str, ...]] = {
+    Done.DELETED: ("succeeded",),
+    Done.RELEASED: ("released",),
+    Done.RETRIED: ("failed", "retried"),
+    Done.LEFT: ("failed",),
+    Done.POISONED: ("poisoned",),
+    Done.SKIPPED: ("completions_skipped",),
+    Done.LEASE_LOST: ("leases_lost",),
+    Done.ERROR: ("storage_errors",),
+}
+
+
+class Counting(Middleware):
+    """received, succeeded, failed, retried, released, poisoned, ... by function; handler seconds."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def after_receive(self, function: FunctionSpec, count: int) -> None:
+        self.metrics.inc("received", function.name, count)
+
+    def after_invocation(self, invocation: Invocation, result: Result) -> None:
+        if invocation.handler_seconds is not None:
+            self.metrics.handler_seconds.labels(invocation.function.name).observe(invocation.handler_seconds)
+
+    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+        for name in _COUNTED[done]:
+            self.metrics.inc(name, item.function)
+        if done is Done.POISONED:
+            if result.outcome is Outcome.FAILED:  # its last attempt failed
+                self.metrics.inc("failed", item.function)
+            elif result.requested:  # the handler asked for it (worker.Poison, msg.fail(poison=True))
+                self.metrics.inc("poison_requested", item.function)

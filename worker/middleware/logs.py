@@ -1,0 +1,30 @@
+"""Functions' "Executing" and "Executed" lines for each invocation (``worker.invocationLogs``)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from worker.completion import Outcome, Result
+from worker.middleware import Middleware
+
+if TYPE_CHECKING:
+    from worker.dispatcher import Invocation
+
+log = structlog.get_logger("worker.dispatcher")
+
+
+class InvocationLogs(Middleware):
+    """An INFO line when an invocation starts and one when it ends, with outcome and duration."""
+
+    def before_invocation(self, invocation: Invocation) -> None:
+        invocation.log.info("Executing", reason="new queue message detected", messages=len(invocation.deliveries))
+
+    def after_invocation(self, invocation: Invocation, result: Result) -> None:
+        outcomes = {result.outcome.value}
+        if result.outcome is Outcome.SUCCEEDED and any(m.failure for m in invocation.messages):
+            outcomes.add(Outcome.FAILED.value)
+        duration = (time.monotonic() - invocation.began) * 1000
+        invocation.log.info("Executed", outcome=",".join(sorted(outcomes)), duration_ms=round(duration, 1))
