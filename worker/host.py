@@ -63,6 +63,8 @@ class _Storage:
     metrics: Metrics
     by_connection: dict[str | None, QueueBackend] = field(default_factory=dict)
     blob_stores: dict[str, BlobStore] = field(default_factory=dict)
+    #: The listeners of this host by (backend, queue), for :meth:`sent`.
+    listening: dict[tuple[int, str], list[Listener]] = field(default_factory=dict)
 
     def queues(self, name: str | None) -> QueueBackend:
         """The queue backend of the connection setting ``name`` (opened on first use)."""
@@ -81,6 +83,14 @@ class _Storage:
             self.blob_stores[connection] = store = open_blob_store(connection, self.config.base_dir)
             log.info("blob storage opened", connection=name, storage=store.describe())
         return self.blob_stores[connection]
+
+    def listen(self, listener: Listener) -> None:
+        self.listening.setdefault((id(listener.backend), listener.function.queue_name), []).append(listener)
+
+    def sent(self, backend: QueueBackend, queue: str) -> None:
+        """Wake this host's listeners of ``queue`` on ``backend``: a message was just put there."""
+        for listener in self.listening.get((id(backend), queue), ()):
+            listener.wake()
 
     async def close(self) -> None:
         for backend in self.by_connection.values():
@@ -155,6 +165,7 @@ class Host:
                 listeners.append(
                     Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware)
                 )
+                backends.listen(listeners[-1])
                 log.info("function loaded", function=function.name, queue=function.queue_name,
                          handler="async" if function.is_async else "sync", **_own_settings(config, own))
             if config.http_port:
@@ -164,7 +175,7 @@ class Host:
                      middleware=[type(m).__name__ for m in middleware.middleware])
             listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
-                await self._until_drained(listeners, capacity)
+                await self._until_drained(listeners, dispatcher)
             else:
                 await self.stopping.wait()
             self.stopping.set()
@@ -238,16 +249,20 @@ class Host:
         names = {name for row in table.values() for name in row}
         return {name: self.metrics.get(name) for name in sorted(names)}
 
-    async def _until_drained(self, listeners: list[Listener], capacity: Capacity) -> None:
-        """Burst mode: return once nothing is in flight and every trigger queue is empty (or on a signal)."""
+    async def _until_drained(self, listeners: list[Listener], dispatcher: Dispatcher) -> None:
+        """Burst mode: return once no invocation runs and every trigger queue is empty (or on a signal).
+
+        The queues' counts include messages a receive holds but has not handed
+        over yet (they are invisible, not gone), and an idle long poll holds none.
+        """
         while not self.stopping.is_set():
-            if capacity.total == 0:
+            if not dispatcher.invocations:
                 try:
                     counts = [await lst.backend.approximate_count(lst.function.queue_name) for lst in listeners]
                 except Exception as exc:  # storage trouble is no reason to stop early, nor to crash
                     log.warning("burst mode cannot count the trigger queues now", error=f"{type(exc).__name__}: {exc}")
                     counts = [1]
-                if capacity.total == 0 and not any(counts):
+                if not dispatcher.invocations and not any(counts):
                     log.info("trigger queues are empty; stopping (burst mode)")
                     return
             try:

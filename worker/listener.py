@@ -2,16 +2,26 @@
 
 A listener receives up to ``batchSize`` messages with the fixed lease, hands
 each to the dispatcher at once, and fetches again as soon as its in-flight
-count falls to ``newBatchThreshold``. On an empty queue it backs off with
-randomized exponential delays up to ``maxPollingInterval``, and starts over at
-the next message. A storage error never stops it: it is logged, counted and
-backed off like an empty queue.
+count falls to ``newBatchThreshold``. On an empty queue it long-polls where
+the backend can wait (the call returns as soon as a message is there), and
+elsewhere backs off with randomized exponential delays up to
+``maxPollingInterval``, starting over at the next message or when this host
+itself writes to the queue (:meth:`Listener.wake`). A storage error never
+stops it: it is logged, counted and backed off like an empty queue.
+
+While the queue keeps returning full batches, more receives run at once (one
+more per full batch, up to ``maxInFlight / batchSize``), so that throughput
+follows the storage's bandwidth rather than its round-trip time; a partial
+batch brings it back to one. Each receive reserves its room first, so
+``maxInFlight`` holds however many run; a long poll holds one place, and is
+cut short if another function has none left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -22,12 +32,14 @@ from worker.config import HostConfig
 from worker.dispatcher import Dispatcher
 from worker.middleware import Chain
 from worker.observability import Metrics
-from worker.queues.base import QueueBackend, QueueNotFound
+from worker.queues.base import QueueBackend, QueueNotFound, RawMessage
 
 log = structlog.get_logger("worker.listener")
 
 #: Shortest back-off, and the first step of the exponential sequence (as in Functions).
 MIN_POLL_DELAY = 0.1
+#: Most receives one function keeps in flight while its queue returns full batches.
+MAX_PIPELINE = 8
 
 
 class Backoff:
@@ -54,21 +66,24 @@ class Capacity:
         self.total = 0
         self._per_function: Counter[str] = Counter()
         self._invocations: Counter[str] = Counter()
+        #: Receives in progress per function, and the room they reserved.
+        self._receiving: Counter[str] = Counter()
+        self._receiving_room: Counter[str] = Counter()
         #: Set whenever places are given back; every waiting listener wakes and looks again.
         self._changed = asyncio.Event()
+        #: Long polls holding room, each with the event that asks it to give the room back.
+        self._long_polls: dict[asyncio.Event, str] = {}
+        #: Functions waiting for room because the process has none left.
+        self._starved: Counter[str] = Counter()
 
     def in_flight(self, function: str) -> int:
         return self._per_function[function]
 
-    def running(self, function: str) -> int:
-        """Invocations of ``function`` held now (received and not completed)."""
-        return self._invocations[function]
-
-    async def reserve(self, function: str, threshold: int, want: int, allowed: Callable[[int], int] | None = None) -> int:
+    async def reserve(self, function: str, threshold: int, want: int, allowed: Callable[[], int] | None = None) -> int:
         """Wait until ``function`` holds no more than ``threshold``, the process has room and ``allowed`` gives some.
 
-        ``allowed(running invocations)`` is what middleware lets the function
-        receive now (maxConcurrency). The room is taken before the receive (the
+        ``allowed()`` is what middleware lets the function receive now
+        (maxConcurrency), read again whenever places are given back. The room is taken before the receive (the
         check and the taking have no await between them), so that listeners
         receiving at the same time cannot together pass ``maxInFlight``; the
         caller gives back what the receive did not fill.
@@ -77,14 +92,50 @@ class Capacity:
             if self._per_function[function] <= threshold and self.total < self.limit:
                 room = min(want, self.limit - self.total)
                 if allowed is not None:
-                    room = min(room, allowed(self._invocations[function]))
+                    room = min(room, allowed())
                 if room > 0:
                     break
+            starved = self.total >= self.limit
+            if starved:  # room held by idle long polls of other functions is asked back
+                self._starved[function] += 1
+                for preempt, holder in self._long_polls.items():
+                    if holder != function:
+                        preempt.set()
             self._changed.clear()
-            await self._changed.wait()
+            try:
+                await self._changed.wait()
+            finally:
+                if starved:
+                    self._starved[function] -= 1
         self._per_function[function] += room
         self.total += room
+        self._receiving[function] += 1
+        self._receiving_room[function] += room
         return room
+
+    def received(self, function: str, room: int) -> None:
+        """A receive that reserved ``room`` has returned (what it did not fill is given back separately)."""
+        self._receiving[function] -= 1
+        self._receiving_room[function] -= room
+
+    def running(self, function: str, *, batches: bool) -> int:
+        """Invocations of ``function`` held now, and those the receives in progress may start.
+
+        A receive of ``cardinality="many"`` (``batches``) starts one invocation; otherwise one per message.
+        """
+        pending = self._receiving[function] if batches else self._receiving_room[function]
+        return self._invocations[function] + pending
+
+    def long_poll(self, function: str) -> asyncio.Event:
+        """A long poll of ``function`` begins, holding room; the event is set if another function needs the room."""
+        preempt = asyncio.Event()
+        self._long_polls[preempt] = function
+        if any(n for name, n in self._starved.items() if name != function):
+            preempt.set()  # another function already waits for room: do not hold it
+        return preempt
+
+    def long_poll_done(self, preempt: asyncio.Event) -> None:
+        self._long_polls.pop(preempt, None)
 
     def started(self, function: str) -> None:
         """One invocation of ``function`` was dispatched with places reserved before."""
@@ -124,6 +175,12 @@ class Listener:
         self._log = log.bind(function=function.name, queue=function.queue_name)
         #: Why the last storage call failed, until one succeeds again (for /readyz when storage does not answer).
         self.last_error: str | None = None
+        #: Receives wanted at once now (1 .. _most), and the condition parked receivers wait on.
+        self._most = max(1, min(MAX_PIPELINE, config.max_in_flight // config.batch_size))
+        self._receivers = 1
+        self._more = asyncio.Condition()
+        #: The last long poll gave its room back to another function.
+        self._preempted = False
 
     def wake(self) -> None:
         """Cut a back-off short: something was just written to this queue."""
@@ -131,37 +188,117 @@ class Listener:
 
     async def run(self) -> None:
         """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble."""
+        extra = [asyncio.create_task(self._pipelined(index), name=f"receiver-{self.function.name}-{index}")
+                 for index in range(1, self._most)]
+        try:
+            await self._first()
+        finally:
+            for task in extra:
+                task.cancel()
+            await asyncio.gather(*extra, return_exceptions=True)
+
+    async def _first(self) -> None:
+        """The receiver that always runs: full batches while messages come, then one long poll (or back-off).
+
+        A long poll holds one place of ``maxInFlight``, not a batch, so idle
+        functions waiting together leave the room to busy ones; the message
+        that ends it is dispatched and a full receive follows at once.
+        """
         backoff = Backoff(self.config.max_polling_interval)
-        name = self.function.name
+        wait = self.backend.long_poll
+        busy = True
         while not self.stopping.is_set():
-            room = await self._wait_for_room()
+            long_poll = wait > 0 and not busy
+            room = await self._wait_for_room(1 if long_poll else self.config.batch_size)
             if room == 0:
                 return
-            try:
-                with self.metrics.receive_seconds.labels(name).time():
-                    messages = await self.backend.receive(self.function.queue_name, room, self.config.lease_duration)
-                self.last_error = None
-            except QueueNotFound:
-                # Deleted under the host, or never created because storage was down at start.
-                self._log.warning("trigger queue does not exist; creating it")
-                await self._create_queue()
-                messages = []
-            except Exception as exc:
-                self.metrics.inc("storage_errors", name)
-                self.last_error = str(exc) or type(exc).__name__
-                self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
-                messages = []
-            self.capacity.give_back(name, room - len(messages))
+            self._wake.clear()  # a wake from now on is for a message this receive may not see
+            messages, failed = await self._receive(room, wait if long_poll else 0)
+            busy = bool(messages)
             if messages:
                 backoff.reset()
-                self.middleware.after_receive(self.function, len(messages))
-                batches = [messages] if self.function.many else [[raw] for raw in messages]
-                for batch in batches:
-                    self.capacity.started(name)
-                    self.dispatcher.dispatch(self.function, self.config, self.backend, batch,
-                                             self._give_back(len(batch)))
-                continue
-            await self._sleep(backoff.next())
+            elif failed or wait <= 0 or self._preempted:
+                # Polling with back-off: a backend that cannot wait, storage trouble, or room too short to share
+                # (this long poll was asked to give its place to another function, which may ask again).
+                await self._sleep(backoff.next())
+
+    async def _pipelined(self, index: int) -> None:
+        """A further receiver, at work only while full batches keep coming (while ``index`` < receivers wanted)."""
+        while not self.stopping.is_set():
+            async with self._more:
+                await self._more.wait_for(lambda: self._receivers > index)
+            room = await self._wait_for_room(self.config.batch_size)
+            if room == 0:
+                return
+            await self._receive(room, 0)
+
+    async def _receive(self, room: int, wait: float) -> tuple[list[RawMessage], bool]:
+        """One receive of up to ``room`` (reserved) messages, dispatched; returns them and whether storage failed.
+
+        A long poll (``wait`` > 0) is cut short when the host stops or another
+        function needs the room it holds; nothing is lost (the backend gives
+        back what it took).
+        """
+        name = self.function.name
+        messages: list[RawMessage] = []
+        failed = False
+        started = time.monotonic()
+        try:
+            messages = await self._call(room, wait)
+            self.last_error = None
+            if messages or wait <= 0:
+                self.metrics.receive_seconds.labels(name).observe(time.monotonic() - started)
+        except QueueNotFound:
+            # Deleted under the host, or never created because storage was down at start.
+            self._log.warning("trigger queue does not exist; creating it")
+            await self._create_queue()
+            failed = True
+        except Exception as exc:
+            self.metrics.inc("storage_errors", name)
+            self.last_error = str(exc) or type(exc).__name__
+            self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
+            failed = True
+        self.capacity.received(name, room)
+        self.capacity.give_back(name, room - len(messages))
+        if messages:
+            self.middleware.after_receive(self.function, len(messages))
+            batches = [messages] if self.function.many else [[raw] for raw in messages]
+            for batch in batches:
+                self.capacity.started(name)
+                self.dispatcher.dispatch(self.function, self.config, self.backend, batch, self._give_back(len(batch)))
+        if wait <= 0:
+            await self._pace(full=len(messages) >= room)
+        return messages, failed
+
+    async def _call(self, room: int, wait: float) -> list[RawMessage]:
+        """The backend's receive; a long poll ends early (empty) on stop or when its room is asked back."""
+        receive = self.backend.receive(self.function.queue_name, room, self.config.lease_duration, wait=wait)
+        if wait <= 0:
+            return await receive
+        call = asyncio.ensure_future(receive)
+        preempt = self.capacity.long_poll(self.function.name)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        asked = asyncio.ensure_future(preempt.wait())
+        try:
+            await asyncio.wait({call, stop, asked}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.capacity.long_poll_done(preempt)
+            stop.cancel()
+            asked.cancel()
+        self._preempted = preempt.is_set() and not self.stopping.is_set()
+        if not call.done():
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            return []
+        return call.result()
+
+    async def _pace(self, *, full: bool) -> None:
+        """One more receiver after a full batch (up to the most), back to one after a partial one."""
+        wanted = min(self._most, self._receivers + 1) if full else 1
+        if wanted != self._receivers:
+            self._receivers = wanted
+            async with self._more:
+                self._more.notify_all()
 
     async def _create_queue(self) -> None:
         try:
@@ -171,19 +308,19 @@ class Listener:
             self.last_error = str(exc) or type(exc).__name__
             self._log.error("creating the trigger queue failed; backing off", error=f"{type(exc).__name__}: {exc}")
 
-    def _allowed(self, running: int) -> int:
+    def _allowed(self) -> int:
         """What middleware (maxConcurrency) lets this function receive now, given its running invocations."""
+        running = self.capacity.running(self.function.name, batches=self.function.many)
         return self.middleware.receive_limit(self.function, self.config, running, self.config.batch_size)
 
     def _give_back(self, count: int) -> Callable[[], None]:
         """What an invocation of ``count`` messages calls when it is completed."""
         return lambda: self.capacity.give_back(self.function.name, count, invocations=1)
 
-    async def _wait_for_room(self) -> int:
-        """Room for the next receive, or 0 when the host is stopping."""
+    async def _wait_for_room(self, want: int) -> int:
+        """Room for the next receive (at most ``want``), or 0 when the host is stopping."""
         room = asyncio.ensure_future(
-            self.capacity.reserve(self.function.name, self.config.new_batch_threshold, self.config.batch_size,
-                                  self._allowed)
+            self.capacity.reserve(self.function.name, self.config.new_batch_threshold, want, self._allowed)
         )
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({room, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -192,13 +329,13 @@ class Listener:
             room.cancel()
             return 0
         if self.stopping.is_set():
+            self.capacity.received(self.function.name, room.result())
             self.capacity.give_back(self.function.name, room.result())
             return 0
         return room.result()
 
     async def _sleep(self, seconds: float) -> None:
-        """Back off for ``seconds``, or less if woken or stopping."""
-        self._wake.clear()
+        """Back off for ``seconds``, or less if woken (also by a wake during the last receive) or stopping."""
         wake = asyncio.ensure_future(self._wake.wait())
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({wake, stop}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)

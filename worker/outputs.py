@@ -91,4 +91,5 @@ async def send_outputs(
                 await backend.create_queue(binding.queue_name)
                 await backend.put(binding.queue_name, text)
             sent += 1
+        storage.sent(backend, binding.queue_name)
     return sent

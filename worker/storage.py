@@ -20,3 +20,11 @@ class Storage(Protocol):
 
     def blobs(self, connection: str | None) -> BlobStore:
         """The blob store of ``connection``."""
+
+    def sent(self, backend: QueueBackend, queue: str) -> None:
+        """A message was just put on ``queue`` of ``backend`` by this host: wake its listener here, if it has one.
+
+        As the Functions host's QueueListener.Notify: a function that feeds
+        another through a queue output hands over at once, instead of when the
+        next poll comes round.
+        """

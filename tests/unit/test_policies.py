@@ -130,18 +130,33 @@ def test_concurrency_limit_gives_room_up_to_the_cap_and_a_batch_counts_as_one() 
     assert limit.receive_limit(_spec(), HostConfig(), running=500, room=16) == 16
 
 
-async def test_capacity_waits_for_the_allowed_room_and_counts_invocations() -> None:
+async def test_capacity_counts_receives_in_progress_as_running_and_waits_for_the_allowed_room() -> None:
     capacity = Capacity(limit=64)
-    allowed = lambda running: max(0, 2 - running)  # noqa: E731
+    allowed = lambda: max(0, 2 - capacity.running("f", batches=False))  # noqa: E731 -- a cap of 2, as maxConcurrency
     assert await capacity.reserve("f", threshold=100, want=16, allowed=allowed) == 2
-    capacity.started("f")
-    capacity.started("f")
+    assert capacity.running("f", batches=False) == 2 and capacity.running("f", batches=True) == 1
     waiting = asyncio.ensure_future(capacity.reserve("f", threshold=100, want=16, allowed=allowed))
     await asyncio.sleep(0)
-    assert not waiting.done()
+    assert not waiting.done()  # the first receive's room counts although nothing is dispatched yet
+    capacity.received("f", 2)
+    capacity.started("f")
+    capacity.started("f")
     capacity.give_back("f", 1, invocations=1)
     assert await asyncio.wait_for(waiting, 1) == 1
-    assert (capacity.total, capacity.in_flight("f"), capacity.running("f")) == (2, 2, 1)
+    assert (capacity.total, capacity.in_flight("f"), capacity.running("f", batches=False)) == (2, 2, 2)
+
+
+async def test_a_long_poll_holding_the_room_is_asked_to_give_it_back_when_another_function_has_none() -> None:
+    capacity = Capacity(limit=4)
+    assert await capacity.reserve("idle", threshold=100, want=4) == 4
+    preempt = capacity.long_poll("idle")
+    starving = asyncio.ensure_future(capacity.reserve("busy", threshold=100, want=4))
+    await asyncio.sleep(0)
+    assert preempt.is_set() and not starving.done()
+    capacity.long_poll_done(preempt)
+    capacity.received("idle", 4)
+    capacity.give_back("idle", 4)
+    assert await asyncio.wait_for(starving, 1) == 4
 
 
 def test_middleware_chain_runs_before_hooks_in_order_and_after_hooks_in_reverse() -> None:

@@ -146,6 +146,8 @@ class AzureBackend:
 
     #: The service keeps visibility times in whole seconds, so a lease may end up to this much early.
     visibility_resolution = 1.0
+    #: Azure Storage answers a receive at once; it has no long polling.
+    long_poll = 0.0
 
     def __init__(self, connection: AzureConnection, on_retry: Callable[[str], None] | None = None) -> None:
         self.connection = connection
@@ -256,7 +258,10 @@ class AzureBackend:
 
         return _raw(await self._call(send, queue), content)
 
-    async def receive(self, queue: str, max_messages: int, visibility_timeout: float) -> list[RawMessage]:
+    async def receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
+    ) -> list[RawMessage]:
+        """``wait`` is ignored: the service cannot wait (``long_poll`` is 0)."""
         check_count(max_messages)
         check_visibility(visibility_timeout, 1)
 

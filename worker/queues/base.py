@@ -130,6 +130,9 @@ class QueueBackend(Protocol):
 
     #: How much shorter than asked a visibility timeout may turn out (the service's time resolution).
     visibility_resolution: float
+    #: Longest a receive may wait for a message (``wait``); 0 for a service that answers at once (Azure Storage),
+    #: whose listener then polls with back-off instead.
+    long_poll: float
 
     async def create_queue(self, queue: str) -> None:
         """Create the queue; creating one that exists is not an error."""
@@ -154,11 +157,16 @@ class QueueBackend(Protocol):
         Raises QueueNotFound, MessageTooLarge, InvalidArgument.
         """
 
-    async def receive(self, queue: str, max_messages: int, visibility_timeout: float) -> list[RawMessage]:
+    async def receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
+    ) -> list[RawMessage]:
         """Take up to ``max_messages`` visible messages, hiding each for ``visibility_timeout``.
 
         Increments each message's dequeue count and gives it a new pop receipt.
-        Expired messages are never returned. Raises QueueNotFound, InvalidArgument.
+        Expired messages are never returned. With ``wait`` (up to ``long_poll``
+        seconds), an empty queue is waited on: the call returns as soon as a
+        message is visible, or empty when the wait ends; cancelling it loses
+        nothing. Raises QueueNotFound, InvalidArgument.
         """
 
     async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:

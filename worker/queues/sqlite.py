@@ -15,6 +15,14 @@ transaction, each under its own savepoint so that one failing (a stale pop
 receipt) leaves the others alone. A transaction's fixed cost (taking the write
 lock, syncing the WAL) dominates a one-row update, so ten thousand lease
 renewals a second fit only this way.
+
+A receive may wait (long polling, as OCI Queue and SQS do): an empty queue is
+looked at again as soon as anything is written to the file. This process's
+own puts and releases wake waiting receives at once; another process's are
+seen within ``CHANGE_POLL_SECONDS`` by one task per backend that reads
+SQLite's ``PRAGMA data_version`` (a counter that moves when another
+connection commits) while receives wait. A message that becomes visible later
+(a release with a delay) is waited for until its time.
 """
 
 from __future__ import annotations
@@ -52,6 +60,10 @@ T = TypeVar("T")
 BUSY_TIMEOUT_MS = 30_000
 #: Most writes committed in one transaction, so that other processes sharing the file get the lock soon.
 MAX_GROUP = 256
+#: Longest a receive waits for a message, as OCI Queue's and SQS's long polls (20 s).
+LONG_POLL_SECONDS = 20.0
+#: How often the file is looked at for other processes' writes while a receive waits.
+CHANGE_POLL_SECONDS = 0.05
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queues (
@@ -138,11 +150,13 @@ class SqliteBackend:
 
     #: Visibility times are kept to the microsecond.
     visibility_resolution = 0.0
+    long_poll = LONG_POLL_SECONDS
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-{self.path.name}")
         self._db: sqlite3.Connection | None = None
+        self._changes = _Changes(self.path)
         #: Writes waiting for the next group commit, and whether a commit loop is queued or running.
         self._writes: list[_Write] = []
         self._writes_lock = threading.Lock()
@@ -314,13 +328,19 @@ class SqliteBackend:
             )
             return _row_to_message((message_id, content, 0, now, expires, now + visibility_timeout, None))
 
-        return await self._run(work, write=True)
+        message = await self._run(work, write=True)
+        self._changes.written()
+        return message
 
-    async def receive(self, queue: str, max_messages: int, visibility_timeout: float) -> list[RawMessage]:
+    async def receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
+    ) -> list[RawMessage]:
         check_count(max_messages)
         check_visibility(visibility_timeout, 1)
+        deadline = time.monotonic() + min(max(wait, 0.0), self.long_poll)
 
-        def work(db: sqlite3.Connection) -> list[RawMessage]:
+        def work(db: sqlite3.Connection) -> tuple[list[RawMessage], float | None]:
+            """The messages taken, and when none: the time the next one becomes visible (None: none waits)."""
             self._require_queue(db, queue)
             now = time.time()
             db.execute("DELETE FROM messages WHERE queue = ? AND expires <= ?", (queue, now))
@@ -337,9 +357,49 @@ class SqliteBackend:
                     (visible, dequeue_count + 1, receipt, id_),
                 )
                 taken.append(_row_to_message((id_, content, dequeue_count + 1, inserted, expires, visible, receipt)))
-            return taken
+            if taken or wait <= 0:
+                return taken, None
+            row = db.execute("SELECT min(visible) FROM messages WHERE queue = ?", (queue,)).fetchone()
+            return taken, row[0]
 
-        return await self._run(work, write=True)
+        while True:
+            seen = self._changes.version
+            taken, next_visible = await self._take(queue, work)
+            remaining = deadline - time.monotonic()
+            if taken or remaining <= 0:
+                return taken
+            if next_visible is not None:
+                remaining = min(remaining, max(next_visible - time.time(), 0.0) + 0.001)
+            await self._changes.wait(seen, remaining)
+
+    async def _take(
+        self, queue: str, work: Callable[[sqlite3.Connection], tuple[list[RawMessage], float | None]]
+    ) -> tuple[list[RawMessage], float | None]:
+        """Run a receive's ``work``; if the caller is cancelled meanwhile, give what it took back before re-raising.
+
+        A long poll is cancelled at shutdown; the messages a take had already
+        hidden would otherwise stay invisible for a whole lease. They come back
+        as they were, dequeue count included: no attempt was made.
+        """
+        take = asyncio.ensure_future(self._run(work, write=True))
+        try:
+            return await asyncio.shield(take)
+        except asyncio.CancelledError:
+            taken, _ = await take
+            if taken:
+                await self._release([(m.id, m.pop_receipt or "") for m in taken], queue)
+            raise
+
+    async def _release(self, held: list[tuple[str, str]], queue: str) -> None:
+        """Undo a take that nobody got: the messages visible again, their dequeue counts as before, in one write."""
+
+        def work(db: sqlite3.Connection) -> None:
+            for message_id, receipt in held:
+                db.execute("UPDATE messages SET visible = ?, pop_receipt = NULL, dequeue_count = dequeue_count - 1 "
+                           "WHERE id = ? AND queue = ? AND pop_receipt = ?", (time.time(), message_id, queue, receipt))
+
+        await self._run(work, write=True)
+        self._changes.written()
 
     async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
         check_visibility(visibility_timeout, 0)
@@ -354,7 +414,10 @@ class SqliteBackend:
             )
             return Receipt(receipt, _when(now + visibility_timeout))  # type: ignore[arg-type]
 
-        return await self._run(work, write=True)
+        receipt = await self._run(work, write=True)
+        if visibility_timeout < self.long_poll:  # a release: a waiting receive looks again (now, or at its time)
+            self._changes.written()
+        return receipt
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
         def work(db: sqlite3.Connection) -> None:
@@ -390,6 +453,8 @@ class SqliteBackend:
         return await self._run(work)
 
     async def close(self) -> None:
+        await self._changes.close()
+
         def shut() -> None:
             if self._db is not None:
                 self._db.close()
@@ -397,3 +462,80 @@ class SqliteBackend:
 
         await asyncio.get_running_loop().run_in_executor(self._thread, shut)
         self._thread.shutdown(wait=True)
+
+
+class _Changes:
+    """Tells waiting receives that the file may hold something new.
+
+    ``version`` moves when this backend writes (:meth:`written`) and when
+    another connection commits to the file, which one task notices by reading
+    ``PRAGMA data_version`` every ``CHANGE_POLL_SECONDS`` on a connection and
+    thread of its own, only while some receive waits.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.version = 0
+        self._event: asyncio.Event | None = None
+        self._waiting = 0
+        self._watcher: asyncio.Task[None] | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self._db: sqlite3.Connection | None = None
+
+    def written(self) -> None:
+        """Something was written: wake every waiting receive (called on the event loop)."""
+        self.version += 1
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return when ``version`` has moved past ``seen``, or after ``timeout`` seconds."""
+        if self.version != seen or timeout <= 0:
+            return
+        if self._event is None:
+            self._event = asyncio.Event()
+        event = self._event
+        self._waiting += 1
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch(), name=f"sqlite-changes-{self.path.name}")
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting -= 1
+
+    async def _watch(self) -> None:
+        """While receives wait: notice other connections' commits; ends when none waits."""
+        loop = asyncio.get_running_loop()
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-changes-{self.path.name}")
+        last = await loop.run_in_executor(self._thread, self._data_version)
+        while self._waiting:
+            await asyncio.sleep(CHANGE_POLL_SECONDS)
+            current = await loop.run_in_executor(self._thread, self._data_version)
+            if current != last:
+                last = current
+                self.written()
+
+    def _data_version(self) -> int | None:
+        """SQLite's counter of other connections' commits (None while the file cannot be read: nothing to tell)."""
+        try:
+            if self._db is None:
+                self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                           check_same_thread=False)
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            return None
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+        if self._thread is not None:
+            db, self._db = self._db, None
+            if db is not None:
+                await asyncio.get_running_loop().run_in_executor(self._thread, db.close)
+            self._thread.shutdown(wait=True)
+            self._thread = None

@@ -1,0 +1,133 @@
+"""Picking messages up at once: long polls on the embedded queue, this host's own writes, and room for everyone."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import worker.host as host_module
+from tests.host.processes import REPO
+from tests.support import apoll, running
+from worker import Out, QueueMessage, WorkerApp
+from worker.config import HostConfig
+from worker.encoding import encode
+from worker.host import Host
+from worker.queues.base import QueueBackend
+
+QUEUE = "pickup"
+
+
+@pytest.fixture
+def config(tmp_path: Path, connection: str | None) -> HostConfig:
+    return HostConfig(base_dir=tmp_path, max_polling_interval=60, drain_timeout=1,
+                      connections={"AzureWebJobsStorage": connection} if connection else {})
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite"])
+async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_process_at_once(
+    config: HostConfig, queue: QueueBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """After one empty receive, one receive waits the whole long poll (no polling meanwhile); another process's put
+    ends it within moments."""
+    receives: list[float] = []
+    handled: list[float] = []
+    real_open = host_module.open_backend
+
+    def spying_open(connection: str | None, base_dir: Path, **kwargs: Any) -> QueueBackend:
+        backend = real_open(connection, base_dir, **kwargs)
+        receive = backend.receive
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            receives.append(time.monotonic())
+            return await receive(*args, **kwargs)
+
+        backend.receive = counted  # type: ignore[method-assign]
+        return backend
+
+    monkeypatch.setattr(host_module, "open_backend", spying_open)
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    async def take(msg: QueueMessage) -> None:
+        handled.append(time.monotonic())
+
+    host = Host(app, config)
+    task = asyncio.create_task(host.run())
+    try:
+        await apoll(lambda: _true(len(receives) >= 2), 10, what="the first receive and the long poll")
+        await asyncio.sleep(3)  # idle: with polling there would be several receives by now, backing off
+        assert len(receives) == 2, receives
+        env = {"PYTHONPATH": str(REPO), "AzureWebJobsStorage": ""}
+        config_file = tmp_path / "host.yaml"
+        config_file.write_text("version: '1.0'\n", encoding="utf-8")
+        sent = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "worker", "send", QUEUE, "from another process",
+                             "--config", str(config_file)], env=env, cwd=REPO, capture_output=True, text=True)
+        sent_at = time.monotonic()
+        assert sent.returncode == 0, sent.stderr
+        await apoll(lambda: _true(bool(handled)), 10, what="the message to be handled")
+        # Long polls notice another process's write within 50 ms; a backed-off poll could wait a minute.
+        assert handled[0] - sent_at < 1.0, handled[0] - sent_at
+        assert len(receives) <= 4, receives
+    finally:
+        host.request_stop()
+        stopping = time.monotonic()
+        await asyncio.wait_for(task, 10)
+    assert time.monotonic() - stopping < 2  # the waiting receive is cancelled at once, not waited out
+
+
+async def test_a_queue_output_to_a_queue_this_host_listens_on_wakes_that_listener(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    """As Functions' QueueListener.Notify: the next function gets the message now, not at its next poll (up to 60 s)."""
+    times: dict[str, float] = {}
+    app = WorkerApp()
+
+    @app.queue_output(arg_name="out", queue_name="pickup-next")
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    async def first(msg: QueueMessage, out: Out[str]) -> None:
+        times["first"] = time.monotonic()
+        out.set("hand over")
+
+    @app.queue_trigger(arg_name="msg", queue_name="pickup-next")
+    async def second(msg: QueueMessage) -> None:
+        times["second"] = time.monotonic()
+
+    async with running(app, config) as host:
+        await apoll(lambda: _true(host.metrics.get("received") == 0), 5, what="the host")
+        await asyncio.sleep(7)  # second's listener backs off: 0.1 + 0.2 + ... s, now in a sleep of about 6 s
+        await queue.put(QUEUE, encode("go", "base64"))
+        await apoll(lambda: _true("second" in times), 30, what="the second function")
+    assert times["second"] - times["first"] < 2.0, times
+
+
+async def test_a_long_poll_holding_the_room_gives_it_back_to_a_function_that_has_messages(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    """maxInFlight equal to one batch: the idle function's waiting receive must not starve the busy one."""
+    app = WorkerApp()
+    done: list[str] = []
+
+    @app.queue_trigger(arg_name="msg", queue_name="pickup-idle")
+    async def idle(msg: QueueMessage) -> None: ...
+
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    async def busy(msg: QueueMessage) -> None:
+        done.append(msg.get_body().decode())
+
+    for index in range(12):
+        await queue.put(QUEUE, encode(f"m{index}", "base64"))
+    tight = replace(config, batch_size=4, new_batch_threshold=0, max_in_flight=4)
+    async with running(app, tight):
+        await apoll(lambda: _true(len(done) == 12), 30, what="every message of the busy function")
+
+
+async def _true(value: bool) -> bool:
+    return value
