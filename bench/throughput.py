@@ -324,6 +324,8 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     gc.callbacks.append(collector)
     n = args.messages
     settings = WorkerSettings(args.max_in_flight, args.new_batch_threshold)
+    if args.default_settings:  # the host's own defaults: maxInFlight 64, newBatchThreshold batchSize/2 x processors
+        settings = WorkerSettings(HostConfig().max_in_flight, BATCH // 2 * (os.cpu_count() or 1))
     worker_stop_seconds: list[float] = []
 
     async def worker(connection_string: str, queue: str) -> Measurement:
@@ -378,6 +380,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="the worker's newBatchThreshold (default 96: receive again once 32 places are free)")
     parser.add_argument("--ceiling-k", type=lambda s: [int(k) for k in s.split(",")], default=[2, 4, 8],
                         metavar="K,K,...", help="receivers tried for the ceiling (default 2,4,8)")
+    parser.add_argument("--default-settings", action="store_true",
+                        help="run the worker at the host's defaults (maxInFlight, newBatchThreshold) but batchSize")
     parser.add_argument("--latency-ms", type=float, default=0,
                         help="add this round-trip delay to every request, through a proxy process (default 0: none)")
     return parser.parse_args(argv)

@@ -42,6 +42,7 @@ from worker.queues.base import (
     UnusableFile,
     check_queue_name,
 )
+from worker.supervisor import Supervisor, child_command
 
 T = TypeVar("T")
 
@@ -222,7 +223,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         structlog.get_logger("worker.cli").info("config file", path=str(config.source))
     else:
         structlog.get_logger("worker.cli").info("no config file; defaults", looked_in=str(Path.cwd()))
-    host = Host(app, config, burst=args.burst)
+    host = Host(app, config, burst=args.burst)  # refuses, before anything starts, what cannot run
+    processes = args.processes or config.processes
+    if processes > 1:
+        command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
+        supervisor = Supervisor(command, processes, http_port=config.http_port, burst=args.burst)
+        return asyncio.run(supervisor.run())
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)
     if dispatcher.threads.busy:
@@ -397,6 +403,8 @@ def _parser() -> argparse.ArgumentParser:
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
     run.add_argument("--app", default=DEFAULT_APP, help=f"MODULE:ATTR of the app (default: {DEFAULT_APP})")
     run.add_argument("--burst", action="store_true", help="stop once the trigger queues are empty")
+    run.add_argument("--processes", type=_positive, default=None, metavar="N",
+                     help="run N worker processes under a supervisor (default: worker.processes, 1)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
     for name, help, handler in (

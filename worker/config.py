@@ -210,6 +210,7 @@ _SCHEMA: dict[str, _Setting] = {
     "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
     "worker.invocationLogs": _Setting("invocation_logs", _boolean),
     "worker.middleware": _Setting("middleware", _names),
+    "worker.processes": _Setting("processes", _integer, _between(1, 256)),
     "retry": _Setting("retry", lambda value: parse_retry(value, parse_duration)),
     "spark.master": _Setting("spark_master", _spark_master),
     "spark.appName": _Setting("spark_app_name", _text),
@@ -275,6 +276,8 @@ class HostConfig:
     invocation_logs: bool = True
     #: Middleware to add, as ``module:attribute`` names, after the host's own and the app's.
     middleware: tuple[str, ...] = ()
+    #: Worker processes ``worker run`` starts under a supervisor (FUNCTIONS_WORKER_PROCESS_COUNT); 1: no supervisor.
+    processes: int = 1
     #: Where Spark runs: local[*], a cluster master, or a Spark Connect sc:// URL.
     spark_master: str = "local[*]"
     spark_app_name: str = "queueworker"

@@ -187,6 +187,15 @@ def _redact_event(_logger: object, _method: str, event: dict[str, object]) -> di
     return {key: _redact_value(value) for key, value in event.items()}
 
 
+#: Whether INFO lines are written (``configure_logging``'s level); lines that would be dropped need not be built.
+_info_lines = True
+
+
+def info_enabled() -> bool:
+    """Whether INFO lines are written at all (``worker run --log-level``)."""
+    return _info_lines
+
+
 def configure_logging(level: str = "INFO", json_lines: bool | None = None, stream: TextIO | None = None) -> None:
     """Send structlog and stdlib logging to ``stream`` (stderr); JSON unless it is a terminal."""
     stream = sys.stderr if stream is None else stream
@@ -196,6 +205,8 @@ def configure_logging(level: str = "INFO", json_lines: bool | None = None, strea
         structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
     )
     numeric = logging.getLevelName(level.upper())
+    global _info_lines
+    _info_lines = numeric <= logging.INFO
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,

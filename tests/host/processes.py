@@ -40,6 +40,8 @@ class WorkerProcess:
     env: dict[str, str]
     name: str = "worker"
     app: str = APP
+    #: More arguments of ``worker run`` (``--processes 2``).
+    args: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
 
@@ -55,7 +57,7 @@ class WorkerProcess:
         env = self.merged_env()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config)],
+                [sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config), *self.args],
                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
             )
         return self

@@ -9,7 +9,7 @@ choose the retry delay) is middleware. The host runs its own middleware first
 Every hook is optional: a subclass overrides the ones it needs, and only
 overridden hooks are called. ``before_*`` hooks run in order; ``after_*``
 hooks run in reverse order, so that the first middleware sees the last word
-(as layers of an onion). Invocation hooks may be ``async``. A hook that raises
+(as layers of an onion). Invocation hooks may be ``async def``. A hook that raises
 in ``before_invocation`` or ``after_invocation`` fails the invocation (raising
 :class:`worker.Poison` poisons its messages); one that raises elsewhere is
 logged and the host goes on.
@@ -90,8 +90,9 @@ class Chain:
         self._stopped = hooks["host_stopped"][::-1]
         self._limits = hooks["receive_limit"]
         self._received = hooks["after_receive"]
-        self._before = hooks["before_invocation"]
-        self._after = hooks["after_invocation"][::-1]
+        # Whether each invocation hook is a coroutine function is settled once, not asked per message.
+        self._before = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks["before_invocation"]]
+        self._after = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks["after_invocation"][::-1]]
         self._interrupts = hooks["on_interrupt"]
         self._delays = hooks["retry_delay"]
         self._completed = hooks["after_completion"][::-1]
@@ -114,16 +115,15 @@ class Chain:
             _guarded(hook, function, count)
 
     async def before_invocation(self, invocation: Invocation) -> None:
-        for hook in self._before:
-            outcome = hook(invocation)
-            if inspect.isawaitable(outcome):
-                await outcome
+        for hook, is_async in self._before:
+            if is_async:
+                await hook(invocation)
+            else:
+                hook(invocation)
 
     async def after_invocation(self, invocation: Invocation, result: Result) -> Result:
-        for hook in self._after:
-            changed = hook(invocation, result)
-            if inspect.isawaitable(changed):
-                changed = await changed
+        for hook, is_async in self._after:
+            changed = await hook(invocation, result) if is_async else hook(invocation, result)
             if changed is not None:
                 result = changed
         return result

@@ -9,6 +9,7 @@ import structlog
 
 from worker.completion import Outcome, Result
 from worker.middleware import Middleware
+from worker.observability import info_enabled
 
 if TYPE_CHECKING:
     from worker.dispatcher import Invocation
@@ -20,9 +21,13 @@ class InvocationLogs(Middleware):
     """An INFO line when an invocation starts and one when it ends, with outcome and duration."""
 
     def before_invocation(self, invocation: Invocation) -> None:
+        if not info_enabled():
+            return
         invocation.log.info("Executing", reason="new queue message detected", messages=len(invocation.deliveries))
 
     def after_invocation(self, invocation: Invocation, result: Result) -> None:
+        if not info_enabled():
+            return
         outcomes = {result.outcome.value}
         if result.outcome is Outcome.SUCCEEDED and any(m.failure for m in invocation.messages):
             outcomes.add(Outcome.FAILED.value)

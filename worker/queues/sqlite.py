@@ -63,7 +63,7 @@ MAX_GROUP = 256
 #: Longest a receive waits for a message, as OCI Queue's and SQS's long polls (20 s).
 LONG_POLL_SECONDS = 20.0
 #: How often the file is looked at for other processes' writes while a receive waits.
-CHANGE_POLL_SECONDS = 0.05
+CHANGE_POLL_SECONDS = 0.075
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS queues (
@@ -469,8 +469,11 @@ class _Changes:
 
     ``version`` moves when this backend writes (:meth:`written`) and when
     another connection commits to the file, which one task notices by reading
-    ``PRAGMA data_version`` every ``CHANGE_POLL_SECONDS`` on a connection and
-    thread of its own, only while some receive waits.
+    ``PRAGMA data_version`` every ``CHANGE_POLL_SECONDS`` on a connection of
+    its own, only while some receive waits. The read is a few microseconds and
+    never waits for a lock (its busy timeout is 0), so it runs on the event
+    loop: a thread hand-off would cost thirty times the read, and an idle
+    worker does little else.
     """
 
     def __init__(self, path: Path) -> None:
@@ -479,7 +482,6 @@ class _Changes:
         self._event: asyncio.Event | None = None
         self._waiting = 0
         self._watcher: asyncio.Task[None] | None = None
-        self._thread: ThreadPoolExecutor | None = None
         self._db: sqlite3.Connection | None = None
 
     def written(self) -> None:
@@ -508,23 +510,20 @@ class _Changes:
 
     async def _watch(self) -> None:
         """While receives wait: notice other connections' commits; ends when none waits."""
-        loop = asyncio.get_running_loop()
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-changes-{self.path.name}")
-        last = await loop.run_in_executor(self._thread, self._data_version)
+        last = self._data_version()
         while self._waiting:
             await asyncio.sleep(CHANGE_POLL_SECONDS)
-            current = await loop.run_in_executor(self._thread, self._data_version)
+            current = self._data_version()
             if current != last:
                 last = current
                 self.written()
 
     def _data_version(self) -> int | None:
-        """SQLite's counter of other connections' commits (None while the file cannot be read: nothing to tell)."""
+        """SQLite's counter of other connections' commits (None while the file cannot be read now: a change is
+        then reported when it can be again)."""
         try:
             if self._db is None:
-                self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                           check_same_thread=False)
+                self._db = sqlite3.connect(self.path, timeout=0, isolation_level=None)
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             return None
@@ -533,9 +532,6 @@ class _Changes:
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
-        if self._thread is not None:
-            db, self._db = self._db, None
-            if db is not None:
-                await asyncio.get_running_loop().run_in_executor(self._thread, db.close)
-            self._thread.shutdown(wait=True)
-            self._thread = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -1,0 +1,137 @@
+"""``worker run --processes N``: real supervisor and worker processes, real signals, on both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.host.processes import WorkerProcess, attempts, write_host_yaml
+from tests.support import apoll, free_port, poll
+from worker.encoding import encode
+from worker.queues.base import QueueBackend
+
+pytestmark = pytest.mark.subprocess
+
+QUEUE = "work"
+
+
+@pytest.fixture
+def record_db(tmp_path: Path) -> Path:
+    return tmp_path / "attempts.sqlite3"
+
+
+@pytest.fixture
+def supervised(tmp_path: Path, record_db: Path, connection: str | None) -> Iterator[Any]:
+    """Start ``worker run --processes 2`` with the recording app; killed (with its children) at the end."""
+    started: list[WorkerProcess] = []
+
+    def start(mode: str = "ok", hold: float = 60, **worker: Any) -> WorkerProcess:
+        # One message at a time per process, so that both processes get some.
+        config = write_host_yaml(tmp_path, {"maxPollingInterval": "200ms", "batchSize": 1}, {"drainTimeout": "30s", **worker})
+        env = {"RECORD_DB": str(record_db), "HANDLER_MODE": mode, "HOLD_SECONDS": str(hold), "TRIGGER_QUEUE": QUEUE}
+        if connection is not None:
+            env["AzureWebJobsStorage"] = connection
+        process = WorkerProcess(config, env, name="supervisor", args=("--processes", "2")).start()
+        started.append(process)
+        poll(lambda: len(_events(process, "host started")) == 2, 60, what="two worker processes")
+        return process
+
+    yield start
+    for process in started:
+        for line in _events(process, "worker process started"):
+            _kill(line["pid"])
+        process.kill()
+
+
+def _events(process: WorkerProcess, event: str) -> list[dict[str, Any]]:
+    return [line for line in process.lines() if line.get("event") == event]
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+async def _send(queue: QueueBackend, *bodies: str) -> None:
+    for body in bodies:
+        await queue.put(QUEUE, encode(body, "base64"))
+
+
+async def test_sigterm_to_the_supervisor_drains_every_process_and_exits_0(
+    supervised: Any, queue: QueueBackend, record_db: Path
+) -> None:
+    process = supervised(mode="hold", hold=3)
+    await _send(queue, *[f"m{i}" for i in range(6)])
+    # Both processes hold messages (each handler runs 3 s) before the signal comes.
+    await apoll(lambda: _true(len({row["pid"] for row in attempts(record_db)}) == 2), 30, what="both processes busy")
+    assert process.stop(signal.SIGTERM, timeout=90) == 0
+
+    stopped = _events(process, "host stopped")
+    assert len(stopped) == 2 and all(line.get("released", 0) + line.get("succeeded", 0) >= 1 for line in stopped)
+    started = {row["message_id"] for row in attempts(record_db) if row["event"] == "start"}
+    done = {row["message_id"] for row in attempts(record_db) if row["event"] == "done"}
+    assert started == done  # every handler that started was let finish (drain), none cut off
+    assert _events(process, "supervisor stopped")[0]["exits"] == [0, 0]
+    assert await queue.approximate_count(QUEUE) == 6 - len(done)  # the rest were released, not lost
+
+
+async def test_a_killed_process_is_started_again_and_its_message_is_not_lost(
+    supervised: Any, queue: QueueBackend, record_db: Path
+) -> None:
+    process = supervised(mode="hold-first", hold=60, leaseDuration="3s")
+    await _send(queue, "victim")
+    [first] = await apoll(lambda: _arows(record_db, "start"), 30, what="the handler to start")
+    os.kill(first["pid"], signal.SIGKILL)
+
+    restarted = poll(lambda: _events(process, "worker process exited; restarting it"), 30, what="the restart")
+    assert restarted[0]["exit_code"] == -signal.SIGKILL
+    poll(lambda: len(_events(process, "host started")) == 3, 60, what="the new worker process")
+    # The lease ends 3 s after the kill; whichever process receives it then runs it to the end.
+    done = await apoll(lambda: _arows(record_db, "done"), 60, what="the message done after redelivery")
+    assert done[0]["message_id"] == first["message_id"] and done[0]["dequeue_count"] == 2
+    assert process.stop(signal.SIGTERM, timeout=90) == 0
+    assert await queue.approximate_count(QUEUE) == 0
+
+
+async def test_the_supervisor_serves_one_set_of_endpoints_for_all_processes(
+    supervised: Any, queue: QueueBackend, record_db: Path
+) -> None:
+    port = free_port()
+    process = supervised(mode="hold", hold=60, httpPort=port)
+    await _send(queue, *[f"m{i}" for i in range(4)])
+    await apoll(lambda: _true(len({row["pid"] for row in attempts(record_db)}) == 2), 30, what="both processes busy")
+    held = len(_rows(record_db, "start"))
+
+    leases = json.loads(_get(port, "/leases"))
+    assert len(leases) == held and {lease["process"] for lease in leases} == {0, 1}
+    metrics = _get(port, "/metrics")
+    received = [line for line in metrics.splitlines() if line.startswith('worker_received_total{function="recorder"}')]
+    assert received == [f'worker_received_total{{function="recorder"}} {float(held)!r}'], received
+    assert json.loads(_get(port, "/healthz"))["ok"] is True
+    assert process.stop(signal.SIGTERM, timeout=90) == 0
+
+
+def _get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+        return response.read().decode()
+
+
+def _rows(record_db: Path, event: str) -> list[dict[str, Any]]:
+    return [row for row in attempts(record_db) if row["event"] == event]
+
+
+async def _arows(record_db: Path, event: str) -> list[dict[str, Any]]:
+    return _rows(record_db, event)
+
+
+async def _true(value: bool) -> bool:
+    return value
