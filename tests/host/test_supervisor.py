@@ -34,7 +34,8 @@ def supervised(tmp_path: Path, record_db: Path, connection: str | None) -> Itera
 
     def start(mode: str = "ok", hold: float = 60, **worker: Any) -> WorkerProcess:
         # One message at a time per process, so that both processes get some.
-        config = write_host_yaml(tmp_path, {"maxPollingInterval": "200ms", "batchSize": 1}, {"drainTimeout": "30s", **worker})
+        queues = {"maxPollingInterval": "200ms", "batchSize": 1}
+        config = write_host_yaml(tmp_path, queues, {"drainTimeout": "30s", **worker})
         env = {"RECORD_DB": str(record_db), "HANDLER_MODE": mode, "HOLD_SECONDS": str(hold), "TRIGGER_QUEUE": QUEUE}
         if connection is not None:
             env["AzureWebJobsStorage"] = connection
