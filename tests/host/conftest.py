@@ -7,11 +7,14 @@ not meet messages of earlier tests.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import worker.host as host_module
 from worker.queues import open_backend
 from worker.queues.base import QueueBackend
 
@@ -26,3 +29,30 @@ async def queue(connection: str | None, tmp_path: Path, request: pytest.FixtureR
     await backend.create_queue(request.module.QUEUE)
     yield backend
     await backend.close()
+
+
+@pytest.fixture
+def record_db(tmp_path: Path) -> Path:
+    """The table the recording apps (tests/apps/recording.py) write each attempt to."""
+    return tmp_path / "attempts.sqlite3"
+
+
+@pytest.fixture
+def receive_times(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When each receive of an in-process host started (time.monotonic()): the host's backends are wrapped."""
+    receives: list[float] = []
+    real_open = host_module.open_backend
+
+    def spying_open(connection: str | None, base_dir: Path, **kwargs: Any) -> QueueBackend:
+        backend = real_open(connection, base_dir, **kwargs)
+        receive = backend.receive
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            receives.append(time.monotonic())
+            return await receive(*args, **kwargs)
+
+        backend.receive = counted  # type: ignore[method-assign]
+        return backend
+
+    monkeypatch.setattr(host_module, "open_backend", spying_open)
+    return receives

@@ -28,11 +28,6 @@ QUEUE = "capped"
 
 
 @pytest.fixture
-def record_db(tmp_path: Path) -> Path:
-    return tmp_path / "attempts.sqlite3"
-
-
-@pytest.fixture
 def worker(tmp_path: Path, record_db: Path, connection: str | None) -> Iterator[Any]:
     """Start ``worker run`` on a host.yaml with the given sections; killed at the end if still running."""
     started: list[WorkerProcess] = []

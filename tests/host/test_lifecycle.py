@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-import worker.host as host_module
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
 from worker.config import HostConfig
@@ -115,10 +114,10 @@ async def test_max_in_flight_bounds_messages_held_across_functions(config: HostC
 
 @pytest.mark.parametrize("backend_kind", ["azurite"])  # a backend that cannot wait; the embedded queue long-polls
 async def test_empty_queue_backs_off_exponentially_and_resets_on_a_message(
-    config: HostConfig, queue: QueueBackend, monkeypatch: pytest.MonkeyPatch
+    config: HostConfig, queue: QueueBackend, receive_times: list[float]
 ) -> None:
     """Receives on an empty queue come 0.1, 0.2, 0.4 ... s apart; a message brings the next poll back to 0.1 s."""
-    receives: list[float] = []
+    receives = receive_times
     handled = asyncio.Event()
 
     async def handler(msg: QueueMessage) -> None:
@@ -126,20 +125,6 @@ async def test_empty_queue_backs_off_exponentially_and_resets_on_a_message(
 
     cfg = replace(config, max_polling_interval=3.0)
     host = Host(one_function(handler), cfg)
-    real_open = host_module.open_backend
-
-    def spying_open(connection: str | None, base_dir: Path, **kwargs: Any) -> QueueBackend:
-        backend = real_open(connection, base_dir, **kwargs)
-        receive = backend.receive
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            receives.append(time.monotonic())
-            return await receive(*args, **kwargs)
-
-        backend.receive = counted  # type: ignore[method-assign]
-        return backend
-
-    monkeypatch.setattr(host_module, "open_backend", spying_open)
     try:
         task = asyncio.create_task(host.run())
         await apoll(lambda: _ready(lambda: len(receives) >= 5), 20, what="five empty polls")

@@ -8,11 +8,9 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import worker.host as host_module
 from tests.host.processes import REPO
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
@@ -32,26 +30,12 @@ def config(tmp_path: Path, connection: str | None) -> HostConfig:
 
 @pytest.mark.parametrize("backend_kind", ["sqlite"])
 async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_process_at_once(
-    config: HostConfig, queue: QueueBackend, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    config: HostConfig, queue: QueueBackend, receive_times: list[float], tmp_path: Path
 ) -> None:
     """After one empty receive, one receive waits the whole long poll (no polling meanwhile); another process's put
     ends it within moments."""
-    receives: list[float] = []
+    receives = receive_times
     handled: list[float] = []
-    real_open = host_module.open_backend
-
-    def spying_open(connection: str | None, base_dir: Path, **kwargs: Any) -> QueueBackend:
-        backend = real_open(connection, base_dir, **kwargs)
-        receive = backend.receive
-
-        async def counted(*args: Any, **kwargs: Any) -> Any:
-            receives.append(time.monotonic())
-            return await receive(*args, **kwargs)
-
-        backend.receive = counted  # type: ignore[method-assign]
-        return backend
-
-    monkeypatch.setattr(host_module, "open_backend", spying_open)
     app = WorkerApp()
 
     @app.queue_trigger(arg_name="msg", queue_name=QUEUE)

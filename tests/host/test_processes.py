@@ -26,11 +26,6 @@ StartWorker = Callable[..., WorkerProcess]
 
 
 @pytest.fixture
-def record_db(tmp_path: Path) -> Path:
-    return tmp_path / "attempts.sqlite3"
-
-
-@pytest.fixture
 def start_worker(tmp_path: Path, record_db: Path, connection: str | None) -> Iterator[StartWorker]:
     """Start workers on one host.yaml and the backend under test; every one still running at the end is killed."""
     started: list[WorkerProcess] = []

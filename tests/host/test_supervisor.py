@@ -23,11 +23,6 @@ QUEUE = "work"
 
 
 @pytest.fixture
-def record_db(tmp_path: Path) -> Path:
-    return tmp_path / "attempts.sqlite3"
-
-
-@pytest.fixture
 def supervised(tmp_path: Path, record_db: Path, connection: str | None) -> Iterator[Any]:
     """Start ``worker run --processes 2`` with the recording app; killed (with its children) at the end."""
     started: list[WorkerProcess] = []
