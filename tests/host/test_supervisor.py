@@ -1,4 +1,8 @@
-"""``worker run --processes N``: real supervisor and worker processes, real signals, on both backends."""
+"""``worker run --processes N``: real supervisor and worker processes, real signals.
+
+On the embedded queue only: the supervisor does not touch storage, and the processes it runs are the hosts the
+rest of the suite runs on both backends.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from tests.support import apoll, free_port, poll
 from worker.encoding import encode
 from worker.queues.base import QueueBackend
 
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.subprocess, pytest.mark.parametrize("backend_kind", ["sqlite"])]
 
 QUEUE = "work"
 
@@ -102,7 +106,7 @@ async def test_the_supervisor_serves_one_set_of_endpoints_for_all_processes(
     supervised: Any, queue: QueueBackend, record_db: Path
 ) -> None:
     port = free_port()
-    process = supervised(mode="hold", hold=60, httpPort=port)
+    process = supervised(mode="hold", hold=60, httpPort=port, drainTimeout="1s")
     await _send(queue, *[f"m{i}" for i in range(4)])
     await apoll(lambda: _true(len({row["pid"] for row in attempts(record_db)}) == 2), 30, what="both processes busy")
     held = len(_rows(record_db, "start"))

@@ -81,11 +81,14 @@ async def test_kill_9_at_random_while_1000_messages_flow_loses_nothing(tmp_path:
     lost = sent - set(handled) - set(poison)
     completed = set(handled) - set(poison)
     print(f"\ncrash loop: sent {MESSAGES}, {KILLS} kill -9s over {len(every)} processes; completed {len(completed)}, "
-          f"poisoned {len(poison)}, run again after a crash {sum(n - 1 for n in handled.values())}, lost {len(lost)}")
+          f"poisoned {len(set(poison))} ({len(poison) - len(set(poison))} copied twice), "
+          f"run again after a crash {sum(n - 1 for n in handled.values())}, lost {len(lost)}")
     assert not lost, f"lost: {sorted(lost)[:10]}"
     assert len(every) == 2 + KILLS, "fewer kills than planned: the messages ran out first"
     assert {b for b in sent if b.startswith("fail")} <= set(poison), "a message that always fails was not poisoned"
-    assert len(reasons) == len(poison) and all(line.get("reason") for line in reasons)
+    # A kill between the poison copy and the deletion of the original poisons the original again once it is back:
+    # two copies of one message, as at-least-once delivery allows; every poisoned message still has its reason.
+    assert len(reasons) >= len(set(poison)) and all(line.get("reason") for line in reasons)
 
 
 def body(i: int) -> str:
