@@ -64,7 +64,7 @@ class _Storage:
     by_connection: dict[str | None, QueueBackend] = field(default_factory=dict)
     blob_stores: dict[str, BlobStore] = field(default_factory=dict)
     #: The listeners of this host by (backend, queue), for :meth:`sent`.
-    listening: dict[tuple[int, str], list[Listener]] = field(default_factory=dict)
+    listening: dict[tuple[QueueBackend, str], list[Listener]] = field(default_factory=dict)
 
     def queues(self, name: str | None) -> QueueBackend:
         """The queue backend of the connection setting ``name`` (opened on first use)."""
@@ -85,11 +85,11 @@ class _Storage:
         return self.blob_stores[connection]
 
     def listen(self, listener: Listener) -> None:
-        self.listening.setdefault((id(listener.backend), listener.function.queue_name), []).append(listener)
+        self.listening.setdefault((listener.backend, listener.function.queue_name), []).append(listener)
 
     def sent(self, backend: QueueBackend, queue: str) -> None:
         """Wake this host's listeners of ``queue`` on ``backend``: a message was just put there."""
-        for listener in self.listening.get((id(backend), queue), ()):
+        for listener in self.listening.get((backend, queue), ()):
             listener.wake()
 
     async def close(self) -> None:
