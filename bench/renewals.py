@@ -71,7 +71,7 @@ if str(REPO) not in sys.path:
 
 from worker.lease import Lease, LeaseScheduler  # noqa: E402
 from worker.observability import Metrics, configure_logging  # noqa: E402
-from worker.queues.base import MAX_BATCH, LeaseGone, Receipt  # noqa: E402
+from worker.queues.base import LeaseGone, Receipt  # noqa: E402
 from worker.queues.sqlite import SqliteBackend  # noqa: E402
 
 QUEUE = "leases"
@@ -259,7 +259,7 @@ async def check(path: Path, watch: Watch, stop: asyncio.Event) -> None:
     thief = SqliteBackend(path)
     try:
         while not stop.is_set():
-            taken = await thief.receive(QUEUE, MAX_BATCH, CHECK_VISIBILITY)
+            taken = await thief.receive(QUEUE, thief.limits.max_batch, CHECK_VISIBILITY)
             watch.stolen += len(taken)
             watch.lapsed.update(m.id for m in taken)
             try:
@@ -274,7 +274,7 @@ async def take(backend: SqliteBackend, messages: int, watch: Watch) -> list[Leas
     """Receive every message, hidden for :data:`TAKE_VISIBILITY`; a lease (not yet held) for each."""
     leases: list[Lease] = []
     while len(leases) < messages:
-        batch = await backend.receive(QUEUE, min(MAX_BATCH, messages - len(leases)), TAKE_VISIBILITY)
+        batch = await backend.receive(QUEUE, min(backend.limits.max_batch, messages - len(leases)), TAKE_VISIBILITY)
         if not batch:
             raise RuntimeError(f"the queue ran dry after {len(leases)} of {messages} messages")
         for message in batch:

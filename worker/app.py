@@ -15,7 +15,6 @@ from worker.config import parse_duration
 from worker.middleware import Middleware
 from worker.outputs import OutputBinding
 from worker.param_types import DataKind, data_kind
-from worker.queues.base import InvalidArgument, check_queue_name
 from worker.retry import RetryPolicy, parse_retry
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -124,10 +123,7 @@ class WorkerApp:
         """
         if cardinality not in ("one", "many"):
             raise ValueError(f"cardinality must be 'one' or 'many', got {cardinality!r}")
-        try:
-            check_queue_name(queue_name)
-        except InvalidArgument as exc:
-            raise ValueError(str(exc)) from None
+        _check_named(queue_name)
 
         def register(handler: F) -> F:
             if arg_name not in inspect.signature(handler).parameters:
@@ -182,10 +178,7 @@ class WorkerApp:
         self, *, arg_name: str, queue_name: str, connection: str | None = None
     ) -> Callable[[F], F]:
         """Give the handler an :class:`worker.Out` as ``arg_name``; what it sets goes to ``queue_name`` on success."""
-        try:
-            check_queue_name(queue_name)
-        except InvalidArgument as exc:
-            raise ValueError(str(exc)) from None
+        _check_named(queue_name)
         return self._bind(OutputBinding(arg_name, queue_name, connection), "queue output")
 
     def blob_output(self, *, arg_name: str, path: str, connection: str | None = None) -> Callable[[F], F]:
@@ -252,6 +245,12 @@ class WorkerApp:
         else:
             self._specs[handler] = replace(spec, **field)
         return handler
+
+
+def _check_named(queue_name: str) -> None:
+    """A queue name must be given; whether the service accepts it depends on the backend, checked at start."""
+    if not isinstance(queue_name, str) or not queue_name.strip():
+        raise ValueError(f"queue_name must be a non-empty string, got {queue_name!r}")
 
 
 def _directory(handler: Callable[..., Any]) -> str:

@@ -28,10 +28,8 @@ from worker.encoding import MessageDecodeError, decode, encode
 from worker.host import Host
 from worker.observability import configure_logging, format_summary
 from worker.poison import drain_poison, poison_queue
-from worker.queues import UnsupportedConnection, open_backend
+from worker.queues import BackendKind, UnsupportedConnection, backend_kind, open_backend
 from worker.queues.base import (
-    MAX_BATCH,
-    MAX_MESSAGE_BYTES,
     NEVER_EXPIRES,
     InvalidArgument,
     MessageTooLarge,
@@ -40,7 +38,6 @@ from worker.queues.base import (
     QueueNotFound,
     RawMessage,
     UnusableFile,
-    check_queue_name,
 )
 from worker.supervisor import Supervisor, child_command
 
@@ -249,11 +246,12 @@ def cmd_send(args: argparse.Namespace) -> int:
             texts.append(encode(os.fsencode(body), config.message_encoding))
         except ValueError as exc:
             raise UsageError(f"message {number}: {exc}") from None
+    limit = _kind(config, args.connection).limits.max_message_bytes
     for number, text in enumerate(texts, 1):
-        if (size := len(text.encode("utf-8"))) > MAX_MESSAGE_BYTES:
+        if (size := len(text.encode("utf-8"))) > limit:
             raise MessageTooLarge(
                 f"message {number} is {size} bytes as stored ({config.message_encoding}); "
-                f"the limit is {MAX_MESSAGE_BYTES} bytes (64 KiB)"
+                f"the limit is {limit} bytes ({limit // 1024} KiB)"
             )
 
     async def work(backend: QueueBackend) -> list[RawMessage]:
@@ -268,10 +266,25 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kind(config: HostConfig, connection: str | None) -> BackendKind:
+    """The kind of backend ``connection`` names, for its limits before anything opens."""
+    try:
+        return backend_kind(config.connection_string(connection))
+    except (UnsupportedConnection, ConnectionSettingError) as exc:
+        raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
+
+
 def cmd_peek(args: argparse.Namespace) -> int:
     config = _config(args.config)
-    check_queue_name(args.queue)  # a name the service would refuse is a usage error (2), not a missing queue (1)
-    _print_messages(_with_backend(config, args.connection, lambda b: b.peek(args.queue, args.max)), config, args.json)
+    limits = _kind(config, args.connection).limits
+    limits.check_name(args.queue)  # a name the service would refuse is a usage error (2), not a missing queue (1)
+    if args.max is not None:
+        limits.check_count(args.max)
+
+    async def peek(backend: QueueBackend) -> list[RawMessage]:
+        return await backend.peek(args.queue, args.max or limits.max_batch)
+
+    _print_messages(_with_backend(config, args.connection, peek), config, args.json)
     return 0
 
 
@@ -309,12 +322,13 @@ def cmd_queues(args: argparse.Namespace) -> int:
 
 def cmd_poison(args: argparse.Namespace) -> int:
     config = _config(args.config)
-    check_queue_name(args.queue)
+    limits = _kind(config, args.connection).limits
+    limits.check_name(args.queue)
     poison = poison_queue(args.queue)
     if args.action == "list":
         async def peek(backend: QueueBackend) -> list[RawMessage]:
             try:
-                return await backend.peek(poison, min(args.max or MAX_BATCH, MAX_BATCH))
+                return await backend.peek(poison, min(args.max or limits.max_batch, limits.max_batch))
             except QueueNotFound:  # made on first need: no poison queue yet means no poison
                 return []
 
@@ -327,7 +341,7 @@ def cmd_poison(args: argparse.Namespace) -> int:
         except QueueNotFound:
             return 0, 0
         goal = total if args.max is None else min(total, args.max)
-        show = _progress(goal, "requeued" if args.action == "requeue" else "purged") if goal > MAX_BATCH else None
+        show = _progress(goal, "requeued" if args.action == "requeue" else "purged") if goal > limits.max_batch else None
         done = await drain_poison(backend, args.queue, requeue=args.action == "requeue", limit=args.max, progress=show)
         return done, total
 
@@ -429,11 +443,12 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("--delay", type=_duration, default=0.0, help="invisible for this long first (30s, 5m)")
             sub.add_argument("--ttl", type=_ttl, default=None, help="time to live (default 7 days; -1 never)")
         if name == "peek":
-            sub.add_argument("--max", type=int, default=MAX_BATCH, choices=range(1, MAX_BATCH + 1), metavar="N",
-                             help=f"at most N messages (1-{MAX_BATCH}, default {MAX_BATCH})")
+            sub.add_argument("--max", type=_positive, default=None, metavar="N",
+                             help="at most N messages (default and most: what one receive of the backend returns, "
+                                  "32 on Azure Storage and the embedded queue)")
         if name == "poison":
             sub.add_argument("--max", type=_positive, default=None, metavar="N",
-                             help=f"requeue or purge at most N messages (list shows at most {MAX_BATCH})")
+                             help="requeue or purge at most N messages (list shows at most one receive's worth)")
         if name != "send":
             sub.add_argument("--json", action="store_true", help="print JSON")
     return parser

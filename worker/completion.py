@@ -175,6 +175,12 @@ class CompletionProcessor:
             return Done.LEFT
         limit = item.config.max_dequeue_count
         if result.outcome is Outcome.POISON or item.raw.dequeue_count >= limit:
+            if item.backend.service_dead_letters:
+                # The service moves it to its dead-letter queue once its delivery limit is reached; each delivery
+                # until then comes straight back here (``begin``) without running the handler.
+                await item.backend.update(item.queue, item.raw.id, receipt, 0)
+                bound.error("message released for the queue's dead-letter queue", reason=result.reason)
+                return Done.RELEASED
             await self._poison(item, result.reason, bound, progress)
             return Done.POISONED
         delay = self.middleware.retry_delay(item, item.config.visibility_timeout)
@@ -205,19 +211,24 @@ class CompletionProcessor:
     async def _poison(
         self, item: Finished, reason: str, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
     ) -> None:
-        """Copy the original text to ``<queue>-poison`` (created on first need), then delete the original.
+        """Copy the original text to ``<queue>-poison`` (created on first need where the service creates queues
+        quickly, else it must exist), then delete the original.
 
         The copy never expires, so that nothing poisoned disappears unseen; the
         reason goes to the log together with the copy's id. A retried
         completion whose copy was made already only deletes.
         """
         poison = item.queue + POISON_SUFFIX
+        # Where messages have no time to live of their own, the poison queue's retention applies.
+        forever = -1 if item.backend.capabilities.message_options else None
         if progress.poison_copy_id is None:
             try:
-                copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
+                copy = await item.backend.put(poison, item.raw.content, time_to_live=forever)
             except QueueNotFound:
+                if not item.backend.capabilities.creates_queues:
+                    raise
                 await item.backend.create_queue(poison)
-                copy = await item.backend.put(poison, item.raw.content, time_to_live=-1)
+                copy = await item.backend.put(poison, item.raw.content, time_to_live=forever)
             progress.poison_copy_id = copy.id
         await self._delete(item, bound)
         bound.error(

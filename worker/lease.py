@@ -115,10 +115,10 @@ class LeaseScheduler:
         """Record a lease just taken or renewed for ``duration`` and schedule its next renewal.
 
         A backend that keeps visibility times in whole seconds (Azure Storage)
-        may give a lease up to its ``visibility_resolution`` shorter than asked,
+        may give a lease up to its ``limits.visibility_resolution`` shorter than asked,
         so that much is taken off before the renewal point is worked out.
         """
-        resolution = lease.backend.visibility_resolution if lease.backend is not None else 0.0
+        resolution = lease.backend.limits.visibility_resolution if lease.backend is not None else 0.0
         duration = lease.duration or self.duration
         lasts = max(duration - resolution, duration * self.fraction / 2)
         lease.expires_at = now + lasts

@@ -205,7 +205,7 @@ class Listener:
         that ends it is dispatched and a full receive follows at once.
         """
         backoff = Backoff(self.config.max_polling_interval)
-        wait = self.backend.long_poll
+        wait = self.backend.limits.long_poll
         busy = True
         while not self.stopping.is_set():
             long_poll = wait > 0 and not busy

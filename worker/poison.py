@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from worker.completion import POISON_SUFFIX
-from worker.queues.base import MAX_BATCH, QueueBackend
+from worker.queues.base import QueueBackend
 
 #: How long a message taken for requeue or purge stays hidden; it comes back if the command dies.
 HOLD_SECONDS = 60
@@ -39,7 +39,8 @@ async def drain_poison(
         await backend.create_queue(source)
     done = 0
     while limit is None or done < limit:
-        want = MAX_BATCH if limit is None else min(MAX_BATCH, limit - done)
+        most = backend.limits.max_batch
+        want = most if limit is None else min(most, limit - done)
         batch = await backend.receive(poison, want, HOLD_SECONDS)
         if not batch:
             break

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 from worker import expressions
 from worker.app import FunctionSpec, WorkerApp
@@ -19,7 +20,9 @@ from worker.blob_bindings import BlobInput, BlobOutput
 from worker.config import HostConfig
 from worker.connections import DEFAULT, ConnectionSettingError, Service
 from worker.outputs import OutputBinding
-from worker.queues import DEFAULT_SQLITE_PATH, SQLITE_PREFIX
+from worker.queues import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, backend_kind
+from worker.queues import connection_problem as queue_connection_problem
+from worker.queues.base import InvalidArgument
 from worker.queues.connection import ConnectionStringError, parse_connection_string
 from worker.queues.sqlite import file_problem
 
@@ -32,17 +35,30 @@ class StartupRefused(ValueError):
         super().__init__("the app cannot run:\n" + "\n".join(f"  {line}" for line in problems))
 
 
-def _bindings(spec: FunctionSpec) -> Iterator[tuple[str, str | None, Service, str | None]]:
-    """(where, connection, service, blob path) for the trigger and every binding of ``spec``."""
-    yield f"function {spec.name}, trigger queueTrigger ({spec.arg_name})", spec.connection, "queue", None
+class _Binding(NamedTuple):
+    """The trigger or one binding of a function, as start-up checks see it."""
+
+    where: str
+    connection: str | None
+    service: Service
+    #: The queue's name (queue bindings) or the blob path (blob bindings).
+    name: str
+    trigger: bool = False
+
+
+def _bindings(spec: FunctionSpec) -> Iterator[_Binding]:
+    """The trigger and every binding of ``spec``."""
+    yield _Binding(f"function {spec.name}, trigger queueTrigger ({spec.arg_name})", spec.connection, "queue",
+                   spec.queue_name, trigger=True)
     for binding in (*spec.inputs, *spec.outputs):
         if isinstance(binding, OutputBinding):
-            yield f"function {spec.name}, output binding queue ({binding.arg_name})", binding.connection, "queue", None
+            where = f"function {spec.name}, output binding queue ({binding.arg_name})"
+            yield _Binding(where, binding.connection, "queue", binding.queue_name)
         else:
             direction = "input" if isinstance(binding, BlobInput) else "output"
             assert isinstance(binding, (BlobInput, BlobOutput))
             where = f"function {spec.name}, {direction} binding blob ({binding.arg_name})"
-            yield where, binding.connection, "blob", binding.path
+            yield _Binding(where, binding.connection, "blob", binding.path)
 
 
 def problems(app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -55,11 +71,51 @@ def problems(app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | No
             found.append(f"{section.where}: functions.{name}: the app has no function of that name "
                          f"(its functions: {', '.join(sorted(names))})")
     for spec in app.functions:
-        for where, connection, service, path in _bindings(spec):
-            if problem := connection_problem(config, connection, service):
-                found.append(f"{where}: {problem}")
-            if path is not None and (unset := unset_settings("path", path, environ)):
-                found.append(f"{where}: {unset}")
+        for binding in _bindings(spec):
+            if problem := connection_problem(config, binding.connection, binding.service):
+                found.append(f"{binding.where}: {problem}")
+            elif binding.service == "queue":
+                found.extend(f"{binding.where}: {line}" for line in limit_problems(spec, binding, config))
+            if binding.service == "blob" and (unset := unset_settings("path", binding.name, environ)):
+                found.append(f"{binding.where}: {unset}")
+    return found
+
+
+#: Settings bounded by a backend's limits: (key in a ``functions:`` section, its global key, HostConfig field,
+#: the Limits field, what the limit counts).
+_BOUNDED = (
+    ("batchSize", "extensions.queues.batchSize", "batch_size", "max_batch", "messages a receive returns"),
+    ("visibilityTimeout", "extensions.queues.visibilityTimeout", "visibility_timeout", "max_visibility",
+     "seconds a message may stay hidden"),
+    ("leaseDuration", "worker.leaseDuration", "lease_duration", "max_visibility", "seconds a message may stay hidden"),
+)
+
+
+def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) -> list[str]:
+    """Where a queue binding asks more than its backend's service takes: a line per setting, naming the limit.
+
+    Every queue name is held to the backend's name rule; the trigger also to
+    its limits, with the function's settings (its ``functions:`` section over
+    the global ones), naming the key that set each value.
+    """
+    kind = backend_kind(config.resolve_connection(binding.connection, "queue",
+                                                  embedded_default=binding.connection is None).value)
+    found = []
+    if not expressions.setting_names(binding.name):  # a %SETTING% name is checked once resolved
+        try:
+            kind.limits.check_name(binding.name)
+        except InvalidArgument as exc:
+            found.append(f"{exc} ({kind.name})")
+    if not binding.trigger:
+        return found
+    own = config.for_function(spec.name)
+    section = config.functions.get(spec.name)
+    for key, global_key, attr, limit_attr, meaning in _BOUNDED:
+        value, limit = getattr(own, attr), getattr(kind.limits, limit_attr)
+        if value > limit:
+            setting = (f"functions.{spec.name}.{key} ({section.where})" if section and attr in section.settings
+                       else global_key)
+            found.append(f"{setting} is {value:g}, more than {kind.name} takes: at most {limit:g} {meaning}")
     return found
 
 
@@ -72,6 +128,10 @@ def connection_problem(config: HostConfig, connection: str | None, service: Serv
         value = config.resolve_connection(connection, service, embedded_default=connection is None).value
     except ConnectionSettingError as exc:
         return str(exc)
+    if service == "queue":
+        problem = queue_connection_problem(value, config.base_dir)
+        embedded = not value or value.startswith(SQLITE_PREFIX)  # its problems name the file
+        return f"connection {connection or DEFAULT}: {problem}" if problem and not embedded else problem
     if value is None or value.startswith(SQLITE_PREFIX):
         return file_problem(config.base_dir / (value[len(SQLITE_PREFIX):] if value else DEFAULT_SQLITE_PATH))
     try:

@@ -207,11 +207,12 @@ def test_function_name_above_renames_before_names_are_checked() -> None:
     assert sorted(f.name for f in app.functions) == ["main", "other"]
 
 
-@pytest.mark.parametrize("queue_name", ["Orders", "my_queue", "ab", "a--b", "a" * 64])
-def test_invalid_queue_name_is_rejected(queue_name: str) -> None:
+@pytest.mark.parametrize("queue_name", ["", "  "])
+def test_a_queue_name_must_be_given(queue_name: str) -> None:
+    """Whether the service takes a name depends on the backend (checked at start); that there is one does not."""
     app = WorkerApp()
 
-    with pytest.raises(ValueError, match=r"queue name .* is not valid: use 3-63 lowercase letters"):
+    with pytest.raises(ValueError, match="queue_name must be a non-empty string"):
         app.queue_trigger(arg_name="msg", queue_name=queue_name)
 
 

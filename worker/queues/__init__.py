@@ -1,12 +1,28 @@
-"""Queue backends behind one protocol; ``open_backend`` picks one from a connection string."""
+"""Queue backends behind one protocol, registered by the form of their connection strings.
+
+A connection string says which service it is: ``sqlite:///PATH`` (or none at
+all) is the embedded queue, ``oci://`` and ``oci+http://`` OCI Queue, and the
+``Key=Value;...`` form Azure Functions uses is Azure Storage. Each
+:class:`BackendKind` states its service's limits and capabilities without
+opening anything, so start-up checks read them before a connection is made;
+a scheme nobody registered is refused, never taken for Azure.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from worker.queues.base import QueueBackend
-from worker.queues.connection import ConnectionStringError, parse_connection_string
+from worker.queues.base import Capabilities, Limits, QueueBackend
+from worker.queues.connection import (
+    AZURE_CAPABILITIES,
+    AZURE_LIMITS,
+    ConnectionStringError,
+    parse_connection_string,
+)
+from worker.queues.oci_connection import OCI_CAPABILITIES, OCI_LIMITS, parse_oci_connection
+from worker.queues.sqlite import EMBEDDED_LIMITS, SqliteBackend, file_problem
 
 #: Where the embedded queue lives when a function names no connection, relative to host.yaml.
 DEFAULT_SQLITE_PATH = Path(".worker") / "queues.sqlite3"
@@ -17,41 +33,130 @@ class UnsupportedConnection(ValueError):
     """A connection string this host cannot use; the message never contains the string itself."""
 
 
-def describe(connection: str | None) -> str:
-    """A safe name for a connection in logs: the backend and where it is, never a secret."""
-    if not connection:
-        return "embedded queue (default file)"
-    if connection.startswith(SQLITE_PREFIX):
-        return f"embedded queue {connection[len(SQLITE_PREFIX):]}"
+OnRetry = Callable[[str], None] | None
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """One kind of queue service: its name in messages, what it accepts, what it can do, and how to open it."""
+
+    name: str
+    limits: Limits
+    capabilities: Capabilities
+    #: Why this connection string cannot be used, or None; checked at start, before anything opens.
+    problem: Callable[[str | None, Path], str | None]
+    #: A safe description for logs: the service and where it is, never a secret.
+    describe: Callable[[str | None], str]
+    open: Callable[[str | None, Path, OnRetry], QueueBackend]
+
+
+def _sqlite_path(connection: str | None, base_dir: Path) -> Path:
+    """A relative PATH (``sqlite:///queues.db``) is taken from ``base_dir``; an absolute one has four slashes."""
+    return base_dir / (connection[len(SQLITE_PREFIX):] if connection else DEFAULT_SQLITE_PATH)
+
+
+def _sqlite_problem(connection: str | None, base_dir: Path) -> str | None:
+    return file_problem(_sqlite_path(connection, base_dir))
+
+
+def _sqlite_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
+    return SqliteBackend(_sqlite_path(connection, base_dir))
+
+
+def _azure_problem(connection: str | None, base_dir: Path) -> str | None:
     try:
-        return parse_connection_string(connection).describe()
+        parsed = parse_connection_string(connection or "")
+    except ConnectionStringError as exc:
+        return str(exc)
+    if parsed.queue_endpoint is None:
+        return "connection string has no QueueEndpoint (nor an AccountName to derive one from)"
+    return None
+
+
+def _azure_describe(connection: str | None) -> str:
+    try:
+        return parse_connection_string(connection or "").describe()
     except ConnectionStringError:
         return "Azure Storage (malformed connection string)"
 
 
-def open_backend(
-    connection: str | None, base_dir: Path, on_retry: Callable[[str], None] | None = None
-) -> QueueBackend:
-    """The backend for ``connection``: unset or ``sqlite:///PATH`` is the embedded queue, else Azure Storage.
-
-    A relative PATH (``sqlite:///queues.db``) is taken from ``base_dir``; an
-    absolute one has four slashes (``sqlite:////var/lib/q.db``). ``on_retry``
-    is told the kind of each transient storage failure that is retried.
-    """
-    if not connection:
-        from worker.queues.sqlite import SqliteBackend
-
-        return SqliteBackend(base_dir / DEFAULT_SQLITE_PATH)
-    if connection.startswith(SQLITE_PREFIX):
-        from worker.queues.sqlite import SqliteBackend
-
-        return SqliteBackend(base_dir / connection[len(SQLITE_PREFIX):])
-    try:
-        parsed = parse_connection_string(connection)
-    except ConnectionStringError as exc:
-        raise UnsupportedConnection(str(exc)) from None
-    if parsed.queue_endpoint is None:
-        raise UnsupportedConnection("connection string has no QueueEndpoint (nor an AccountName to derive one from)")
+def _azure_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
     from worker.queues.azure import AzureBackend
 
-    return AzureBackend(parsed, on_retry=on_retry)
+    return AzureBackend(parse_connection_string(connection or ""), on_retry=on_retry)
+
+
+def _oci_problem(connection: str | None, base_dir: Path) -> str | None:
+    try:
+        parse_oci_connection(connection or "")
+    except ConnectionStringError as exc:
+        return str(exc)
+    return None
+
+
+def _oci_describe(connection: str | None) -> str:
+    try:
+        return parse_oci_connection(connection or "").describe()
+    except ConnectionStringError:
+        return "OCI Queue (malformed connection string)"
+
+
+def _oci_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
+    from worker.queues.oci import OciBackend
+
+    return OciBackend(parse_oci_connection(connection or ""), on_retry=on_retry)
+
+
+EMBEDDED = BackendKind(
+    "embedded queue", EMBEDDED_LIMITS, AZURE_CAPABILITIES, _sqlite_problem,
+    lambda c: f"embedded queue {c[len(SQLITE_PREFIX):]}" if c else "embedded queue (default file)",
+    _sqlite_open,
+)
+AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem, _azure_describe, _azure_open)
+OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES, _oci_problem, _oci_describe, _oci_open)
+
+#: Backends by the scheme their connection strings start with (``scheme://``).
+SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI}
+
+
+def backend_kind(connection: str | None) -> BackendKind:
+    """The kind of backend ``connection`` names: by its scheme, or Azure Storage's ``Key=Value;`` form, or none."""
+    if not connection:
+        return EMBEDDED
+    scheme, sep, _ = connection.partition("://")
+    if sep and "=" not in scheme and ";" not in scheme:
+        kind = SCHEMES.get(scheme.strip().lower())
+        if kind is None:
+            known = ", ".join(f"{name}://" for name in SCHEMES)
+            raise UnsupportedConnection(f"no queue backend for {scheme}:// connections (known: {known}, "
+                                        "or an Azure Storage connection string)")
+        return kind
+    return AZURE
+
+
+def describe(connection: str | None) -> str:
+    """A safe name for a connection in logs: the backend and where it is, never a secret."""
+    try:
+        return backend_kind(connection).describe(connection)
+    except UnsupportedConnection:
+        return "unknown backend"
+
+
+def connection_problem(connection: str | None, base_dir: Path) -> str | None:
+    """Why ``connection`` cannot be opened (unknown scheme, malformed, unusable file), or None."""
+    try:
+        kind = backend_kind(connection)
+    except UnsupportedConnection as exc:
+        return str(exc)
+    return kind.problem(connection, base_dir)
+
+
+def open_backend(connection: str | None, base_dir: Path, on_retry: OnRetry = None) -> QueueBackend:
+    """The backend for ``connection``; ``on_retry`` is told the kind of each transient failure that is retried.
+
+    Raises UnsupportedConnection, naming what is wrong and never the string itself.
+    """
+    kind = backend_kind(connection)
+    if connection and (problem := kind.problem(connection, base_dir)):
+        raise UnsupportedConnection(problem)
+    return kind.open(connection, base_dir, on_retry)

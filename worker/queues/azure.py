@@ -35,7 +35,6 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from tenacity.wait import wait_random_exponential
 
 from worker.queues.base import (
-    MAX_MESSAGE_BYTES,
     InvalidArgument,
     MessageNotFound,
     MessageTooLarge,
@@ -45,12 +44,8 @@ from worker.queues.base import (
     RawMessage,
     Receipt,
     TransientError,
-    check_count,
-    check_put,
-    check_queue_name,
-    check_visibility,
 )
-from worker.queues.connection import AzureConnection
+from worker.queues.connection import AZURE_CAPABILITIES, AZURE_LIMITS, AzureConnection
 from worker.storage_errors import (
     CONNECT_TIMEOUT,
     READ_TIMEOUT,
@@ -85,7 +80,7 @@ def _protocol_error(exc: AzureError, queue: str, message_id: str | None = None) 
     if code == "PopReceiptMismatch":
         return PopReceiptMismatch(f"pop receipt for {subject} is stale")
     if code == "RequestBodyTooLarge" or status == 413:
-        return MessageTooLarge(f"message is larger than the service accepts ({MAX_MESSAGE_BYTES} bytes)")
+        return MessageTooLarge(f"message is larger than the service accepts ({AZURE_LIMITS.max_message_bytes} bytes)")
     if status == 404:
         return (MessageNotFound if message_id else QueueNotFound)(f"{subject} was not found")
     if status == 400 or code in {"OutOfRangeInput", "OutOfRangeQueryParameterValue", "InvalidResourceName"}:
@@ -144,10 +139,9 @@ class _Incident:
 class AzureBackend:
     """Queues of one storage account; implements :class:`worker.queues.base.QueueBackend`."""
 
-    #: The service keeps visibility times in whole seconds, so a lease may end up to this much early.
-    visibility_resolution = 1.0
-    #: Azure Storage answers a receive at once; it has no long polling.
-    long_poll = 0.0
+    limits = AZURE_LIMITS
+    capabilities = AZURE_CAPABILITIES
+    service_dead_letters = False
 
     def __init__(self, connection: AzureConnection, on_retry: Callable[[str], None] | None = None) -> None:
         self.connection = connection
@@ -218,7 +212,7 @@ class AzureBackend:
     # -- queues -----------------------------------------------------------------------------------------------
 
     async def create_queue(self, queue: str) -> None:
-        check_queue_name(queue)
+        self.limits.check_name(queue)
 
         async def create() -> None:
             try:
@@ -248,7 +242,7 @@ class AzureBackend:
     async def put(
         self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
     ) -> RawMessage:
-        check_put(content, visibility_timeout, time_to_live)
+        self.limits.check_put(content, visibility_timeout, time_to_live)
         ttl = None if time_to_live is None else (-1 if time_to_live == -1 else _seconds(time_to_live))
 
         async def send() -> SdkMessage:
@@ -261,9 +255,9 @@ class AzureBackend:
     async def receive(
         self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
     ) -> list[RawMessage]:
-        """``wait`` is ignored: the service cannot wait (``long_poll`` is 0)."""
-        check_count(max_messages)
-        check_visibility(visibility_timeout, 1)
+        """``wait`` is ignored: the service cannot wait (``limits.long_poll`` is 0)."""
+        self.limits.check_count(max_messages)
+        self.limits.check_visibility(visibility_timeout, 1)
 
         async def first_page() -> list[SdkMessage]:
             pages = self._queue(queue).receive_messages(
@@ -277,7 +271,7 @@ class AzureBackend:
         return [_raw(m) for m in await self._call(first_page, queue)]
 
     async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
-        check_visibility(visibility_timeout, 0)
+        self.limits.check_visibility(visibility_timeout, 0)
 
         async def update() -> SdkMessage:
             return await self._queue(queue).update_message(
@@ -303,7 +297,7 @@ class AzureBackend:
         await self._call(delete, queue, message_id)
 
     async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
-        check_count(max_messages)
+        self.limits.check_count(max_messages)
 
         async def peek() -> list[SdkMessage]:
             return await self._queue(queue).peek_messages(max_messages=max_messages)

@@ -1,12 +1,16 @@
-"""The queue protocol every backend implements, with Azure Storage Queue semantics.
+"""The queue protocol every backend implements: Azure Storage Queue semantics, each service's own limits.
 
 The host never talks to a storage SDK directly: it speaks this protocol, so the
-embedded SQLite queue and Azure Storage Queues behave the same way and one
-conformance suite (``tests/conformance``) holds both to it.
+embedded SQLite queue, Azure Storage Queues and OCI Queue behave the same way
+and one conformance suite (``tests/conformance``) holds them to it. Where the
+services differ (how many messages a receive returns, how long a lease may be,
+whether the service dead-letters on its own) each backend says so in its
+:class:`Limits` and :class:`Capabilities`, and the host reads those instead of
+assuming Azure's numbers.
 
 Message content is *wire text*: the string the service stores. Encoding a
 handler's bytes (base64 or none) happens above this layer, exactly as in the
-Azure SDKs, so the 64 KiB limit applies to what is stored.
+Azure SDKs, so the size limit applies to what is stored.
 """
 
 from __future__ import annotations
@@ -16,18 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-#: Largest message text either backend stores, as in Azure Storage Queues.
-MAX_MESSAGE_BYTES = 64 * 1024
-#: Most messages one receive or peek returns.
-MAX_BATCH = 32
-#: Longest visibility timeout the service accepts (7 days), in seconds.
-MAX_VISIBILITY_SECONDS = 7 * 24 * 3600
 #: Time-to-live a message gets when the sender names none (7 days), in seconds.
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
 #: A time-to-live of -1 means the message never expires.
 NEVER_EXPIRES = -1
-#: Azure's queue name rule: 3-63 of lowercase letters, digits and single hyphens, alphanumeric at both ends.
-QUEUE_NAME = re.compile(r"(?=.{3,63}\Z)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]")
 
 
 class QueueError(Exception):
@@ -47,11 +43,15 @@ class PopReceiptMismatch(QueueError):
 
 
 class MessageTooLarge(QueueError):
-    """The message text is over :data:`MAX_MESSAGE_BYTES` (Azure: 413 RequestBodyTooLarge)."""
+    """The message text is over the backend's ``Limits.max_message_bytes`` (Azure: 413 RequestBodyTooLarge)."""
 
 
 class InvalidArgument(QueueError):
     """An argument is out of the range the service accepts (Azure: 400 OutOfRangeQueryParameterValue)."""
+
+
+class Unsupported(InvalidArgument):
+    """The backend's service has no such feature (e.g. a per-message time to live on OCI Queue)."""
 
 
 class UnusableFile(QueueError):
@@ -62,40 +62,89 @@ class TransientError(QueueError):
     """Storage could not be reached or answered 5xx/408/429; the same call may succeed later."""
 
 
-def check_queue_name(queue: str) -> None:
-    """Raise InvalidArgument unless ``queue`` is a name Azure Storage accepts."""
-    if not QUEUE_NAME.fullmatch(queue):
-        raise InvalidArgument(
-            f"queue name {queue!r} is not valid: use 3-63 lowercase letters, digits and single hyphens, "
-            "starting and ending with a letter or digit"
-        )
+def _seconds(value: float) -> str:
+    """A duration as a person reads it in a limit: 7 days, 12 hours, 30 seconds."""
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if value >= size and value % size == 0:
+            return f"{value // size:g} {unit}"
+    return f"{value:g}s"
 
 
-def check_put(content: str, visibility_timeout: float, time_to_live: float | None) -> float:
-    """Check a put as the service would, before any request; returns the time to live to use."""
-    size = len(content.encode("utf-8"))
-    if size > MAX_MESSAGE_BYTES:
-        raise MessageTooLarge(f"message is {size} bytes; the limit is {MAX_MESSAGE_BYTES} bytes (64 KiB)")
-    ttl = DEFAULT_TTL_SECONDS if time_to_live is None else time_to_live
-    if ttl != NEVER_EXPIRES and ttl < 1:
-        raise InvalidArgument(f"time to live must be at least 1 second or -1 (never), got {ttl:g}")
-    check_visibility(visibility_timeout, 0)
-    if ttl != NEVER_EXPIRES and visibility_timeout >= ttl:
-        raise InvalidArgument("visibility timeout must be shorter than the time to live")
-    return ttl
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one backend's service accepts. The host checks config and calls against these, never one service's numbers.
+
+    ``visibility_resolution`` is how much shorter than asked a visibility may
+    turn out (the service's clock granularity); ``long_poll`` the longest a
+    receive may wait on the server for a message, 0 for a service that
+    answers at once (the listener then polls with back-off).
+    """
+
+    max_batch: int
+    max_visibility: float
+    max_message_bytes: int
+    visibility_resolution: float
+    long_poll: float
+    name_pattern: re.Pattern[str]
+    name_rule: str
+
+    def check_name(self, queue: str) -> None:
+        """Raise InvalidArgument unless ``queue`` is a name the service accepts."""
+        if not self.name_pattern.fullmatch(queue):
+            raise InvalidArgument(f"queue name {queue!r} is not valid: use {self.name_rule}")
+
+    def check_count(self, n: int) -> None:
+        """Receive and peek take 1 to ``max_batch`` messages."""
+        if not 1 <= n <= self.max_batch:
+            raise InvalidArgument(f"number of messages must be between 1 and {self.max_batch}, got {n}")
+
+    def check_visibility(self, seconds: float, low: float) -> None:
+        """Visibility timeouts run from ``low`` to ``max_visibility``."""
+        if not low <= seconds <= self.max_visibility:
+            raise InvalidArgument(
+                f"visibility timeout must be between {low:g}s and {_seconds(self.max_visibility)}, got {seconds:g}s"
+            )
+
+    def check_size(self, content: str) -> None:
+        """Raise MessageTooLarge when ``content`` is over ``max_message_bytes`` as UTF-8."""
+        size = len(content.encode("utf-8"))
+        if size > self.max_message_bytes:
+            raise MessageTooLarge(
+                f"message is {size} bytes; the limit is {self.max_message_bytes} bytes "
+                f"({self.max_message_bytes // 1024} KiB)"
+            )
+
+    def check_put(self, content: str, visibility_timeout: float, time_to_live: float | None) -> float:
+        """Check a put as the service would, before any request; returns the time to live to use."""
+        self.check_size(content)
+        ttl = DEFAULT_TTL_SECONDS if time_to_live is None else time_to_live
+        if ttl != NEVER_EXPIRES and ttl < 1:
+            raise InvalidArgument(f"time to live must be at least 1 second or -1 (never), got {ttl:g}")
+        self.check_visibility(visibility_timeout, 0)
+        if ttl != NEVER_EXPIRES and visibility_timeout >= ttl:
+            raise InvalidArgument("visibility timeout must be shorter than the time to live")
+        return ttl
 
 
-def check_visibility(seconds: float, low: float) -> None:
-    """Receive takes 1 s to 7 days; put and update take 0 s to 7 days."""
-    if not low <= seconds <= MAX_VISIBILITY_SECONDS:
-        raise InvalidArgument(f"visibility timeout must be between {low:g}s and 7 days, got {seconds:g}s")
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What one backend's service can do beyond the protocol's core (receive, update, delete, put, count)."""
+
+    #: The service moves a message to its own dead-letter queue after a delivery limit set on the queue.
+    dead_letter: bool
+    #: ``peek`` shows messages without receiving them (OCI Queue's only "peek" counts as a delivery).
+    peek: bool
+    #: ``put`` takes a time to live and an initial invisibility per message.
+    message_options: bool
+    #: ``create_queue`` is quick, so the host may create ``<queue>-poison`` on first use.
+    creates_queues: bool
+    #: ``update`` hands out a new receipt, so the old one stops working.
+    new_receipt_on_update: bool
 
 
-def check_count(n: int) -> None:
-    """Receive and peek take 1 to 32 messages."""
-    if not 1 <= n <= MAX_BATCH:
-        raise InvalidArgument(f"number of messages must be between 1 and {MAX_BATCH}, got {n}")
-
+#: Azure's queue name rule: 3-63 of lowercase letters, digits and single hyphens, alphanumeric at both ends.
+AZURE_NAME = re.compile(r"(?=.{3,63}\Z)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]")
+AZURE_NAME_RULE = "3-63 lowercase letters, digits and single hyphens, starting and ending with a letter or digit"
 
 #: Errors that mean "the lease on this message is no longer ours".
 LeaseGone = (MessageNotFound, PopReceiptMismatch)
@@ -128,11 +177,13 @@ class QueueBackend(Protocol):
     All times are UTC. Visibility and TTL are seconds (floats accepted).
     """
 
-    #: How much shorter than asked a visibility timeout may turn out (the service's time resolution).
-    visibility_resolution: float
-    #: Longest a receive may wait for a message (``wait``); 0 for a service that answers at once (Azure Storage),
-    #: whose listener then polls with back-off instead.
-    long_poll: float
+    #: What the service accepts: batch, visibility, size, names, clock resolution, long-poll wait.
+    limits: Limits
+    #: What the service can do beyond the core: dead-lettering, peek, per-message options, quick queue creation.
+    capabilities: Capabilities
+    #: Poison goes to the service's own dead-letter queue (OCI Queue by default): the host releases a message it
+    #: would poison until the service moves it, instead of copying it to ``<queue>-poison``.
+    service_dead_letters: bool
 
     async def create_queue(self, queue: str) -> None:
         """Create the queue; creating one that exists is not an error."""
@@ -153,8 +204,10 @@ class QueueBackend(Protocol):
     ) -> RawMessage:
         """Add a message, invisible for ``visibility_timeout`` seconds, expiring after ``time_to_live``.
 
-        ``time_to_live`` None means :data:`DEFAULT_TTL_SECONDS`; -1 means never.
-        Raises QueueNotFound, MessageTooLarge, InvalidArgument.
+        ``time_to_live`` None means :data:`DEFAULT_TTL_SECONDS` (or the queue's own
+        retention where messages have no options); -1 means never.
+        Raises QueueNotFound, MessageTooLarge, InvalidArgument, and Unsupported
+        for options the service lacks (``capabilities.message_options``).
         """
 
     async def receive(
@@ -163,14 +216,16 @@ class QueueBackend(Protocol):
         """Take up to ``max_messages`` visible messages, hiding each for ``visibility_timeout``.
 
         Increments each message's dequeue count and gives it a new pop receipt.
-        Expired messages are never returned. With ``wait`` (up to ``long_poll``
+        Expired messages are never returned. With ``wait`` (up to ``limits.long_poll``
         seconds), an empty queue is waited on: the call returns as soon as a
         message is visible, or empty when the wait ends; cancelling it loses
         nothing. Raises QueueNotFound, InvalidArgument.
         """
 
     async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
-        """Set the message's visibility to now + ``visibility_timeout``; rotate its pop receipt.
+        """Set the message's visibility to now + ``visibility_timeout``; the receipt it returns is the one to use next.
+
+        Where ``capabilities.new_receipt_on_update`` the old receipt stops working.
 
         Raises MessageNotFound, PopReceiptMismatch, InvalidArgument.
         """
@@ -179,7 +234,10 @@ class QueueBackend(Protocol):
         """Delete the message. Raises MessageNotFound, PopReceiptMismatch."""
 
     async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
-        """Up to ``max_messages`` visible messages, unchanged and without pop receipts."""
+        """Up to ``max_messages`` visible messages, unchanged and without pop receipts.
+
+        Raises Unsupported where the service cannot look without receiving (``capabilities.peek``).
+        """
 
     async def approximate_count(self, queue: str) -> int:
         """Messages in the queue, visible or not. Raises QueueNotFound."""

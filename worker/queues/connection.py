@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.queues.base import AZURE_NAME, AZURE_NAME_RULE, Capabilities, Limits
+
 #: The emulator's well-known account (public, documented by Microsoft).
 DEV_ACCOUNT = "devstoreaccount1"
 DEV_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -22,6 +24,20 @@ DEV_QUEUE_ENDPOINT = f"http://127.0.0.1:10001/{DEV_ACCOUNT}"
 DEV_BLOB_ENDPOINT = f"http://127.0.0.1:10000/{DEV_ACCOUNT}"
 
 IDENTITY_CREDENTIAL = "DefaultAzureCredential"
+
+#: Azure Storage Queues: 32 messages a receive, leases up to 7 days kept to the second, 64 KiB, no long polling.
+AZURE_LIMITS = Limits(
+    max_batch=32,
+    max_visibility=7 * 24 * 3600,
+    max_message_bytes=64 * 1024,
+    visibility_resolution=1.0,
+    long_poll=0.0,
+    name_pattern=AZURE_NAME,
+    name_rule=AZURE_NAME_RULE,
+)
+AZURE_CAPABILITIES = Capabilities(
+    dead_letter=False, peek=True, message_options=True, creates_queues=True, new_receipt_on_update=True
+)
 
 
 class ConnectionStringError(ValueError):

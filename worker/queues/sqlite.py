@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -48,11 +48,8 @@ from worker.queues.base import (
     Receipt,
     TransientError,
     UnusableFile,
-    check_count,
-    check_put,
-    check_queue_name,
-    check_visibility,
 )
+from worker.queues.connection import AZURE_CAPABILITIES, AZURE_LIMITS
 
 T = TypeVar("T")
 
@@ -62,6 +59,9 @@ BUSY_TIMEOUT_MS = 30_000
 MAX_GROUP = 256
 #: Longest a receive waits for a message, as OCI Queue's and SQS's long polls (20 s).
 LONG_POLL_SECONDS = 20.0
+#: Azure's limits and capabilities, so that an app moves between the embedded queue and Azure Storage unchanged;
+#: but times are kept to the microsecond, and a receive waits for a message.
+EMBEDDED_LIMITS = replace(AZURE_LIMITS, visibility_resolution=0.0, long_poll=LONG_POLL_SECONDS)
 #: How often the file is looked at for other processes' writes while a receive waits.
 CHANGE_POLL_SECONDS = 0.075
 
@@ -148,9 +148,9 @@ def file_problem(path: Path) -> str | None:
 class SqliteBackend:
     """Queues in one SQLite file; implements :class:`worker.queues.base.QueueBackend`."""
 
-    #: Visibility times are kept to the microsecond.
-    visibility_resolution = 0.0
-    long_poll = LONG_POLL_SECONDS
+    limits = EMBEDDED_LIMITS
+    capabilities = AZURE_CAPABILITIES
+    service_dead_letters = False
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -297,7 +297,7 @@ class SqliteBackend:
     # -- queues -----------------------------------------------------------------------------------------------
 
     async def create_queue(self, queue: str) -> None:
-        check_queue_name(queue)
+        self.limits.check_name(queue)
         await self._run(lambda db: db.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (queue,)), write=True)
 
     async def delete_queue(self, queue: str) -> None:
@@ -315,7 +315,7 @@ class SqliteBackend:
     async def put(
         self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
     ) -> RawMessage:
-        ttl = check_put(content, visibility_timeout, time_to_live)
+        ttl = self.limits.check_put(content, visibility_timeout, time_to_live)
 
         def work(db: sqlite3.Connection) -> RawMessage:
             self._require_queue(db, queue)
@@ -335,9 +335,9 @@ class SqliteBackend:
     async def receive(
         self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
     ) -> list[RawMessage]:
-        check_count(max_messages)
-        check_visibility(visibility_timeout, 1)
-        deadline = time.monotonic() + min(max(wait, 0.0), self.long_poll)
+        self.limits.check_count(max_messages)
+        self.limits.check_visibility(visibility_timeout, 1)
+        deadline = time.monotonic() + min(max(wait, 0.0), self.limits.long_poll)
 
         def work(db: sqlite3.Connection) -> tuple[list[RawMessage], float | None]:
             """The messages taken, and when none: the time the next one becomes visible (None: none waits)."""
@@ -402,7 +402,7 @@ class SqliteBackend:
         self._changes.written()
 
     async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
-        check_visibility(visibility_timeout, 0)
+        self.limits.check_visibility(visibility_timeout, 0)
 
         def work(db: sqlite3.Connection) -> Receipt:
             now = time.time()
@@ -415,7 +415,7 @@ class SqliteBackend:
             return Receipt(receipt, _when(now + visibility_timeout))  # type: ignore[arg-type]
 
         receipt = await self._run(work, write=True)
-        if visibility_timeout < self.long_poll:  # a release: a waiting receive looks again (now, or at its time)
+        if visibility_timeout < self.limits.long_poll:  # a release: a waiting receive looks again (now, or at its time)
             self._changes.written()
         return receipt
 
@@ -427,7 +427,7 @@ class SqliteBackend:
         await self._run(work, write=True)
 
     async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
-        check_count(max_messages)
+        self.limits.check_count(max_messages)
 
         def work(db: sqlite3.Connection) -> list[RawMessage]:
             self._require_queue(db, queue)

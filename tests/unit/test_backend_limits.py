@@ -1,0 +1,109 @@
+"""Each backend states its service's limits; start-up holds every function to the limits of the backend it uses.
+
+The settings are checked before anything opens (no service is needed), and
+every problem is one line naming the function, the key and the limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from worker import preflight
+from worker.app import WorkerApp
+from worker.config import load_config
+from worker.queues import AZURE, EMBEDDED, OCI, UnsupportedConnection, backend_kind, open_backend
+
+OCI_CONNECTION = "oci://cell-1.queue.messaging.us-ashburn-1.oci.oraclecloud.com?compartment=ocid1.compartment.oc1..x"
+
+
+def _problems(tmp_path: Path, host_yaml: str, queue: str = "orders", connection: str | None = None) -> list[str]:
+    (tmp_path / "host.yaml").write_text(host_yaml, encoding="utf-8")
+    config = load_config(tmp_path / "host.yaml", environ={})
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=queue, connection="Jobs" if connection else None)
+    def orders(msg: str) -> None:
+        pass
+
+    if connection:
+        config = replace(config, connections={"Jobs": connection})
+    return preflight.problems(app, config, environ={})
+
+
+def test_each_connection_form_names_its_backend() -> None:
+    assert backend_kind(None) is EMBEDDED
+    assert backend_kind("sqlite:///q.db") is EMBEDDED
+    assert backend_kind("UseDevelopmentStorage=true") is AZURE
+    assert backend_kind("AccountName=a;AccountKey=k;QueueEndpoint=https://x/y") is AZURE
+    assert backend_kind(OCI_CONNECTION) is OCI
+    assert backend_kind("oci+http://127.0.0.1:1?compartment=c") is OCI
+
+
+def test_an_unknown_scheme_is_refused_not_taken_for_azure(tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedConnection, match=r"no queue backend for sqs:// connections \(known: sqlite://"):
+        open_backend("sqs://queue.amazonaws.com/1/q", tmp_path)
+
+
+def test_the_limits_differ_by_service() -> None:
+    assert (AZURE.limits.max_batch, EMBEDDED.limits.max_batch, OCI.limits.max_batch) == (32, 32, 20)
+    assert OCI.limits.max_visibility == 12 * 3600 < AZURE.limits.max_visibility == 7 * 86400
+    assert OCI.capabilities.dead_letter and not AZURE.capabilities.dead_letter
+    assert not OCI.capabilities.peek and EMBEDDED.capabilities.peek
+
+
+def test_batch_size_32_on_oci_is_refused_naming_the_function_and_the_limit(tmp_path: Path) -> None:
+    found = _problems(tmp_path, "version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n",
+                      connection=OCI_CONNECTION)
+    assert found == [
+        "function orders, trigger queueTrigger (msg): extensions.queues.batchSize is 32, more than OCI Queue takes: "
+        "at most 20 messages a receive returns"
+    ]
+
+
+def test_the_same_settings_run_on_azure(tmp_path: Path) -> None:
+    assert _problems(tmp_path, "version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n",
+                     connection="UseDevelopmentStorage=true") == []
+
+
+def test_a_function_section_is_named_with_its_line_and_every_problem_is_listed(tmp_path: Path) -> None:
+    found = _problems(
+        tmp_path,
+        "version: '2.0'\nfunctions:\n  orders:\n    batchSize: 25\n    leaseDuration: 1d\n",
+        connection=OCI_CONNECTION,
+    )
+    assert len(found) == 2, found  # batchSize, and leaseDuration is over 12 hours
+    assert "functions.orders.batchSize (" in found[0] and "at most 20 messages" in found[0]
+    assert all(line.startswith("function orders, trigger queueTrigger (msg): ") for line in found)
+    assert any("leaseDuration" in line and "at most 43200 seconds" in line for line in found), found
+
+
+@pytest.mark.parametrize("queue", ["Orders", "my_queue", "ab", "a--b", "a" * 64])
+def test_names_azure_refuses_are_refused_at_start_on_azure_and_the_embedded_queue(tmp_path: Path, queue: str) -> None:
+    for connection in (None, "UseDevelopmentStorage=true"):
+        found = _problems(tmp_path, "version: '2.0'\n", queue=queue, connection=connection)
+        assert len(found) == 1 and f"queue name {queue!r} is not valid: use 3-63 lowercase letters" in found[0], found
+
+
+def test_an_oci_display_name_is_fine_on_oci(tmp_path: Path) -> None:
+    assert _problems(tmp_path, "version: '2.0'\n", queue="Orders_Queue.v2", connection=OCI_CONNECTION) == []
+    found = _problems(tmp_path, "version: '2.0'\n", queue="bad name", connection=OCI_CONNECTION)
+    assert found and "(OCI Queue)" in found[0]
+
+
+@pytest.mark.parametrize("queue", ["abc", "a-b", "a" * 63, "0rders-2"])
+def test_names_azure_takes_are_accepted(tmp_path: Path, queue: str) -> None:
+    assert _problems(tmp_path, "version: '2.0'\n", queue=queue) == []
+
+
+@pytest.mark.parametrize(("suffix", "problem"), [
+    ("", "compartment=<compartment OCID> is missing"),
+    ("?compartment=c&auth=password", "auth must be one of config, instance_principal, resource_principal"),
+    ("?compartment=c&poison=never", "poison must be one of service, host"),
+    ("?compartment=c&region=x", "unknown keys region"),
+])
+def test_a_wrong_oci_connection_is_refused_naming_the_key(tmp_path: Path, suffix: str, problem: str) -> None:
+    found = _problems(tmp_path, "version: '2.0'\n", connection="oci://cell-1.example.com" + suffix)
+    assert len(found) == 1 and problem in found[0], found
