@@ -1,0 +1,162 @@
+"""The OCI Queue test server (``tests/oci/server.py``) started for tests, with its own API key and SDK config file.
+
+Why a subprocess with a real key: code under test meets the server the way it would meet the cloud service, over
+HTTP from its own process, reading credentials from an OCI config file and signing every request with the SDK's
+signer. The server knows only the public half of a key made for this run, so a test can also prove that a request
+signed with any other key is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+REPO = Path(__file__).resolve().parents[2]
+USER = "ocid1.user.oc1..test"
+TENANCY = "ocid1.tenancy.oc1..test"
+COMPARTMENT = "ocid1.compartment.oc1..test"
+REGION = "us-ashburn-1"
+_LISTENING = re.compile(r"^OCI Queue test server listening on (http://127\.0\.0\.1:\d+)$")
+
+
+def new_key() -> rsa.RSAPrivateKey:
+    """An RSA 2048 key, the size OCI's API keys have."""
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def fingerprint(public_key: rsa.RSAPublicKey) -> str:
+    """The API key fingerprint as OCI computes it: MD5 of the DER public key, as colon-separated hex pairs."""
+    der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    digest = hashlib.md5(der, usedforsecurity=False).hexdigest()
+    return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+
+
+def write_key(path: Path, key: rsa.RSAPrivateKey) -> Path:
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    path.chmod(0o600)
+    return path
+
+
+def write_config(path: Path, key_file: Path, key_fingerprint: str) -> Path:
+    """An OCI SDK/CLI config file with one ``[DEFAULT]`` profile (read it with ``oci.config.from_file``)."""
+    path.write_text(f"[DEFAULT]\nuser={USER}\nfingerprint={key_fingerprint}\nkey_file={key_file}\n"
+                    f"tenancy={TENANCY}\nregion={REGION}\n")
+    return path
+
+
+class OciTestServer:
+    """One ``python -m tests.oci.server`` process on a free loopback port, and the config file to reach it.
+
+    ``start()`` makes the key pair and the config in ``workdir``, starts the server with the interpreter running the
+    tests and waits for its ready line; ``stop()`` ends it. Also a context manager.
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.proc: subprocess.Popen[str] | None = None
+        self.output: list[str] = []
+        self._endpoint: str | None = None
+        self._fingerprint: str | None = None
+        self._ready = threading.Event()
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:PORT``: the service endpoint for both clients (and every queue's messagesEndpoint)."""
+        if self._endpoint is None:
+            raise RuntimeError("the OCI test server is not started")
+        return self._endpoint
+
+    @property
+    def config_file(self) -> Path:
+        return self.workdir / "config"
+
+    @property
+    def compartment_id(self) -> str:
+        """Any compartment OCID works here; this is the one the tests use."""
+        return COMPARTMENT
+
+    @property
+    def stderr_file(self) -> Path:
+        return self.workdir / "server.stderr"
+
+    def start(self, timeout: float = 30) -> OciTestServer:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        key = new_key()
+        key_file = write_key(self.workdir / "oci_api_key.pem", key)
+        public_file = self.workdir / "oci_api_key_public.pem"
+        public_file.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                              serialization.PublicFormat.SubjectPublicKeyInfo))
+        self._fingerprint = fingerprint(key.public_key())
+        write_config(self.config_file, key_file, self._fingerprint)
+        with self.stderr_file.open("w") as stderr:  # a file, not a pipe: nothing has to drain it
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.oci.server", "--port", "0", "--public-key", str(public_file),
+                 "--tenancy", TENANCY, "--user", USER, "--fingerprint", self._fingerprint,
+                 "--ready-file", str(self.workdir / "ready")],
+                cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            )
+        threading.Thread(target=self._read, daemon=True, name="oci-test-server-stdout").start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if self.proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the OCI test server did not listen within {timeout} s:\n{self._stderr()}")
+        if self._endpoint is None:
+            self.stop()
+            raise RuntimeError(f"the OCI test server exited with {self.proc.returncode}:\n{self._stderr()}")
+        return self
+
+    def stop(self, timeout: float = 10) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def wrong_key_config(self, workdir: Path) -> Path:
+        """A config with the right user, tenancy and fingerprint but another key: what a signature check must catch."""
+        if self._fingerprint is None:
+            raise RuntimeError("the OCI test server is not started")
+        key_file = write_key(workdir / "wrong_oci_api_key.pem", new_key())
+        return write_config(workdir / "wrong_key_config", key_file, self._fingerprint)
+
+    def __enter__(self) -> OciTestServer:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _read(self) -> None:
+        """Collect stdout; the ready line gives the endpoint. Set the event at EOF too, so a dead server is noticed."""
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            for line in self.proc.stdout:
+                self.output.append(line)
+                if self._endpoint is None and (match := _LISTENING.match(line.strip())):
+                    self._endpoint = match.group(1)
+                    self._ready.set()
+        except ValueError:  # stdout closed by stop()
+            pass
+        finally:
+            self._ready.set()
+
+    def _stderr(self) -> str:
+        return self.stderr_file.read_text() if self.stderr_file.exists() else ""

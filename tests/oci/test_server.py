@@ -1,0 +1,389 @@
+"""The OCI Queue test server behaves as the API reference says, driven only through the official ``oci`` SDK.
+
+Every call goes through ``oci.queue.QueueClient`` or ``QueueAdminClient`` with a config file read by
+``oci.config.from_file``, so the paths, JSON names, signatures and error bodies are the ones the SDK really uses.
+The SDK's retries and circuit breaker are off: an error answer must reach the test as it was sent.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import oci
+import pytest
+from oci.queue import QueueAdminClient, QueueClient
+from oci.queue.models import (
+    CreateQueueDetails,
+    DeleteMessagesDetails,
+    DeleteMessagesDetailsEntry,
+    MessageMetadata,
+    PurgeQueueDetails,
+    PutMessagesDetails,
+    PutMessagesDetailsEntry,
+    UpdateMessageDetails,
+    UpdateMessagesDetails,
+    UpdateMessagesDetailsEntry,
+    UpdateQueueDetails,
+)
+
+from tests.oci.fixture import OciTestServer
+
+NO_SUCH_QUEUE = "ocid1.queue.oc1.iad.nosuchqueue"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
+    with OciTestServer(tmp_path_factory.mktemp("oci")) as running:
+        yield running
+
+
+def client_options(server: OciTestServer, **extra: Any) -> dict[str, Any]:
+    return {"service_endpoint": server.endpoint, "retry_strategy": oci.retry.NoneRetryStrategy(),
+            "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy(), **extra}
+
+
+@pytest.fixture(scope="module")
+def config(server: OciTestServer) -> dict[str, Any]:
+    return oci.config.from_file(str(server.config_file))
+
+
+@pytest.fixture(scope="module")
+def admin(server: OciTestServer, config: dict[str, Any]) -> QueueAdminClient:
+    return QueueAdminClient(config, **client_options(server))
+
+
+@pytest.fixture(scope="module")
+def client(server: OciTestServer, config: dict[str, Any]) -> QueueClient:
+    return QueueClient(config, **client_options(server))
+
+
+def create_queue(admin: QueueAdminClient, server: OciTestServer, name: str, **settings: Any) -> str:
+    """Create a queue and follow its work request to the queue's OCID, as a real client has to."""
+    response = admin.create_queue(CreateQueueDetails(display_name=name, compartment_id=server.compartment_id,
+                                                     **settings))
+    assert response.status == 202
+    work_request = admin.get_work_request(response.headers["opc-work-request-id"]).data
+    assert work_request.status == "SUCCEEDED"
+    assert work_request.operation_type == "CREATE_QUEUE"
+    [resource] = work_request.resources
+    assert resource.action_type == "CREATED"
+    return str(resource.identifier)
+
+
+@pytest.fixture
+def queue_id(admin: QueueAdminClient, server: OciTestServer, request: pytest.FixtureRequest) -> str:
+    """A fresh queue for one test, with a short default poll so a test never waits 30 s by accident."""
+    return create_queue(admin, server, request.node.name, timeout_in_seconds=1)
+
+
+def put(client: QueueClient, queue_id: str, *contents: str, channel: str | None = None) -> list[int]:
+    metadata = MessageMetadata(channel_id=channel) if channel else None
+    entries = [PutMessagesDetailsEntry(content=content, metadata=metadata) for content in contents]
+    return [m.id for m in client.put_messages(queue_id, PutMessagesDetails(messages=entries)).data.messages]
+
+
+def get(client: QueueClient, queue_id: str, **options: Any) -> list[Any]:
+    options.setdefault("timeout_in_seconds", 0)
+    return list(client.get_messages(queue_id, **options).data.messages)
+
+
+def service_error(call: Any, *args: Any, **kwargs: Any) -> oci.exceptions.ServiceError:
+    with pytest.raises(oci.exceptions.ServiceError) as caught:
+        call(*args, **kwargs)
+    return caught.value
+
+
+# -- control plane --------------------------------------------------------------------------------------------------
+
+
+def test_a_created_queue_is_active_with_the_documented_defaults(admin: QueueAdminClient, server: OciTestServer) -> None:
+    queue_id = create_queue(admin, server, "defaults")
+    assert queue_id.startswith("ocid1.queue.oc1.")
+    queue = admin.get_queue(queue_id).data
+    assert queue.lifecycle_state == "ACTIVE"
+    assert (queue.display_name, queue.compartment_id) == ("defaults", server.compartment_id)
+    assert queue.messages_endpoint == server.endpoint
+    assert (queue.visibility_in_seconds, queue.timeout_in_seconds, queue.dead_letter_queue_delivery_count) == (30, 30, 0)
+    assert queue.retention_in_seconds == 86400
+
+
+def test_queues_are_listed_by_display_name_and_compartment(admin: QueueAdminClient, server: OciTestServer) -> None:
+    first = create_queue(admin, server, "listed")
+    second = create_queue(admin, server, "listed")
+    named = admin.list_queues(compartment_id=server.compartment_id, display_name="listed").data.items
+    assert {q.id for q in named} == {first, second}
+    assert all(q.messages_endpoint == server.endpoint and q.lifecycle_state == "ACTIVE" for q in named)
+    assert admin.list_queues(compartment_id="ocid1.compartment.oc1..other", display_name="listed").data.items == []
+    assert [q.id for q in admin.list_queues(id=first).data.items] == [first]
+
+
+def test_update_queue_changes_what_later_requests_default_to(
+    admin: QueueAdminClient, client: QueueClient, queue_id: str
+) -> None:
+    response = admin.update_queue(queue_id, UpdateQueueDetails(visibility_in_seconds=120,
+                                                               dead_letter_queue_delivery_count=5))
+    assert response.status == 202
+    assert admin.get_work_request(response.headers["opc-work-request-id"]).data.status == "SUCCEEDED"
+    queue = admin.get_queue(queue_id).data
+    assert (queue.visibility_in_seconds, queue.dead_letter_queue_delivery_count) == (120, 5)
+    put(client, queue_id, "hidden for the queue's new default")
+    before = time.time()
+    [message] = get(client, queue_id)
+    assert message.visible_after.timestamp() == pytest.approx(before + 120, abs=2)
+    assert service_error(admin.update_queue, queue_id, UpdateQueueDetails(timeout_in_seconds=31)).status == 400
+
+
+def test_a_deleted_queue_is_gone_for_the_data_plane(admin: QueueAdminClient, client: QueueClient, queue_id: str) -> None:
+    put(client, queue_id, "dropped with the queue")
+    response = admin.delete_queue(queue_id)
+    assert response.status == 202
+    work_request = admin.get_work_request(response.headers["opc-work-request-id"]).data
+    assert (work_request.operation_type, work_request.status) == ("DELETE_QUEUE", "SUCCEEDED")
+    assert admin.get_queue(queue_id).data.lifecycle_state == "DELETED"
+    assert queue_id not in {q.id for q in admin.list_queues(lifecycle_state="ACTIVE").data.items}
+    error = service_error(client.get_messages, queue_id, timeout_in_seconds=0)
+    assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound")
+
+
+def test_a_long_poll_on_a_deleted_queue_ends(admin: QueueAdminClient, client: QueueClient, queue_id: str) -> None:
+    errors: list[oci.exceptions.ServiceError] = []
+    poller = threading.Thread(target=lambda: errors.append(service_error(client.get_messages, queue_id,
+                                                                         timeout_in_seconds=10)))
+    poller.start()
+    poller.join(0.3)
+    assert poller.is_alive(), "the poll on an empty queue did not wait"
+    admin.delete_queue(queue_id)
+    poller.join(5)
+    assert not poller.is_alive() and [e.status for e in errors] == [404]
+
+
+# -- messages -------------------------------------------------------------------------------------------------------
+
+
+def test_put_get_update_delete_one_message(client: QueueClient, queue_id: str) -> None:
+    [message_id] = put(client, queue_id, "héllo", channel="orders")
+    [message] = get(client, queue_id, visibility_in_seconds=60)
+    assert (message.id, message.content, message.delivery_count) == (message_id, "héllo", 1)
+    assert message.metadata.channel_id == "orders"
+    assert message.expire_after > message.created_at
+    assert get(client, queue_id) == [], "a delivered message is hidden for its visibility timeout"
+    updated = client.update_message(queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=0)).data
+    assert updated.id == message_id
+    [again] = get(client, queue_id)
+    assert again.delivery_count == 2 and again.receipt != message.receipt
+    assert client.delete_message(queue_id, again.receipt).status == 204
+    assert get(client, queue_id) == []
+    assert client.get_stats(queue_id).data.queue.visible_messages == 0
+
+
+def test_batches_report_each_entry(client: QueueClient, queue_id: str) -> None:
+    ids = put(client, queue_id, "a", "b", "c")
+    assert len(set(ids)) == 3
+    assert len(get(client, queue_id, limit=2, visibility_in_seconds=60)) == 2, "get returns at most limit messages"
+    [last] = get(client, queue_id, limit=20, visibility_in_seconds=60)
+    assert last.id == ids[2]
+    client.update_message(queue_id, last.receipt, UpdateMessageDetails(visibility_in_seconds=0))
+    received = get(client, queue_id, limit=20, visibility_in_seconds=60)
+    assert [m.id for m in received] == [ids[2]]
+    bogus = "bm90LWEtcmVjZWlwdA"
+
+    update = client.update_messages(queue_id, UpdateMessagesDetails(entries=[
+        UpdateMessagesDetailsEntry(receipt=received[0].receipt, visibility_in_seconds=120),
+        UpdateMessagesDetailsEntry(receipt=bogus, visibility_in_seconds=120),
+    ])).data
+    assert (update.client_failures, update.server_failures) == (1, 0)
+    assert update.entries[0].id == ids[2] and update.entries[0].error_code is None
+    assert update.entries[1].error_code == 400 and update.entries[1].error_message
+
+    delete = client.delete_messages(queue_id, DeleteMessagesDetails(entries=[
+        DeleteMessagesDetailsEntry(receipt=received[0].receipt), DeleteMessagesDetailsEntry(receipt=bogus),
+    ])).data
+    assert (delete.client_failures, delete.server_failures) == (1, 0)
+    assert delete.entries[0].error_code is None and delete.entries[1].error_code == 400
+    stats = client.get_stats(queue_id).data.queue
+    assert (stats.visible_messages, stats.in_flight_messages, stats.size_in_bytes) == (0, 2, 2)
+
+
+def test_a_message_returns_when_its_visibility_passes(client: QueueClient, queue_id: str) -> None:
+    put(client, queue_id, "comes back")
+    [first] = get(client, queue_id, visibility_in_seconds=1)
+    assert get(client, queue_id) == []
+    stats = client.get_stats(queue_id).data.queue
+    assert (stats.visible_messages, stats.in_flight_messages) == (0, 1)
+    [second] = get(client, queue_id, timeout_in_seconds=5)  # the long poll wakes when the visibility lapses
+    assert time.time() >= first.visible_after.timestamp() - 0.01
+    assert second.id == first.id and second.delivery_count == 2
+    error = service_error(client.delete_message, queue_id, first.receipt)
+    assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound"), "a redelivery invalidates earlier receipts"
+    client.delete_message(queue_id, second.receipt)
+
+
+def test_a_long_poll_returns_as_soon_as_a_message_is_put(
+    server: OciTestServer, config: dict[str, Any], client: QueueClient, queue_id: str
+) -> None:
+    producer = QueueClient(config, **client_options(server))
+    received: list[tuple[float, list[Any]]] = []
+
+    def poll() -> None:
+        messages = get(client, queue_id, timeout_in_seconds=5)
+        received.append((time.monotonic(), messages))
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    poller.join(0.3)
+    assert poller.is_alive(), "the poll on an empty queue returned before its timeout"
+    put_at = time.monotonic()
+    put(producer, queue_id, "wake up")
+    poller.join(5)
+    [(returned_at, messages)] = received
+    assert [m.content for m in messages] == ["wake up"]
+    assert returned_at - put_at < 0.1
+
+
+def test_timeouts_zero_and_queue_default(client: QueueClient, queue_id: str) -> None:
+    start = time.monotonic()
+    assert get(client, queue_id, timeout_in_seconds=0) == []
+    assert time.monotonic() - start < 0.5
+    start = time.monotonic()
+    assert client.get_messages(queue_id).data.messages == []  # the queue's timeoutInSeconds: 1 s
+    assert 0.9 <= time.monotonic() - start < 3
+
+
+def test_channels(client: QueueClient, queue_id: str) -> None:
+    put(client, queue_id, "for a", channel="a")
+    assert client.list_channels(queue_id).data.items == ["a"]
+    assert get(client, queue_id, channel_filter="b") == []
+    [message] = get(client, queue_id, channel_filter="a")
+    assert message.metadata.channel_id == "a"
+
+
+def test_dead_letter_after_the_delivery_count(admin: QueueAdminClient, client: QueueClient, server: OciTestServer) -> None:
+    queue_id = create_queue(admin, server, "dlq", dead_letter_queue_delivery_count=2, timeout_in_seconds=0)
+    put(client, queue_id, "poison")
+    for delivery in (1, 2):
+        [message] = get(client, queue_id, visibility_in_seconds=60)
+        assert message.delivery_count == delivery
+        # The consumer gives up: its visibility lapses now instead of in 60 s.
+        client.update_message(queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=0))
+    assert get(client, queue_id) == [], "a message at the delivery count goes to the DLQ, not to a consumer"
+    stats = client.get_stats(queue_id).data
+    assert (stats.queue.visible_messages, stats.queue.in_flight_messages) == (0, 0)
+    assert (stats.dlq.visible_messages, stats.dlq.size_in_bytes) == (1, len("poison"))
+    error = service_error(client.delete_message, queue_id, message.receipt)
+    assert error.status == 404
+
+
+def test_purge_normal_dlq_and_both(admin: QueueAdminClient, client: QueueClient, server: OciTestServer) -> None:
+    queue_id = create_queue(admin, server, "purge", dead_letter_queue_delivery_count=1, timeout_in_seconds=0)
+
+    def fill() -> None:
+        """One dead letter and one normal message."""
+        put(client, queue_id, "dead")
+        [message] = get(client, queue_id, visibility_in_seconds=0)  # its one delivery, lapsed at once
+        assert message.delivery_count == 1
+        put(client, queue_id, "alive")
+        assert counts() == (1, 1)
+
+    def counts() -> tuple[int, int]:
+        stats = client.get_stats(queue_id).data
+        return (stats.queue.visible_messages + stats.queue.in_flight_messages,
+                stats.dlq.visible_messages + stats.dlq.in_flight_messages)
+
+    def purge(kind: str) -> None:
+        response = admin.purge_queue(queue_id, PurgeQueueDetails(purge_type=kind))
+        assert admin.get_work_request(response.headers["opc-work-request-id"]).data.status == "SUCCEEDED"
+
+    fill()
+    purge("DLQ")
+    assert counts() == (1, 0)
+    purge("NORMAL")
+    assert counts() == (0, 0)
+    fill()
+    purge("BOTH")
+    assert counts() == (0, 0)
+
+
+# -- errors ---------------------------------------------------------------------------------------------------------
+
+
+def test_receipts_that_do_not_name_a_current_delivery(client: QueueClient, queue_id: str) -> None:
+    put(client, queue_id, "x")
+    [message] = get(client, queue_id, visibility_in_seconds=60)
+    client.delete_message(queue_id, message.receipt)
+    error = service_error(client.delete_message, queue_id, message.receipt)
+    assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound")
+    error = service_error(client.delete_message, queue_id, "not-a-receipt")
+    assert (error.status, error.code) == (400, "InvalidParameter")
+    error = service_error(client.update_message, queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=5))
+    assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound")
+
+
+def test_an_unknown_queue_is_not_found(admin: QueueAdminClient, client: QueueClient) -> None:
+    for error in (service_error(client.get_messages, NO_SUCH_QUEUE, timeout_in_seconds=0),
+                  service_error(admin.get_queue, NO_SUCH_QUEUE),
+                  service_error(client.get_stats, NO_SUCH_QUEUE)):
+        assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound")
+        assert error.request_id
+
+
+@pytest.mark.parametrize("options", [
+    {"limit": 21}, {"limit": 0}, {"visibility_in_seconds": 43201}, {"timeout_in_seconds": 31},
+])
+def test_get_messages_parameters_out_of_range(client: QueueClient, queue_id: str, options: dict[str, int]) -> None:
+    error = service_error(client.get_messages, queue_id, **options)
+    assert (error.status, error.code) == (400, "InvalidParameter")
+
+
+def test_message_size_and_batch_limits(client: QueueClient, queue_id: str) -> None:
+    assert put(client, queue_id, "x" * 256 * 1024), "a message of exactly the limit is accepted"
+    error = service_error(put, client, queue_id, "x" * (256 * 1024 + 1))
+    assert (error.status, error.code) == (400, "InvalidParameter")
+    error = service_error(put, client, queue_id, "é" * (128 * 1024 + 1))  # the limit counts UTF-8 bytes
+    assert error.status == 400
+    error = service_error(put, client, queue_id, *["m"] * 21)
+    assert (error.status, error.code) == (400, "InvalidParameter")
+    error = service_error(client.update_message, queue_id, "eA", UpdateMessageDetails(visibility_in_seconds=43201))
+    assert (error.status, error.code) == (400, "InvalidParameter")
+
+
+def test_a_request_signed_with_another_key_is_not_authenticated(server: OciTestServer, tmp_path: Path) -> None:
+    wrong = oci.config.from_file(str(server.wrong_key_config(tmp_path)))
+    error = service_error(QueueClient(wrong, **client_options(server)).get_stats, NO_SUCH_QUEUE)
+    assert (error.status, error.code) == (401, "NotAuthenticated")
+    error = service_error(QueueAdminClient(wrong, **client_options(server)).create_queue,
+                          CreateQueueDetails(display_name="never", compartment_id=server.compartment_id))
+    assert (error.status, error.code) == (401, "NotAuthenticated")
+
+
+class _Unsigned(oci.signer.AbstractBaseSigner):
+    """Sends requests without an Authorization header, as a caller with no credentials would."""
+
+    def __call__(self, request: Any, enforce_content_headers: bool = True) -> Any:
+        return request
+
+
+class _StaleDate(oci.signer.Signer):
+    """Signs correctly, but dates the request 10 minutes ago (a replayed or badly clocked request)."""
+
+    def __call__(self, request: Any, enforce_content_headers: bool = True) -> Any:
+        request.headers["date"] = email.utils.formatdate(time.time() - 600, usegmt=True)
+        return super().__call__(request, enforce_content_headers)
+
+
+@pytest.mark.parametrize("signer", ["unsigned", "stale date"])
+def test_requests_without_a_valid_signature_are_refused(
+    server: OciTestServer, config: dict[str, Any], queue_id: str, signer: str
+) -> None:
+    signers = {"unsigned": _Unsigned(),
+               "stale date": _StaleDate(config["tenancy"], config["user"], config["fingerprint"], config["key_file"])}
+    client = QueueClient(config, **client_options(server, signer=signers[signer]))
+    error = service_error(client.get_stats, queue_id)
+    assert (error.status, error.code) == (401, "NotAuthenticated")
+    error = service_error(client.put_messages, queue_id, PutMessagesDetails(
+        messages=[PutMessagesDetailsEntry(content="x")]))
+    assert (error.status, error.code) == (401, "NotAuthenticated")
