@@ -1,12 +1,13 @@
 """Azure Storage Queues through azure-storage-queue's asyncio client.
 
-The SDK's own retries are turned off and replaced by one policy of ours
-(tenacity): transient failures (5xx, 408, 429, timeouts, refused or reset
-connections) are retried with jittered exponential back-off for a bounded
-time, logged once per incident rather than once per call, and counted. What
-still fails surfaces as :class:`TransientError`, which the host treats as "try
-later", never as fatal. Azure's error codes are mapped onto the protocol's
-errors so that the host reads "lease lost" the same way on every backend.
+The SDK's own retries are turned off and replaced by the policy every remote
+backend shares (:mod:`worker.queues.retrying`): transient failures (5xx, 408,
+429, timeouts, refused or reset connections) are retried with jittered
+exponential back-off for a bounded time, logged once per incident rather than
+once per call, and counted. What still fails surfaces as
+:class:`TransientError`, which the host treats as "try later", never as fatal.
+Azure's error codes are mapped onto the protocol's errors so that the host
+reads "lease lost" the same way on every backend.
 
 Message text is passed through untouched (no SDK encode policy): encoding
 under messageEncoding happens above this layer, as for the embedded queue.
@@ -14,10 +15,7 @@ under messageEncoding happens above this layer, as for the embedded queue.
 
 from __future__ import annotations
 
-import asyncio
 import math
-import random
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -31,8 +29,6 @@ from azure.core.exceptions import (
 )
 from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
-from tenacity.wait import wait_random_exponential
 
 from worker.queues.base import (
     InvalidArgument,
@@ -43,9 +39,10 @@ from worker.queues.base import (
     QueueNotFound,
     RawMessage,
     Receipt,
-    TransientError,
 )
 from worker.queues.connection import AZURE_CAPABILITIES, AZURE_LIMITS, AzureConnection
+from worker.queues.retrying import RETRY_ATTEMPTS as RETRY_ATTEMPTS  # re-exported: the fault tests count attempts
+from worker.queues.retrying import Retrier
 from worker.storage_errors import (
     CONNECT_TIMEOUT,
     READ_TIMEOUT,
@@ -60,13 +57,6 @@ from worker.storage_errors import (
 log = structlog.get_logger("worker.queues.azure")
 
 T = TypeVar("T")
-
-#: Attempts of one storage call before it surfaces as TransientError, and the time they may take in all.
-RETRY_ATTEMPTS = 5
-RETRY_BUDGET_SECONDS = 15.0
-#: Back-off before the first retry is random up to this many seconds, doubling at each retry, capped at the max.
-RETRY_FIRST_WAIT = 0.2
-RETRY_MAX_WAIT = 4.0
 
 def _protocol_error(exc: AzureError, queue: str, message_id: str | None = None) -> QueueError:
     """The protocol's error for an SDK error that is not transient."""
@@ -105,37 +95,6 @@ def _raw(message: SdkMessage, content: str | None = None) -> RawMessage:
     )
 
 
-class _Incident:
-    """Logs a storage outage once when it starts and once when it ends, and counts the failed calls."""
-
-    def __init__(self, on_retry: Callable[[str], None] | None) -> None:
-        self.on_retry = on_retry
-        self.started: float | None = None
-        self.failures = 0
-
-    def failed(self, exc: BaseException | None) -> None:
-        kind = failure_kind(exc) if exc else "unknown"
-        self.failures += 1
-        if self.on_retry is not None:
-            self.on_retry(kind)
-        if self.started is None:
-            self.started = time.monotonic()
-            log.warning("storage call failed; retrying with back-off", error=kind)
-
-    def after_attempt(self, state: RetryCallState) -> None:
-        """tenacity's ``after`` hook: called after each failed retry."""
-        self.failed(state.outcome.exception() if state.outcome else None)
-
-    def succeeded(self) -> None:
-        if self.started is not None:
-            log.info(
-                "storage reachable again",
-                outage_seconds=round(time.monotonic() - self.started, 3), failed_calls=self.failures,
-            )
-            self.started = None
-            self.failures = 0
-
-
 class AzureBackend:
     """Queues of one storage account; implements :class:`worker.queues.base.QueueBackend`."""
 
@@ -154,7 +113,7 @@ class AzureBackend:
             ),
         )
         self._queues: dict[str, QueueClient] = {}
-        self._incident = _Incident(on_retry)
+        self._retrier = Retrier(is_transient=is_transient, failure_kind=failure_kind, on_retry=on_retry, log=log)
 
     def __repr__(self) -> str:
         return f"AzureBackend({self.connection.describe()})"
@@ -168,46 +127,16 @@ class AzureBackend:
     async def _call(
         self, call: Callable[[], Awaitable[T]], queue: str, message_id: str | None = None
     ) -> T:
-        """Run one storage call with our retry policy; map what still fails onto the protocol's errors.
-
-        The first attempt is made directly: building a retry loop costs more than a no-op message's
-        whole handling, and almost every call succeeds at once.
-        """
-        started = time.monotonic()
-        try:
-            try:
-                result = await call()
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-                self._incident.failed(exc)
-                result = await self._retry(call, started)
-        except AzureError as exc:
-            if is_transient(exc):
-                raise TransientError(self._unreachable(queue, exc)) from None
-            raise _protocol_error(exc, queue, message_id) from None
-        except (TimeoutError, ConnectionError) as exc:
-            raise TransientError(self._unreachable(queue, exc)) from None
-        self._incident.succeeded()
-        return result
+        """Run one storage call with the shared retry policy; map what still fails onto the protocol's errors."""
+        return await self._retrier.call(
+            call,
+            unreachable=lambda exc: self._unreachable(queue, exc),
+            protocol_error=lambda exc: _protocol_error(exc, queue, message_id) if isinstance(exc, AzureError) else None,
+        )
 
     def _unreachable(self, queue: str, exc: BaseException) -> str:
         """Why storage could not be used: its endpoint and the cause (refused, not resolved, TLS, sign-in ...)."""
         return f"storage {self.connection.queue_endpoint} unreachable for queue {queue!r}: {describe_failure(exc)}"
-
-    async def _retry(self, call: Callable[[], Awaitable[T]], started: float) -> T:
-        """Attempts 2 to RETRY_ATTEMPTS of a call whose first attempt failed transiently, with back-off before each."""
-        await asyncio.sleep(random.uniform(0, RETRY_FIRST_WAIT))
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(is_transient),
-            # The n-th retry waits up to RETRY_FIRST_WAIT * 2**n, doubling on from the wait above.
-            wait=wait_random_exponential(multiplier=2 * RETRY_FIRST_WAIT, max=RETRY_MAX_WAIT),
-            stop=stop_after_attempt(RETRY_ATTEMPTS - 1)
-            | stop_after_delay(max(0.0, RETRY_BUDGET_SECONDS - (time.monotonic() - started))),
-            after=self._incident.after_attempt,
-            reraise=True,
-        )
-        return await retrying(call)
 
     # -- queues -----------------------------------------------------------------------------------------------
 
