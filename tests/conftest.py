@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,7 +15,10 @@ from worker.observability import configure_logging
 from worker.queues import open_backend
 from worker.queues.base import QueueBackend
 
-#: Every backend the conformance suite and the host tests run on.
+if TYPE_CHECKING:
+    from tests.oci.fixture import OciTestServer
+
+#: Every backend the host tests run on; the conformance suite and the host process tests also run on "oci".
 BACKENDS = ["sqlite", "azurite"]
 
 
@@ -24,6 +28,22 @@ def azurite() -> Iterator[Azurite]:
     emulator = Azurite().start()
     yield emulator
     emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def oci_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
+    """One OCI Queue test server (the published API, not the live service) for the whole run."""
+    from tests.oci.fixture import OciTestServer
+
+    server = OciTestServer(tmp_path_factory.mktemp("oci")).start()
+    yield server
+    server.stop()
+
+
+def oci_connection(server: OciTestServer) -> str:
+    """An ``oci+http://`` connection string to the test server, signing with its test key."""
+    return (f"oci+http://{server.endpoint.split('://', 1)[1]}?compartment={server.compartment_id}"
+            f"&config={server.config_file}&adminEndpoint={server.endpoint}")
 
 
 @pytest.fixture(params=BACKENDS)
@@ -36,6 +56,8 @@ def connection(backend_kind: str, request: pytest.FixtureRequest) -> str | None:
     """The connection string of the backend under test: None is the embedded queue's default file."""
     if backend_kind == "azurite":
         return request.getfixturevalue("azurite").connection_string
+    if backend_kind == "oci":
+        return oci_connection(request.getfixturevalue("oci_server"))
     return None
 
 

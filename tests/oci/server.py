@@ -72,11 +72,14 @@ import hashlib
 import json
 import re
 import secrets
+import select
 import signal
+import socket
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -226,6 +229,8 @@ class Request:
     path: dict[str, str]
     query: dict[str, str]
     body: Any
+    #: Whether the client has hung up (a long poll whose caller died must not take messages with it).
+    gone: Callable[[], bool] = lambda: False
 
 
 @dataclass
@@ -486,6 +491,9 @@ class QueueService:
                 ready = [m for m in queue.messages.values()
                          if m.visible_after <= now and (channel is None or m.channel_id == channel)]
                 left = deadline - time.monotonic()
+                if request.gone():  # nobody would read the answer: deliver nothing
+                    ready = []
+                    break
                 if ready or left <= 0:
                     break
                 # Long poll: a put or an update notifies; a visibility that lapses does not, so wake for it.
@@ -790,6 +798,14 @@ ROUTES: list[tuple[str, re.Pattern[str], str]] = [(method, re.compile(path), ope
 class Handler(BaseHTTPRequestHandler):
     """One HTTP request: read it, check its signature, route it to the service, answer JSON with opc-request-id."""
 
+    def _gone(self) -> bool:
+        """The client closed its end: its socket reads as end-of-file (a request's body has been read already)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     server: Server
     protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's connection pool expects
     disable_nagle_algorithm = True  # headers and body are separate writes: without this each answer waits ~40 ms
@@ -852,7 +868,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(400, "CannotParseRequest", "the request body is not JSON") from None
             query = {name: values[0] for name, values in parse_qs(url.query, keep_blank_values=True).items()}
             params = {name: unquote(value) for name, value in match.groupdict().items()}
-            reply: Reply = getattr(self.server.service, operation)(Request(params, query, parsed))
+            reply: Reply = getattr(self.server.service, operation)(Request(params, query, parsed, self._gone))
             return reply
         if known_path:
             raise ApiError(405, "MethodNotAllowed", f"{self.command} is not supported on {url.path}")
