@@ -20,15 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.queues.base import MAX_BATCH, QueueError
-from worker.queues.sqlite import SqliteBackend
+from worker.queues.base import QueueError
+from worker.queues.sqlite import EMBEDDED_LIMITS, SqliteBackend
 
 PROCESSES = 4
 MESSAGES = 400
 #: Longer than the whole test, so a message is never legitimately delivered twice.
 LEASE_SECONDS = 60
 #: Batch sizes the workers use, so receives of different sizes interleave.
-BATCH_SIZES = [1, 3, 7, MAX_BATCH]
+BATCH_SIZES = [1, 3, 7, EMBEDDED_LIMITS.max_batch]
 #: Fresh files the processes open together in the start-up test, and messages each puts in each.
 ROUNDS = 30
 PUTS_PER_ROUND = 5
@@ -154,7 +154,7 @@ async def test_processes_sharing_a_file_take_each_message_exactly_once(tmp_path:
     backend = SqliteBackend(db)
     try:
         assert await backend.approximate_count(queue_name) == 0, "some messages were not deleted"
-        assert await backend.peek(queue_name, MAX_BATCH) == []
+        assert await backend.peek(queue_name, EMBEDDED_LIMITS.max_batch) == []
     finally:
         await backend.close()
 

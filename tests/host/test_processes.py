@@ -1,7 +1,8 @@
-"""The lease lifecycle across real worker processes and real signals, on the embedded queue.
+"""The lease lifecycle across real worker processes and real signals, on every backend, OCI Queue included.
 
-Each test starts ``worker run`` subprocesses on one queue file and reads what
-the handler recorded (tests/apps/recording.py) and what the host logged.
+Each test starts ``worker run`` subprocesses on one queue and reads what the
+handler recorded (tests/apps/recording.py) and what the host logged. OCI Queue
+runs on its test server, through the official SDK.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ pytestmark = pytest.mark.subprocess
 QUEUE = "work"
 
 StartWorker = Callable[..., WorkerProcess]
+
+
+@pytest.fixture(params=["sqlite", "azurite", "oci"])
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
 
 
 @pytest.fixture
@@ -80,6 +86,16 @@ async def _empty(backend: QueueBackend) -> bool:
     return await backend.approximate_count(QUEUE) == 0
 
 
+async def visible(backend: QueueBackend) -> list[tuple[str, int]]:
+    """(id, deliveries so far) of the visible messages: peeked, or where the service cannot peek, received.
+
+    A receive that finds nothing changes nothing; one that finds messages counts one more delivery, taken off here.
+    """
+    if backend.capabilities.peek:
+        return [(m.id, m.dequeue_count) for m in await backend.peek(QUEUE, backend.limits.max_batch)]
+    return [(m.id, m.dequeue_count - 1) for m in await backend.receive(QUEUE, backend.limits.max_batch, 30)]
+
+
 async def _peek_if_exists(backend: QueueBackend, queue: str) -> list[RawMessage]:
     """The poison queue is made by the worker on first need; until then there is nothing to see."""
     try:
@@ -88,6 +104,7 @@ async def _peek_if_exists(backend: QueueBackend, queue: str) -> list[RawMessage]
         return []
 
 
+@pytest.mark.parametrize("backend_kind", ["sqlite", "azurite"], indirect=True)
 async def test_failing_message_reaches_poison_after_exactly_max_dequeue_count(
     start_worker: StartWorker, queue: QueueBackend, record_db: Path
 ) -> None:
@@ -106,6 +123,36 @@ async def test_failing_message_reaches_poison_after_exactly_max_dequeue_count(
     assert moved[0]["poison_message_id"] == poisoned[0].id
 
 
+def _set_delivery_limit(server: Any, queue: str, limit: int) -> None:
+    """Set the queue's deadLetterQueueDeliveryCount as an operator would, with the SDK's admin client."""
+    import oci
+
+    admin = oci.queue.QueueAdminClient(oci.config.from_file(str(server.config_file)), service_endpoint=server.endpoint)
+    [found] = admin.list_queues(compartment_id=server.compartment_id, display_name=queue,
+                                lifecycle_state="ACTIVE").data.items
+    admin.update_queue(found.id, oci.queue.models.UpdateQueueDetails(dead_letter_queue_delivery_count=limit))
+
+
+@pytest.mark.parametrize("backend_kind", ["oci"], indirect=True)
+async def test_failing_message_reaches_the_services_dead_letter_queue_after_its_delivery_limit(
+    start_worker: StartWorker, queue: QueueBackend, record_db: Path, oci_server: Any
+) -> None:
+    """OCI Queue dead-letters on its own: the host runs the handler maxDequeueCount times, then leaves it to the
+    service, which moves the message once the queue's delivery limit is reached."""
+    _set_delivery_limit(oci_server, QUEUE, 3)
+    worker = start_worker(mode="fail", queues={"maxDequeueCount": 3})
+    [message_id] = await send(queue, "always fails")
+
+    await apoll(lambda: queue.dead_letter_count(QUEUE), 30, what="the message in the dead-letter queue")
+    assert worker.stop() == 0
+
+    tries = events(record_db, "start")
+    assert [(t["message_id"], t["dequeue_count"]) for t in tries] == [(message_id, 1), (message_id, 2), (message_id, 3)]
+    assert await queue.approximate_count(QUEUE) == 0
+    left = [line for line in worker.lines() if line.get("event") == "message released for the queue's dead-letter queue"]
+    assert len(left) == 1 and "this handler always fails" in left[0]["reason"]
+
+
 async def test_kill_9_mid_handler_then_redelivery_once_the_lease_ends(
     start_worker: StartWorker, queue: QueueBackend, record_db: Path
 ) -> None:
@@ -117,7 +164,7 @@ async def test_kill_9_mid_handler_then_redelivery_once_the_lease_ends(
     doomed.send_signal(signal.SIGKILL)
     assert doomed.wait() == -signal.SIGKILL
     # Nobody released it: it is invisible until the lease taken by the dead worker runs out.
-    assert await queue.peek(QUEUE) == []
+    assert await visible(queue) == []
 
     heir = start_worker("heir", mode="hold-first", **settings)
     done = poll(lambda: events(record_db, "done"), 30, what="the redelivered message to be handled")
@@ -139,9 +186,9 @@ async def test_signal_drains_the_running_handler_and_releases_the_prefetched_res
 
     assert [(d["message_id"], d["event"]) for d in events(record_db, "done")] == [(first["message_id"], "done")]
     assert len(events(record_db, "start")) == 1
-    visible = await queue.peek(QUEUE, 32)
-    assert sorted(m.id for m in visible) == sorted(set(ids) - {first["message_id"]})
-    assert all(m.dequeue_count == 1 for m in visible)
+    released = await visible(queue)
+    assert sorted(i for i, _ in released) == sorted(set(ids) - {first["message_id"]})
+    assert all(deliveries == 1 for _, deliveries in released)
     totals = worker.totals()
     assert (totals["succeeded"], totals["released"]) == (1, 3)
 
@@ -155,8 +202,7 @@ async def test_drain_timeout_cancels_and_releases_the_unfinished_handler(
 
     assert worker.stop(timeout=30) == 0
 
-    [visible] = await queue.peek(QUEUE, 32)
-    assert (visible.id, visible.dequeue_count) == (message_id, 1)
+    assert await visible(queue) == [(message_id, 1)]
     assert worker.totals()["released"] == 1
     poll(lambda: events(record_db, "cancelled"), 10, what="the handler to see the cancellation")
 
