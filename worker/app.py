@@ -54,6 +54,8 @@ class FunctionSpec:
     directory: str = ""
     #: The retry policy given in code (``@app.retry``); host.yaml's ``functions.<name>.retry`` wins over it.
     retry: RetryPolicy | None = None
+    #: Receive from this channel of the queue only (OCI Queue); None: any.
+    channel: str | None = None
 
     @property
     def has_blob_bindings(self) -> bool:
@@ -108,6 +110,7 @@ class WorkerApp:
         queue_name: str,
         connection: str | None = None,
         cardinality: str = "one",
+        channel: str | None = None,
     ) -> Callable[[F], F]:
         """Run the decorated function for each message on ``queue_name``, passed as ``arg_name``.
 
@@ -119,7 +122,9 @@ class WorkerApp:
         body as that type, as in the Functions Python worker; otherwise a
         :class:`QueueMessage`. ``cardinality="many"`` passes each received
         batch (up to batchSize) as a list instead; the handler may fail single
-        messages with ``msg.fail(reason)``.
+        messages with ``msg.fail(reason)``. ``channel`` receives from one
+        channel of the queue only, where the backend has channels (OCI Queue);
+        elsewhere it is refused at start.
         """
         if cardinality not in ("one", "many"):
             raise ValueError(f"cardinality must be 'one' or 'many', got {cardinality!r}")
@@ -147,6 +152,7 @@ class WorkerApp:
                 wants_context="context" in inspect.signature(handler).parameters and arg_name != "context",
                 directory=_directory(handler),
                 retry=getattr(handler, _RETRY_ATTR, None),
+                channel=channel,
             )
             return handler
 
@@ -175,11 +181,14 @@ class WorkerApp:
         return lambda handler: self._set(handler, _RETRY_ATTR, retry=policy)
 
     def queue_output(
-        self, *, arg_name: str, queue_name: str, connection: str | None = None
+        self, *, arg_name: str, queue_name: str, connection: str | None = None, channel: str | None = None
     ) -> Callable[[F], F]:
-        """Give the handler an :class:`worker.Out` as ``arg_name``; what it sets goes to ``queue_name`` on success."""
+        """Give the handler an :class:`worker.Out` as ``arg_name``; what it sets goes to ``queue_name`` on success.
+
+        ``channel`` puts the messages on that channel of the queue, where the backend has channels (OCI Queue).
+        """
         _check_named(queue_name)
-        return self._bind(OutputBinding(arg_name, queue_name, connection), "queue output")
+        return self._bind(OutputBinding(arg_name, queue_name, connection, channel), "queue output")
 
     def blob_output(self, *, arg_name: str, path: str, connection: str | None = None) -> Callable[[F], F]:
         """Give the handler an :class:`worker.Out` as ``arg_name``; what it sets (str or bytes) is written on success.

@@ -31,6 +31,7 @@ from worker.poison import drain_poison, poison_queue
 from worker.queues import BackendKind, UnsupportedConnection, backend_kind, open_backend
 from worker.queues.base import (
     NEVER_EXPIRES,
+    DeadLetters,
     InvalidArgument,
     MessageTooLarge,
     QueueBackend,
@@ -255,7 +256,8 @@ def cmd_send(args: argparse.Namespace) -> int:
             )
 
     async def work(backend: QueueBackend) -> list[RawMessage]:
-        await backend.create_queue(args.queue)
+        if backend.capabilities.creates_queues:
+            await backend.create_queue(args.queue)
         return [
             await backend.put(args.queue, text, visibility_timeout=args.delay, time_to_live=args.ttl)
             for text in texts
@@ -325,17 +327,14 @@ def cmd_poison(args: argparse.Namespace) -> int:
     limits = _kind(config, args.connection).limits
     limits.check_name(args.queue)
     poison = poison_queue(args.queue)
-    if args.action == "list":
-        async def peek(backend: QueueBackend) -> list[RawMessage]:
-            try:
-                return await backend.peek(poison, min(args.max or limits.max_batch, limits.max_batch))
-            except QueueNotFound:  # made on first need: no poison queue yet means no poison
-                return []
 
-        _print_messages(_with_backend(config, args.connection, peek), config, args.json)
-        return 0
+    async def peek(backend: QueueBackend) -> list[RawMessage]:
+        try:
+            return await backend.peek(poison, min(args.max or limits.max_batch, limits.max_batch))
+        except QueueNotFound:  # made on first need: no poison queue yet means no poison
+            return []
 
-    async def work(backend: QueueBackend) -> tuple[int, int]:
+    async def drain(backend: QueueBackend) -> tuple[int, int]:
         try:
             total = await backend.approximate_count(poison)
         except QueueNotFound:
@@ -345,12 +344,29 @@ def cmd_poison(args: argparse.Namespace) -> int:
         done = await drain_poison(backend, args.queue, requeue=args.action == "requeue", limit=args.max, progress=show)
         return done, total
 
-    done, total = _with_backend(config, args.connection, work)
-    verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
-    if args.json:
-        print(json.dumps({"action": args.action, "queue": poison, "messages": done, "before": total}))
+    async def work(backend: QueueBackend) -> tuple[str, Any]:
+        if (dead := await _dead_letters(backend, args.queue, args.action)) is not None:
+            return "dead letters", dead
+        return ("list", await peek(backend)) if args.action == "list" else ("drained", await drain(backend))
+
+    kind, result = _with_backend(config, args.connection, work)
+    if kind == "dead letters":
+        if args.json:
+            print(json.dumps({"action": args.action, "queue": args.queue, "deadLetterQueue": True, "messages": result}))
+        elif args.action == "list":
+            print(f"{result} messages in the dead-letter queue of {args.queue} (the service's API counts them but "
+                  "cannot show them; look with the OCI Console)")
+        else:
+            print(f"{result} messages purged from the dead-letter queue of {args.queue}")
+    elif kind == "list":
+        _print_messages(result, config, args.json)
     else:
-        print(f"{done} messages {verb}")
+        done, total = result
+        verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
+        if args.json:
+            print(json.dumps({"action": args.action, "queue": poison, "messages": done, "before": total}))
+        else:
+            print(f"{done} messages {verb}")
     return 0
 
 
@@ -363,6 +379,23 @@ def _progress(goal: int, verb: str) -> Callable[[int], None]:
         print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{goal} {verb}", end=end, file=sys.stderr, flush=True)
 
     return show
+
+
+async def _dead_letters(backend: QueueBackend, queue: str, action: str) -> int | None:
+    """Where poison is the service's dead-letter queue: list counts it, purge empties it; None elsewhere.
+
+    OCI Queue's API has no call that reads a dead-letter queue, so its messages cannot be requeued from here.
+    """
+    if not (backend.service_dead_letters and isinstance(backend, DeadLetters)):
+        return None
+    if action == "requeue":
+        raise UsageError(f"poison messages of {queue} are in the service's dead-letter queue, which its API cannot "
+                         "read, so they cannot be requeued from here; purge them, or use poison=host in the "
+                         "connection to keep them in <queue>-poison")
+    count = await backend.dead_letter_count(queue)
+    if action == "purge":
+        await backend.purge_dead_letters(queue)
+    return count
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -462,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         configure_logging("ERROR")
     try:
         return args.handler(args)
-    except (UsageError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile) as exc:
+    except (UsageError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile, preflight.StartupRefused) as exc:
         print(f"worker {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except QueueError as exc:

@@ -29,7 +29,7 @@ from worker import preflight, spark
 from worker.app import WorkerApp
 from worker.blobs import open_blob_store
 from worker.blobs.base import BlobStore
-from worker.completion import CompletionProcessor
+from worker.completion import POISON_SUFFIX, CompletionProcessor
 from worker.config import HostConfig
 from worker.dispatcher import SHUTDOWN, Dispatcher
 from worker.endpoints import Endpoints
@@ -39,7 +39,7 @@ from worker.listener import Capacity, Listener
 from worker.middleware import Chain, builtin
 from worker.observability import Metrics
 from worker.queues import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend
-from worker.queues.base import QueueBackend, TransientError
+from worker.queues.base import DeadLetters, QueueBackend, QueueNotFound, TransientError
 
 log = structlog.get_logger("worker.host")
 
@@ -151,23 +151,29 @@ class Host:
         watcher: asyncio.Task[None] | None = None
         try:
             listeners = []
+            refused = []
             for function in self.app.functions:
                 backend = backends.queues(function.connection)
-                # Trigger queues are created at start, so that a fresh deployment needs no set-up step. Storage
-                # that cannot be reached now is no reason to stop: the listener retries and waits for the queue.
+                own = config.for_function(function.name, function.retry)
+                # Storage that cannot be reached now is no reason to stop: the listener retries and waits for it.
                 try:
-                    await backend.create_queue(function.queue_name)
+                    if problem := await _queue_problem(backend, function.queue_name, own):
+                        refused.append(f"function {function.name}, trigger queueTrigger ({function.arg_name}): "
+                                       f"{problem}")
                 except TransientError as exc:
                     self.metrics.inc("storage_errors", function.name)
-                    log.error("cannot create the trigger queue now; the listener will keep trying",
+                    log.error("cannot look at the trigger queue now; the listener will keep trying",
                               function=function.name, queue=function.queue_name, error=str(exc))
-                own = config.for_function(function.name, function.retry)
+                if refused:
+                    continue
                 listeners.append(
                     Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware)
                 )
                 backends.listen(listeners[-1])
                 log.info("function loaded", function=function.name, queue=function.queue_name,
                          handler="async" if function.is_async else "sync", **_own_settings(config, own))
+            if refused:
+                raise preflight.StartupRefused(refused)
             if config.http_port:
                 endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher)
             middleware.host_started(self.app.functions)
@@ -298,3 +304,35 @@ def _own_settings(config: HostConfig, own: HostConfig) -> dict[str, object]:
     if "retry" in changed and own.retry is not None:
         changed["retry"] = own.retry.describe()
     return changed
+
+
+async def _queue_problem(backend: QueueBackend, queue: str, config: HostConfig) -> str | None:
+    """Why a trigger queue cannot be served as configured, found at start; None when it can.
+
+    Where the service creates queues quickly (Azure Storage, the embedded
+    queue) the trigger queue is created, so that a fresh deployment needs no
+    set-up step. Elsewhere (OCI Queue: a queue is a cloud resource with its
+    own settings) it must exist, and so must where its poison goes: the
+    service's dead-letter queue, which needs a delivery limit, or an existing
+    ``<queue>-poison``.
+    """
+    if backend.capabilities.creates_queues:
+        await backend.create_queue(queue)
+        return None
+    try:
+        await backend.approximate_count(queue)
+    except QueueNotFound as exc:
+        return f"{exc}; this host does not create queues there"
+    if backend.service_dead_letters and isinstance(backend, DeadLetters):
+        limit = await backend.dead_letter_limit(queue)
+        if limit == 0:
+            return (f"queue {queue!r} has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0), so a poison "
+                    "message would come back for ever: set one on the queue, or use poison=host in the connection")
+        log.info("poison messages go to the queue's dead-letter queue", queue=queue, delivery_limit=limit,
+                 max_dequeue_count=config.max_dequeue_count)
+        return None
+    try:
+        await backend.approximate_count(queue + POISON_SUFFIX)
+    except QueueNotFound:
+        return f"poison queue {queue + POISON_SUFFIX!r} does not exist, and this host does not create queues here"
+    return None

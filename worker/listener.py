@@ -248,10 +248,15 @@ class Listener:
             self.last_error = None
             if messages or wait <= 0:
                 self.metrics.receive_seconds.labels(name).observe(time.monotonic() - started)
-        except QueueNotFound:
+        except QueueNotFound as exc:
             # Deleted under the host, or never created because storage was down at start.
-            self._log.warning("trigger queue does not exist; creating it")
-            await self._create_queue()
+            if self.backend.capabilities.creates_queues:
+                self._log.warning("trigger queue does not exist; creating it")
+                await self._create_queue()
+            else:
+                self.last_error = str(exc)
+                self._log.error("trigger queue does not exist, and this host does not create queues there; "
+                                "backing off", error=str(exc))
             failed = True
         except Exception as exc:
             self.metrics.inc("storage_errors", name)
@@ -272,7 +277,8 @@ class Listener:
 
     async def _call(self, room: int, wait: float) -> list[RawMessage]:
         """The backend's receive; a long poll ends early (empty) on stop or when its room is asked back."""
-        receive = self.backend.receive(self.function.queue_name, room, self.config.lease_duration, wait=wait)
+        receive = self.backend.receive(self.function.queue_name, room, self.config.lease_duration, wait=wait,
+                                       channel=self.function.channel)
         if wait <= 0:
             return await receive
         call = asyncio.ensure_future(receive)

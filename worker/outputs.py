@@ -33,6 +33,8 @@ class OutputBinding:
     arg_name: str
     queue_name: str
     connection: str | None
+    #: The queue's channel to put on (OCI Queue); None: the queue itself.
+    channel: str | None = None
 
 
 class Out(Generic[T]):
@@ -86,10 +88,12 @@ async def send_outputs(
         for body in bodies:
             text = encode(body, encoding)
             try:
-                await backend.put(binding.queue_name, text)
+                await backend.put(binding.queue_name, text, channel=binding.channel)
             except QueueNotFound:
+                if not backend.capabilities.creates_queues:
+                    raise
                 await backend.create_queue(binding.queue_name)
-                await backend.put(binding.queue_name, text)
+                await backend.put(binding.queue_name, text, channel=binding.channel)
             sent += 1
         storage.sent(backend, binding.queue_name)
     return sent

@@ -35,7 +35,7 @@ async def drain_poison(
     """
     poison = poison_queue(queue)
     source = poison[: -len(POISON_SUFFIX)]
-    if requeue:
+    if requeue and backend.capabilities.creates_queues:
         await backend.create_queue(source)
     done = 0
     while limit is None or done < limit:

@@ -44,16 +44,18 @@ class _Binding(NamedTuple):
     #: The queue's name (queue bindings) or the blob path (blob bindings).
     name: str
     trigger: bool = False
+    #: The queue's channel (queue bindings on OCI Queue), if one is named.
+    channel: str | None = None
 
 
 def _bindings(spec: FunctionSpec) -> Iterator[_Binding]:
     """The trigger and every binding of ``spec``."""
     yield _Binding(f"function {spec.name}, trigger queueTrigger ({spec.arg_name})", spec.connection, "queue",
-                   spec.queue_name, trigger=True)
+                   spec.queue_name, trigger=True, channel=spec.channel)
     for binding in (*spec.inputs, *spec.outputs):
         if isinstance(binding, OutputBinding):
             where = f"function {spec.name}, output binding queue ({binding.arg_name})"
-            yield _Binding(where, binding.connection, "queue", binding.queue_name)
+            yield _Binding(where, binding.connection, "queue", binding.queue_name, channel=binding.channel)
         else:
             direction = "input" if isinstance(binding, BlobInput) else "output"
             assert isinstance(binding, (BlobInput, BlobOutput))
@@ -106,6 +108,8 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
             kind.limits.check_name(binding.name)
         except InvalidArgument as exc:
             found.append(f"{exc} ({kind.name})")
+    if binding.channel is not None and not kind.capabilities.channels:
+        found.append(f"channel {binding.channel!r}: {kind.name} has no channels")
     if not binding.trigger:
         return found
     own = config.for_function(spec.name)

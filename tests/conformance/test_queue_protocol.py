@@ -853,3 +853,29 @@ async def test_content_round_trips_exactly(backend: QueueBackend, queue_name: st
         assert [m.content for m in peeked] == [content], "peek changed the content"
     got = await receive_one(backend, queue_name)
     assert got.content == content, f"content changed in the queue: {content!r} came back as {got.content!r}"
+
+
+# -- channels -----------------------------------------------------------------------------------------------------
+
+
+async def test_a_receive_from_a_channel_takes_only_that_channels_messages(
+    backend: QueueBackend, queue_name: str
+) -> None:
+    """OCI Queue's channels: a put names one, a receive filtered to one takes only its messages. Where queues have
+    no channels, both calls are refused rather than quietly ignoring the channel."""
+    await backend.create_queue(queue_name)
+    if not backend.capabilities.channels:
+        with pytest.raises(Unsupported):
+            await backend.put(queue_name, "a", channel="tenant-a")
+        with pytest.raises(Unsupported):
+            await backend.receive(queue_name, 1, HIDDEN, channel="tenant-a")
+        await assert_nothing_visible(backend, queue_name, "a refused put stored a message")
+        return
+    for content, channel in [("a1", "tenant-a"), ("b1", "tenant-b"), ("a2", "tenant-a")]:
+        await backend.put(queue_name, content, channel=channel)
+
+    got = await backend.receive(queue_name, backend.limits.max_batch, HIDDEN, channel="tenant-a")
+    assert sorted(m.content for m in got) == ["a1", "a2"]
+    assert await backend.receive(queue_name, backend.limits.max_batch, HIDDEN, channel="tenant-a") == []
+    rest = await backend.receive(queue_name, backend.limits.max_batch, HIDDEN)
+    assert [m.content for m in rest] == ["b1"], "an unfiltered receive takes any channel's messages"

@@ -18,6 +18,9 @@ import worker.host as host_module
 from worker.queues import open_backend
 from worker.queues.base import QueueBackend
 
+#: The dead-letter delivery limit of the OCI queues the host tests use (above every test's maxDequeueCount).
+DELIVERY_LIMIT = 10
+
 
 @pytest.fixture
 async def queue(connection: str | None, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[QueueBackend]:
@@ -27,6 +30,8 @@ async def queue(connection: str | None, tmp_path: Path, request: pytest.FixtureR
         for name in await backend.list_queues():
             await backend.delete_queue(name)
     await backend.create_queue(request.module.QUEUE)
+    if backend.service_dead_letters:  # an OCI queue made by an operator has its delivery limit set
+        request.getfixturevalue("oci_server").set_delivery_limit(request.module.QUEUE, DELIVERY_LIMIT)
     yield backend
     await backend.close()
 

@@ -7,7 +7,10 @@ runs on its test server, through the official SDK.
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -123,23 +126,13 @@ async def test_failing_message_reaches_poison_after_exactly_max_dequeue_count(
     assert moved[0]["poison_message_id"] == poisoned[0].id
 
 
-def _set_delivery_limit(server: Any, queue: str, limit: int) -> None:
-    """Set the queue's deadLetterQueueDeliveryCount as an operator would, with the SDK's admin client."""
-    import oci
-
-    admin = oci.queue.QueueAdminClient(oci.config.from_file(str(server.config_file)), service_endpoint=server.endpoint)
-    [found] = admin.list_queues(compartment_id=server.compartment_id, display_name=queue,
-                                lifecycle_state="ACTIVE").data.items
-    admin.update_queue(found.id, oci.queue.models.UpdateQueueDetails(dead_letter_queue_delivery_count=limit))
-
-
 @pytest.mark.parametrize("backend_kind", ["oci"], indirect=True)
 async def test_failing_message_reaches_the_services_dead_letter_queue_after_its_delivery_limit(
     start_worker: StartWorker, queue: QueueBackend, record_db: Path, oci_server: Any
 ) -> None:
     """OCI Queue dead-letters on its own: the host runs the handler maxDequeueCount times, then leaves it to the
     service, which moves the message once the queue's delivery limit is reached."""
-    _set_delivery_limit(oci_server, QUEUE, 3)
+    oci_server.set_delivery_limit(QUEUE, 3)
     worker = start_worker(mode="fail", queues={"maxDequeueCount": 3})
     [message_id] = await send(queue, "always fails")
 
@@ -151,6 +144,21 @@ async def test_failing_message_reaches_the_services_dead_letter_queue_after_its_
     assert await queue.approximate_count(QUEUE) == 0
     left = [line for line in worker.lines() if line.get("event") == "message released for the queue's dead-letter queue"]
     assert len(left) == 1 and "this handler always fails" in left[0]["reason"]
+
+    # The poison commands work on the dead-letter queue: list counts, requeue is refused (the API cannot read it),
+    # purge empties it.
+    def poison(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "worker", "poison", *args, QUEUE, "--json"],
+                              env=worker.merged_env(), cwd=worker.config.parent, capture_output=True, text=True,
+                              timeout=60, check=False)
+
+    listed = poison("list")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["messages"] == 1, listed.stderr
+    refused = poison("requeue")
+    assert refused.returncode == 2 and "cannot be requeued" in refused.stderr, refused.stderr
+    purged = poison("purge")
+    assert purged.returncode == 0 and json.loads(purged.stdout)["messages"] == 1, purged.stderr
+    assert await queue.dead_letter_count(QUEUE) == 0
 
 
 async def test_kill_9_mid_handler_then_redelivery_once_the_lease_ends(

@@ -13,15 +13,18 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from tests.azurite import ACCOUNT, KEY, Azurite
+from tests.conftest import oci_connection
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.identity import IDENTITY_HEADER, TokenEndpoint, loopback_certificate
+from tests.oci.fixture import OciTestServer
 from tests.support import free_port, get, poll
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _worker(folder: Path, *args: str, connection: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}
+def _worker(folder: Path, *args: str, connection: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}, **(env or {})}
     env["PYTHONPATH"] = str(REPO)
     if connection is not None:
         env["AzureWebJobsStorage"] = connection
@@ -143,3 +146,38 @@ def test_json_output_stays_json_while_storage_is_retried(tmp_path: Path, azurite
         proxy.stop()
     assert result.returncode == 0, result.stderr
     assert isinstance(json.loads(result.stdout), list), result.stdout
+
+
+@pytest.mark.subprocess
+def test_oci_settings_and_queues_that_cannot_work_are_refused_at_start_each_named(
+    tmp_path: Path, oci_server: OciTestServer
+) -> None:
+    """batchSize over OCI's 20 is refused before anything opens; a missing queue, and a queue whose poison would
+    never leave it (no dead-letter delivery limit), once the service has been asked. Nothing is created."""
+    import oci
+
+    connection = oci_connection(oci_server)
+    (tmp_path / "host.yaml").write_text("version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n", encoding="utf-8")
+    missing = f"missing-{tmp_path.name[-8:]}"
+    result = _worker(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app", connection=connection,
+                     env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")})
+    assert result.returncode == 2, result.stderr
+    assert ("function recorder, trigger queueTrigger (msg): extensions.queues.batchSize is 32, more than OCI Queue "
+            "takes: at most 20 messages a receive returns") in result.stderr, result.stderr
+
+    (tmp_path / "host.yaml").write_text("version: '2.0'\n", encoding="utf-8")
+    result = _worker(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app", connection=connection,
+                     env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")})
+    assert result.returncode == 2, result.stderr
+    assert f"queue {missing!r} does not exist" in result.stderr and "does not create queues" in result.stderr
+
+    admin = oci.queue.QueueAdminClient(oci.config.from_file(str(oci_server.config_file)),
+                                       service_endpoint=oci_server.endpoint)
+    assert admin.list_queues(compartment_id=oci_server.compartment_id, display_name=missing).data.items == []
+    admin.create_queue(oci.queue.models.CreateQueueDetails(display_name=missing,
+                                                           compartment_id=oci_server.compartment_id))
+    result = _worker(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app", connection=connection,
+                     env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")})
+    assert result.returncode == 2, result.stderr
+    assert "has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0)" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

@@ -138,6 +138,15 @@ class OciTestServer:
         key_file = write_key(workdir / "wrong_oci_api_key.pem", new_key())
         return write_config(workdir / "wrong_key_config", key_file, self._fingerprint)
 
+    def set_delivery_limit(self, queue: str, limit: int) -> None:
+        """Set a queue's deadLetterQueueDeliveryCount as an operator would, with the SDK's admin client."""
+        import oci
+
+        admin = oci.queue.QueueAdminClient(oci.config.from_file(str(self.config_file)), service_endpoint=self.endpoint)
+        [found] = admin.list_queues(compartment_id=self.compartment_id, display_name=queue,
+                                    lifecycle_state="ACTIVE").data.items
+        admin.update_queue(found.id, oci.queue.models.UpdateQueueDetails(dead_letter_queue_delivery_count=limit))
+
     def __enter__(self) -> OciTestServer:
         return self.start()
 

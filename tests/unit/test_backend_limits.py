@@ -107,3 +107,20 @@ def test_names_azure_takes_are_accepted(tmp_path: Path, queue: str) -> None:
 def test_a_wrong_oci_connection_is_refused_naming_the_key(tmp_path: Path, suffix: str, problem: str) -> None:
     found = _problems(tmp_path, "version: '2.0'\n", connection="oci://cell-1.example.com" + suffix)
     assert len(found) == 1 and problem in found[0], found
+
+
+def test_a_channel_is_refused_where_queues_have_none(tmp_path: Path) -> None:
+    app = WorkerApp()
+
+    @app.queue_output(arg_name="out", queue_name="next", channel="eu")
+    @app.queue_trigger(arg_name="msg", queue_name="orders", channel="tenant-a")
+    def orders(msg: str, out: object) -> None:
+        pass
+
+    config = load_config(None, environ={})
+    assert preflight.problems(app, config, environ={}) == [
+        "function orders, trigger queueTrigger (msg): channel 'tenant-a': embedded queue has no channels",
+        "function orders, output binding queue (out): channel 'eu': embedded queue has no channels",
+    ]
+    on_oci = replace(config, connections={"AzureWebJobsStorage": OCI_CONNECTION})
+    assert preflight.problems(app, on_oci, environ={"AzureWebJobsStorage": OCI_CONNECTION}) == []

@@ -39,6 +39,7 @@ from worker.queues.base import (
     QueueNotFound,
     RawMessage,
     Receipt,
+    check_no_channel,
 )
 from worker.queues.connection import AZURE_CAPABILITIES, AZURE_LIMITS, AzureConnection
 from worker.queues.retrying import RETRY_ATTEMPTS as RETRY_ATTEMPTS  # re-exported: the fault tests count attempts
@@ -169,8 +170,10 @@ class AzureBackend:
     # -- messages ---------------------------------------------------------------------------------------------
 
     async def put(
-        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
+        channel: str | None = None,
     ) -> RawMessage:
+        check_no_channel(channel, "Azure Storage")
         self.limits.check_put(content, visibility_timeout, time_to_live)
         ttl = None if time_to_live is None else (-1 if time_to_live == -1 else _seconds(time_to_live))
 
@@ -182,9 +185,11 @@ class AzureBackend:
         return _raw(await self._call(send, queue), content)
 
     async def receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        channel: str | None = None,
     ) -> list[RawMessage]:
         """``wait`` is ignored: the service cannot wait (``limits.long_poll`` is 0)."""
+        check_no_channel(channel, "Azure Storage")
         self.limits.check_count(max_messages)
         self.limits.check_visibility(visibility_timeout, 1)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 #: Time-to-live a message gets when the sender names none (7 days), in seconds.
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
@@ -140,6 +140,8 @@ class Capabilities:
     creates_queues: bool
     #: ``update`` hands out a new receipt, so the old one stops working.
     new_receipt_on_update: bool
+    #: A queue has channels: ``put`` and ``receive`` take ``channel``.
+    channels: bool = False
 
 
 #: Azure's queue name rule: 3-63 of lowercase letters, digits and single hyphens, alphanumeric at both ends.
@@ -201,19 +203,22 @@ class QueueBackend(Protocol):
         *,
         visibility_timeout: float = 0,
         time_to_live: float | None = None,
+        channel: str | None = None,
     ) -> RawMessage:
         """Add a message, invisible for ``visibility_timeout`` seconds, expiring after ``time_to_live``.
 
         ``time_to_live`` None means :data:`DEFAULT_TTL_SECONDS` (or the queue's own
         retention where messages have no options); -1 means never.
-        Raises QueueNotFound, MessageTooLarge, InvalidArgument, and Unsupported
-        for options the service lacks (``capabilities.message_options``).
+        ``channel`` puts it on that channel of the queue. Raises QueueNotFound,
+        MessageTooLarge, InvalidArgument, and Unsupported for options the
+        service lacks (``capabilities.message_options``, ``capabilities.channels``).
         """
 
     async def receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0, channel: str | None = None
     ) -> list[RawMessage]:
-        """Take up to ``max_messages`` visible messages, hiding each for ``visibility_timeout``.
+        """Take up to ``max_messages`` visible messages (of ``channel`` only, if given), hiding each for
+        ``visibility_timeout``.
 
         Increments each message's dequeue count and gives it a new pop receipt.
         Expired messages are never returned. With ``wait`` (up to ``limits.long_poll``
@@ -244,3 +249,23 @@ class QueueBackend(Protocol):
 
     async def close(self) -> None:
         """Release connections; the backend is not used afterwards."""
+
+
+@runtime_checkable
+class DeadLetters(Protocol):
+    """A backend whose queues have dead-letter queues of the service's own (OCI Queue)."""
+
+    async def dead_letter_limit(self, queue: str) -> int:
+        """Deliveries after which the service moves a message to the dead-letter queue; 0: the queue has none."""
+
+    async def dead_letter_count(self, queue: str) -> int:
+        """Messages in the queue's dead-letter queue."""
+
+    async def purge_dead_letters(self, queue: str) -> None:
+        """Delete every message of the queue's dead-letter queue."""
+
+
+def check_no_channel(channel: str | None, service: str) -> None:
+    """Raise Unsupported for a channel on a service whose queues have none."""
+    if channel is not None:
+        raise Unsupported(f"{service} queues have no channels (asked for channel {channel!r})")

@@ -722,7 +722,8 @@ class OciBackend:
     # -- messages -----------------------------------------------------------------------------------------------
 
     async def put(
-        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
+        channel: str | None = None,
     ) -> RawMessage:
         self.limits.check_size(content)
         self.limits.check_visibility(visibility_timeout, 0)
@@ -731,8 +732,9 @@ class OciBackend:
                 "OCI Queue has no per-message delay or time to live: a message is visible at once and kept for "
                 "the queue's retention period"
             )
+        metadata = oci.queue.models.MessageMetadata(channel_id=channel) if channel is not None else None
         details = oci.queue.models.PutMessagesDetails(
-            messages=[oci.queue.models.PutMessagesDetailsEntry(content=content)]
+            messages=[oci.queue.models.PutMessagesDetailsEntry(content=content, metadata=metadata)]
         )
 
         def send() -> Any:
@@ -746,9 +748,13 @@ class OciBackend:
         )
 
     async def receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        channel: str | None = None,
     ) -> list[RawMessage]:
-        """With ``wait`` > 0 the service holds the request until a message is visible (up to ``limits.long_poll``)."""
+        """With ``wait`` > 0 the service holds the request until a message is visible (up to ``limits.long_poll``).
+
+        ``channel`` takes messages of that channel only (GetMessages' ``channelFilter``).
+        """
         self.limits.check_count(max_messages)
         self.limits.check_visibility(visibility_timeout, 1)
         visibility = _seconds(visibility_timeout)
@@ -758,7 +764,8 @@ class OciBackend:
         def get() -> tuple[str, list[Any]]:
             queue_id = self._resolve(queue)
             got = self._messages().get_messages(
-                queue_id, visibility_in_seconds=visibility, timeout_in_seconds=timeout, limit=max_messages
+                queue_id, visibility_in_seconds=visibility, timeout_in_seconds=timeout, limit=max_messages,
+                **({"channel_filter": channel} if channel is not None else {}),
             )
             return queue_id, list(got.data.messages or [])
 

@@ -41,19 +41,20 @@ POISON_MODES = ("service", "host")
 #: Where the OCI CLI and SDKs keep API-key profiles.
 DEFAULT_CONFIG_FILE = "~/.oci/config"
 
-#: OCI Queue (API 20210201): 20 messages a request, visibility 0 s to 12 h in whole seconds, 128 KiB messages,
+#: OCI Queue (API 20210201): 20 messages a request, visibility 0 s to 12 h in whole seconds, 256 KiB messages,
 #: long polls up to 30 s (20 s used, as on the embedded queue), display names of 1-255 characters.
 OCI_LIMITS = Limits(
     max_batch=20,
     max_visibility=12 * 3600,
-    max_message_bytes=128 * 1024,
+    max_message_bytes=256 * 1024,
     visibility_resolution=1.0,
     long_poll=20.0,
     name_pattern=re.compile(r"[A-Za-z0-9._-]{1,255}"),
     name_rule="1-255 letters, digits, '.', '_' and '-' (the queue's display name), or a queue OCID",
 )
 OCI_CAPABILITIES = Capabilities(
-    dead_letter=True, peek=False, message_options=False, creates_queues=False, new_receipt_on_update=False
+    dead_letter=True, peek=False, message_options=False, creates_queues=False, new_receipt_on_update=False,
+    channels=True,
 )
 
 

@@ -48,6 +48,7 @@ from worker.queues.base import (
     Receipt,
     TransientError,
     UnusableFile,
+    check_no_channel,
 )
 from worker.queues.connection import AZURE_CAPABILITIES, AZURE_LIMITS
 
@@ -313,8 +314,10 @@ class SqliteBackend:
     # -- messages ---------------------------------------------------------------------------------------------
 
     async def put(
-        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
+        channel: str | None = None,
     ) -> RawMessage:
+        check_no_channel(channel, "embedded")
         ttl = self.limits.check_put(content, visibility_timeout, time_to_live)
 
         def work(db: sqlite3.Connection) -> RawMessage:
@@ -333,8 +336,10 @@ class SqliteBackend:
         return message
 
     async def receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        channel: str | None = None,
     ) -> list[RawMessage]:
+        check_no_channel(channel, "embedded")
         self.limits.check_count(max_messages)
         self.limits.check_visibility(visibility_timeout, 1)
         deadline = time.monotonic() + min(max(wait, 0.0), self.limits.long_poll)
