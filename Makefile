@@ -28,17 +28,18 @@ test: $(INSTALLED) $(NODE_INSTALLED)
 clean:
 	rm -rf $(VENV) node_modules .worker .pytest_cache
 
-# Benchmarks (about half an hour): worker throughput on Azurite beside a raw-SDK ceiling and a naive loop
+# Benchmarks (about forty minutes): worker throughput on Azurite beside a raw-SDK ceiling and a naive loop
 # (directly, then at the host's default settings with 10 and 25 ms added to every request as a storage
-# account's round trip), idle pick-up on the embedded queue, CPU-bound handlers on one process and two,
-# lease renewal at scale on the embedded SQLite queue, then the pipeline one message per file versus
-# batched. See the docstrings in bench/.
+# account's round trip), idle pick-up on the embedded queue and on OCI Queue's test server, CPU-bound
+# handlers on one process and two, lease renewal at scale on the embedded SQLite queue, then the pipeline
+# one message per file versus batched. See the docstrings in bench/.
 .PHONY: bench
 bench: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) bench/throughput.py
 	$(PY) bench/throughput.py --default-settings --latency-ms 10
 	$(PY) bench/throughput.py --default-settings --latency-ms 25
 	$(PY) bench/pickup.py
+	$(PY) bench/pickup.py --oci
 	$(PY) bench/processes.py
 	$(PY) bench/renewals.py
 	$(PY) bench/pipeline.py

@@ -1,14 +1,15 @@
 """Idle pick-up: how long a message sent by another process waits for an idle worker, and what idling costs.
 
 One ``worker run`` process (default settings: maxPollingInterval 1 minute;
-the embedded queue, or ``--connection`` for another one) runs
+the embedded queue, ``--oci`` for OCI Queue on the test server in tests/oci,
+or ``--connection`` for another one) runs
 tests/apps/pickup.py, whose handler notes the wall-clock time a message
 reached it. This process waits 1, 10, 30 and 65 s of silence (``--idle``),
 then puts one message and reads how long it took to reach the handler; each
 idle time ``--rounds`` times. The worker's CPU over the silent periods comes
 from /proc (user + system time of its process) as a share of one core.
 
-    python bench/pickup.py [--idle 1,10,30,65] [--rounds 3]
+    python bench/pickup.py [--idle 1,10,30,65] [--rounds 3] [--oci | --connection CONNECTION]
 """
 
 from __future__ import annotations
@@ -60,12 +61,14 @@ async def bench(args: argparse.Namespace, folder: Path) -> None:
     env |= {"PYTHONPATH": str(REPO), "PICKUP_FILE": str(noted)}
     if args.connection:
         env["AzureWebJobsStorage"] = args.connection
+    queue = open_backend(args.connection, folder)
+    await queue.create_queue("pickup")  # before the worker starts: on OCI it must exist, with a delivery limit
+    if args.oci_server is not None:
+        args.oci_server.set_delivery_limit("pickup", 5)
     worker = subprocess.Popen([sys.executable, "-m", "worker", "run", "--app", "tests.apps.pickup:app", "--config",
                                str(config), "--log-level", "WARNING"], cwd=REPO, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    queue = open_backend(args.connection, folder)
     try:
-        await queue.create_queue("pickup")
         await asyncio.sleep(3)  # the worker is up and its listener idle
         latencies: dict[float, list[float]] = {idle: [] for idle in args.idle}
         idle_cpu = idle_wall = 0.0
@@ -86,8 +89,8 @@ async def bench(args: argparse.Namespace, folder: Path) -> None:
         worker.terminate()
         worker.wait(60)
     every = sorted(value for values in latencies.values() for value in values)
-    print(f"\nidle pick-up, {args.rounds} rounds per idle time ({'embedded queue' if not args.connection else 'given'}"
-          ", default settings)")
+    where = "OCI Queue test server" if args.oci_server else "given connection" if args.connection else "embedded queue"
+    print(f"\nidle pick-up, {args.rounds} rounds per idle time ({where}, default settings)")
     for idle, values in latencies.items():
         ordered = sorted(values)
         print(f"  after {idle:>4g} s idle: p50 {statistics.median(ordered):.3f} s   max {ordered[-1]:.3f} s")
@@ -102,9 +105,21 @@ def main() -> None:
     parser.add_argument("--idle", type=lambda s: [float(x) for x in s.split(",")], default=[1.0, 10.0, 30.0, 65.0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connection", default=None, help="a connection string (default: the embedded queue)")
+    parser.add_argument("--oci", action="store_true", help="OCI Queue, on the test server of tests/oci")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-pickup-") as folder:
-        asyncio.run(bench(args, Path(folder)))
+        args.oci_server = None
+        if args.oci:
+            from tests.conftest import oci_connection
+            from tests.oci.fixture import OciTestServer
+
+            args.oci_server = OciTestServer(Path(folder)).start()
+            args.connection = oci_connection(args.oci_server)
+        try:
+            asyncio.run(bench(args, Path(folder)))
+        finally:
+            if args.oci_server is not None:
+                args.oci_server.stop()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from worker.queues.base import Capabilities, Limits, QueueBackend
 from worker.queues.connection import (
@@ -73,11 +74,16 @@ def _azure_problem(connection: str | None, base_dir: Path) -> str | None:
     return None
 
 
-def _azure_describe(connection: str | None) -> str:
-    try:
-        return parse_connection_string(connection or "").describe()
-    except ConnectionStringError:
-        return "Azure Storage (malformed connection string)"
+def _describer(parse: Callable[[str], Any], service: str) -> Callable[[str | None], str]:
+    """``describe`` for a kind whose parsed connection describes itself."""
+
+    def describe(connection: str | None) -> str:
+        try:
+            return str(parse(connection or "").describe())
+        except ConnectionStringError:
+            return f"{service} (malformed connection string)"
+
+    return describe
 
 
 def _azure_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
@@ -94,13 +100,6 @@ def _oci_problem(connection: str | None, base_dir: Path) -> str | None:
     return None
 
 
-def _oci_describe(connection: str | None) -> str:
-    try:
-        return parse_oci_connection(connection or "").describe()
-    except ConnectionStringError:
-        return "OCI Queue (malformed connection string)"
-
-
 def _oci_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
     from worker.queues.oci import OciBackend
 
@@ -112,8 +111,10 @@ EMBEDDED = BackendKind(
     lambda c: f"embedded queue {c[len(SQLITE_PREFIX):]}" if c else "embedded queue (default file)",
     _sqlite_open,
 )
-AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem, _azure_describe, _azure_open)
-OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES, _oci_problem, _oci_describe, _oci_open)
+AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem,
+                    _describer(parse_connection_string, "Azure Storage"), _azure_open)
+OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES, _oci_problem,
+                  _describer(parse_oci_connection, "OCI Queue"), _oci_open)
 
 #: Backends by the scheme their connection strings start with (``scheme://``).
 SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI}
