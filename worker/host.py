@@ -155,20 +155,24 @@ class Host:
             for function in self.app.functions:
                 backend = backends.queues(function.connection)
                 own = config.for_function(function.name, function.retry)
-                # Storage that cannot be reached now is no reason to stop: the listener retries and waits for it.
+                # Storage that cannot be reached now is no reason to stop: the listener retries and waits for it,
+                # and /readyz says why from the start.
+                unreachable = None
                 try:
                     if problem := await _queue_problem(backend, function.queue_name, own):
                         refused.append(f"function {function.name}, trigger queueTrigger ({function.arg_name}): "
                                        f"{problem}")
                 except TransientError as exc:
                     self.metrics.inc("storage_errors", function.name)
+                    unreachable = str(exc)
                     log.error("cannot look at the trigger queue now; the listener will keep trying",
-                              function=function.name, queue=function.queue_name, error=str(exc))
+                              function=function.name, queue=function.queue_name, error=unreachable)
                 if refused:
                     continue
                 listeners.append(
                     Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware)
                 )
+                listeners[-1].last_error = unreachable
                 backends.listen(listeners[-1])
                 log.info("function loaded", function=function.name, queue=function.queue_name,
                          handler="async" if function.is_async else "sync", **_own_settings(config, own))
