@@ -39,11 +39,13 @@ def start_worker(tmp_path: Path, record_db: Path, connection: str | None) -> Ite
     """Start workers on one host.yaml and the backend under test; every one still running at the end is killed."""
     started: list[WorkerProcess] = []
 
-    def start(name: str = "worker", mode: str = "ok", hold: float = 60, **settings: Any) -> WorkerProcess:
+    def start(name: str = "worker", mode: str = "ok", hold: float = 60, more_connection: str = "",
+              **settings: Any) -> WorkerProcess:
+        """``more_connection`` is appended to the connection string (``&poison=host`` on OCI)."""
         config = write_host_yaml(tmp_path, settings.get("queues"), settings.get("worker"))
         env = {"RECORD_DB": str(record_db), "HANDLER_MODE": mode, "HOLD_SECONDS": str(hold), "TRIGGER_QUEUE": QUEUE}
         if connection is not None:
-            env["AzureWebJobsStorage"] = connection
+            env["AzureWebJobsStorage"] = connection + more_connection
         process = WorkerProcess(config, env, name=name).start()
         started.append(process)
         process.wait_for_log("host started")
@@ -158,6 +160,25 @@ async def test_failing_message_reaches_the_services_dead_letter_queue_after_its_
     assert refused.returncode == 2 and "cannot be requeued" in refused.stderr, refused.stderr
     purged = poison("purge")
     assert purged.returncode == 0 and json.loads(purged.stdout)["messages"] == 1, purged.stderr
+    assert await queue.dead_letter_count(QUEUE) == 0
+
+
+@pytest.mark.parametrize("backend_kind", ["oci"], indirect=True)
+async def test_with_poison_host_on_oci_a_failing_message_is_copied_to_the_existing_poison_queue(
+    start_worker: StartWorker, queue: QueueBackend, record_db: Path
+) -> None:
+    """poison=host keeps Azure's behaviour on OCI: after maxDequeueCount the text goes to <queue>-poison, which the
+    host does not create there (an operator made it), and the original is deleted."""
+    await queue.create_queue(f"{QUEUE}-poison")
+    worker = start_worker(mode="fail", queues={"maxDequeueCount": 2}, more_connection="&poison=host")
+    [message_id] = await send(queue, "always fails")
+
+    poisoned = await apoll(lambda: queue.receive(f"{QUEUE}-poison", 20, 30), 30, what="a poison message")
+    assert worker.stop() == 0
+    assert [p.content for p in poisoned] == [encode("always fails", "base64")]
+    tries = events(record_db, "start")
+    assert [(t["message_id"], t["dequeue_count"]) for t in tries] == [(message_id, 1), (message_id, 2)]
+    assert await queue.approximate_count(QUEUE) == 0
     assert await queue.dead_letter_count(QUEUE) == 0
 
 
