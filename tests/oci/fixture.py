@@ -4,27 +4,38 @@ Why a subprocess with a real key: code under test meets the server the way it wo
 HTTP from its own process, reading credentials from an OCI config file and signing every request with the SDK's
 signer. The server knows only the public half of a key made for this run, so a test can also prove that a request
 signed with any other key is refused.
+
+The server also trusts session tokens from a token issuer whose key the fixture makes: ``resource_principal_env``
+mints one and returns the environment under which the SDK's ``get_resource_principals_signer()`` signs in with it,
+as it does in OCI Functions or with OKE workload identity (resource principal version 2.2).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import re
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from types import TracebackType
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "ocid1.user.oc1..test"
 TENANCY = "ocid1.tenancy.oc1..test"
 COMPARTMENT = "ocid1.compartment.oc1..test"
 REGION = "us-ashburn-1"
+#: The resource a resource principal session token is about: here a function, as in OCI Functions.
+RESOURCE = "ocid1.fnfunc.oc1.iad.test"
+#: How long a minted session token is valid (OCI's last 20 minutes to an hour; the tests need less).
+TOKEN_LIFETIME = 3600
 _LISTENING = re.compile(r"^OCI Queue test server listening on (http://127\.0\.0\.1:\d+)$")
 
 
@@ -47,6 +58,38 @@ def write_key(path: Path, key: rsa.RSAPrivateKey) -> Path:
     return path
 
 
+def _base64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _jwk(public_key: rsa.RSAPublicKey, kid: str) -> dict[str, str]:
+    """An RSA public key as a JSON Web Key (RFC 7517), with the members OCI's tokens give it."""
+    numbers = public_key.public_numbers()
+    n = numbers.n.to_bytes((numbers.n.bit_length() + 7) // 8, "big")
+    e = numbers.e.to_bytes((numbers.e.bit_length() + 7) // 8, "big")
+    return {"kid": kid, "n": _base64url(n), "e": _base64url(e), "kty": "RSA", "alg": "RS256", "use": "sig"}
+
+
+def session_token(issuer: rsa.RSAPrivateKey, session_key: rsa.RSAPublicKey, *, lifetime: float = TOKEN_LIFETIME) -> str:
+    """A resource principal session token (RPST) for ``session_key``, signed RS256 by ``issuer``.
+
+    The claims are those of the RPST in Oracle's SDK tests (see tests/oci/server.py), for :data:`RESOURCE` in the
+    test tenancy and compartment; ``jwk`` is the session's public key as a JSON string, as OCI writes it. A negative
+    ``lifetime`` makes a token that has already expired.
+    """
+    now = int(time.time())
+    header = {"kid": "test-issuer", "alg": "RS256"}
+    claims = {
+        "sub": RESOURCE, "iss": "authService.oracle.com", "aud": "oci", "ptype": "resource", "ttype": "res",
+        "res_id": RESOURCE, "res_type": "fnfunc", "res_tenant": TENANCY, "res_compartment": COMPARTMENT,
+        "tenant": TENANCY, "iat": now, "exp": now + int(lifetime), "jti": str(uuid.uuid4()),
+        "jwk": json.dumps(_jwk(session_key, f"session-{uuid.uuid4().hex[:8]}"), separators=(",", ":")),
+    }
+    signed = ".".join(_base64url(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims))
+    signature = issuer.sign(signed.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signed}.{_base64url(signature)}"
+
+
 def write_config(path: Path, key_file: Path, key_fingerprint: str) -> Path:
     """An OCI SDK/CLI config file with one ``[DEFAULT]`` profile (read it with ``oci.config.from_file``)."""
     path.write_text(f"[DEFAULT]\nuser={USER}\nfingerprint={key_fingerprint}\nkey_file={key_file}\n"
@@ -67,6 +110,8 @@ class OciTestServer:
         self.output: list[str] = []
         self._endpoint: str | None = None
         self._fingerprint: str | None = None
+        #: Signs the session tokens the server accepts (the server knows its public half).
+        self._issuer: rsa.RSAPrivateKey | None = None
         self._ready = threading.Event()
 
     @property
@@ -98,11 +143,15 @@ class OciTestServer:
                                                               serialization.PublicFormat.SubjectPublicKeyInfo))
         self._fingerprint = fingerprint(key.public_key())
         write_config(self.config_file, key_file, self._fingerprint)
+        self._issuer = new_key()
+        issuer_file = self.workdir / "token_issuer_public.pem"
+        issuer_file.write_bytes(self._issuer.public_key().public_bytes(serialization.Encoding.PEM,
+                                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
         with self.stderr_file.open("w") as stderr:  # a file, not a pipe: nothing has to drain it
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.oci.server", "--port", "0", "--public-key", str(public_file),
                  "--tenancy", TENANCY, "--user", USER, "--fingerprint", self._fingerprint,
-                 "--ready-file", str(self.workdir / "ready")],
+                 "--token-issuer-key", str(issuer_file), "--ready-file", str(self.workdir / "ready")],
                 cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
             )
         threading.Thread(target=self._read, daemon=True, name="oci-test-server-stdout").start()
@@ -137,6 +186,44 @@ class OciTestServer:
             raise RuntimeError("the OCI test server is not started")
         key_file = write_key(workdir / "wrong_oci_api_key.pem", new_key())
         return write_config(workdir / "wrong_key_config", key_file, self._fingerprint)
+
+    def session_token(self, session_key: rsa.RSAPublicKey, *, valid: bool = True,
+                      lifetime: float = TOKEN_LIFETIME) -> str:
+        """A session token for ``session_key`` from this server's issuer, or (``valid=False``) from another one."""
+        if self._issuer is None:
+            raise RuntimeError("the OCI test server is not started")
+        return session_token(self._issuer if valid else new_key(), session_key, lifetime=lifetime)
+
+    def resource_principal_env(self, workdir: Path, *, valid: bool = True,
+                               lifetime: float = TOKEN_LIFETIME) -> dict[str, str]:
+        """The environment of a resource principal (version 2.2) that signs in to this server.
+
+        Writes a new session key (``rp_private.pem``) and a token for it (``rpst``) into ``workdir`` and returns
+        the variables ``oci.auth.signers.get_resource_principals_signer()`` reads. The token and key are given as
+        absolute paths, as OCI Functions gives them (the SDK reads the files, and reads them again after a 401);
+        with ``valid=False`` the token comes from another issuer, so every request is refused with 401.
+        """
+        workdir.mkdir(parents=True, exist_ok=True)
+        write_key(workdir / "rp_private.pem", new_key())
+        env = {
+            "OCI_RESOURCE_PRINCIPAL_VERSION": "2.2",
+            "OCI_RESOURCE_PRINCIPAL_RPST": str((workdir / "rpst").resolve()),
+            "OCI_RESOURCE_PRINCIPAL_PRIVATE_PEM": str((workdir / "rp_private.pem").resolve()),
+            "OCI_RESOURCE_PRINCIPAL_REGION": REGION,
+        }
+        self.renew_resource_principal_token(env, valid=valid, lifetime=lifetime)
+        return env
+
+    def renew_resource_principal_token(self, env: dict[str, str], *, valid: bool = True,
+                                       lifetime: float = TOKEN_LIFETIME) -> None:
+        """Replace the token of ``resource_principal_env``'s files with a new one for the same key, as the platform
+        does before the old one expires (``valid=False``: from another issuer, a rotation gone wrong)."""
+        key = serialization.load_pem_private_key(Path(env["OCI_RESOURCE_PRINCIPAL_PRIVATE_PEM"]).read_bytes(), None)
+        assert isinstance(key, rsa.RSAPrivateKey)
+        token_file = Path(env["OCI_RESOURCE_PRINCIPAL_RPST"])
+        partial = token_file.with_name(token_file.name + ".partial")
+        partial.write_text(self.session_token(key.public_key(), valid=valid, lifetime=lifetime))  # no newline: the
+        partial.replace(token_file)  # SDK would keep it in the keyId; and a reader never sees half a token
 
     def set_delivery_limit(self, queue: str, limit: int) -> None:
         """Set a queue's deadLetterQueueDeliveryCount as an operator would, with the SDK's admin client."""

@@ -7,8 +7,29 @@ control plane: queues and work requests) on one loopback port, keeps everything 
 request's signature the way the service does, so a client that signs wrongly fails here as it would in the cloud.
 
 Run it as ``python -m tests.oci.server --port 0 --public-key PEM --tenancy T --user U --fingerprint F
-[--ready-file PATH]``; it prints ``OCI Queue test server listening on http://127.0.0.1:PORT`` when it is ready.
-``tests/oci/fixture.py`` starts it for tests with a fresh key and an SDK config file.
+[--token-issuer-key PEM] [--ready-file PATH]``; it prints ``OCI Queue test server listening on
+http://127.0.0.1:PORT`` when it is ready. ``tests/oci/fixture.py`` starts it for tests with a fresh key, an SDK
+config file and a token issuer key of its own.
+
+Who may call: the one API key given on the command line (keyId ``<tenancy>/<user>/<fingerprint>``), and, with
+``--token-issuer-key``, any holder of a session token from that issuer (keyId ``ST$<token>``), which is how
+resource principals (OCI Functions, OKE workload identity, Data Flow), instance principals and ``oci session``
+sign. A session token is the JWT OCI's auth service issues, in the shape of the resource principal session token
+(RPST) in Oracle's SDK tests (the Go and Java SDKs share one):
+
+* header ``{"kid": ..., "alg": "RS256"}``; the signature is RS256 (RSA PKCS#1 v1.5, SHA-256) by the issuer's key;
+* claims ``sub``, ``iss``, ``aud``, ``iat``, ``exp``, ``jti``, ``ptype`` (``resource``), ``ttype`` (``res``),
+  ``res_id``, ``res_type``, ``res_tenant``, ``res_compartment``, ``tenant`` and ``jwk``: the public half of the key
+  pair the caller made for its session, as a *string* holding a JSON Web Key
+  (``"{\"kid\":...,\"n\":...,\"e\":\"AQAB\",\"kty\":\"RSA\",\"alg\":\"RS256\",\"use\":\"sig\"}"``),
+  as OCI writes it.
+
+The SDK reads only ``exp``, ``iat``, ``res_tenant`` and ``res_compartment`` from the token (it decodes it without
+checking it) and signs each request with the session's private key, exactly as with an API key; the service's
+side, and this server's, is to check the token's signature against the issuer, its ``exp`` against the clock, and
+the request's signature against the key in ``jwk``. A token from another issuer, an expired one, one without an RSA
+``jwk``, or a request signed with a key other than the token's is 401 NotAuthenticated. The other claims are not
+checked: this server has no policies, so a valid token may do what the API key may.
 
 Where the facts come from:
 
@@ -26,6 +47,10 @@ Where the facts come from:
 * Error statuses and codes: https://docs.oracle.com/iaas/Content/API/References/apierrors.htm.
 * Signatures: https://docs.oracle.com/iaas/Content/API/Concepts/signingrequests.htm and the SDK's own signer
   (``oci/signer.py`` with ``oci/_vendor/httpsig_cffi``), whose signing string this server rebuilds.
+* Session tokens: the SDK's signers (``oci/auth/signers/security_token_signer.py``: keyId ``ST$<token>``;
+  ``ephemeral_resource_principals_signer.py`` and ``oci/auth/security_token_container.py``: the claims it reads) and
+  the sample RPST in oracle/oci-go-sdk ``common/auth/resource_principal_key_provider_test.go`` (the claims OCI
+  writes, ``jwk`` among them).
 
 Limits and defaults (a request outside them is answered 400 InvalidParameter):
 
@@ -115,6 +140,8 @@ MAX_CLOCK_SKEW = 300.0
 #: The headers the SDK signs on every request, and in addition on requests with a body.
 SIGNED_ALWAYS = ("date", "(request-target)", "host")
 SIGNED_WITH_BODY = ("content-length", "content-type", "x-content-sha256")
+#: A keyId that starts so carries a session token (``oci.auth.signers.security_token_signer``).
+SESSION_TOKEN_PREFIX = "ST$"
 CAPABILITIES = ("LARGE_MESSAGES",)
 PURGE_TYPES = ("NORMAL", "DLQ", "BOTH")
 LIFECYCLE_STATES = ("CREATING", "UPDATING", "ACTIVE", "DELETING", "DELETED", "FAILED", "INACTIVE")
@@ -715,12 +742,15 @@ class SignatureVerifier:
     algorithm="rsa-sha256",headers="date (request-target) host[ content-length content-type x-content-sha256]",
     signature="<base64>"``; the signature is RSA PKCS#1 v1.5 with SHA-256 over the lines ``name: value`` of the
     listed headers, where ``(request-target)`` is the lower-case method, a space and the path with its query.
-    Any failure is 401 NotAuthenticated, as the service answers.
+    With a session token the keyId is ``ST$<token>`` and the key is the one in the token (see the module's
+    docstring). Any failure is 401 NotAuthenticated, as the service answers.
     """
 
-    def __init__(self, key_id: str, public_key: rsa.RSAPublicKey) -> None:
+    def __init__(self, key_id: str, public_key: rsa.RSAPublicKey, token_issuer: rsa.RSAPublicKey | None = None) -> None:
         self.key_id = key_id
         self.public_key = public_key
+        #: The public key whose session tokens are accepted; None accepts none.
+        self.token_issuer = token_issuer
 
     def verify(self, method: str, target: str, headers: email.message.Message, body: bytes) -> None:
         authorization = headers.get("authorization")
@@ -732,8 +762,13 @@ class SignatureVerifier:
         params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
         if params.get("version", "1") != "1":
             raise not_authenticated(f"signature version {params['version']} is not 1")
-        if params.get("keyId") != self.key_id:
-            raise not_authenticated(f"keyId {params.get('keyId')!r} is not a known API key")
+        key_id = params.get("keyId") or ""
+        if key_id.startswith(SESSION_TOKEN_PREFIX):
+            public_key, whose = self.session_key(key_id[len(SESSION_TOKEN_PREFIX):]), "the key of the session token"
+        elif key_id == self.key_id:
+            public_key, whose = self.public_key, "the API key"
+        else:
+            raise not_authenticated(f"keyId {key_id[:200]!r} is not a known API key")
         if params.get("algorithm") != "rsa-sha256":
             raise not_authenticated(f"algorithm {params.get('algorithm')!r} is not rsa-sha256")
         signed = params.get("headers", "date").lower().split()
@@ -756,9 +791,42 @@ class SignatureVerifier:
             lines.append(f"{name}: {value}")
         try:
             signature = base64.b64decode(params.get("signature", ""), validate=True)
-            self.public_key.verify(signature, "\n".join(lines).encode("latin-1"), padding.PKCS1v15(), hashes.SHA256())
+            public_key.verify(signature, "\n".join(lines).encode("latin-1"), padding.PKCS1v15(), hashes.SHA256())
         except (binascii.Error, InvalidSignature, UnicodeEncodeError):
-            raise not_authenticated("the signature does not verify with the API key") from None
+            raise not_authenticated(f"the signature does not verify with {whose}") from None
+
+    def session_key(self, token: str) -> rsa.RSAPublicKey:
+        """The public key a session token carries, once the token is known to be this issuer's and unexpired."""
+        if self.token_issuer is None:
+            raise not_authenticated("this server accepts no session tokens")
+        try:
+            header_part, claims_part, signature_part = token.split(".")
+            header, claims = (json.loads(_base64url(header_part)), json.loads(_base64url(claims_part)))
+            signature = _base64url(signature_part)
+        except ValueError:  # also binascii.Error, UnicodeDecodeError and json.JSONDecodeError
+            raise not_authenticated("the session token is not a JWT") from None
+        if not isinstance(header, dict) or not isinstance(claims, dict):
+            raise not_authenticated("the session token is not a JWT")
+        if header.get("alg") != "RS256":
+            raise not_authenticated(f"the session token's algorithm {header.get('alg')!r} is not RS256")
+        try:
+            self.token_issuer.verify(signature, f"{header_part}.{claims_part}".encode("ascii"), padding.PKCS1v15(),
+                                     hashes.SHA256())
+        except InvalidSignature:
+            raise not_authenticated("the session token was not issued by this server's token issuer") from None
+        expires = claims.get("exp")
+        if isinstance(expires, bool) or not isinstance(expires, int | float):
+            raise not_authenticated("the session token has no expiry (exp)")
+        if expires <= time.time():
+            raise not_authenticated(f"the session token expired {time.time() - expires:.0f} s ago")
+        try:
+            jwk = json.loads(claims["jwk"])
+            if jwk["kty"] != "RSA":
+                raise ValueError(jwk["kty"])
+            numbers = rsa.RSAPublicNumbers(int.from_bytes(_base64url(jwk["e"])), int.from_bytes(_base64url(jwk["n"])))
+            return numbers.public_key()
+        except (KeyError, TypeError, ValueError):
+            raise not_authenticated("the session token carries no RSA public key (jwk)") from None
 
     @staticmethod
     def _check_date(value: str | None) -> None:
@@ -772,6 +840,13 @@ class SignatureVerifier:
         if skew > MAX_CLOCK_SKEW:
             raise not_authenticated(f"the date header is {skew:.0f} s from the server's clock (at most "
                                     f"{MAX_CLOCK_SKEW:.0f} s are allowed)")
+
+
+def _base64url(text: str) -> bytes:
+    """Unpadded base64url (RFC 7515), as in a JWT and a JWK; ValueError for anything else."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]*", text):
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 _ID = "[^/]+"
@@ -898,12 +973,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tenancy", required=True, help="tenancy OCID of the API key")
     parser.add_argument("--user", required=True, help="user OCID of the API key")
     parser.add_argument("--fingerprint", required=True, help="fingerprint of the API key")
+    parser.add_argument("--token-issuer-key", type=Path,
+                        help="PEM file of the public key whose session tokens (keyId ST$<token>) are accepted")
     parser.add_argument("--ready-file", type=Path, help="write the endpoint here once the server listens")
     args = parser.parse_args(argv)
     public_key = serialization.load_pem_public_key(args.public_key.read_bytes())
     if not isinstance(public_key, rsa.RSAPublicKey):
         parser.error(f"{args.public_key} is not an RSA public key")
-    server = Server(args.port, SignatureVerifier(f"{args.tenancy}/{args.user}/{args.fingerprint}", public_key))
+    issuer = None
+    if args.token_issuer_key:
+        issuer = serialization.load_pem_public_key(args.token_issuer_key.read_bytes())
+        if not isinstance(issuer, rsa.RSAPublicKey):
+            parser.error(f"{args.token_issuer_key} is not an RSA public key")
+    verifier = SignatureVerifier(f"{args.tenancy}/{args.user}/{args.fingerprint}", public_key, issuer)
+    server = Server(args.port, verifier)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     print(READY_LINE.format(endpoint=server.endpoint), flush=True)
     if args.ready_file:

@@ -16,6 +16,7 @@ from typing import Any
 
 import oci
 import pytest
+from cryptography.hazmat.primitives import serialization
 from oci.queue import QueueAdminClient, QueueClient
 from oci.queue.models import (
     CreateQueueDetails,
@@ -31,7 +32,7 @@ from oci.queue.models import (
     UpdateQueueDetails,
 )
 
-from tests.oci.fixture import OciTestServer
+from tests.oci.fixture import OciTestServer, new_key
 
 NO_SUCH_QUEUE = "ocid1.queue.oc1.iad.nosuchqueue"
 
@@ -387,3 +388,83 @@ def test_requests_without_a_valid_signature_are_refused(
     error = service_error(client.put_messages, queue_id, PutMessagesDetails(
         messages=[PutMessagesDetailsEntry(content="x")]))
     assert (error.status, error.code) == (401, "NotAuthenticated")
+
+
+# -- resource principals (session tokens) ---------------------------------------------------------------------------
+
+
+def resource_principal_clients(server: OciTestServer) -> tuple[QueueAdminClient, QueueClient]:
+    """Both clients signed in as the resource principal the environment describes, as an OCI Function would be."""
+    signer = oci.auth.signers.get_resource_principals_signer()
+    config = {"region": signer.region}
+    return (QueueAdminClient(config, **client_options(server, signer=signer)),
+            QueueClient(config, **client_options(server, signer=signer)))
+
+
+def test_a_resource_principal_lists_queues_and_puts_and_gets_messages(
+    server: OciTestServer, queue_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in server.resource_principal_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    signer = oci.auth.signers.get_resource_principals_signer()
+    assert isinstance(signer, oci.auth.signers.EphemeralResourcePrincipalSigner)
+    assert (signer.region, signer.tenancy_id, signer.compartment_id) == (
+        "us-ashburn-1", "ocid1.tenancy.oc1..test", server.compartment_id)
+    assert signer.api_key.startswith("ST$")  # the keyId: the token itself
+
+    admin, client = resource_principal_clients(server)
+    listed = admin.list_queues(compartment_id=server.compartment_id).data.items
+    assert queue_id in {q.id for q in listed}
+    [message_id] = put(client, queue_id, "from a function")
+    [got] = get(client, queue_id)
+    assert (got.id, got.content) == (message_id, "from a function")
+    client.delete_message(queue_id, got.receipt)
+    assert get(client, queue_id) == []
+
+
+def test_a_session_token_from_another_issuer_is_not_authenticated(
+    server: OciTestServer, queue_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in server.resource_principal_env(tmp_path, valid=False).items():
+        monkeypatch.setenv(name, value)
+    admin, client = resource_principal_clients(server)
+    error = service_error(admin.list_queues, compartment_id=server.compartment_id)
+    assert (error.status, error.code) == (401, "NotAuthenticated")
+    assert "not issued by this server's token issuer" in error.message
+    error = service_error(client.put_messages, queue_id, PutMessagesDetails(
+        messages=[PutMessagesDetailsEntry(content="x")]))
+    assert (error.status, error.code) == (401, "NotAuthenticated")
+
+
+@pytest.mark.parametrize("case", ["expired token", "signed with another key"])
+def test_an_expired_token_or_a_signature_by_another_key_is_not_authenticated(
+    server: OciTestServer, queue_id: str, case: str
+) -> None:
+    session_key, signing_key = new_key(), new_key()
+    if case == "expired token":
+        token, signing_key = server.session_token(session_key.public_key(), lifetime=-60), session_key
+    else:
+        token = server.session_token(session_key.public_key())
+    pem = signing_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption()).decode()
+    # Token and key as contents rather than paths: the signer's other mode, the same requests.
+    signer = oci.auth.signers.EphemeralResourcePrincipalSigner(session_token=token, private_key=pem,
+                                                               region="us-ashburn-1")
+    client = QueueClient({"region": signer.region}, **client_options(server, signer=signer))
+    error = service_error(client.get_stats, queue_id)
+    assert (error.status, error.code) == (401, "NotAuthenticated")
+    assert ("expired" if case == "expired token" else "the key of the session token") in error.message
+
+
+def test_after_a_401_the_sdk_reads_the_token_file_again(
+    server: OciTestServer, queue_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why the fixture gives paths: the platform replaces the token in its file, and the SDK picks it up on a 401."""
+    env = server.resource_principal_env(tmp_path, valid=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    _, client = resource_principal_clients(server)
+    assert service_error(client.get_stats, queue_id).status == 401
+
+    server.renew_resource_principal_token(env)
+    assert client.get_stats(queue_id).data.queue.visible_messages == 0
