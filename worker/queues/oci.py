@@ -8,9 +8,9 @@ the host reads "lease lost" or "storage unreachable" the same way on both.
 Threads: the SDK sends with ``requests``, whose sessions are not meant to be
 shared across threads, so each thread has its own clients. Ordinary calls run
 on a small pool; a long poll (a receive that waits) runs on a daemon thread of
-its own, so neither a cancelled caller nor interpreter exit waits for it, and
-when its caller has gone by the time messages arrive, that thread releases
-them at once (visibility 0): cancelling a receive loses nothing.
+its own, and cancelling it cuts its request at the socket (:mod:`worker.queues.oci_calls`),
+so the service ends it without delivering; messages that arrive anyway are
+released at once (visibility 0): cancelling a receive loses nothing.
 
 Queue names: a trigger's ``queueName`` is the display name of an ACTIVE
 queue in the connection's compartment (resolved once and cached), or a queue
@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import queue as jobs_queue
 import socket
 import threading
 import time
@@ -53,6 +52,7 @@ from worker.queues.base import (
     Receipt,
     Unsupported,
 )
+from worker.queues.oci_calls import DaemonThreads, cut, long_poll_starts, track_sockets
 from worker.queues.oci_connection import OCI_CAPABILITIES, OCI_LIMITS, OciConnection
 from worker.queues.retrying import Retrier
 from worker.storage_errors import CONNECT_TIMEOUT, describe_failure
@@ -159,111 +159,6 @@ def _origin(url: str | None) -> str | None:
     return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
 
 
-#: Each thread's open sockets to the service, recorded as connections open, so that a cancelled long poll can be cut.
-_THREAD_SOCKETS = threading.local()
-
-
-def _thread_sockets() -> list[socket.socket]:
-    """This thread's list of sockets (a long-poll thread's connections are its own: its clients are per thread)."""
-    sockets = getattr(_THREAD_SOCKETS, "sockets", None)
-    if sockets is None:
-        sockets = _THREAD_SOCKETS.sockets = []
-    return sockets
-
-
-def _tracked(pool_class: type) -> type:
-    """``pool_class`` whose connections record their sockets in the thread that opens them."""
-    base = pool_class.ConnectionCls
-
-    class Connection(base):  # type: ignore[misc, valid-type]
-        def connect(self) -> None:
-            super().connect()
-            sockets = _thread_sockets()
-            sockets[:] = [s for s in sockets if s.fileno() != -1]
-            sockets.append(self.sock)
-            cancelled = getattr(_THREAD_SOCKETS, "cancelled", None)
-            if cancelled is not None and cancelled.is_set():  # cancelled while connecting: after the cut
-                _cut([self.sock])
-
-    return type(f"Tracked{pool_class.__name__}", (pool_class,), {"ConnectionCls": Connection})
-
-
-def _track_sockets(client: Any) -> None:
-    """Make ``client``'s connections record their sockets (see :func:`_thread_sockets`)."""
-    for adapter in client.base_client.session.adapters.values():
-        manager = adapter.poolmanager
-        manager.pool_classes_by_scheme = {scheme: _tracked(cls) for scheme, cls in manager.pool_classes_by_scheme.items()}
-
-
-def _cut(sockets: list[socket.socket]) -> None:
-    """Shut the sockets down: a request waiting on one fails at once, and the service sees the caller hang up."""
-    for sock in list(sockets):
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-
-
-class _DaemonThreads:
-    """Daemon threads for calls that may take long: nobody waits for them, neither a caller nor interpreter exit.
-
-    A thread that finishes its job waits a while for the next one, so that its clients (and their
-    connections) are reused from one long poll to the next; ``on_exit`` runs in a thread as it ends.
-    """
-
-    def __init__(self, name: str, idle_seconds: float, on_exit: Callable[[], None]) -> None:
-        self._name = name
-        self._idle_seconds = idle_seconds
-        self._on_exit = on_exit
-        self._jobs: jobs_queue.SimpleQueue[Callable[[], None] | None] = jobs_queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0  # threads waiting for a job, less the jobs already handed to them
-        self._closed = False
-        self._started = 0
-
-    def submit(self, job: Callable[[], None]) -> None:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("cannot start a call after close")
-            if self._idle:
-                self._idle -= 1
-                self._jobs.put(job)
-                return
-            self._started += 1
-            name = f"{self._name}-{self._started}"
-        threading.Thread(target=self._work, args=(job,), name=name, daemon=True).start()
-
-    def _work(self, job: Callable[[], None] | None) -> None:
-        try:
-            while job is not None:
-                try:
-                    job()
-                except Exception:  # pragma: no cover - jobs catch their own errors
-                    log.exception("OCI Queue call thread failed")
-                with self._lock:
-                    if self._closed:
-                        return
-                    self._idle += 1
-                try:
-                    job = self._jobs.get(timeout=self._idle_seconds)
-                except jobs_queue.Empty:
-                    with self._lock:  # a job handed over as we timed out is ours to run
-                        try:
-                            job = self._jobs.get_nowait()
-                        except jobs_queue.Empty:
-                            self._idle -= 1
-                            job = None
-        finally:
-            self._on_exit()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, 0
-        for _ in range(idle):
-            self._jobs.put(None)
-
-
 class _Receipts:
     """Which message each receipt this backend handed out belongs to, and each message's latest receipt.
 
@@ -315,7 +210,7 @@ class OciBackend:
         self.service_dead_letters = connection.poison == "service"
         self._retrier = Retrier(is_transient=is_transient, failure_kind=failure_kind, on_retry=on_retry, log=log)
         self._executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="oci-queue")
-        self._long_polls = _DaemonThreads("oci-queue-long-poll", LONG_POLL_IDLE_SECONDS, self._drop_thread_clients)
+        self._long_polls = DaemonThreads("oci-queue-long-poll", LONG_POLL_IDLE_SECONDS, self._drop_thread_clients)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._auth: tuple[dict[str, Any], Any] | None = None
@@ -393,7 +288,7 @@ class OciBackend:
             client = oci.queue.QueueClient(
                 config, service_endpoint=self.connection.messages_endpoint, **self._client_kwargs(signer)
             )
-            _track_sockets(client)
+            track_sockets(client)
             self._keep(client)
             self._local.messages = client
         self._local.endpoint = self.connection.messages_endpoint
@@ -456,7 +351,7 @@ class OciBackend:
             if done.cancelled():
                 abandoned.set()
                 for held in sockets:
-                    _cut(held)
+                    cut(held)
 
         future.add_done_callback(on_done)
 
@@ -472,8 +367,7 @@ class OciBackend:
 
         def run() -> None:  # in a thread
             if long:
-                sockets.append(_thread_sockets())
-                _THREAD_SOCKETS.cancelled = abandoned
+                sockets.append(long_poll_starts(abandoned))
             if abandoned.is_set():
                 return
             try:
