@@ -23,7 +23,7 @@ import structlog
 from worker.config import HostConfig
 from worker.lease import Lease, LeaseScheduler
 from worker.observability import Metrics
-from worker.queues.base import LeaseGone, MessageNotFound, QueueBackend, QueueNotFound, RawMessage, TransientError
+from worker.queues.base import LeaseGone, MessageNotFound, QueueBackend, RawMessage, TransientError, put_creating
 
 if TYPE_CHECKING:
     from worker.middleware import Chain
@@ -222,13 +222,7 @@ class CompletionProcessor:
         # Where messages have no time to live of their own, the poison queue's retention applies.
         forever = -1 if item.backend.capabilities.message_options else None
         if progress.poison_copy_id is None:
-            try:
-                copy = await item.backend.put(poison, item.raw.content, time_to_live=forever)
-            except QueueNotFound:
-                if not item.backend.capabilities.creates_queues:
-                    raise
-                await item.backend.create_queue(poison)
-                copy = await item.backend.put(poison, item.raw.content, time_to_live=forever)
+            copy = await put_creating(item.backend, poison, item.raw.content, time_to_live=forever)
             progress.poison_copy_id = copy.id
         await self._delete(item, bound)
         bound.error(

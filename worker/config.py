@@ -310,6 +310,17 @@ class HostConfig:
             overrides["retry"] = code_retry
         return replace(self, **overrides) if overrides else self
 
+    def key_of(self, function: str, attr: str) -> str:
+        """The host.yaml key that gives function ``function`` its ``attr`` (a HostConfig field), for messages.
+
+        ``functions.<name>.<key> (file:line)`` where the function's section sets it, else the global key.
+        """
+        section = self.functions.get(function)
+        if section is not None and attr in section.settings:
+            key = next(k for k, g in _FUNCTION_KEYS.items() if (_FUNCTION_ONLY.get(k) or _SCHEMA[g]).attr == attr)
+            return f"functions.{function}.{key} ({section.where})"
+        return next(key for key, setting in _SCHEMA.items() if setting.attr == attr)
+
     def resolve_connection(
         self, name: str | None, service: Service = "queue", *, embedded_default: bool = False
     ) -> ResolvedConnection:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from worker.blob_bindings import BlobOutput, write_output
 from worker.encoding import encode
-from worker.queues.base import QueueNotFound
+from worker.queues.base import put_creating
 
 if TYPE_CHECKING:
     from worker.storage import Storage
@@ -87,13 +87,7 @@ async def send_outputs(
         backend = storage.queues(binding.connection)
         for body in bodies:
             text = encode(body, encoding)
-            try:
-                await backend.put(binding.queue_name, text, channel=binding.channel)
-            except QueueNotFound:
-                if not backend.capabilities.creates_queues:
-                    raise
-                await backend.create_queue(binding.queue_name)
-                await backend.put(binding.queue_name, text, channel=binding.channel)
+            await put_creating(backend, binding.queue_name, text, channel=binding.channel)
             sent += 1
         storage.sent(backend, binding.queue_name)
     return sent

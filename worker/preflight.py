@@ -83,13 +83,11 @@ def problems(app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | No
     return found
 
 
-#: Settings bounded by a backend's limits: (key in a ``functions:`` section, its global key, HostConfig field,
-#: the Limits field, what the limit counts).
+#: Settings bounded by a backend's limits: (HostConfig field, the Limits field, what the limit counts).
 _BOUNDED = (
-    ("batchSize", "extensions.queues.batchSize", "batch_size", "max_batch", "messages a receive returns"),
-    ("visibilityTimeout", "extensions.queues.visibilityTimeout", "visibility_timeout", "max_visibility",
-     "seconds a message may stay hidden"),
-    ("leaseDuration", "worker.leaseDuration", "lease_duration", "max_visibility", "seconds a message may stay hidden"),
+    ("batch_size", "max_batch", "messages a receive returns"),
+    ("visibility_timeout", "max_visibility", "seconds a message may stay hidden"),
+    ("lease_duration", "max_visibility", "seconds a message may stay hidden"),
 )
 
 
@@ -113,13 +111,11 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
     if not binding.trigger:
         return found
     own = config.for_function(spec.name)
-    section = config.functions.get(spec.name)
-    for key, global_key, attr, limit_attr, meaning in _BOUNDED:
+    for attr, limit_attr, meaning in _BOUNDED:
         value, limit = getattr(own, attr), getattr(kind.limits, limit_attr)
         if value > limit:
-            setting = (f"functions.{spec.name}.{key} ({section.where})" if section and attr in section.settings
-                       else global_key)
-            found.append(f"{setting} is {value:g}, more than {kind.name} takes: at most {limit:g} {meaning}")
+            found.append(f"{config.key_of(spec.name, attr)} is {value:g}, more than {kind.name} takes: "
+                         f"at most {limit:g} {meaning}")
     return found
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 #: Time-to-live a message gets when the sender names none (7 days), in seconds.
 DEFAULT_TTL_SECONDS = 7 * 24 * 3600
@@ -269,3 +269,15 @@ def check_no_channel(channel: str | None, service: str) -> None:
     """Raise Unsupported for a channel on a service whose queues have none."""
     if channel is not None:
         raise Unsupported(f"{service} queues have no channels (asked for channel {channel!r})")
+
+
+async def put_creating(backend: QueueBackend, queue: str, content: str, **options: Any) -> RawMessage:
+    """``backend.put``; a queue that does not exist is made on first need where the service makes queues quickly
+    (``capabilities.creates_queues``), and must exist elsewhere (QueueNotFound)."""
+    try:
+        return await backend.put(queue, content, **options)
+    except QueueNotFound:
+        if not backend.capabilities.creates_queues:
+            raise
+        await backend.create_queue(queue)
+        return await backend.put(queue, content, **options)
