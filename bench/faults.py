@@ -37,7 +37,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests.reliability.scenario import Settings, account, format_figures, problems, run_scenario  # noqa: E402
-from worker.observability import configure_logging  # noqa: E402
+from worker.observability.logs import configure_logging  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

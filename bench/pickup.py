@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from worker.encoding import encode  # noqa: E402
-from worker.queues import open_backend  # noqa: E402
+from worker.backends.registry import open_backend  # noqa: E402
+from worker.bindings.encoding import encode  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -34,11 +34,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from functions import data, pipeline  # noqa: E402
 from worker import QueueMessage, WorkerApp, spark  # noqa: E402
-from worker.config import HostConfig  # noqa: E402
-from worker.encoding import encode  # noqa: E402
-from worker.host import Host  # noqa: E402
-from worker.observability import configure_logging  # noqa: E402
-from worker.queues import open_backend  # noqa: E402
+from worker.backends.registry import open_backend  # noqa: E402
+from worker.bindings.encoding import encode  # noqa: E402
+from worker.observability.logs import configure_logging  # noqa: E402
+from worker.runtime.host import Host  # noqa: E402
+from worker.settings.config import HostConfig  # noqa: E402
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,7 +12,7 @@ Two designs run one after the other, each on its own fresh queue file, and are
 printed side by side:
 
 ``scheduler``
-    ``worker.lease.LeaseScheduler``, as the host uses it: one task and one
+    ``worker.runtime.lease.LeaseScheduler``, as the host uses it: one task and one
     heap of due times for every lease, at most 64 renewals in flight.
 ``naive``
     One sleeping asyncio task per message, renewing its own lease (the WebJobs
@@ -69,10 +69,12 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from worker.lease import Lease, LeaseScheduler  # noqa: E402
-from worker.observability import Metrics, configure_logging  # noqa: E402
-from worker.queues.base import LeaseGone, Receipt  # noqa: E402
-from worker.queues.sqlite import SqliteBackend  # noqa: E402
+from worker.backends.embedded.queues import SqliteBackend  # noqa: E402
+from worker.backends.queues import LeaseGone, Receipt  # noqa: E402
+from worker.model import Lease  # noqa: E402
+from worker.observability.logs import configure_logging  # noqa: E402
+from worker.observability.metrics import Metrics  # noqa: E402
+from worker.runtime.lease import LeaseScheduler  # noqa: E402
 
 QUEUE = "leases"
 #: When a lease is renewed, as a fraction of its length (the host's default leaseRenewalFraction).

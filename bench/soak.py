@@ -74,7 +74,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from worker import QueueMessage, WorkerApp  # noqa: E402
-from worker.queues.base import QueueBackend  # noqa: E402
+from worker.backends.queues import QueueBackend  # noqa: E402
 
 # -- the app the worker runs (imported by ``worker run --app soak:app``) -------------------------------------------
 
@@ -236,7 +236,7 @@ class Producer:
         await asyncio.gather(*pending)
 
     async def _put(self, queue: str, fate: str, body: str, slots: asyncio.Semaphore) -> None:
-        from worker.encoding import encode
+        from worker.bindings.encoding import encode
 
         try:
             await self.backend.put(queue, encode(body, "base64"))
@@ -287,7 +287,7 @@ def host_stopped(log: Path) -> dict[str, Any] | None:
 
 
 async def soak(args: argparse.Namespace, folder: Path, connection: str | None) -> int:
-    from worker.queues import open_backend
+    from worker.backends.registry import open_backend
 
     port = free_port()
     config = host_yaml(folder, port)

@@ -21,7 +21,7 @@ beforehand with the same N messages by a concurrent put loop that is not timed:
     What most users write first: ``receive_message()``, process, ``delete_message()``,
     one message at a time, on the same asyncio SDK and HTTP stack.
 ``worker``
-    ``worker.host.Host`` in-process in burst mode, one function with an async
+    ``worker.runtime.host.Host`` in-process in burst mode, one function with an async
     handler that does nothing: batchSize 32, ``--max-in-flight``,
     ``--new-batch-threshold``, messageEncoding none, logging configured as
     ``worker run`` does but at WARNING to stderr (the success path logs nothing
@@ -87,9 +87,10 @@ from azure.storage.queue.aio import QueueClient  # noqa: E402
 
 from tests.azurite import Azurite  # noqa: E402
 from worker import QueueMessage, WorkerApp  # noqa: E402
-from worker.config import HostConfig  # noqa: E402
-from worker.host import Host  # noqa: E402
-from worker.observability import Metrics, configure_logging  # noqa: E402
+from worker.observability.logs import configure_logging  # noqa: E402
+from worker.observability.metrics import Metrics  # noqa: E402
+from worker.runtime.host import Host  # noqa: E402
+from worker.settings.config import HostConfig  # noqa: E402
 
 #: Messages per receive, for the ceiling and the worker (Azure's maximum).
 BATCH = 32

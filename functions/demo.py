@@ -18,12 +18,13 @@ from pathlib import Path
 
 from functions import data
 from functions.function_app import app, warehouse
-from worker.config import HostConfig, load_config
-from worker.encoding import encode
-from worker.host import Host
-from worker.observability import configure_logging, format_summary
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
+from worker.observability.logs import configure_logging
+from worker.observability.metrics import format_summary
+from worker.runtime.host import Host
+from worker.settings.config import HostConfig, load_config
 
 HOME = Path(".worker/pipeline")
 QUEUES = ["ingest", "aggregate", "report"]

@@ -11,9 +11,9 @@ import pytest
 
 from tests.azurite import Azurite
 from tests.spark.cluster import ConnectServer, StandaloneCluster
-from worker.observability import configure_logging
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
+from worker.observability.logs import configure_logging
 
 if TYPE_CHECKING:
     from tests.oci.fixture import OciTestServer

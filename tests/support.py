@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from worker import WorkerApp
-from worker.config import HostConfig
-from worker.host import Host
+from worker.runtime.host import Host
+from worker.settings.config import HostConfig
 
 T = TypeVar("T")
 

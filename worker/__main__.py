@@ -2,6 +2,6 @@
 
 import sys
 
-from worker.cli import main
+from worker.ops.cli import main
 
 sys.exit(main())

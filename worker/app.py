@@ -6,16 +6,17 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from worker.blob_bindings import BlobInput, BlobOutput, check_blob_path, input_kind
-from worker.config import parse_duration
+from worker.bindings.blobs import BlobInput, BlobOutput, check_blob_path, input_kind
+from worker.bindings.outputs import OutputBinding
+from worker.bindings.types import data_kind
 from worker.middleware import Middleware
-from worker.outputs import OutputBinding
-from worker.param_types import DataKind, data_kind
-from worker.retry import RetryPolicy, parse_retry
+from worker.model import FunctionSpec
+from worker.settings.config import parse_duration
+from worker.settings.retry import parse_retry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,40 +28,6 @@ _OUTPUTS_ATTR = "__worker_queue_outputs__"
 _INPUTS_ATTR = "__worker_inputs__"
 #: A retry policy declared below ``@app.queue_trigger`` waits here until it runs.
 _RETRY_ATTR = "__worker_retry__"
-
-
-@dataclass(frozen=True, slots=True)
-class FunctionSpec:
-    """One queue-triggered function as the host runs it."""
-
-    name: str
-    handler: Callable[..., Any]
-    arg_name: str
-    queue_name: str
-    #: The connection setting's name; None: ``AzureWebJobsStorage`` when it is set, else the embedded queue.
-    connection: str | None
-    is_async: bool
-    #: ``@app.queue_output`` and ``@app.blob_output`` bindings, written only when the handler succeeds.
-    outputs: tuple[OutputBinding | BlobOutput, ...] = ()
-    #: ``@app.blob_input`` bindings, read before the handler runs.
-    inputs: tuple[BlobInput, ...] = ()
-    #: True for ``cardinality="many"``: the handler gets the received batch as a list.
-    many: bool = False
-    #: What the trigger parameter receives: the QueueMessage, or its body as ``str`` or ``bytes``.
-    trigger_kind: DataKind = "object"
-    #: True when the handler has a parameter named ``context`` for the invocation's :class:`worker.Context`.
-    wants_context: bool = False
-    #: The folder of the handler's module (``context.function_directory``).
-    directory: str = ""
-    #: The retry policy given in code (``@app.retry``); host.yaml's ``functions.<name>.retry`` wins over it.
-    retry: RetryPolicy | None = None
-    #: Receive from this channel of the queue only (OCI Queue); None: any.
-    channel: str | None = None
-
-    @property
-    def has_blob_bindings(self) -> bool:
-        """Whether an invocation needs the message's binding data (for blob paths)."""
-        return bool(self.inputs) or any(isinstance(b, BlobOutput) for b in self.outputs)
 
 
 class WorkerApp:

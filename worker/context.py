@@ -5,7 +5,7 @@ invocation: its id (also on every log line of the invocation), the function's
 name and folder, a W3C ``traceparent`` of its own so that work it starts can be
 traced back to it, and how many attempts the message has had and may have.
 This module does not import azure-functions (an optional extra);
-:mod:`worker.functions_compat` registers these classes as that package's
+:mod:`worker.compat.functions` registers these classes as that package's
 ``Context``, ``TraceContext`` and ``RetryContext``.
 """
 

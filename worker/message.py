@@ -6,7 +6,7 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from worker.lease import Lease
+from worker.model import Lease
 
 if TYPE_CHECKING:
     import threading

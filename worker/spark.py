@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from worker.dispatcher import Invocation, current_invocation
+from worker.invocation import Invocation, current_invocation
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,4 +1,4 @@
-"""A FunctionApp in the Python v2 model using what worker.functions_compat translates, written as for Azure Functions.
+"""A FunctionApp in the Python v2 model using what worker.compat.functions translates, written as for Azure Functions.
 
 The functions record what they received in ``seen`` (name, message, thread)
 for the tests to read; nothing else here knows about the worker.

@@ -26,7 +26,7 @@ from azure.storage.queue.aio import QueueClient
 from tests.azurite import Azurite
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
-from worker.config import HostConfig
+from worker.settings.config import HostConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,12 +20,11 @@ from tests.compat.test_function_app import put
 from tests.reliability.faultproxy import Fault, FaultProxy, FaultRates
 from tests.support import apoll, running
 from worker import InputStream, Out, QueueMessage, WorkerApp
-from worker.blobs import open_blob_store
-from worker.blobs.base import BlobStore
-from worker.config import HostConfig
-from worker.functions_compat import from_function_app
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend, QueueNotFound
+from worker.backends.blobs import BlobStore
+from worker.backends.queues import QueueBackend, QueueNotFound
+from worker.backends.registry import open_backend, open_blob_store
+from worker.compat.functions import from_function_app
+from worker.settings.config import HostConfig
 
 EMBEDDED = "sqlite:///.worker/queues.sqlite3"
 

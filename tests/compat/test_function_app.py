@@ -24,16 +24,16 @@ import pytest
 import structlog
 import yaml
 
-import worker.host as host_module
+import worker.runtime.host as host_module
 from tests.compat import features_app
 from tests.support import apoll, poll, running
 from worker import QueueMessage, WorkerApp
-from worker.cli import UsageError, load_app
-from worker.config import HostConfig
-from worker.encoding import decode, encode
-from worker.functions_compat import SkippedFunction, from_function_app
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import decode, encode
+from worker.compat.functions import SkippedFunction, from_function_app
+from worker.compat.loading import AppLoadError, load_app
+from worker.settings.config import HostConfig
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS_SAMPLE = Path(__file__).resolve().parent / "docs_sample"
@@ -229,7 +229,7 @@ def test_function_app_without_queue_triggers_is_refused_by_load_app(monkeypatch:
     monkeypatch.setitem(sys.modules, "compat_web_only", module)
 
     assert from_function_app(web_only).app.functions == []
-    with pytest.raises(UsageError, match="(?s)without a queue-triggered function .*function tick has a timer trigger"):
+    with pytest.raises(AppLoadError, match="(?s)without a queue-triggered function .*function tick has a timer trigger"):
         load_app("compat_web_only:app", Path.cwd())
 
 
@@ -404,7 +404,7 @@ def test_functions_of_a_registered_blueprint_run_and_a_bare_blueprint_is_refused
     module = type(sys)("compat_blueprint_only")
     module.bp = bp  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "compat_blueprint_only", module)
-    with pytest.raises(UsageError, match="is an azure.functions.Blueprint; register it in a FunctionApp"):
+    with pytest.raises(AppLoadError, match="is an azure.functions.Blueprint; register it in a FunctionApp"):
         load_app("compat_blueprint_only:bp", Path.cwd())
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.cli import find_config
+from worker.ops.cli import find_config
 
 REPO = Path(__file__).resolve().parents[2]
 

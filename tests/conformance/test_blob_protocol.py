@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.support import free_port
-from worker.blobs import open_blob_store
-from worker.blobs.base import BlobStore, InvalidBlobName
-from worker.blobs.local import LocalBlobStore
-from worker.queues.base import TransientError
+from worker.backends.blobs import BlobStore, InvalidBlobName
+from worker.backends.embedded.blobs import LocalBlobStore
+from worker.backends.queues import TransientError
+from worker.backends.registry import open_blob_store
 
 KINDS = ["local", "azurite"]
 

@@ -1,4 +1,4 @@
-"""Conformance suite for the queue protocol (``worker.queues.base``): Azure Storage Queue semantics, each service's limits.
+"""Conformance suite for the queue protocol (``worker.backends.queues``): Azure Storage Queue semantics, per-service limits.
 
 Every test talks to the backend only through :class:`QueueBackend`, via the
 ``backend`` and ``queue_name`` fixtures, so that every backend (the embedded
@@ -34,7 +34,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.support import apoll
-from worker.queues.base import (
+from worker.backends.oci.connection import OCI_LIMITS
+from worker.backends.queues import (
     AZURE_NAME,
     DEFAULT_TTL_SECONDS,
     NEVER_EXPIRES,
@@ -47,7 +48,6 @@ from worker.queues.base import (
     RawMessage,
     Unsupported,
 )
-from worker.queues.oci_connection import OCI_LIMITS
 
 #: A visibility timeout long enough that a message stays hidden for the whole test.
 HIDDEN = 30

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.queues.base import QueueError
-from worker.queues.sqlite import EMBEDDED_LIMITS, SqliteBackend
+from worker.backends.embedded.queues import EMBEDDED_LIMITS, SqliteBackend
+from worker.backends.queues import QueueError
 
 PROCESSES = 4
 MESSAGES = 400

@@ -29,8 +29,8 @@ from tests.deploy.support import (
     memory_bytes,
     yaml_documents,
 )
-from worker.config import HostConfig, load_config, parse_duration
-from worker.queues.connection import DEV_ACCOUNT, DEV_ACCOUNT_KEY, parse_connection_string
+from worker.backends.azure.connection import DEV_ACCOUNT, DEV_ACCOUNT_KEY, parse_connection_string
+from worker.settings.config import HostConfig, load_config, parse_duration
 
 #: Kubernetes versions the manifests must be valid for: an old supported one and the newest bundled.
 KUBERNETES_VERSIONS = ["1.29", "1.37"]

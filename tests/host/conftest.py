@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-import worker.host as host_module
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend
+import worker.runtime.host as host_module
+from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
 
 #: The dead-letter delivery limit of the OCI queues the host tests use (above every test's maxDequeueCount).
 DELIVERY_LIMIT = 10

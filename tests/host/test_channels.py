@@ -8,9 +8,9 @@ import pytest
 
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
-from worker.config import HostConfig
-from worker.encoding import encode
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.bindings.encoding import encode
+from worker.settings.config import HostConfig
 
 QUEUE = "channels"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import free_port, get, poll
-from worker.encoding import encode
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.bindings.encoding import encode
 
 QUEUE = "slow"
 

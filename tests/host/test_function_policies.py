@@ -17,9 +17,9 @@ import yaml
 
 from tests.host.processes import WorkerProcess, attempts
 from tests.support import apoll
-from worker.encoding import encode
-from worker.queues import DEFAULT_SQLITE_PATH, SQLITE_PREFIX
-from worker.queues.base import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX
+from worker.bindings.encoding import encode
 
 pytestmark = pytest.mark.subprocess
 

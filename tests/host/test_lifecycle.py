@@ -18,12 +18,13 @@ import pytest
 
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
-from worker.config import HostConfig
-from worker.encoding import encode
-from worker.host import Host
-from worker.lease import Lease, LeaseScheduler
-from worker.observability import Metrics
-from worker.queues.base import PopReceiptMismatch, QueueBackend, QueueNotFound
+from worker.backends.queues import PopReceiptMismatch, QueueBackend, QueueNotFound
+from worker.bindings.encoding import encode
+from worker.model import Lease
+from worker.observability.metrics import Metrics
+from worker.runtime.host import Host
+from worker.runtime.lease import LeaseScheduler
+from worker.settings.config import HostConfig
 
 QUEUE = "jobs"
 

@@ -12,14 +12,12 @@ import pytest
 
 from tests.support import apoll, running
 from worker import InvocationFailed, Middleware, Poison, QueueMessage, WorkerApp
-from worker.app import FunctionSpec
-from worker.completion import Done, Finished, Result
-from worker.config import HostConfig
-from worker.dispatcher import Invocation
-from worker.encoding import encode
-from worker.host import Host
-from worker.preflight import StartupRefused
-from worker.queues import open_backend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
+from worker.invocation import Invocation
+from worker.model import Done, Finished, FunctionSpec, Result, StartupRefused
+from worker.ops import preflight
+from worker.settings.config import HostConfig
 
 
 class HookCounter(Middleware):
@@ -141,12 +139,12 @@ def test_middleware_that_cannot_be_loaded_and_unknown_function_sections_are_refu
     @app.queue_trigger(arg_name="msg", queue_name="only-queue")
     def only(msg: QueueMessage) -> None: ...
 
-    from worker.config import FunctionOverrides
+    from worker.settings.config import FunctionOverrides
 
     config = HostConfig(base_dir=tmp_path, middleware=("tests.host.test_middleware:Missing", "no_colon"),
                         functions={"typo": FunctionOverrides({"max_concurrency": 1}, "host.yaml:7")})
     with pytest.raises(StartupRefused) as refused:
-        Host(app, config)
+        preflight.check(app, config)  # `worker run` runs these checks once, before it builds the host
     problems = refused.value.problems
     assert any("Missing" in line and "cannot be loaded" in line for line in problems), problems
     assert any("no_colon" in line and "module:attribute" in line for line in problems), problems

@@ -25,9 +25,9 @@ from tests.conftest import oci_connection
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.oci.fixture import OciTestServer
 from tests.support import apoll, free_port, get, poll
-from worker.encoding import encode
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
 
 pytestmark = pytest.mark.subprocess
 

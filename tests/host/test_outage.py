@@ -8,11 +8,11 @@ from pathlib import Path
 from tests.azurite import Azurite
 from tests.support import apoll
 from worker import QueueMessage, WorkerApp
-from worker.config import HostConfig
-from worker.encoding import encode
-from worker.host import Host
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
+from worker.runtime.host import Host
+from worker.settings.config import HostConfig
 
 QUEUE = "outage"
 

@@ -15,10 +15,10 @@ import pytest
 from tests.host.processes import REPO, WorkerProcess, write_host_yaml
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
-from worker.config import HostConfig
-from worker.encoding import encode
-from worker.host import Host
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.bindings.encoding import encode
+from worker.runtime.host import Host
+from worker.settings.config import HostConfig
 
 QUEUE = "pickup"
 

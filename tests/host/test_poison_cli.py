@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.host.processes import REPO
-from worker.encoding import encode
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.bindings.encoding import encode
 
 QUEUE = "orders"
 

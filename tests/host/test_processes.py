@@ -19,8 +19,8 @@ import pytest
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import apoll, poll
-from worker.encoding import encode
-from worker.queues.base import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
+from worker.bindings.encoding import encode
 
 pytestmark = pytest.mark.subprocess
 

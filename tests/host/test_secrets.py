@@ -22,9 +22,9 @@ import pytest
 from tests.azurite import ACCOUNT, KEY, Azurite
 from tests.host.processes import APP, REPO, WorkerProcess, attempts, write_host_yaml
 from tests.support import apoll, poll
-from worker.encoding import encode
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
 
 pytestmark = pytest.mark.subprocess
 

@@ -18,8 +18,8 @@ import pytest
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import apoll, free_port, poll
-from worker.encoding import encode
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.bindings.encoding import encode
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.parametrize("backend_kind", ["sqlite"])]
 

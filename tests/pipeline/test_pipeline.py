@@ -17,11 +17,11 @@ from functions import data
 from functions.function_app import app
 from tests.host.processes import REPO
 from worker import spark
-from worker.config import load_config
-from worker.encoding import decode, encode
-from worker.host import Host
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend
+from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import decode, encode
+from worker.runtime.host import Host
+from worker.settings.config import load_config
 
 SPARK = "spark:\n  master: local[2]\n  conf:\n    spark.sql.shuffle.partitions: 2\n    spark.ui.enabled: false\n"
 SETTINGS = "extensions:\n  queues:\n    maxPollingInterval: 200ms\n    maxDequeueCount: 2\nworker:\n  drainTimeout: 5s\n"

@@ -34,9 +34,9 @@ from tests.azurite import Azurite
 from tests.host.processes import WorkerProcess, write_host_yaml
 from tests.reliability.faultproxy import FaultProxy, FaultRates, ProxyStats
 from tests.support import apoll
-from worker.encoding import encode
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend, QueueNotFound
+from worker.backends.queues import QueueBackend, QueueNotFound
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
 
 QUEUE = "faults"
 POISON = f"{QUEUE}-poison"
@@ -322,7 +322,7 @@ def lost_past_the_lease(run: FaultRun) -> list[tuple[str, int]]:
 
     Their deletion failed after all its retries, and by the time the completion tried again the lease
     had run out (the run's leases are 2 s; a failed call takes longer). Past its lease a message found
-    gone may have been deleted by another worker, so the worker counts a lost lease (worker/lease.py
+    gone may have been deleted by another worker, so the worker counts a lost lease (worker/runtime/lease.py
     ``Lease.holds``). With the default 10-minute lease this does not happen.
     """
     retried = {(line["message_id"], line["dequeue_count"]) for line in run.events(COMPLETION_RETRIED_EVENT)}

@@ -39,9 +39,9 @@ import pytest
 
 from tests.host.processes import WorkerProcess
 from tests.support import apoll, poll
-from worker.encoding import encode
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
 
 pytestmark = pytest.mark.subprocess
 

@@ -19,8 +19,8 @@ import pytest
 
 from tests.host.processes import WorkerProcess, write_host_yaml
 from tests.support import apoll, poll
-from worker.encoding import encode
-from worker.queues import open_backend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
 
 MESSAGES = 18
 WORKERS = 3

@@ -24,9 +24,9 @@ import pytest
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import apoll, poll
-from worker.encoding import decode, encode
-from worker.queues import open_backend
-from worker.queues.base import QueueBackend, RawMessage
+from worker.backends.queues import QueueBackend, RawMessage
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import decode, encode
 
 QUEUE = "crashy"
 MESSAGES = 1000

@@ -25,8 +25,8 @@ import pytest
 
 from tests.azurite import ACCOUNT, KEY, Azurite
 from tests.reliability.faultproxy import Fault, FaultProxy, FaultRates, operation_of
-from worker.queues import open_backend
-from worker.queues.base import PopReceiptMismatch, QueueBackend, QueueError, TransientError
+from worker.backends.queues import PopReceiptMismatch, QueueBackend, QueueError, TransientError
+from worker.backends.registry import open_backend
 
 #: What the worker's backend reports (Metrics.retried_storage_call) for each fault that fails a put.
 RETRY_KIND = {
@@ -239,7 +239,7 @@ async def test_an_update_whose_answer_is_lost_leaves_the_worker_a_stale_receipt(
 # itself, when the connection was closed or reset under it, so the worker's retry policy never saw that first
 # failure: a delete whose first send reached Azurite got MessageNotFound from the hidden second send, and the host
 # counted a lost lease for a message it had deleted itself. The backend's transport now leaves every retry to the
-# worker's policy (worker/queues/azure.py, _Transport). An answer cut short was not taken as transient either.
+# worker's policy (worker/backends/azure/queues.py, _Transport). An answer cut short was not taken as transient either.
 
 
 @pytest.mark.parametrize("kind", [Fault.ERROR_AFTER, Fault.DROP_AFTER, Fault.RESET_AFTER], ids=str)
@@ -279,7 +279,7 @@ async def test_an_answer_cut_short_is_retried_like_a_reset(
 ) -> None:
     """A connection closed halfway through the answer body is the network failing, as a reset is: the same call may
     get past it later. azure-core raises IncompleteReadError, an HttpResponseError with no status code, which
-    ``worker.queues.azure.is_transient`` must recognise, or the call fails at once as a plain QueueError."""
+    ``worker.backends.azure.queues.is_transient`` must recognise, or the call fails at once as a plain QueueError."""
     await direct.put(queue_name, "m")
     proxy.inject(Fault.TRUNCATE_AFTER, "peek")
     assert [m.content for m in await proxied.backend.peek(queue_name)] == ["m"]

@@ -38,9 +38,9 @@ from tests.reliability.scenario import (
 )
 from tests.support import apoll, running
 from worker import QueueMessage, WorkerApp
-from worker.config import HostConfig
-from worker.queues import open_backend
-from worker.queues.azure import RETRY_ATTEMPTS
+from worker.backends.azure.queues import RETRY_ATTEMPTS
+from worker.backends.registry import open_backend
+from worker.settings.config import HostConfig
 
 pytestmark = pytest.mark.subprocess
 
@@ -110,7 +110,7 @@ async def test_a_delete_that_went_through_before_storage_failed_is_a_success_not
     azurite: Azurite, tmp_path: Path, queue_name: str
 ) -> None:
     """The first attempt of the delete reaches Azurite (which deletes the message) but its answer is lost; the
-    others are refused, so the call fails. Completion then keeps the lease and retries (worker/completion.py),
+    others are refused, so the call fails. Completion then keeps the lease and retries (worker/runtime/completion.py),
     and the renewal finds the message gone: while the lease still holds, that can only be this worker's own
     delete, not another receiver. (Seen in the 2,000-message run, where it was once counted as a lost lease.)
 

@@ -88,8 +88,7 @@ from hypothesis.stateful import (
 
 from tests.azurite import Azurite
 from tests.support import apoll
-from worker.queues import open_backend
-from worker.queues.base import (
+from worker.backends.queues import (
     InvalidArgument,
     MessageNotFound,
     MessageTooLarge,
@@ -99,6 +98,7 @@ from worker.queues.base import (
     RawMessage,
     Receipt,
 )
+from worker.backends.registry import open_backend
 
 T = TypeVar("T")
 
@@ -643,7 +643,7 @@ class EmbeddedQueueMachine(QueueMachine):
     """Rules for the embedded queue only: concurrent writes, and arguments out of range.
 
     Concurrent writes: see the module docstring. Arguments out of range are refused before any request by both
-    backends (``worker.queues.base.check_*``), so on Azurite they would test the same code again at HTTP prices;
+    backends (``worker.backends.queues.check_*``), so on Azurite they would test the same code again at HTTP prices;
     the conformance suite has them on both.
     """
 

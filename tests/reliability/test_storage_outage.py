@@ -21,8 +21,8 @@ from pathlib import Path
 from tests.azurite import Azurite
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import apoll, free_port, get, poll
-from worker.encoding import encode
-from worker.queues import open_backend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
 
 QUEUE = "outage"
 MESSAGES = 300

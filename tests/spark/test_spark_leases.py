@@ -21,11 +21,11 @@ from tests.host.processes import REPO, write_host_yaml
 from tests.spark.cluster import ConnectServer
 from tests.support import apoll
 from worker import QueueMessage, WorkerApp, spark
-from worker.config import HostConfig
-from worker.encoding import encode
-from worker.host import Host
-from worker.queues import open_backend
-from worker.queues.base import PopReceiptMismatch, QueueBackend
+from worker.backends.queues import PopReceiptMismatch, QueueBackend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
+from worker.runtime.host import Host
+from worker.settings.config import HostConfig
 
 QUEUE = "spark-jobs"
 OTHER = "plain-jobs"

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from worker import InputStream, Out, QueueMessage
-from worker.app import FunctionSpec, WorkerApp
-from worker.blob_bindings import BlobOutput
+from worker.app import WorkerApp
+from worker.bindings.blobs import BlobOutput
+from worker.model import FunctionSpec
 
 
 def test_public_api_exports_app_message_and_out() -> None:

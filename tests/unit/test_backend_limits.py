@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from worker import preflight
 from worker.app import WorkerApp
-from worker.config import load_config
-from worker.queues import AZURE, EMBEDDED, OCI, UnsupportedConnection, backend_kind, open_backend
+from worker.backends.registry import AZURE, EMBEDDED, OCI, UnsupportedConnection, backend_kind, open_backend
+from worker.ops import preflight
+from worker.settings.config import load_config
 
 OCI_CONNECTION = "oci://cell-1.queue.messaging.us-ashburn-1.oci.oraclecloud.com?compartment=ocid1.compartment.oc1..x"
 

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from worker.blob_bindings import BlobBindingError, InputStream, as_argument, content, split
-from worker.blobs.base import BlobData
+from worker.backends.blobs import BlobData
+from worker.bindings.blobs import BlobBindingError, InputStream, as_argument, content, split
 
 BLOB = BlobData(container="reports", path="2026/11/day.json", data=b'{"n": 1}', uri="http://x/reports/2026/11/day.json")
 

@@ -1,4 +1,4 @@
-"""worker.config: host.yaml shaped like Azure Functions' host.json, with environment overrides."""
+"""worker.settings.config: host.yaml shaped like Azure Functions' host.json, with environment overrides."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from worker.config import ConfigError, HostConfig, load_config, parse_duration
-from worker.connections import MissingConnection
+from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.settings.connections import MissingConnection
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""worker.queues.connection: every connection-string form Azure Functions accepts, and no secret in any message."""
+"""worker.backends.azure.connection: every connection-string form Azure Functions accepts, and no secret in any message."""
 
 from __future__ import annotations
 
@@ -9,10 +9,7 @@ import pytest
 
 from tests.azurite import ACCOUNT as AZURITE_ACCOUNT
 from tests.azurite import KEY as AZURITE_KEY
-from worker.queues import UnsupportedConnection, open_backend
-from worker.queues import describe as describe_connection
-from worker.queues.azure import AzureBackend
-from worker.queues.connection import (
+from worker.backends.azure.connection import (
     DEV_ACCOUNT,
     DEV_ACCOUNT_KEY,
     DEV_QUEUE_ENDPOINT,
@@ -20,7 +17,10 @@ from worker.queues.connection import (
     ConnectionStringError,
     parse_connection_string,
 )
-from worker.queues.sqlite import SqliteBackend
+from worker.backends.azure.queues import AzureBackend
+from worker.backends.embedded.queues import SqliteBackend
+from worker.backends.registry import UnsupportedConnection, open_backend
+from worker.backends.registry import describe as describe_connection
 
 #: Made-up secrets, distinctive enough that finding them in a message can only mean a leak.
 KEY = "c2VjcmV0LWFjY291bnQta2V5LXRoYXQtbXVzdC1uZXZlci1sZWFr+/0123456789=="

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker.connections import ConnectionSettingError, MissingConnection, resolve
-from worker.queues.connection import parse_connection_string
+from worker.backends.azure.connection import parse_connection_string
+from worker.settings.connections import ConnectionSettingError, MissingConnection, resolve
 
 KEY_STRING = "AccountName=acct;AccountKey=a2V5"
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from worker.expressions import ExpressionError, binding_data, format_time, resolve, resolve_settings, setting_names
+from worker.bindings.expressions import ExpressionError, binding_data, format_time, resolve, resolve_settings, setting_names
 from worker.message import QueueMessage
 
 INSERTED = datetime(2026, 11, 24, 9, 5, 7, 123000, tzinfo=UTC)

@@ -8,9 +8,10 @@ import weakref
 from pathlib import Path
 
 from tests.support import apoll
-from worker.lease import COMPACT_SLACK, Lease, LeaseScheduler
-from worker.observability import Metrics
-from worker.queues.sqlite import SqliteBackend
+from worker.backends.embedded.queues import SqliteBackend
+from worker.model import Lease
+from worker.observability.metrics import Metrics
+from worker.runtime.lease import COMPACT_SLACK, LeaseScheduler
 
 
 async def test_completed_leases_are_let_go_long_before_their_renewal_would_be_due() -> None:

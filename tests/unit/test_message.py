@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from worker.encoding import MessageDecodeError, decode, encode
-from worker.listener import MIN_POLL_DELAY, Backoff
+from worker.bindings.encoding import MessageDecodeError, decode, encode
 from worker.message import QueueMessage
+from worker.runtime.listener import MIN_POLL_DELAY, Backoff
 
 INSERTED = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 

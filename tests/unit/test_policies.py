@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 
 from worker import Middleware, WorkerApp
-from worker.app import FunctionSpec
-from worker.completion import CompletionProcessor, Outcome, Result
-from worker.config import ConfigError, HostConfig, load_config, parse_duration
-from worker.listener import Capacity
+from worker.backends.queues import RawMessage
 from worker.middleware import Chain
 from worker.middleware.concurrency import ConcurrencyLimit
-from worker.queues.base import RawMessage
-from worker.retry import RetryPolicy, parse_retry
+from worker.model import FunctionSpec, Outcome, Result
+from worker.runtime.completion import CompletionProcessor
+from worker.runtime.listener import Capacity
+from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.settings.retry import RetryPolicy, parse_retry
 
 
 def _load(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> HostConfig:

@@ -1,4 +1,4 @@
-"""worker.observability: account keys and SAS signatures never reach a log line."""
+"""worker.observability.logs: account keys and SAS signatures never reach a log line."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import structlog
 
 from tests.azurite import KEY
-from worker.observability import configure_logging, redact
+from worker.observability.logs import configure_logging, redact
 
 SIG = "Zm9vYmFy%2Bc2lnbmF0dXJl%3D"
 SAS = f"sv=2022-11-02&ss=q&srt=sco&sp=rwdlacup&se=2030-01-01T00%3A00%3A00Z&sig={SIG}"

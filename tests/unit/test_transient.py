@@ -1,4 +1,4 @@
-"""worker.queues.azure.is_transient: which storage failures are worth the same call again later."""
+"""worker.backends.azure.queues.is_transient: which storage failures are worth the same call again later."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
-from worker.queues.azure import is_transient
+from worker.backends.azure.queues import is_transient
 
 
 @dataclass

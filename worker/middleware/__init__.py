@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
-if TYPE_CHECKING:
-    from worker.app import FunctionSpec
-    from worker.completion import Done, Finished, Result
-    from worker.config import HostConfig
-    from worker.dispatcher import Invocation
+from worker.invocation import Invocation
+from worker.model import Done, Finished, FunctionSpec, Result
+from worker.settings.config import HostConfig
 
 log = structlog.get_logger("worker.middleware")
 

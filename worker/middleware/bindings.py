@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
-from worker import expressions
-from worker.blob_bindings import read_inputs
-from worker.completion import Outcome, Result
+from worker.backends.storage import Storage
+from worker.bindings import expressions
+from worker.bindings.blobs import read_inputs
+from worker.bindings.outputs import Out, send_outputs
+from worker.invocation import Invocation
 from worker.middleware import InvocationFailed, Middleware
-from worker.outputs import Out, send_outputs
-from worker.storage import Storage
-
-if TYPE_CHECKING:
-    from worker.dispatcher import Invocation
+from worker.model import Outcome, Result
 
 log = structlog.get_logger("worker.bindings")
 

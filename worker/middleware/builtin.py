@@ -5,15 +5,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 
-from worker.config import HostConfig
+from worker.backends.storage import Storage
 from worker.middleware import Middleware
 from worker.middleware.bindings import Bindings
 from worker.middleware.concurrency import ConcurrencyLimit
 from worker.middleware.counting import Counting
 from worker.middleware.logs import InvocationLogs
 from worker.middleware.retry import RetryDelay
-from worker.observability import Metrics
-from worker.storage import Storage
+from worker.observability.metrics import Metrics
+from worker.settings.config import HostConfig
 
 
 def standard(config: HostConfig, metrics: Metrics, storage: Storage) -> list[Middleware]:

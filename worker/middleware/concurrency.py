@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from worker.app import FunctionSpec
-from worker.config import HostConfig
 from worker.middleware import Middleware
+from worker.model import FunctionSpec
+from worker.settings.config import HostConfig
 
 
 class ConcurrencyLimit(Middleware):

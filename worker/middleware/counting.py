@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from worker.app import FunctionSpec
-from worker.completion import Done, Finished, Outcome, Result
+from worker.invocation import Invocation
 from worker.middleware import Middleware
-from worker.observability import Metrics
-
-if TYPE_CHECKING:
-    from worker.dispatcher import Invocation
+from worker.model import Done, Finished, FunctionSpec, Outcome, Result
+from worker.observability.metrics import Metrics
 
 #: The counters each completion adds to.
 _COUNTED: dict[Done, tuple[str, ...]] = {

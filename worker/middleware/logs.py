@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import structlog
 
-from worker.completion import Outcome, Result
+from worker.invocation import Invocation
 from worker.middleware import Middleware
-from worker.observability import info_enabled
+from worker.model import Outcome, Result
+from worker.observability.logs import info_enabled
 
-if TYPE_CHECKING:
-    from worker.dispatcher import Invocation
-
-log = structlog.get_logger("worker.dispatcher")
+log = structlog.get_logger("worker.runtime.dispatcher")
 
 
 class InvocationLogs(Middleware):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from worker.completion import Finished
 from worker.middleware import Middleware
+from worker.model import Finished
 
 
 class RetryDelay(Middleware):

@@ -1,0 +1,137 @@
+"""Azure Storage connection strings, read as Azure Functions reads them.
+
+A connection string is ``UseDevelopmentStorage=true``, an account name and
+key, a SAS, or explicit ``QueueEndpoint=`` / ``BlobEndpoint=``. Identity-based
+connections (``<name>__queueServiceUri`` and friends, resolved by
+:mod:`worker.settings.connections`) become the connection string
+``QueueEndpoint=<uri>;Credential=DefaultAzureCredential[;ClientId=<id>]`` (or
+``BlobEndpoint=...``), which may also be written directly.
+
+Nothing here puts a secret into a message: errors name the keys, never values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from worker.backends.queues import AZURE_NAME, AZURE_NAME_RULE, Capabilities, Limits
+
+#: The emulator's well-known account (public, documented by Microsoft).
+DEV_ACCOUNT = "devstoreaccount1"
+DEV_ACCOUNT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+DEV_QUEUE_ENDPOINT = f"http://127.0.0.1:10001/{DEV_ACCOUNT}"
+DEV_BLOB_ENDPOINT = f"http://127.0.0.1:10000/{DEV_ACCOUNT}"
+
+IDENTITY_CREDENTIAL = "DefaultAzureCredential"
+
+#: Azure Storage Queues: 32 messages a receive, leases up to 7 days kept to the second, 64 KiB, no long polling.
+AZURE_LIMITS = Limits(
+    max_batch=32,
+    max_visibility=7 * 24 * 3600,
+    max_message_bytes=64 * 1024,
+    visibility_resolution=1.0,
+    long_poll=0.0,
+    name_pattern=AZURE_NAME,
+    name_rule=AZURE_NAME_RULE,
+)
+AZURE_CAPABILITIES = Capabilities(
+    dead_letter=False, peek=True, message_options=True, creates_queues=True, new_receipt_on_update=True
+)
+
+
+class ConnectionStringError(ValueError):
+    """A connection string that cannot be used; the message names keys only."""
+
+
+@dataclass
+class AzureConnection:
+    """Where the queues and blobs are and how to sign in. Secrets stay out of ``repr``.
+
+    A connection string may name one service only (``BlobEndpoint=`` without
+    ``QueueEndpoint=``); the other endpoint is then None, and a binding that
+    needs it is refused.
+    """
+
+    queue_endpoint: str | None
+    account_name: str | None = None
+    account_key: str | None = field(default=None, repr=False)
+    sas_token: str | None = field(default=None, repr=False)
+    identity_client_id: str | None = None
+    use_identity: bool = False
+    blob_endpoint: str | None = None
+    _identity: Any = field(default=None, repr=False, compare=False)
+
+    def credential(self) -> Any:
+        """What the SDK client takes as ``credential``: a named key, a SAS, or DefaultAzureCredential."""
+        if self.use_identity:
+            try:
+                from azure.identity.aio import DefaultAzureCredential
+            except ImportError as exc:  # pragma: no cover - azure-identity is a dependency
+                raise ConnectionStringError("identity-based connections need the azure-identity package") from exc
+            self._identity = DefaultAzureCredential(managed_identity_client_id=self.identity_client_id)
+            return self._identity
+        if self.account_key and self.account_name:
+            from azure.core.credentials import AzureNamedKeyCredential
+
+            return AzureNamedKeyCredential(self.account_name, self.account_key)
+        if self.sas_token:
+            from azure.core.credentials import AzureSasCredential
+
+            return AzureSasCredential(self.sas_token)
+        return None
+
+    async def close(self) -> None:
+        if self._identity is not None:
+            await self._identity.close()
+            self._identity = None
+
+    def describe(self, service: str = "queue") -> str:
+        """For logs: the endpoint of ``service`` ("queue" or "blob") and the kind of credential, never the credential."""
+        kind = (
+            "managed identity" if self.use_identity
+            else "account key" if self.account_key
+            else "SAS" if self.sas_token
+            else "anonymous"
+        )
+        endpoint = self.blob_endpoint if service == "blob" else self.queue_endpoint
+        return f"Azure Storage {endpoint} ({kind})"
+
+
+def parse_connection_string(text: str) -> AzureConnection:
+    """An :class:`AzureConnection` from a connection string in any form Functions accepts."""
+    settings: dict[str, str] = {}
+    for part in text.strip().strip(";").split(";"):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ConnectionStringError("connection string is malformed: expected Key=Value pairs separated by ';'")
+        settings[key.strip().lower()] = value.strip()
+    if settings.get("usedevelopmentstorage", "").lower() == "true":
+        proxy = settings.get("developmentstorageproxyuri")
+        if proxy:  # the proxy stands for every service of the emulator
+            endpoint = blob = f"{proxy.rstrip('/')}/{DEV_ACCOUNT}"
+        else:
+            endpoint, blob = DEV_QUEUE_ENDPOINT, DEV_BLOB_ENDPOINT
+        return AzureConnection(endpoint, DEV_ACCOUNT, DEV_ACCOUNT_KEY, blob_endpoint=blob)
+    name = settings.get("accountname")
+    endpoint = settings.get("queueendpoint")
+    blob = settings.get("blobendpoint")
+    if name:
+        protocol = settings.get("defaultendpointsprotocol", "https")
+        suffix = settings.get("endpointsuffix", "core.windows.net")
+        endpoint = endpoint or f"{protocol}://{name}.queue.{suffix}"
+        blob = blob or f"{protocol}://{name}.blob.{suffix}"
+    if not endpoint and not blob:
+        raise ConnectionStringError("connection string has neither QueueEndpoint, BlobEndpoint nor AccountName")
+    if settings.get("credential", "").lower() == IDENTITY_CREDENTIAL.lower():
+        return AzureConnection(endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"),
+                               blob_endpoint=blob)
+    key = settings.get("accountkey")
+    sas = settings.get("sharedaccesssignature")
+    if key and not name:
+        raise ConnectionStringError("connection string has AccountKey but no AccountName")
+    if not key and not sas:
+        raise ConnectionStringError("connection string has no AccountKey, SharedAccessSignature or Credential")
+    return AzureConnection(endpoint, name, key, sas.lstrip("?") if sas else None, blob_endpoint=blob)

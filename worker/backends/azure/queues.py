@@ -1,0 +1,253 @@
+"""Azure Storage Queues through azure-storage-queue's asyncio client.
+
+The SDK's own retries are turned off and replaced by the policy every remote
+backend shares (:mod:`worker.backends.retrying`): transient failures (5xx, 408,
+429, timeouts, refused or reset connections) are retried with jittered
+exponential back-off for a bounded time, logged once per incident rather than
+once per call, and counted. What still fails surfaces as
+:class:`TransientError`, which the host treats as "try later", never as fatal.
+Azure's error codes are mapped onto the protocol's errors so that the host
+reads "lease lost" the same way on every backend.
+
+Message text is passed through untouched (no SDK encode policy): encoding
+under messageEncoding happens above this layer, as for the embedded queue.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import structlog
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
+from azure.storage.queue import QueueMessage as SdkMessage
+from azure.storage.queue.aio import QueueClient, QueueServiceClient
+
+from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS, AzureConnection
+from worker.backends.azure.errors import (
+    CONNECT_TIMEOUT,
+    READ_TIMEOUT,
+    Transport,
+    describe_failure,
+    env_settings_wanted,
+    error_code,
+    failure_kind,
+    is_transient,
+)
+from worker.backends.queues import (
+    InvalidArgument,
+    MessageNotFound,
+    MessageTooLarge,
+    PopReceiptMismatch,
+    QueueError,
+    QueueNotFound,
+    RawMessage,
+    Receipt,
+    check_no_channel,
+)
+from worker.backends.retrying import RETRY_ATTEMPTS as RETRY_ATTEMPTS  # re-exported: the fault tests count attempts
+from worker.backends.retrying import Retrier
+
+log = structlog.get_logger("worker.backends.azure.queues")
+
+T = TypeVar("T")
+
+def _protocol_error(exc: AzureError, queue: str, message_id: str | None = None) -> QueueError:
+    """The protocol's error for an SDK error that is not transient."""
+    code = error_code(exc) if isinstance(exc, HttpResponseError) else ""
+    status = getattr(exc, "status_code", None)
+    subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
+    if code == "QueueNotFound":
+        return QueueNotFound(f"queue {queue!r} does not exist")
+    if code == "MessageNotFound":
+        return MessageNotFound(f"{subject} is gone")
+    if code == "PopReceiptMismatch":
+        return PopReceiptMismatch(f"pop receipt for {subject} is stale")
+    if code == "RequestBodyTooLarge" or status == 413:
+        return MessageTooLarge(f"message is larger than the service accepts ({AZURE_LIMITS.max_message_bytes} bytes)")
+    if status == 404:
+        return (MessageNotFound if message_id else QueueNotFound)(f"{subject} was not found")
+    if status == 400 or code in {"OutOfRangeInput", "OutOfRangeQueryParameterValue", "InvalidResourceName"}:
+        return InvalidArgument(f"storage refused the request for {subject}: {describe_failure(exc)}")
+    return QueueError(f"storage call for {subject} failed: {describe_failure(exc)}")
+
+
+def _seconds(value: float) -> int:
+    """Azure takes whole seconds: round up, so a lease is never shorter than asked."""
+    return math.ceil(value)
+
+
+def _raw(message: SdkMessage, content: str | None = None) -> RawMessage:
+    return RawMessage(
+        id=message.id,
+        content=message.content if content is None else content,
+        dequeue_count=message.dequeue_count or 0,
+        insertion_time=message.inserted_on or datetime.now(UTC),
+        expiration_time=None if message.expires_on is None or message.expires_on.year >= 9999 else message.expires_on,
+        time_next_visible=message.next_visible_on,
+        pop_receipt=message.pop_receipt,
+    )
+
+
+class AzureBackend:
+    """Queues of one storage account; implements :class:`worker.backends.queues.QueueBackend`."""
+
+    limits = AZURE_LIMITS
+    capabilities = AZURE_CAPABILITIES
+    service_dead_letters = False
+
+    def __init__(self, connection: AzureConnection, on_retry: Callable[[str], None] | None = None) -> None:
+        self.connection = connection
+        self._service = QueueServiceClient(
+            connection.queue_endpoint,
+            credential=connection.credential(),
+            retry_total=0,
+            transport=Transport(
+                connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, use_env_settings=env_settings_wanted()
+            ),
+        )
+        self._queues: dict[str, QueueClient] = {}
+        self._retrier = Retrier(is_transient=is_transient, failure_kind=failure_kind, on_retry=on_retry, log=log)
+
+    def __repr__(self) -> str:
+        return f"AzureBackend({self.connection.describe()})"
+
+    def _queue(self, name: str) -> QueueClient:
+        client = self._queues.get(name)
+        if client is None:
+            client = self._queues[name] = self._service.get_queue_client(name)
+        return client
+
+    async def _call(
+        self, call: Callable[[], Awaitable[T]], queue: str, message_id: str | None = None
+    ) -> T:
+        """Run one storage call with the shared retry policy; map what still fails onto the protocol's errors."""
+        return await self._retrier.call(
+            call,
+            unreachable=lambda exc: self._unreachable(queue, exc),
+            protocol_error=lambda exc: _protocol_error(exc, queue, message_id) if isinstance(exc, AzureError) else None,
+        )
+
+    def _unreachable(self, queue: str, exc: BaseException) -> str:
+        """Why storage could not be used: its endpoint and the cause (refused, not resolved, TLS, sign-in ...)."""
+        return f"storage {self.connection.queue_endpoint} unreachable for queue {queue!r}: {describe_failure(exc)}"
+
+    # -- queues -----------------------------------------------------------------------------------------------
+
+    async def create_queue(self, queue: str) -> None:
+        self.limits.check_name(queue)
+
+        async def create() -> None:
+            try:
+                await self._queue(queue).create_queue()
+            except ResourceExistsError:
+                pass
+
+        await self._call(create, queue)
+
+    async def delete_queue(self, queue: str) -> None:
+        async def delete() -> None:
+            try:
+                await self._queue(queue).delete_queue()
+            except ResourceNotFoundError:
+                pass
+
+        await self._call(delete, queue)
+
+    async def list_queues(self) -> list[str]:
+        async def names() -> list[str]:
+            return sorted([q.name async for q in self._service.list_queues()])
+
+        return await self._call(names, "(all)")
+
+    # -- messages ---------------------------------------------------------------------------------------------
+
+    async def put(
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
+        channel: str | None = None,
+    ) -> RawMessage:
+        check_no_channel(channel, "Azure Storage")
+        self.limits.check_put(content, visibility_timeout, time_to_live)
+        ttl = None if time_to_live is None else (-1 if time_to_live == -1 else _seconds(time_to_live))
+
+        async def send() -> SdkMessage:
+            return await self._queue(queue).send_message(
+                content, visibility_timeout=_seconds(visibility_timeout) or None, time_to_live=ttl
+            )
+
+        return _raw(await self._call(send, queue), content)
+
+    async def receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        channel: str | None = None,
+    ) -> list[RawMessage]:
+        """``wait`` is ignored: the service cannot wait (``limits.long_poll`` is 0)."""
+        check_no_channel(channel, "Azure Storage")
+        self.limits.check_count(max_messages)
+        self.limits.check_visibility(visibility_timeout, 1)
+
+        async def first_page() -> list[SdkMessage]:
+            pages = self._queue(queue).receive_messages(
+                messages_per_page=max_messages, max_messages=max_messages,
+                visibility_timeout=_seconds(visibility_timeout),
+            ).by_page()
+            async for page in pages:  # one page is one request
+                return [m async for m in page]
+            return []
+
+        return [_raw(m) for m in await self._call(first_page, queue)]
+
+    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+        self.limits.check_visibility(visibility_timeout, 0)
+
+        async def update() -> SdkMessage:
+            return await self._queue(queue).update_message(
+                message_id, pop_receipt, visibility_timeout=_seconds(visibility_timeout)
+            )
+
+        updated = await self._call(update, queue, message_id)
+        return Receipt(updated.pop_receipt or "", updated.next_visible_on or datetime.now(UTC))
+
+    async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        attempts = 0
+
+        async def delete() -> None:
+            nonlocal attempts
+            attempts += 1
+            try:
+                await self._queue(queue).delete_message(message_id, pop_receipt)
+            except ResourceNotFoundError as exc:
+                # A retried delete that finds nothing: the first attempt deleted it and its answer was lost.
+                if attempts == 1 or error_code(exc) != "MessageNotFound":
+                    raise
+
+        await self._call(delete, queue, message_id)
+
+    async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
+        self.limits.check_count(max_messages)
+
+        async def peek() -> list[SdkMessage]:
+            return await self._queue(queue).peek_messages(max_messages=max_messages)
+
+        return [_raw(m) for m in await self._call(peek, queue)]
+
+    async def approximate_count(self, queue: str) -> int:
+        async def count() -> int:
+            properties = await self._queue(queue).get_queue_properties()
+            return int(properties.approximate_message_count or 0)
+
+        return await self._call(count, queue)
+
+    async def close(self) -> None:
+        for client in self._queues.values():
+            await client.close()
+        await self._service.close()
+        await self.connection.close()
+

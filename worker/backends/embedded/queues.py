@@ -1,0 +1,542 @@
+"""The embedded queue: one SQLite file with Azure Storage Queue semantics.
+
+It is the default backend, so that the host runs with no cloud account. Every
+rule a worker depends on holds as in Azure: a receive hides messages for a
+visibility timeout and rotates their pop receipts; update and delete need the
+current receipt; the dequeue count rises at each receive; expired messages are
+never delivered. Several worker processes may share one file: a receive runs
+in a ``BEGIN IMMEDIATE`` transaction, so two receivers never take the same
+visible message, and WAL mode lets readers go on meanwhile.
+
+SQLite calls block, so each backend owns one thread that holds its connection
+and runs every statement; the event loop only awaits it. Writes are committed
+in groups: whatever writes are waiting when the thread is free run in one
+transaction, each under its own savepoint so that one failing (a stale pop
+receipt) leaves the others alone. A transaction's fixed cost (taking the write
+lock, syncing the WAL) dominates a one-row update, so ten thousand lease
+renewals a second fit only this way.
+
+A receive may wait (long polling, as OCI Queue and SQS do): an empty queue is
+looked at again as soon as anything is written to the file. This process's
+own puts and releases wake waiting receives at once; another process's are
+seen within ``CHANGE_POLL_SECONDS`` by one task per backend that reads
+SQLite's ``PRAGMA data_version`` (a counter that moves when another
+connection commits) while receives wait. A message that becomes visible later
+(a release with a delay) is waited for until its time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS
+from worker.backends.queues import (
+    NEVER_EXPIRES,
+    MessageNotFound,
+    PopReceiptMismatch,
+    QueueNotFound,
+    RawMessage,
+    Receipt,
+    TransientError,
+    UnusableFile,
+    check_no_channel,
+)
+
+T = TypeVar("T")
+
+#: How long a statement waits for another process's write lock before giving up (ms).
+BUSY_TIMEOUT_MS = 30_000
+#: Most writes committed in one transaction, so that other processes sharing the file get the lock soon.
+MAX_GROUP = 256
+#: Longest a receive waits for a message, as OCI Queue's and SQS's long polls (20 s).
+LONG_POLL_SECONDS = 20.0
+#: Azure's limits and capabilities, so that an app moves between the embedded queue and Azure Storage unchanged;
+#: but times are kept to the microsecond, and a receive waits for a message.
+EMBEDDED_LIMITS = replace(AZURE_LIMITS, visibility_resolution=0.0, long_poll=LONG_POLL_SECONDS)
+#: How often the file is looked at for other processes' writes while a receive waits.
+CHANGE_POLL_SECONDS = 0.075
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS queues (
+    name TEXT PRIMARY KEY
+);
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    queue TEXT NOT NULL,
+    content TEXT NOT NULL,
+    inserted REAL NOT NULL,
+    expires REAL,
+    visible REAL NOT NULL,
+    dequeue_count INTEGER NOT NULL DEFAULT 0,
+    pop_receipt TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_by_visibility ON messages (queue, visible, seq);
+"""
+
+_COLUMNS = "id, content, dequeue_count, inserted, expires, visible, pop_receipt"
+
+
+def _when(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
+
+
+def _row_to_message(row: tuple, with_receipt: bool = True) -> RawMessage:
+    id_, content, dequeue_count, inserted, expires, visible, receipt = row
+    return RawMessage(
+        id=id_,
+        content=content,
+        dequeue_count=dequeue_count,
+        insertion_time=_when(inserted),  # type: ignore[arg-type]
+        expiration_time=_when(expires),
+        time_next_visible=_when(visible),
+        pop_receipt=receipt if with_receipt else None,
+    )
+
+
+@dataclass(eq=False)
+class _Write:
+    """One write waiting for a group commit, and the future its caller awaits on ``loop``."""
+
+    work: Callable[[sqlite3.Connection], object]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+
+    def settle(self, ok: bool, value: object) -> None:
+        """On the caller's loop: hand over the result (a caller that stopped waiting is skipped)."""
+        if self.future.done():
+            return
+        if ok:
+            self.future.set_result(value)
+        else:
+            assert isinstance(value, BaseException)
+            self.future.set_exception(value)
+
+
+#: The first bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be an embedded queue file, or None (a missing or empty file becomes a new database).
+
+    Checked before SQLite opens it, so that a file of something else is refused with its path, not written over.
+    """
+    if path.is_dir():
+        return f"embedded queue file {path} is a directory"
+    try:
+        with path.open("rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"embedded queue file {path} cannot be read: {exc.strerror or exc}"
+    if head and head != SQLITE_HEADER:
+        return f"embedded queue file {path} is not a SQLite database"
+    return None
+
+
+class SqliteBackend:
+    """Queues in one SQLite file; implements :class:`worker.backends.queues.QueueBackend`."""
+
+    limits = EMBEDDED_LIMITS
+    capabilities = AZURE_CAPABILITIES
+    service_dead_letters = False
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-{self.path.name}")
+        self._db: sqlite3.Connection | None = None
+        self._changes = _Changes(self.path)
+        #: Writes waiting for the next group commit, and whether a commit loop is queued or running.
+        self._writes: list[_Write] = []
+        self._writes_lock = threading.Lock()
+        self._committing = False
+
+    def __repr__(self) -> str:
+        return f"SqliteBackend({str(self.path)!r})"
+
+    # -- plumbing ---------------------------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            if problem := file_problem(self.path):
+                raise UnusableFile(problem)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            try:
+                db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                self._enable_wal(db)
+                db.execute("PRAGMA synchronous = NORMAL")
+                db.executescript(_SCHEMA)
+            except sqlite3.DatabaseError as exc:
+                db.close()
+                if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                    raise
+                raise UnusableFile(f"embedded queue file {self.path} cannot be used: {exc}") from None
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+        return self._db
+
+    @staticmethod
+    def _enable_wal(db: sqlite3.Connection) -> None:
+        """Switch the file to WAL, retrying while other processes hold it.
+
+        Turning a new file to WAL needs an exclusive lock, and SQLite answers "database is locked" at once
+        rather than calling the busy handler, so processes opening a new file together must retry.
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    async def _run(self, work: Callable[[sqlite3.Connection], T], *, write: bool = False) -> T:
+        """Run ``work`` on the backend's thread: reads in a transaction of their own, writes in the next group."""
+        loop = asyncio.get_running_loop()
+        if not write:
+            return await loop.run_in_executor(self._thread, self._read, work)
+        item = _Write(work, loop, loop.create_future())
+        with self._writes_lock:
+            self._writes.append(item)
+            start, self._committing = not self._committing, True
+        if start:
+            self._thread.submit(self._commit_groups)
+        return await item.future
+
+    def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            db = self._connect()
+            db.execute("BEGIN")
+            try:
+                return work(db)
+            finally:
+                db.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            raise TransientError(f"embedded queue {self.path}: {exc}") from exc
+
+    def _commit_groups(self) -> None:
+        """On the backend's thread: commit waiting writes a group at a time until none is left."""
+        while True:
+            with self._writes_lock:
+                group, self._writes = self._writes[:MAX_GROUP], self._writes[MAX_GROUP:]
+                if not group:
+                    self._committing = False
+                    return
+            try:
+                outcomes = self._commit(group)
+            except BaseException as exc:  # a bug, not storage trouble: still answer every caller
+                outcomes = [(False, exc)] * len(group)
+            for item, (ok, value) in zip(group, outcomes, strict=True):
+                item.loop.call_soon_threadsafe(item.settle, ok, value)
+
+    def _commit(self, group: list[_Write]) -> list[tuple[bool, object]]:
+        """Run ``group`` in one ``BEGIN IMMEDIATE`` transaction; each item's result or error, in order.
+
+        An item that raises is rolled back to its savepoint and the rest go on. A failure of SQLite
+        itself ("database is locked" past busy_timeout, disk I/O trouble) fails the whole group as
+        transient: the same calls may succeed later.
+        """
+        try:
+            db = self._connect()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                outcomes: list[tuple[bool, object]] = []
+                for item in group:
+                    db.execute("SAVEPOINT item")
+                    try:
+                        outcomes.append((True, item.work(db)))
+                    except sqlite3.OperationalError:
+                        raise
+                    except Exception as exc:
+                        db.execute("ROLLBACK TO item")
+                        outcomes.append((False, exc))
+                    db.execute("RELEASE item")
+                db.execute("COMMIT")
+                return outcomes
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            error = TransientError(f"embedded queue {self.path}: {exc}")
+            error.__cause__ = exc
+            return [(False, error)] * len(group)
+
+    @staticmethod
+    def _require_queue(db: sqlite3.Connection, queue: str) -> None:
+        if db.execute("SELECT 1 FROM queues WHERE name = ?", (queue,)).fetchone() is None:
+            raise QueueNotFound(f"queue {queue!r} does not exist")
+
+    @staticmethod
+    def _held(db: sqlite3.Connection, queue: str, message_id: str, pop_receipt: str, now: float) -> None:
+        """Raise unless ``message_id`` is in ``queue``, unexpired, with ``pop_receipt`` current."""
+        row = db.execute(
+            "SELECT pop_receipt, expires FROM messages WHERE id = ? AND queue = ?", (message_id, queue)
+        ).fetchone()
+        if row is None or (row[1] is not None and row[1] <= now):
+            raise MessageNotFound(f"message {message_id} is not in queue {queue!r}")
+        if row[0] != pop_receipt:
+            raise PopReceiptMismatch(f"pop receipt for message {message_id} is stale")
+
+    # -- queues -----------------------------------------------------------------------------------------------
+
+    async def create_queue(self, queue: str) -> None:
+        self.limits.check_name(queue)
+        await self._run(lambda db: db.execute("INSERT OR IGNORE INTO queues (name) VALUES (?)", (queue,)), write=True)
+
+    async def delete_queue(self, queue: str) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM messages WHERE queue = ?", (queue,))
+            db.execute("DELETE FROM queues WHERE name = ?", (queue,))
+
+        await self._run(work, write=True)
+
+    async def list_queues(self) -> list[str]:
+        return await self._run(lambda db: [r[0] for r in db.execute("SELECT name FROM queues ORDER BY name")])
+
+    # -- messages ---------------------------------------------------------------------------------------------
+
+    async def put(
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
+        channel: str | None = None,
+    ) -> RawMessage:
+        check_no_channel(channel, "embedded")
+        ttl = self.limits.check_put(content, visibility_timeout, time_to_live)
+
+        def work(db: sqlite3.Connection) -> RawMessage:
+            self._require_queue(db, queue)
+            now = time.time()
+            expires = None if ttl == NEVER_EXPIRES else now + ttl
+            message_id = str(uuid.uuid4())
+            db.execute(
+                "INSERT INTO messages (id, queue, content, inserted, expires, visible) VALUES (?, ?, ?, ?, ?, ?)",
+                (message_id, queue, content, now, expires, now + visibility_timeout),
+            )
+            return _row_to_message((message_id, content, 0, now, expires, now + visibility_timeout, None))
+
+        message = await self._run(work, write=True)
+        self._changes.written()
+        return message
+
+    async def receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        channel: str | None = None,
+    ) -> list[RawMessage]:
+        check_no_channel(channel, "embedded")
+        self.limits.check_count(max_messages)
+        self.limits.check_visibility(visibility_timeout, 1)
+        deadline = time.monotonic() + min(max(wait, 0.0), self.limits.long_poll)
+
+        def work(db: sqlite3.Connection) -> tuple[list[RawMessage], float | None]:
+            """The messages taken, and when none: the time the next one becomes visible (None: none waits)."""
+            self._require_queue(db, queue)
+            now = time.time()
+            db.execute("DELETE FROM messages WHERE queue = ? AND expires <= ?", (queue, now))
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE queue = ? AND visible <= ? ORDER BY seq LIMIT ?",
+                (queue, now, max_messages),
+            ).fetchall()
+            taken = []
+            for id_, content, dequeue_count, inserted, expires, _, _ in rows:
+                receipt = uuid.uuid4().hex
+                visible = now + visibility_timeout
+                db.execute(
+                    "UPDATE messages SET visible = ?, dequeue_count = ?, pop_receipt = ? WHERE id = ?",
+                    (visible, dequeue_count + 1, receipt, id_),
+                )
+                taken.append(_row_to_message((id_, content, dequeue_count + 1, inserted, expires, visible, receipt)))
+            if taken or wait <= 0:
+                return taken, None
+            row = db.execute("SELECT min(visible) FROM messages WHERE queue = ?", (queue,)).fetchone()
+            return taken, row[0]
+
+        while True:
+            seen = self._changes.version
+            taken, next_visible = await self._take(queue, work)
+            remaining = deadline - time.monotonic()
+            if taken or remaining <= 0:
+                return taken
+            if next_visible is not None:
+                remaining = min(remaining, max(next_visible - time.time(), 0.0) + 0.001)
+            await self._changes.wait(seen, remaining)
+
+    async def _take(
+        self, queue: str, work: Callable[[sqlite3.Connection], tuple[list[RawMessage], float | None]]
+    ) -> tuple[list[RawMessage], float | None]:
+        """Run a receive's ``work``; if the caller is cancelled meanwhile, give what it took back before re-raising.
+
+        A long poll is cancelled at shutdown; the messages a take had already
+        hidden would otherwise stay invisible for a whole lease. They come back
+        as they were, dequeue count included: no attempt was made.
+        """
+        take = asyncio.ensure_future(self._run(work, write=True))
+        try:
+            return await asyncio.shield(take)
+        except asyncio.CancelledError:
+            taken, _ = await take
+            if taken:
+                await self._release([(m.id, m.pop_receipt or "") for m in taken], queue)
+            raise
+
+    async def _release(self, held: list[tuple[str, str]], queue: str) -> None:
+        """Undo a take that nobody got: the messages visible again, their dequeue counts as before, in one write."""
+
+        def work(db: sqlite3.Connection) -> None:
+            for message_id, receipt in held:
+                db.execute("UPDATE messages SET visible = ?, pop_receipt = NULL, dequeue_count = dequeue_count - 1 "
+                           "WHERE id = ? AND queue = ? AND pop_receipt = ?", (time.time(), message_id, queue, receipt))
+
+        await self._run(work, write=True)
+        self._changes.written()
+
+    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+        self.limits.check_visibility(visibility_timeout, 0)
+
+        def work(db: sqlite3.Connection) -> Receipt:
+            now = time.time()
+            self._held(db, queue, message_id, pop_receipt, now)
+            receipt = uuid.uuid4().hex
+            db.execute(
+                "UPDATE messages SET visible = ?, pop_receipt = ? WHERE id = ?",
+                (now + visibility_timeout, receipt, message_id),
+            )
+            return Receipt(receipt, _when(now + visibility_timeout))  # type: ignore[arg-type]
+
+        receipt = await self._run(work, write=True)
+        if visibility_timeout < self.limits.long_poll:  # a release: a waiting receive looks again (now, or at its time)
+            self._changes.written()
+        return receipt
+
+    async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        def work(db: sqlite3.Connection) -> None:
+            self._held(db, queue, message_id, pop_receipt, time.time())
+            db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
+
+        await self._run(work, write=True)
+
+    async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
+        self.limits.check_count(max_messages)
+
+        def work(db: sqlite3.Connection) -> list[RawMessage]:
+            self._require_queue(db, queue)
+            now = time.time()
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM messages WHERE queue = ? AND visible <= ? "
+                "AND (expires IS NULL OR expires > ?) ORDER BY seq LIMIT ?",
+                (queue, now, now, max_messages),
+            ).fetchall()
+            return [_row_to_message(r, with_receipt=False) for r in rows]
+
+        return await self._run(work)
+
+    async def approximate_count(self, queue: str) -> int:
+        def work(db: sqlite3.Connection) -> int:
+            self._require_queue(db, queue)
+            row = db.execute(
+                "SELECT count(*) FROM messages WHERE queue = ? AND (expires IS NULL OR expires > ?)",
+                (queue, time.time()),
+            ).fetchone()
+            return int(row[0])
+
+        return await self._run(work)
+
+    async def close(self) -> None:
+        await self._changes.close()
+
+        def shut() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+        await asyncio.get_running_loop().run_in_executor(self._thread, shut)
+        self._thread.shutdown(wait=True)
+
+
+class _Changes:
+    """Tells waiting receives that the file may hold something new.
+
+    ``version`` moves when this backend writes (:meth:`written`) and when
+    another connection commits to the file, which one task notices by reading
+    ``PRAGMA data_version`` every ``CHANGE_POLL_SECONDS`` on a connection of
+    its own, only while some receive waits. The read is a few microseconds and
+    never waits for a lock (its busy timeout is 0), so it runs on the event
+    loop: a thread hand-off would cost thirty times the read, and an idle
+    worker does little else.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.version = 0
+        self._event: asyncio.Event | None = None
+        self._waiting = 0
+        self._watcher: asyncio.Task[None] | None = None
+        self._db: sqlite3.Connection | None = None
+
+    def written(self) -> None:
+        """Something was written: wake every waiting receive (called on the event loop)."""
+        self.version += 1
+        if self._event is not None:
+            self._event.set()
+            self._event = None
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return when ``version`` has moved past ``seen``, or after ``timeout`` seconds."""
+        if self.version != seen or timeout <= 0:
+            return
+        if self._event is None:
+            self._event = asyncio.Event()
+        event = self._event
+        self._waiting += 1
+        if self._watcher is None or self._watcher.done():
+            self._watcher = asyncio.create_task(self._watch(), name=f"sqlite-changes-{self.path.name}")
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._waiting -= 1
+
+    async def _watch(self) -> None:
+        """While receives wait: notice other connections' commits; ends when none waits."""
+        last = self._data_version()
+        while self._waiting:
+            await asyncio.sleep(CHANGE_POLL_SECONDS)
+            current = self._data_version()
+            if current != last:
+                last = current
+                self.written()
+
+    def _data_version(self) -> int | None:
+        """SQLite's counter of other connections' commits (None while the file cannot be read now: a change is
+        then reported when it can be again)."""
+        try:
+            if self._db is None:
+                self._db = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+            return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            return None
+
+    async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+        if self._db is not None:
+            self._db.close()
+            self._db = None

@@ -1,0 +1,137 @@
+"""How the OCI backend's blocking SDK calls run: daemon threads for long polls, and cutting a cancelled one.
+
+The SDK is synchronous. A long poll holds a thread for up to 20 s; nobody may
+wait for it, neither a cancelled caller nor interpreter exit, so long polls run
+on daemon threads (:class:`DaemonThreads`). Cancelling the awaiting task does
+not stop the HTTP request, and a request left open would take messages for a
+caller that has gone (each one a delivery counted, and hidden for its whole
+visibility). So every connection records its socket in the thread that opens
+it (:func:`track_sockets`), and a cancelled poll's sockets are shut down
+(:func:`cut`): the request fails at once and the service sees the caller hang up.
+"""
+
+from __future__ import annotations
+
+import queue as jobs_queue
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("worker.backends.oci.queues")
+
+
+#: Each thread's open sockets to the service, recorded as connections open, so that a cancelled long poll can be cut.
+THREAD_SOCKETS = threading.local()
+
+
+def thread_sockets() -> list[socket.socket]:
+    """This thread's list of sockets (a long-poll thread's connections are its own: its clients are per thread)."""
+    sockets = getattr(THREAD_SOCKETS, "sockets", None)
+    if sockets is None:
+        sockets = THREAD_SOCKETS.sockets = []
+    return sockets
+
+
+def tracked(pool_class: type) -> type:
+    """``pool_class`` whose connections record their sockets in the thread that opens them."""
+    base = pool_class.ConnectionCls
+
+    class Connection(base):  # type: ignore[misc, valid-type]
+        def connect(self) -> None:
+            super().connect()
+            sockets = thread_sockets()
+            sockets[:] = [s for s in sockets if s.fileno() != -1]
+            sockets.append(self.sock)
+            cancelled = getattr(THREAD_SOCKETS, "cancelled", None)
+            if cancelled is not None and cancelled.is_set():  # cancelled while connecting: after the cut
+                cut([self.sock])
+
+    return type(f"Tracked{pool_class.__name__}", (pool_class,), {"ConnectionCls": Connection})
+
+
+def long_poll_starts(cancelled: threading.Event) -> list[socket.socket]:
+    """Called in the thread about to long-poll: its sockets list, to :func:`cut` if ``cancelled`` is set.
+
+    A connection opened after the cancel (the cut found nothing yet) cuts itself as it connects.
+    """
+    THREAD_SOCKETS.cancelled = cancelled
+    return thread_sockets()
+
+
+def track_sockets(client: Any) -> None:
+    """Make ``client``'s connections record their sockets (see :func:`thread_sockets`)."""
+    for adapter in client.base_client.session.adapters.values():
+        manager = adapter.poolmanager
+        manager.pool_classes_by_scheme = {scheme: tracked(cls) for scheme, cls in manager.pool_classes_by_scheme.items()}
+
+
+def cut(sockets: list[socket.socket]) -> None:
+    """Shut the sockets down: a request waiting on one fails at once, and the service sees the caller hang up."""
+    for sock in list(sockets):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+class DaemonThreads:
+    """Daemon threads for calls that may take long: nobody waits for them, neither a caller nor interpreter exit.
+
+    A thread that finishes its job waits a while for the next one, so that its clients (and their
+    connections) are reused from one long poll to the next; ``on_exit`` runs in a thread as it ends.
+    """
+
+    def __init__(self, name: str, idle_seconds: float, on_exit: Callable[[], None]) -> None:
+        self._name = name
+        self._idle_seconds = idle_seconds
+        self._on_exit = on_exit
+        self._jobs: jobs_queue.SimpleQueue[Callable[[], None] | None] = jobs_queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads waiting for a job, less the jobs already handed to them
+        self._closed = False
+        self._started = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot start a call after close")
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+            self._started += 1
+            name = f"{self._name}-{self._started}"
+        threading.Thread(target=self._work, args=(job,), name=name, daemon=True).start()
+
+    def _work(self, job: Callable[[], None] | None) -> None:
+        try:
+            while job is not None:
+                try:
+                    job()
+                except Exception:  # pragma: no cover - jobs catch their own errors
+                    log.exception("OCI Queue call thread failed")
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._idle += 1
+                try:
+                    job = self._jobs.get(timeout=self._idle_seconds)
+                except jobs_queue.Empty:
+                    with self._lock:  # a job handed over as we timed out is ours to run
+                        try:
+                            job = self._jobs.get_nowait()
+                        except jobs_queue.Empty:
+                            self._idle -= 1
+                            job = None
+        finally:
+            self._on_exit()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, 0
+        for _ in range(idle):
+            self._jobs.put(None)

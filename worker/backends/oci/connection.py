@@ -1,0 +1,116 @@
+"""OCI Queue connection strings, its limits and capabilities; light to import (no SDK), so start-up checks can use it.
+
+The form, chosen to read as a URL an OCI user can fill in from the Console::
+
+    oci://<messages-endpoint-host>?compartment=<compartment-ocid>[&auth=...][&config=...][&profile=...]
+        [&adminEndpoint=<url>][&poison=service|host]
+
+- ``<messages-endpoint-host>``: the queue's messages endpoint (Console: queue
+  details, "Messages endpoint"), e.g. ``cell-1.queue.messaging.us-ashburn-1.oci.oraclecloud.com``.
+  ``oci+http://`` speaks plain HTTP, for a local test server only.
+- ``compartment``: where the queues are; a trigger's ``queueName`` is a
+  queue's display name there (or a queue OCID, used as is).
+- ``auth``: ``config`` (default: the API key of ``profile`` in ``config``,
+  ``~/.oci/config`` and ``DEFAULT`` unless given), ``instance_principal``
+  (a compute instance's identity) or ``resource_principal`` (OKE workload
+  identity, Functions and Data Flow).
+- ``adminEndpoint``: where queues are listed and created; by default the
+  SDK's own, from the region.
+- ``poison``: ``service`` (default) leaves poison messages to the queue's own
+  dead-letter queue, which takes a message after the queue's
+  ``deadLetterQueueDeliveryCount``; ``host`` copies them to ``<queue>-poison``
+  after ``maxDequeueCount``, as on Azure, and that queue must exist.
+
+Nothing here puts a secret into a message: the string holds paths and names,
+and errors name keys.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from worker.backends.azure.connection import ConnectionStringError
+from worker.backends.queues import Capabilities, Limits
+
+SCHEMES = ("oci", "oci+http")
+AUTH_KINDS = ("config", "instance_principal", "resource_principal")
+POISON_MODES = ("service", "host")
+#: Where the OCI CLI and SDKs keep API-key profiles.
+DEFAULT_CONFIG_FILE = "~/.oci/config"
+
+#: OCI Queue (API 20210201): 20 messages a request, visibility 0 s to 12 h in whole seconds, 256 KiB messages,
+#: long polls up to 30 s (20 s used, as on the embedded queue), display names of 1-255 characters.
+OCI_LIMITS = Limits(
+    max_batch=20,
+    max_visibility=12 * 3600,
+    max_message_bytes=256 * 1024,
+    visibility_resolution=1.0,
+    long_poll=20.0,
+    name_pattern=re.compile(r"[A-Za-z0-9._-]{1,255}"),
+    name_rule="1-255 letters, digits, '.', '_' and '-' (the queue's display name), or a queue OCID",
+)
+OCI_CAPABILITIES = Capabilities(
+    dead_letter=True, peek=False, message_options=False, creates_queues=False, new_receipt_on_update=False,
+    channels=True,
+)
+
+
+@dataclass(frozen=True)
+class OciConnection:
+    """Where an OCI queue service is and how to sign in to it."""
+
+    messages_endpoint: str
+    compartment_id: str
+    auth: str = "config"
+    config_file: str = DEFAULT_CONFIG_FILE
+    profile: str = "DEFAULT"
+    admin_endpoint: str | None = None
+    poison: str = "service"
+
+    def describe(self) -> str:
+        """For logs: the endpoint and how it signs in, never a key."""
+        how = f"API key, profile {self.profile}" if self.auth == "config" else self.auth.replace("_", " ")
+        return f"OCI Queue {self.messages_endpoint} ({how})"
+
+
+def is_oci(connection: str) -> bool:
+    """Whether ``connection`` is written in this module's form."""
+    return connection.split("://", 1)[0].lower() in SCHEMES and "://" in connection
+
+
+def parse_oci_connection(text: str) -> OciConnection:
+    """An :class:`OciConnection` from ``oci://...``; ConnectionStringError lists every key that is wrong."""
+    parts = urlsplit(text.strip())
+    if parts.scheme.lower() not in SCHEMES:
+        raise ConnectionStringError(f"an OCI Queue connection starts with {' or '.join(s + '://' for s in SCHEMES)}")
+    if not parts.hostname:
+        raise ConnectionStringError("an OCI Queue connection names the messages endpoint: oci://<host>?compartment=...")
+    query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
+    problems = []
+    known = {"compartment", "auth", "config", "profile", "adminEndpoint", "poison"}
+    if unknown := sorted(set(query) - known):
+        problems.append(f"unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    compartment = query.get("compartment", "")
+    if not compartment:
+        problems.append("compartment=<compartment OCID> is missing")
+    auth = query.get("auth", "config")
+    if auth not in AUTH_KINDS:
+        problems.append(f"auth must be one of {', '.join(AUTH_KINDS)}")
+    poison = query.get("poison", "service")
+    if poison not in POISON_MODES:
+        problems.append(f"poison must be one of {', '.join(POISON_MODES)}")
+    if problems:
+        raise ConnectionStringError("OCI Queue connection: " + "; ".join(problems))
+    http = "http" if parts.scheme.lower() == "oci+http" else "https"
+    return OciConnection(
+        messages_endpoint=f"{http}://{parts.netloc}",
+        compartment_id=compartment,
+        auth=auth,
+        config_file=str(Path(query.get("config") or DEFAULT_CONFIG_FILE)),
+        profile=query.get("profile") or "DEFAULT",
+        admin_endpoint=query.get("adminEndpoint") or None,
+        poison=poison,
+    )

@@ -1,0 +1,787 @@
+"""OCI Queue through the official SDK (``oci.queue``), which is synchronous: every call runs in a thread.
+
+The SDK's own retries and circuit breaker are turned off; calls run under the
+retry policy every remote backend shares (:mod:`worker.backends.retrying`), and
+OCI's answers are mapped onto the protocol's errors as for Azure Storage, so
+the host reads "lease lost" or "storage unreachable" the same way on both.
+
+Threads: the SDK sends with ``requests``, whose sessions are not meant to be
+shared across threads, so each thread has its own clients. Ordinary calls run
+on a small pool; a long poll (a receive that waits) runs on a daemon thread of
+its own, and cancelling it cuts its request at the socket (:mod:`worker.backends.oci.calls`),
+so the service ends it without delivering; messages that arrive anyway are
+released at once (visibility 0): cancelling a receive loses nothing.
+
+Queue names: a trigger's ``queueName`` is the display name of an ACTIVE
+queue in the connection's compartment (resolved once and cached), or a queue
+OCID, used as is. OCI Queue has no per-message time to live or initial
+invisibility (the queue's retention applies) and no peek that is not a
+delivery; it has a dead-letter queue of its own, with
+:meth:`OciBackend.dead_letter_limit`, :meth:`OciBackend.dead_letter_count`
+and :meth:`OciBackend.purge_dead_letters` for the host and the poison CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future as ThreadFuture
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import oci
+import structlog
+from oci._vendor.requests import exceptions as vendored_requests
+
+from worker.backends.azure.errors import CONNECT_TIMEOUT, describe_failure
+from worker.backends.oci.calls import DaemonThreads, cut, long_poll_starts, track_sockets
+from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, OciConnection
+from worker.backends.queues import (
+    InvalidArgument,
+    MessageNotFound,
+    MessageTooLarge,
+    PopReceiptMismatch,
+    QueueError,
+    QueueNotFound,
+    RawMessage,
+    Receipt,
+    Unsupported,
+)
+from worker.backends.retrying import Retrier
+
+try:  # the SDK vendors its own copy of requests; its sign-in helpers may raise the installed one's errors
+    import requests as installed_requests
+except ImportError:  # pragma: no cover - requests comes with azure-core
+    installed_requests = None  # type: ignore[assignment]
+
+log = structlog.get_logger("worker.backends.oci.queues")
+
+T = TypeVar("T")
+
+#: Threads for ordinary calls (everything but long polls), each with its own clients.
+THREADS = 8
+#: How long an idle long-poll thread is kept for the next long poll (and its connection with it).
+LONG_POLL_IDLE_SECONDS = 60.0
+#: How long creating or deleting a queue (an OCI work request) may take before it is reported as stuck.
+WORK_REQUEST_SECONDS = 300.0
+#: Polling a work request: the first pause, doubled up to the longest.
+WORK_REQUEST_FIRST_POLL = 0.5
+WORK_REQUEST_MAX_POLL = 5.0
+
+#: Receipts this backend remembers (see :class:`_Receipts`): far more than a host holds leases on at once.
+RECEIPT_BOOK_SIZE = 20_000
+
+_OCID_PREFIX = "ocid1.queue."
+_TRANSIENT_STATUS = frozenset({408, 429})
+_REQUEST_ERRORS: tuple[type[BaseException], ...] = (vendored_requests.RequestException,) + (
+    (installed_requests.exceptions.RequestException,) if installed_requests is not None else ()
+)
+#: ``requests`` errors that a later attempt cannot get past: the request itself is malformed.
+_PERMANENT_REQUEST_ERRORS: tuple[type[BaseException], ...] = tuple(
+    getattr(module, name)
+    for module in (vendored_requests, getattr(installed_requests, "exceptions", None))
+    if module is not None
+    for name in ("InvalidURL", "MissingSchema", "InvalidSchema", "URLRequired", "InvalidHeader", "InvalidJSONError")
+    if hasattr(module, name)
+)
+_TOO_LARGE_CODES = frozenset({"RequestEntityTooLarge", "PayloadTooLarge", "MessageTooLarge"})
+
+
+def _inner(exc: BaseException) -> BaseException:
+    """The ``requests`` error an ``oci.exceptions.RequestException`` wraps (the SDK passes it as its argument)."""
+    if isinstance(exc, (oci.exceptions.RequestException, oci.exceptions.ConnectTimeout)) and exc.args:
+        first = exc.args[0]
+        if isinstance(first, BaseException):
+            return first
+    return exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures the same call may get past later: 408, 429, 5xx, the network, timeouts."""
+    if isinstance(exc, oci.exceptions.ServiceError):
+        return exc.status in _TRANSIENT_STATUS or exc.status >= 500
+    inner = _inner(exc)
+    if isinstance(inner, _PERMANENT_REQUEST_ERRORS):
+        return False
+    return isinstance(inner, (*_REQUEST_ERRORS, TimeoutError, ConnectionError))
+
+
+def failure_kind(exc: BaseException) -> str:
+    """A short name for a failure, for counters' labels: status and code, or the exception's type."""
+    if isinstance(exc, oci.exceptions.ServiceError):
+        return f"HTTP {exc.status} {exc.code or ''}".strip()
+    return type(_inner(exc)).__name__
+
+
+def describe(exc: BaseException) -> str:
+    """What went wrong, for people: "HTTP 503 ServiceUnavailable", "connection refused", "timed out" ..."""
+    if isinstance(exc, oci.exceptions.ServiceError):
+        return f"HTTP {exc.status} {exc.code or ''}".strip() + (f": {_first_line(exc.message)}" if exc.message else "")
+    return describe_failure(_inner(exc))
+
+
+def _seconds(value: float) -> int:
+    """OCI takes whole seconds: round up, so a lease is never shorter than asked (as for Azure)."""
+    return math.ceil(value)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _raw(message: Any) -> RawMessage:
+    return RawMessage(
+        id=str(message.id),
+        content=message.content,
+        dequeue_count=message.delivery_count or 0,
+        insertion_time=_utc(message.created_at) or datetime.now(UTC),
+        expiration_time=_utc(message.expire_after),
+        time_next_visible=_utc(message.visible_after),
+        pop_receipt=message.receipt,
+    )
+
+
+def _origin(url: str | None) -> str | None:
+    """``scheme://host[:port]`` of a URL, never its path or query."""
+    if not url:
+        return None
+    parts = urlsplit(url.split(" ", 1)[-1])  # ServiceError.request_endpoint is "METHOD URL"
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
+
+
+class _Receipts:
+    """Which message each receipt this backend handed out belongs to, and each message's latest receipt.
+
+    OCI's update and delete take a receipt alone, and answer 404 both for a message that is gone and for a
+    receipt a later delivery has replaced; the protocol names the message too and tells the two apart. So a
+    receipt of another message than the one named is refused here (MessageNotFound, as the named message has
+    no such delivery), and a 404 for a receipt older than the latest one received is a stale receipt
+    (PopReceiptMismatch). What this process never saw (another worker's deliveries) reads as MessageNotFound.
+    Used on the event loop only.
+    """
+
+    def __init__(self, size: int = RECEIPT_BOOK_SIZE) -> None:
+        self._size = size
+        self._owner: dict[str, str] = {}
+        #: Latest receipt by (queue, message id): ids are only known to be unique within a queue.
+        self._latest: dict[tuple[str, str], str] = {}
+
+    def received(self, queue: str, message_id: str, receipt: str) -> None:
+        self._latest.pop((queue, message_id), None)  # re-insert: the oldest entries are the ones dropped
+        self._latest[(queue, message_id)] = receipt
+        self._owner[receipt] = message_id
+        while len(self._latest) > self._size:
+            del self._latest[next(iter(self._latest))]
+        while len(self._owner) > self._size:
+            del self._owner[next(iter(self._owner))]
+
+    def owner(self, receipt: str) -> str | None:
+        """The id of the message ``receipt`` was handed out with, if this backend handed it out."""
+        return self._owner.get(receipt)
+
+    def replaced(self, queue: str, message_id: str, receipt: str) -> bool:
+        """Whether a later delivery of the message gave it another receipt than ``receipt``."""
+        latest = self._latest.get((queue, message_id))
+        return latest is not None and latest != receipt
+
+    def deleted(self, queue: str, message_id: str) -> None:
+        self._latest.pop((queue, message_id), None)
+
+
+class OciBackend:
+    """Queues of one OCI compartment; implements :class:`worker.backends.queues.QueueBackend`."""
+
+    limits = OCI_LIMITS
+    capabilities = OCI_CAPABILITIES
+
+    def __init__(self, connection: OciConnection, on_retry: Callable[[str], None] | None = None) -> None:
+        self.connection = connection
+        #: ``poison=service`` leaves poison to the queue's own dead-letter queue.
+        self.service_dead_letters = connection.poison == "service"
+        self._retrier = Retrier(is_transient=is_transient, failure_kind=failure_kind, on_retry=on_retry, log=log)
+        self._executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="oci-queue")
+        self._long_polls = DaemonThreads("oci-queue-long-poll", LONG_POLL_IDLE_SECONDS, self._drop_thread_clients)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._auth: tuple[dict[str, Any], Any] | None = None
+        self._clients: list[Any] = []
+        self._admin_endpoint = connection.admin_endpoint
+        #: Queue OCIDs by display name.
+        self._ids: dict[str, str] = {}
+        self._receipts = _Receipts()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"OciBackend({self.connection.describe()})"
+
+    # -- sign-in and clients (in the calling thread: these block) -------------------------------------------
+
+    def _sign_in(self) -> tuple[dict[str, Any], Any]:
+        """The SDK config and signer, made once: reading the key, or asking the instance or resource for a token."""
+        with self._lock:
+            if self._auth is None:
+                self._auth = self._make_signer()
+            return self._auth
+
+    def _make_signer(self) -> tuple[dict[str, Any], Any]:
+        auth = self.connection.auth
+        if auth in ("instance_principal", "resource_principal"):
+            self._local.endpoint = f"OCI sign-in ({auth.replace('_', ' ')})"
+            try:
+                if auth == "instance_principal":  # asks the instance metadata service, then the auth service
+                    signer = oci.auth.signers.InstancePrincipalsSecurityTokenSigner()
+                else:  # reads the OCI_RESOURCE_PRINCIPAL_* variables the platform sets
+                    signer = oci.auth.signers.get_resource_principals_signer()
+            except Exception as exc:
+                if is_transient(exc):
+                    raise  # retried as any outage; a TransientError in the end
+                cause = describe(exc) if isinstance(exc, oci.exceptions.ServiceError) else _first_line(exc)
+                who = "an instance principal" if auth == "instance_principal" else "a resource principal"
+                raise QueueError(f"cannot sign in to OCI Queue as {who}: {type(exc).__name__}: {cause}") from None
+            return {"region": signer.region}, signer
+        path = os.path.expanduser(self.connection.config_file)
+        profile = self.connection.profile
+        try:
+            config = oci.config.from_file(path, profile)
+            if oci.util.AUTHENTICATION_TYPE_FIELD_NAME in config:  # e.g. a session token (oci session authenticate)
+                signer = oci.util.get_signer_from_authentication_type(config)
+            else:
+                oci.config.validate_config(config)
+                signer = oci.signer.Signer(
+                    tenancy=config["tenancy"], user=config["user"], fingerprint=config["fingerprint"],
+                    private_key_file_location=config.get("key_file"),
+                    pass_phrase=oci.config.get_config_value_or_default(config, "pass_phrase"),
+                    private_key_content=config.get("key_content"),
+                )
+        except (oci.exceptions.ClientError, OSError, ValueError, KeyError, TypeError) as exc:
+            # The SDK's messages name files, profiles and fields, never a key; ours too.
+            raise QueueError(
+                f"cannot sign in to OCI Queue with profile {profile!r} of {path}: {type(exc).__name__}: "
+                f"{_first_line(exc)}"
+            ) from None
+        return config, signer
+
+    def _client_kwargs(self, signer: Any) -> dict[str, Any]:
+        return {
+            "signer": signer,
+            "retry_strategy": oci.retry.NoneRetryStrategy(),
+            "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy(),
+            # A long poll holds the request for up to limits.long_poll seconds: read for longer than that.
+            "timeout": (CONNECT_TIMEOUT, self.limits.long_poll + 10),
+        }
+
+    def _messages(self) -> Any:
+        """This thread's data-plane client (messages endpoint)."""
+        client = getattr(self._local, "messages", None)
+        if client is None:
+            config, signer = self._sign_in()
+            client = oci.queue.QueueClient(
+                config, service_endpoint=self.connection.messages_endpoint, **self._client_kwargs(signer)
+            )
+            track_sockets(client)
+            self._keep(client)
+            self._local.messages = client
+        self._local.endpoint = self.connection.messages_endpoint
+        return client
+
+    def _admin(self) -> Any:
+        """This thread's control-plane client (queues: list, create, delete, purge, work requests)."""
+        client = getattr(self._local, "admin", None)
+        if client is None:
+            config, signer = self._sign_in()
+            extra = {"service_endpoint": self.connection.admin_endpoint} if self.connection.admin_endpoint else {}
+            try:
+                client = oci.queue.QueueAdminClient(config, **extra, **self._client_kwargs(signer))
+            except (ValueError, KeyError, oci.exceptions.ClientError) as exc:
+                raise QueueError(
+                    "no OCI Queue admin endpoint: give adminEndpoint= in the connection or a region in the profile "
+                    f"({type(exc).__name__}: {_first_line(exc)})"
+                ) from None
+            self._admin_endpoint = client.base_client.endpoint
+            self._keep(client)
+            self._local.admin = client
+        self._local.endpoint = self._admin_endpoint
+        return client
+
+    def _keep(self, client: Any) -> None:
+        with self._lock:
+            self._clients.append(client)
+
+    def _drop_thread_clients(self) -> None:
+        """Close this thread's clients (a long-poll thread that ends)."""
+        for attribute in ("messages", "admin"):
+            client = getattr(self._local, attribute, None)
+            if client is not None:
+                setattr(self._local, attribute, None)
+                with self._lock:
+                    if client in self._clients:
+                        self._clients.remove(client)
+                _close_client(client)
+
+    # -- running calls ------------------------------------------------------------------------------------------
+
+    def _in_thread(
+        self, fn: Callable[[], T], *, long: bool = False, release: Callable[[T], None] | None = None
+    ) -> asyncio.Future[T]:
+        """Run ``fn`` on the pool (or a long-poll thread); its result as an asyncio future.
+
+        If the awaiting task is cancelled, a call not yet started is skipped, and the result of one that
+        was under way goes to ``release`` (in a thread) instead of being dropped.
+        """
+        if self._closed:
+            raise QueueError(f"{self!r} is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        abandoned = threading.Event()
+        #: A long poll's thread's sockets: cut on cancel, so the service ends the request rather than hand
+        #: messages to nobody (they would count a delivery, and wait out their visibility).
+        sockets: list[list[socket.socket]] = []
+
+        def on_done(done: asyncio.Future[T]) -> None:
+            if done.cancelled():
+                abandoned.set()
+                for held in sockets:
+                    cut(held)
+
+        future.add_done_callback(on_done)
+
+        def deliver(ok: bool, value: Any) -> None:  # on the loop
+            if future.done():  # the caller is gone
+                if ok and release is not None:
+                    self._release_later(release, value)
+                return
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
+
+        def run() -> None:  # in a thread
+            if long:
+                sockets.append(long_poll_starts(abandoned))
+            if abandoned.is_set():
+                return
+            try:
+                ok, value = True, fn()
+            except Exception as exc:
+                if getattr(exc, "oci_endpoint", None) is None:
+                    try:
+                        exc.oci_endpoint = getattr(self._local, "endpoint", None)  # type: ignore[attr-defined]
+                    except AttributeError:  # pragma: no cover - exceptions with __slots__
+                        pass
+                ok, value = False, exc
+            try:
+                loop.call_soon_threadsafe(deliver, ok, value)
+            except RuntimeError:  # the loop is closed: nobody will take these messages
+                if ok and release is not None:
+                    release(value)
+
+        def skipped(job: ThreadFuture[None]) -> None:  # close() dropped the call before it ran
+            if job.cancelled():
+                try:
+                    loop.call_soon_threadsafe(deliver, False, QueueError(f"{self!r} was closed during the call"))
+                except RuntimeError:
+                    pass
+
+        try:
+            if long:
+                self._long_polls.submit(run)
+            else:
+                self._executor.submit(run).add_done_callback(skipped)
+        except RuntimeError:
+            raise QueueError(f"{self!r} is closed") from None
+        return future
+
+    def _release_later(self, release: Callable[[Any], None], value: Any) -> None:
+        try:
+            self._long_polls.submit(lambda: release(value))
+        except RuntimeError:  # closed: a thread of its own, without the pool, whose client goes with it
+            def release_alone() -> None:
+                try:
+                    release(value)
+                finally:
+                    self._drop_thread_clients()
+
+            threading.Thread(target=release_alone, name="oci-queue-release", daemon=True).start()
+
+    async def _call(
+        self,
+        fn: Callable[[], T],
+        queue: str,
+        *,
+        message_id: str | None = None,
+        receipt: str | None = None,
+        put: bool = False,
+        long: bool = False,
+        release: Callable[[T], None] | None = None,
+    ) -> T:
+        """Run one blocking SDK call in a thread under the shared retry policy; map failures onto the protocol's."""
+        return await self._retrier.call(
+            lambda: self._in_thread(fn, long=long, release=release),
+            unreachable=lambda exc: self._unreachable(queue, exc),
+            protocol_error=lambda exc: self._protocol_error(exc, queue, message_id, receipt, put),
+        )
+
+    def _identity(self) -> str:
+        """Who this backend signs in as, for messages: never a key."""
+        if self.connection.auth == "config":
+            return f"API key of profile {self.connection.profile} in {self.connection.config_file}"
+        return self.connection.auth.replace("_", " ")
+
+    def _endpoint(self, exc: BaseException) -> str:
+        """Which endpoint a failed call went to: the one the SDK names, else the client's, else the messages one."""
+        return (
+            _origin(getattr(exc, "request_endpoint", None))
+            or getattr(exc, "oci_endpoint", None)
+            or self.connection.messages_endpoint
+        )
+
+    def _unreachable(self, queue: str, exc: BaseException) -> str:
+        """Why OCI Queue could not be used: its endpoint and the cause (refused, not resolved, TLS, 503 ...)."""
+        return f"OCI Queue {self._endpoint(exc)} unreachable for queue {queue!r}: {describe(exc)}"
+
+    def _protocol_error(
+        self, exc: BaseException, queue: str, message_id: str | None, receipt: str | None, put: bool
+    ) -> QueueError | None:
+        """The protocol's error for a service answer that is not transient; None for what is not an answer."""
+        if not isinstance(exc, oci.exceptions.ServiceError):
+            return None
+        status, code = exc.status, str(exc.code or "")
+        text = f"{code} {exc.message or ''}".lower()
+        subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
+        answer = " ".join(part for part in (f"HTTP {status}", code) if part)
+        if exc.message:
+            answer += f": {_first_line(exc.message)}"
+        if status == 401:
+            return QueueError(f"sign-in was refused by {self._endpoint(exc)} ({self._identity()}): {answer}")
+        if status == 404:
+            self._ids.pop(queue, None)  # it may have been deleted and made again under the same name
+            if message_id and receipt and self._receipts.replaced(queue, message_id, receipt):
+                return PopReceiptMismatch(f"receipt for {subject} is stale: it was delivered again since ({answer})")
+            if message_id:
+                return MessageNotFound(f"{subject} is gone ({answer})")
+            return QueueNotFound(
+                f"queue {queue!r} does not exist in compartment {self.connection.compartment_id}, or this identity "
+                f"may not use it ({answer})"
+            )
+        if status == 413 or code in _TOO_LARGE_CODES or (
+            put and status == 400 and any(word in text for word in ("too large", "size", "exceed"))
+        ):
+            return MessageTooLarge(
+                f"message is larger than the service accepts ({self.limits.max_message_bytes} bytes): {answer}"
+            )
+        if message_id and status in (400, 409) and "receipt" in text:
+            return PopReceiptMismatch(f"receipt for {subject} is stale ({answer})")
+        if status == 400:
+            return InvalidArgument(f"OCI Queue refused the request for {subject}: {answer}")
+        return QueueError(f"OCI Queue call for {subject} failed: {answer}")
+
+    # -- names --------------------------------------------------------------------------------------------------
+
+    def _list(self, **filters: Any) -> list[Any]:
+        """Queue summaries of the compartment matching ``filters``, all pages (blocking)."""
+        admin = self._admin()
+        found: list[Any] = []
+        page = None
+        while True:
+            response = admin.list_queues(compartment_id=self.connection.compartment_id, page=page, **filters)
+            found.extend(response.data.items or [])
+            page = response.next_page
+            if not page:
+                return found
+
+    def _resolve(self, queue: str) -> str:
+        """The OCID of ``queue``: as given, or the one ACTIVE queue of that display name (blocking)."""
+        if queue.startswith(_OCID_PREFIX):
+            return queue
+        queue_id = self._ids.get(queue)
+        if queue_id is None:
+            matches = [q for q in self._list(display_name=queue, lifecycle_state="ACTIVE") if q.display_name == queue]
+            if not matches:
+                raise QueueNotFound(
+                    f"queue {queue!r} does not exist in compartment {self.connection.compartment_id} "
+                    "(no ACTIVE queue has that display name)"
+                )
+            if len(matches) > 1:
+                raise QueueError(
+                    f"{len(matches)} ACTIVE queues are named {queue!r} in compartment "
+                    f"{self.connection.compartment_id} ({', '.join(sorted(q.id for q in matches))}): "
+                    "name the queue by its OCID"
+                )
+            queue_id = self._ids[queue] = matches[0].id
+        return queue_id
+
+    # -- queues -------------------------------------------------------------------------------------------------
+
+    async def create_queue(self, queue: str) -> None:
+        self.limits.check_name(queue)
+        if queue.startswith(_OCID_PREFIX):
+            try:
+                await self._call(lambda: self._admin().get_queue(queue).data, queue)
+            except QueueNotFound:
+                raise InvalidArgument(
+                    f"no queue has the OCID {queue!r}: a queue is created by its display name"
+                ) from None
+            return
+
+        def existing() -> list[Any]:
+            states = ("ACTIVE", "CREATING", "UPDATING")
+            return [q for q in self._list(display_name=queue) if q.display_name == queue and q.lifecycle_state in states]
+
+        found = await self._call(existing, queue)
+        if any(q.lifecycle_state == "ACTIVE" for q in found):
+            return
+        if not found:
+            details = oci.queue.models.CreateQueueDetails(
+                display_name=queue, compartment_id=self.connection.compartment_id
+            )
+            token = uuid.uuid4().hex  # one token for every attempt: a retried create makes one queue, not two
+            response = await self._call(lambda: self._admin().create_queue(details, opc_retry_token=token), queue)
+            work_request = response.headers.get("opc-work-request-id")
+            if work_request:
+                await self._wait_for(work_request, queue, "creating")
+        await self._wait_active(queue)
+        log.info("queue created", queue=queue, compartment=self.connection.compartment_id)
+
+    async def _wait_active(self, queue: str) -> None:
+        """Wait until ``queue`` resolves to an ACTIVE queue (creation reported done, or under way elsewhere)."""
+        deadline = time.monotonic() + WORK_REQUEST_SECONDS
+        pause = WORK_REQUEST_FIRST_POLL
+        while True:
+            try:
+                await self._call(lambda: self._resolve(queue), queue)
+                return
+            except QueueNotFound:
+                if time.monotonic() > deadline:
+                    raise QueueError(f"queue {queue!r} did not become ACTIVE within {WORK_REQUEST_SECONDS:g}s") from None
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, WORK_REQUEST_MAX_POLL)
+
+    async def _wait_for(self, work_request: str, queue: str, doing: str) -> None:
+        """Wait for an OCI work request (creating, deleting or purging a queue) to succeed."""
+        deadline = time.monotonic() + WORK_REQUEST_SECONDS
+        pause = WORK_REQUEST_FIRST_POLL
+        while True:
+            state = await self._call(lambda: self._admin().get_work_request(work_request).data, queue)
+            status = state.status
+            if status == "SUCCEEDED":
+                return
+            if status in ("FAILED", "CANCELED", "CANCELING"):
+                why = await self._work_request_error(work_request, queue)
+                raise QueueError(f"{doing} queue {queue!r} failed: work request {work_request} is {status}{why}")
+            if time.monotonic() > deadline:
+                raise QueueError(
+                    f"{doing} queue {queue!r} did not finish within {WORK_REQUEST_SECONDS:g}s: work request "
+                    f"{work_request} is {status} ({state.percent_complete or 0:g}% complete)"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, WORK_REQUEST_MAX_POLL)
+
+    async def _work_request_error(self, work_request: str, queue: str) -> str:
+        """The first error a failed work request reports, as ": <message>", or "" when it gives none."""
+        try:
+            errors = await self._call(lambda: self._admin().list_work_request_errors(work_request).data, queue)
+        except QueueError:
+            return ""
+        items = getattr(errors, "items", None) or []
+        return f": {items[0].message}" if items and getattr(items[0], "message", None) else ""
+
+    async def delete_queue(self, queue: str) -> None:
+        try:
+            queue_id = await self._call(lambda: self._resolve(queue), queue)
+            response = await self._call(lambda: self._admin().delete_queue(queue_id), queue)
+        except QueueNotFound:
+            return
+        finally:
+            self._ids.pop(queue, None)
+        work_request = response.headers.get("opc-work-request-id")
+        if work_request:
+            await self._wait_for(work_request, queue, "deleting")
+
+    async def list_queues(self) -> list[str]:
+        def names() -> list[str]:
+            return sorted(q.display_name for q in self._list(lifecycle_state="ACTIVE"))
+
+        return await self._call(names, "(all)")
+
+    # -- messages -----------------------------------------------------------------------------------------------
+
+    async def put(
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
+        channel: str | None = None,
+    ) -> RawMessage:
+        self.limits.check_size(content)
+        self.limits.check_visibility(visibility_timeout, 0)
+        if visibility_timeout > 0 or time_to_live is not None:
+            raise Unsupported(
+                "OCI Queue has no per-message delay or time to live: a message is visible at once and kept for "
+                "the queue's retention period"
+            )
+        metadata = oci.queue.models.MessageMetadata(channel_id=channel) if channel is not None else None
+        details = oci.queue.models.PutMessagesDetails(
+            messages=[oci.queue.models.PutMessagesDetailsEntry(content=content, metadata=metadata)]
+        )
+
+        def send() -> Any:
+            return self._messages().put_messages(self._resolve(queue), details).data.messages[0]
+
+        sent = await self._call(send, queue, put=True)
+        now = datetime.now(UTC)
+        return RawMessage(
+            id=str(sent.id), content=content, dequeue_count=0, insertion_time=now,
+            expiration_time=_utc(sent.expire_after), time_next_visible=now, pop_receipt=None,
+        )
+
+    async def receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        channel: str | None = None,
+    ) -> list[RawMessage]:
+        """With ``wait`` > 0 the service holds the request until a message is visible (up to ``limits.long_poll``).
+
+        ``channel`` takes messages of that channel only (GetMessages' ``channelFilter``).
+        """
+        self.limits.check_count(max_messages)
+        self.limits.check_visibility(visibility_timeout, 1)
+        visibility = _seconds(visibility_timeout)
+        # Always explicit: left out, the service waits for the queue's own long-poll timeout.
+        timeout = int(min(max(wait, 0), self.limits.long_poll))
+
+        def get() -> tuple[str, list[Any]]:
+            queue_id = self._resolve(queue)
+            got = self._messages().get_messages(
+                queue_id, visibility_in_seconds=visibility, timeout_in_seconds=timeout, limit=max_messages,
+                **({"channel_filter": channel} if channel is not None else {}),
+            )
+            return queue_id, list(got.data.messages or [])
+
+        _, messages = await self._call(get, queue, long=timeout > 0, release=self._release)
+        received = [_raw(m) for m in messages]
+        for message in received:
+            if message.pop_receipt:
+                self._receipts.received(queue, message.id, message.pop_receipt)
+        return received
+
+    def _release(self, got: tuple[str, list[Any]]) -> None:
+        """Make messages whose receiver has gone visible again at once (in a thread), so none waits out its lease."""
+        queue_id, messages = got
+        if not messages:
+            return
+        entries = [oci.queue.models.UpdateMessagesDetailsEntry(receipt=m.receipt, visibility_in_seconds=0)
+                   for m in messages]
+        try:
+            self._messages().update_messages(queue_id, oci.queue.models.UpdateMessagesDetails(entries=entries))
+            log.info("messages of a cancelled receive released", queue_id=queue_id, count=len(messages))
+        except Exception as exc:
+            log.warning(
+                "messages of a cancelled receive could not be released; they return when their lease ends",
+                queue_id=queue_id, count=len(messages), error=describe(exc),
+            )
+
+    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+        """OCI keeps the receipt across updates (``capabilities.new_receipt_on_update`` is False)."""
+        self.limits.check_visibility(visibility_timeout, 0)
+        self._check_owner(queue, message_id, pop_receipt)
+        details = oci.queue.models.UpdateMessageDetails(visibility_in_seconds=_seconds(visibility_timeout))
+
+        def update() -> Any:
+            return self._messages().update_message(self._resolve(queue), pop_receipt, details).data
+
+        updated = await self._call(update, queue, message_id=message_id, receipt=pop_receipt)
+        return Receipt(pop_receipt, _utc(updated.visible_after) or datetime.now(UTC))
+
+    async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        self._check_owner(queue, message_id, pop_receipt)
+        attempts = 0
+
+        def delete() -> None:
+            nonlocal attempts
+            attempts += 1
+            try:
+                self._messages().delete_message(self._resolve(queue), pop_receipt)
+            except oci.exceptions.ServiceError as exc:
+                # A retried delete that finds nothing: the first attempt deleted it and its answer was lost.
+                if attempts == 1 or exc.status != 404:
+                    raise
+
+        await self._call(delete, queue, message_id=message_id, receipt=pop_receipt)
+        self._receipts.deleted(queue, message_id)
+
+    def _check_owner(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        """Refuse a receipt this backend knows to be another message's: OCI would act on that other message."""
+        owner = self._receipts.owner(pop_receipt)
+        if owner is not None and owner != message_id:
+            raise MessageNotFound(
+                f"message {message_id} in queue {queue!r} has no delivery with this receipt (it is message {owner}'s)"
+            )
+
+    async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
+        raise Unsupported(
+            "OCI Queue cannot show messages without receiving them: its visibility-0 receive counts as a delivery"
+        )
+
+    async def approximate_count(self, queue: str) -> int:
+        def count() -> int:
+            stats = self._messages().get_stats(self._resolve(queue)).data.queue
+            return int(stats.visible_messages or 0) + int(stats.in_flight_messages or 0)
+
+        return await self._call(count, queue)
+
+    # -- the service's dead-letter queue ------------------------------------------------------------------------
+
+    async def dead_letter_limit(self, queue: str) -> int:
+        """Deliveries after which the service moves a message to the queue's dead-letter queue; 0: it has none."""
+
+        def limit() -> int:
+            return int(self._admin().get_queue(self._resolve(queue)).data.dead_letter_queue_delivery_count or 0)
+
+        return await self._call(limit, queue)
+
+    async def dead_letter_count(self, queue: str) -> int:
+        """Messages in the queue's dead-letter queue, visible or not."""
+
+        def count() -> int:
+            stats = self._messages().get_stats(self._resolve(queue)).data.dlq
+            if stats is None:
+                return 0
+            return int(stats.visible_messages or 0) + int(stats.in_flight_messages or 0)
+
+        return await self._call(count, queue)
+
+    async def purge_dead_letters(self, queue: str) -> None:
+        """Delete every message of the queue's dead-letter queue (and wait for the service to finish)."""
+        details = oci.queue.models.PurgeQueueDetails(purge_type="DLQ")
+        response = await self._call(lambda: self._admin().purge_queue(self._resolve(queue), details), queue)
+        work_request = response.headers.get("opc-work-request-id")
+        if work_request:
+            await self._wait_for(work_request, queue, "purging the dead letters of")
+
+    async def close(self) -> None:
+        self._closed = True
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._long_polls.close()
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            _close_client(client)
+
+
+def _close_client(client: Any) -> None:
+    try:
+        client.base_client.session.close()
+    except Exception:  # pragma: no cover - closing is best effort
+        pass
+
+
+def _first_line(exc: BaseException | str) -> str:
+    text = str(getattr(exc, "message", None) or exc).strip().splitlines()
+    return text[0][:300] if text else (type(exc).__name__ if isinstance(exc, BaseException) else "")
+

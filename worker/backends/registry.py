@@ -1,0 +1,188 @@
+"""Storage backends behind one protocol each, registered by the form of their connection strings.
+
+A connection string says which service it is: ``sqlite:///PATH`` (or none at
+all) is the embedded queue, ``oci://`` and ``oci+http://`` OCI Queue, and the
+``Key=Value;...`` form Azure Functions uses is Azure Storage. Each
+:class:`BackendKind` states its service's limits and capabilities without
+opening anything, so start-up checks read them before a connection is made;
+a scheme nobody registered is refused, never taken for Azure. Blob stores are
+opened here too, from the same connection strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worker.backends.azure.connection import (
+    AZURE_CAPABILITIES,
+    AZURE_LIMITS,
+    ConnectionStringError,
+    parse_connection_string,
+)
+from worker.backends.blobs import BlobStore
+from worker.backends.embedded.queues import EMBEDDED_LIMITS, SqliteBackend, file_problem
+from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, parse_oci_connection
+from worker.backends.queues import Capabilities, Limits, QueueBackend
+
+#: Where the embedded queue lives when a function names no connection, relative to host.yaml.
+DEFAULT_SQLITE_PATH = Path(".worker") / "queues.sqlite3"
+SQLITE_PREFIX = "sqlite:///"
+
+
+class UnsupportedConnection(ValueError):
+    """A connection string this host cannot use; the message never contains the string itself."""
+
+
+OnRetry = Callable[[str], None] | None
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """One kind of queue service: its name in messages, what it accepts, what it can do, and how to open it."""
+
+    name: str
+    limits: Limits
+    capabilities: Capabilities
+    #: Why this connection string cannot be used, or None; checked at start, before anything opens.
+    problem: Callable[[str | None, Path], str | None]
+    #: A safe description for logs: the service and where it is, never a secret.
+    describe: Callable[[str | None], str]
+    open: Callable[[str | None, Path, OnRetry], QueueBackend]
+
+
+def _sqlite_path(connection: str | None, base_dir: Path) -> Path:
+    """A relative PATH (``sqlite:///queues.db``) is taken from ``base_dir``; an absolute one has four slashes."""
+    return base_dir / (connection[len(SQLITE_PREFIX):] if connection else DEFAULT_SQLITE_PATH)
+
+
+def _sqlite_problem(connection: str | None, base_dir: Path) -> str | None:
+    return file_problem(_sqlite_path(connection, base_dir))
+
+
+def _sqlite_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
+    return SqliteBackend(_sqlite_path(connection, base_dir))
+
+
+def _azure_problem(connection: str | None, base_dir: Path) -> str | None:
+    try:
+        parsed = parse_connection_string(connection or "")
+    except ConnectionStringError as exc:
+        return str(exc)
+    if parsed.queue_endpoint is None:
+        return "connection string has no QueueEndpoint (nor an AccountName to derive one from)"
+    return None
+
+
+def _describer(parse: Callable[[str], Any], service: str) -> Callable[[str | None], str]:
+    """``describe`` for a kind whose parsed connection describes itself."""
+
+    def describe(connection: str | None) -> str:
+        try:
+            return str(parse(connection or "").describe())
+        except ConnectionStringError:
+            return f"{service} (malformed connection string)"
+
+    return describe
+
+
+def _azure_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
+    from worker.backends.azure.queues import AzureBackend
+
+    return AzureBackend(parse_connection_string(connection or ""), on_retry=on_retry)
+
+
+def _oci_problem(connection: str | None, base_dir: Path) -> str | None:
+    try:
+        parse_oci_connection(connection or "")
+    except ConnectionStringError as exc:
+        return str(exc)
+    return None
+
+
+def _oci_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
+    from worker.backends.oci.queues import OciBackend
+
+    return OciBackend(parse_oci_connection(connection or ""), on_retry=on_retry)
+
+
+EMBEDDED = BackendKind(
+    "embedded queue", EMBEDDED_LIMITS, AZURE_CAPABILITIES, _sqlite_problem,
+    lambda c: f"embedded queue {c[len(SQLITE_PREFIX):]}" if c else "embedded queue (default file)",
+    _sqlite_open,
+)
+AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem,
+                    _describer(parse_connection_string, "Azure Storage"), _azure_open)
+OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES, _oci_problem,
+                  _describer(parse_oci_connection, "OCI Queue"), _oci_open)
+
+#: Backends by the scheme their connection strings start with (``scheme://``).
+SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI}
+
+
+def backend_kind(connection: str | None) -> BackendKind:
+    """The kind of backend ``connection`` names: by its scheme, or Azure Storage's ``Key=Value;`` form, or none."""
+    if not connection:
+        return EMBEDDED
+    scheme, sep, _ = connection.partition("://")
+    if sep and "=" not in scheme and ";" not in scheme:
+        kind = SCHEMES.get(scheme.strip().lower())
+        if kind is None:
+            known = ", ".join(f"{name}://" for name in SCHEMES)
+            raise UnsupportedConnection(f"no queue backend for {scheme}:// connections (known: {known}, "
+                                        "or an Azure Storage connection string)")
+        return kind
+    return AZURE
+
+
+def describe(connection: str | None) -> str:
+    """A safe name for a connection in logs: the backend and where it is, never a secret."""
+    try:
+        return backend_kind(connection).describe(connection)
+    except UnsupportedConnection:
+        return "unknown backend"
+
+
+def connection_problem(connection: str | None, base_dir: Path) -> str | None:
+    """Why ``connection`` cannot be opened (unknown scheme, malformed, unusable file), or None."""
+    try:
+        kind = backend_kind(connection)
+    except UnsupportedConnection as exc:
+        return str(exc)
+    return kind.problem(connection, base_dir)
+
+
+def open_backend(connection: str | None, base_dir: Path, on_retry: OnRetry = None) -> QueueBackend:
+    """The backend for ``connection``; ``on_retry`` is told the kind of each transient failure that is retried.
+
+    Raises UnsupportedConnection, naming what is wrong and never the string itself.
+    """
+    kind = backend_kind(connection)
+    if connection and (problem := kind.problem(connection, base_dir)):
+        raise UnsupportedConnection(problem)
+    return kind.open(connection, base_dir, on_retry)
+
+
+#: The folder of blobs beside an embedded queue file: ``.worker/blobs`` for the default ``.worker/queues.sqlite3``.
+BLOBS_FOLDER = "blobs"
+
+
+def open_blob_store(connection: str, base_dir: Path) -> BlobStore:
+    """The blob store for ``connection``: beside the embedded queue for ``sqlite:///PATH``, else Azure Blob Storage.
+
+    A relative PATH is taken from ``base_dir`` (host.yaml's folder), as for the
+    embedded queue. Raises UnsupportedConnection naming what is missing, never the string itself.
+    """
+    if connection.startswith(SQLITE_PREFIX):
+        from worker.backends.embedded.blobs import LocalBlobStore
+
+        return LocalBlobStore((base_dir / connection[len(SQLITE_PREFIX):]).parent / BLOBS_FOLDER)
+    try:
+        parsed = parse_connection_string(connection)
+        from worker.backends.azure.blobs import AzureBlobStore
+
+        return AzureBlobStore(parsed)
+    except ConnectionStringError as exc:
+        raise UnsupportedConnection(str(exc)) from None

@@ -1,0 +1,6 @@
+"""Azure Functions compatibility: loading an app module and running an unchanged ``azure.functions.FunctionApp``.
+
+Everything that knows ``azure.functions`` lives here, converted at load time
+into a :class:`worker.WorkerApp`, so the runtime never sees it. May import
+the runtime's layers below it; only ``worker.ops`` imports it.
+"""

@@ -1,0 +1,476 @@
+"""Run an ``azure.functions.FunctionApp`` (the Functions Python v2 model) on this host, unchanged.
+
+Why: an app written for Azure Functions should move here, or run both places,
+without a rewrite. ``worker run --app function_app:app`` therefore also takes
+the FunctionApp of an existing ``function_app.py``: :func:`from_function_app`
+reads the functions its decorators recorded and registers each
+queue-triggered one into a :class:`~worker.app.WorkerApp`, with a handler that
+calls the user's function as the Functions Python worker would:
+
+- the name is ``@app.function_name``'s, else the Python function's;
+- the trigger's ``queue_name`` and ``connection`` (``AzureWebJobsStorage`` when
+  empty, as in Functions, and required like any named one); ``%SETTING%`` in a
+  queue name or blob path is read from the environment, as Functions resolves
+  it from app settings;
+- the trigger parameter gets an ``azure.functions.QueueMessage`` (every
+  attribute filled), or the body as ``str`` / ``bytes`` when annotated so;
+- a sync function stays sync (it runs on the host's handler threads) and an
+  async one runs on the event loop;
+- queue and blob output bindings (typed or generic, ``arg_name="$return"``
+  for the return value) get a :class:`worker.Out` (``set``/``get``, like
+  ``func.Out``), written only when the function succeeds, with the values the
+  Python worker's converters accept; returning a value without a ``$return``
+  binding fails the invocation, as in Functions;
+- blob input bindings get an ``azure.functions.InputStream``, ``str`` or
+  ``bytes`` by annotation (``data_type`` for an unannotated parameter), None
+  for a blob that does not exist;
+- a parameter named ``context`` gets an ``azure.functions.Context``.
+
+Functions with another trigger (http, timer, blob ...) are listed in
+:attr:`ConvertedApp.skipped`, functions switched off with
+``AzureWebJobs.<name>.Disabled`` in :attr:`ConvertedApp.disabled`, and
+whatever makes a queue-triggered function impossible to run (a binding type
+this host does not provide, a ``%setting%`` that is not set, parameters that
+do not match the bindings) in :attr:`ConvertedApp.problems`, one line each,
+for the caller to refuse the app with all of them at once.
+This module imports azure-functions (the optional extra ``azure-functions``);
+``worker.ops.cli`` imports it only when the app is a FunctionApp.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import azure.functions as func
+from azure.functions import _abc
+from azure.functions.blob import InputStream as _BlobStream
+from azure.functions.decorators.core import Binding, BindingDirection
+from azure.functions.decorators.function_app import Function, FunctionRegister
+from azure.functions.queue import QueueMessage as _FullQueueMessage
+
+from worker.app import WorkerApp
+from worker.bindings import blobs as blob_bindings
+from worker.bindings import expressions
+from worker.bindings.outputs import Out
+from worker.context import Context, RetryContext, TraceContext
+from worker.message import QueueMessage
+from worker.settings.connections import Service
+
+QUEUE_TRIGGER = "queueTrigger"
+#: A Functions binding without a connection uses this one (the storage extension's default).
+DEFAULT_CONNECTION = "AzureWebJobsStorage"
+QUEUE = "queue"
+BLOB = "blob"
+#: The arg_name of an output binding that takes the function's return value.
+RETURN = "$return"
+#: What the wrapper calls the ``$return`` output: the host passes outputs as keyword arguments, "$return" is no identifier.
+_RETURN_ARG = "__azure_functions_return__"
+
+# worker.Out and worker.Context pass isinstance checks against func.Out and func.Context, as the Functions worker's own do.
+func.Out.register(Out)
+func.Context.register(Context)
+_abc.TraceContext.register(TraceContext)
+_abc.RetryContext.register(RetryContext)
+
+
+class FunctionAppError(ValueError):
+    """The FunctionApp cannot be indexed at all (a function without a trigger, two functions of one name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFunction:
+    """A function of the FunctionApp that this host does not run, and why."""
+
+    name: str
+    #: The trigger's binding type as in function.json: ``httpTrigger``, ``timerTrigger``, ``queueTrigger`` ...
+    trigger_type: str
+    #: One sentence for the log, naming the function.
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertedApp:
+    """What :func:`from_function_app` made: the queue-triggered functions as a WorkerApp, and the rest."""
+
+    app: WorkerApp
+    #: Functions with a trigger this host does not run (listed at start, not run).
+    skipped: tuple[SkippedFunction, ...]
+    #: Names of functions switched off with ``AzureWebJobs.<name>.Disabled`` (listed at start, not run).
+    disabled: tuple[str, ...] = ()
+    #: Why queue-triggered functions cannot run, one line each naming the function and binding: refuse the app.
+    problems: tuple[str, ...] = ()
+
+
+class FunctionsQueueMessage(_FullQueueMessage):
+    """The ``azure.functions.QueueMessage`` a function receives, backed by the host's message.
+
+    ``pop_receipt`` is the current one (it changes when the host renews the
+    lease). ``lease_lost`` and ``cancelled`` are the host's events (see
+    :class:`worker.QueueMessage`), for functions that want to stop early.
+    """
+
+    def __init__(self, message: QueueMessage) -> None:
+        super().__init__(
+            id=message.id,
+            body=message.get_body(),
+            dequeue_count=message.dequeue_count,
+            expiration_time=message.expiration_time,
+            insertion_time=message.insertion_time,
+            time_next_visible=message.time_next_visible,
+            pop_receipt=message.pop_receipt,
+        )
+        self._message = message
+
+    @property
+    def pop_receipt(self) -> str | None:
+        return self._message.pop_receipt
+
+    @property
+    def lease_lost(self) -> threading.Event:
+        return self._message.lease_lost
+
+    @property
+    def cancelled(self) -> threading.Event:
+        return self._message.cancelled
+
+
+def disabled(name: str, environ: Mapping[str, str]) -> bool:
+    """Functions' switch ``AzureWebJobs.<name>.Disabled`` (``true`` or ``1``); ``__`` may stand for the dots."""
+    for key in (f"AzureWebJobs.{name}.Disabled", f"AzureWebJobs__{name}__Disabled"):
+        if environ.get(key, "").strip().lower() in ("true", "1"):
+            return True
+    return False
+
+
+def from_function_app(
+    app: FunctionRegister,
+    environ: Mapping[str, str] | None = None,
+    connection_problem: Callable[[str, Service], str | None] | None = None,
+) -> ConvertedApp:
+    """Register each queue-triggered function of ``app`` into a new WorkerApp; list the functions left out.
+
+    ``environ`` holds the app settings (``%SETTING%`` values and the
+    ``Disabled`` switches; default ``os.environ``); ``connection_problem``,
+    when given, says why a binding's connection cannot serve a service
+    (the start-up checks' ``connection_problem``). Nothing is raised for a
+    function that cannot run: its problems are collected, so that the caller
+    can list every one of them at once. Raises :class:`FunctionAppError` only
+    for an app Functions would not index either.
+    """
+    if not isinstance(app, FunctionRegister):
+        raise TypeError(f"expected an azure.functions.FunctionApp, got {type(app).__name__}")
+    environ = os.environ if environ is None else environ
+    worker_app = WorkerApp()
+    skipped: list[SkippedFunction] = []
+    switched_off: list[str] = []
+    problems: list[str] = []
+    for function in _functions(app):
+        name = function.get_function_name() or function.get_user_function().__name__
+        trigger = function.get_trigger()
+        assert trigger is not None  # get_functions() refuses a function without one
+        if trigger.type != QUEUE_TRIGGER:
+            kind = (trigger.type or "unknown").removesuffix("Trigger")
+            message = f"function {name} has a {kind} trigger; this host runs queue triggers only; it is not run"
+            skipped.append(SkippedFunction(name, trigger.type or "unknown", message))
+            continue
+        if disabled(name, environ):
+            switched_off.append(name)
+            continue
+        found = _FunctionProblems(name)
+        if connection_problem is not None:
+            _check_connections(function, found, connection_problem)
+        _register(worker_app, function, name, trigger, environ, found)
+        problems.extend(found.lines)
+    try:
+        worker_app.functions  # noqa: B018 -- names are checked when read
+    except ValueError as exc:
+        raise FunctionAppError(str(exc)) from None
+    return ConvertedApp(worker_app, tuple(skipped), tuple(switched_off), tuple(problems))
+
+
+class _FunctionProblems:
+    """The problems found in one function, each line naming it (and the binding where there is one)."""
+
+    def __init__(self, function: str) -> None:
+        self.function = function
+        self.lines: list[str] = []
+
+    def add(self, problem: str, binding: Binding | None = None) -> None:
+        where = f"function {self.function}"
+        if binding is not None and binding.type == QUEUE_TRIGGER:
+            where += f", trigger {binding.type} ({binding.name})"
+        elif binding is not None:
+            where += f", {_direction(binding)} binding {binding.type} ({binding.name})"
+        self.lines.append(f"{where}: {problem}")
+
+
+def _functions(app: FunctionRegister) -> list[Function]:
+    """``app.get_functions()``, made repeatable and quiet.
+
+    get_functions() records the names it returns in ``app.functions_bindings``
+    and refuses names it has seen, so a second call on the same app fails
+    with "does not have a unique function name"; it starts from an empty
+    record here. It also logs, on the root logger, a warning about HTTP auth
+    levels for every app without an HTTP function: noise for a queue host.
+    """
+    app.functions_bindings = None
+    with _without_auth_level_notice():
+        try:
+            return app.get_functions()
+        except ValueError as exc:  # a function without a trigger, two functions of one name
+            raise FunctionAppError(str(exc)) from None
+
+
+class _AuthLevelNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Auth level is not applied to non http function app")
+
+
+@contextmanager
+def _without_auth_level_notice() -> Iterator[None]:
+    notice = _AuthLevelNotice()
+    root = logging.getLogger()
+    root.addFilter(notice)
+    try:
+        yield
+    finally:
+        root.removeFilter(notice)
+
+
+def _direction(binding: Binding) -> str:
+    # Binding.direction is the enum's int value, not the enum.
+    return {BindingDirection.IN.value: "input", BindingDirection.OUT.value: "output"}.get(binding.direction, "inout")
+
+
+def _setting(binding: Binding, attr: str) -> str | None:
+    """A binding field: the typed decorators set ``queue_name``; ``generic_*(**kwargs)`` may say ``queueName``."""
+    camel = re.sub(r"_(\w)", lambda m: m.group(1).upper(), attr)
+    value = getattr(binding, attr, None) or getattr(binding, camel, None)
+    return str(value) if value else None
+
+
+#: What each binding this host provides is, by (type, direction).
+_QUEUE_OUT = (QUEUE, BindingDirection.OUT.value)
+_BLOB_IN = (BLOB, BindingDirection.IN.value)
+_BLOB_OUT = (BLOB, BindingDirection.OUT.value)
+_TRIGGER_TYPES = (func.QueueMessage, str, bytes)
+_BLOB_INPUT_TYPES = (func.InputStream, str, bytes)
+
+
+def _register(
+    worker_app: WorkerApp,
+    function: Function,
+    name: str,
+    trigger: Binding,
+    environ: Mapping[str, str],
+    problems: _FunctionProblems,
+) -> None:
+    """Register one queue-triggered function; every reason it cannot run goes to ``problems`` instead."""
+    user = function.get_user_function()
+    others = [b for b in function.get_bindings() if b is not trigger]
+    for binding in others:
+        if (binding.type, binding.direction) not in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT):
+            problems.add("this host does not provide this binding type (it provides queue outputs and blob "
+                         "inputs and outputs)", binding)
+    usable = [b for b in others if (b.type, b.direction) in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT)]
+
+    parameters = inspect.signature(user).parameters
+    bound = {trigger.name, *(b.name for b in others if b.name != RETURN)}
+    missing = sorted(bound - set(parameters))
+    if missing:
+        problems.add(f"{user.__name__}() has no parameter for binding(s) {', '.join(missing)}")
+    unbound = sorted(
+        p.name for p in parameters.values()
+        if p.name not in bound and p.name != "context" and p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    )
+    if unbound:
+        problems.add(f"{user.__name__}() has no binding for parameter(s) {', '.join(unbound)}")
+    hints = _annotations(user)
+    trigger_hint = hints.get(trigger.name, inspect.Parameter.empty)
+    if not _accepts(trigger_hint, _TRIGGER_TYPES):
+        problems.add(f"parameter {trigger.name} is annotated {_type_name(trigger_hint)}; a queue trigger binds "
+                     "func.QueueMessage, str or bytes", trigger)
+    for binding in usable:
+        hint = hints.get(binding.name, inspect.Parameter.empty)
+        if (binding.type, binding.direction) == _BLOB_IN and not _accepts(hint, _BLOB_INPUT_TYPES):
+            problems.add(f"parameter {binding.name} is annotated {_type_name(hint)}; a blob input binds "
+                         "func.InputStream, str or bytes", binding)
+
+    queue_name = _resolved(trigger, "queue_name", environ, problems)
+    resolved = {id(b): _resolved(b, "queue_name" if b.type == QUEUE else "path", environ, problems) for b in usable}
+    if problems.lines:
+        return
+
+    out_args = {b.name: (_RETURN_ARG if b.name == RETURN else b.name) for b in usable
+                if b.direction == BindingDirection.OUT.value}
+    handler = _handler(
+        user, name, trigger.name, hints, usable, out_args,
+        requires_context="context" in parameters and "context" not in bound,
+    )
+    try:
+        for binding in usable:
+            connection = _setting(binding, "connection") or DEFAULT_CONNECTION
+            if (binding.type, binding.direction) == _QUEUE_OUT:
+                worker_app.queue_output(
+                    arg_name=out_args[binding.name], queue_name=resolved[id(binding)], connection=connection,
+                )(handler)
+            elif binding.direction == BindingDirection.OUT.value:
+                worker_app.blob_output(
+                    arg_name=out_args[binding.name], path=resolved[id(binding)], connection=connection,
+                )(handler)
+            else:
+                data_type = getattr(binding, "data_type", None)
+                worker_app.blob_input(
+                    arg_name=binding.name, path=resolved[id(binding)], connection=connection,
+                    data_type=getattr(data_type, "name", data_type),
+                )(handler)
+        worker_app.queue_trigger(
+            arg_name=trigger.name, queue_name=queue_name, connection=_setting(trigger, "connection") or DEFAULT_CONNECTION,
+        )(handler)
+        if (policy := function.get_setting("retry_policy")) is not None:
+            # Functions ignores @app.retry on a queue trigger; here it sets the delay before each retry.
+            fields = {k: v for k, v in policy.get_dict_repr().items() if k != "setting_name"}
+            try:
+                worker_app.retry(**fields)(handler)
+            except ValueError as exc:
+                problems.add(f"@app.retry: {exc}")
+                return
+    except (ValueError, TypeError) as exc:
+        problems.add(str(exc))
+        return
+    worker_app.function_name(name)(handler)
+
+
+def _check_connections(
+    function: Function, problems: _FunctionProblems, connection_problem: Callable[[str, Service], str | None]
+) -> None:
+    """Add a problem for every queue or blob binding whose connection cannot serve it."""
+    services: dict[str, Service] = {BLOB: "blob", QUEUE: "queue", QUEUE_TRIGGER: "queue"}
+    for binding in function.get_bindings():
+        service = services.get(binding.type)
+        connection = _setting(binding, "connection") or DEFAULT_CONNECTION
+        if service is not None and (problem := connection_problem(connection, service)):
+            problems.add(problem, binding)
+
+
+def _resolved(binding: Binding, attr: str, environ: Mapping[str, str], problems: _FunctionProblems) -> str:
+    """A binding's queue name or path with ``%SETTING%`` read from the app settings; a problem when it cannot be."""
+    value = _setting(binding, attr)
+    if value is None:
+        problems.add(f"has no {attr}", binding)
+        return ""
+    if unset := expressions.unset_settings(attr.replace("_", " "), value, environ):
+        problems.add(unset, binding)
+        return ""
+    return expressions.resolve_settings(value, environ)
+
+
+def _annotations(user: Callable[..., Any]) -> dict[str, Any]:
+    """Parameter annotations, evaluated where they can be (string annotations from ``from __future__``)."""
+    try:
+        signature = inspect.signature(user, eval_str=True)
+    except Exception:
+        signature = inspect.signature(user)
+    return {name: p.annotation for name, p in signature.parameters.items()}
+
+
+def _accepts(hint: Any, types: tuple[type, ...]) -> bool:
+    """Whether a parameter annotated ``hint`` can take one of ``types`` (unannotated takes the binding's object)."""
+    if hint is inspect.Parameter.empty or isinstance(hint, str):  # a name that could not be evaluated: trust it
+        return True
+    return isinstance(hint, type) and issubclass(hint, types)
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__qualname__", None) or str(hint)
+
+
+def _queue_value(value: Any) -> Any:
+    """An output value as the Python worker's queue converter takes it: str, bytes, a QueueMessage, or a list of them.
+
+    A QueueMessage (alone or in a list) becomes its body. Anything else fails
+    the invocation, as the converter's NotImplementedError does; a dict is
+    refused rather than sent as its keys (which is what iterating it in the
+    Python worker does).
+    """
+    if isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, func.QueueMessage):
+        return value.get_body()
+    if isinstance(value, collections.abc.Iterable) and not isinstance(value, (dict, bytearray)):
+        items = list(value)
+        for item in items:
+            if not isinstance(item, (str, func.QueueMessage)):
+                raise TypeError(f"a queue output list takes str or func.QueueMessage items, not {type(item).__name__}")
+        return [item.get_body() if isinstance(item, func.QueueMessage) else item for item in items]
+    raise TypeError(f"a queue output takes str, bytes, func.QueueMessage or a list of str/func.QueueMessage, not "
+                    f"{type(value).__name__} (json.dumps a dict first)")
+
+
+def _handler(
+    user: Callable[..., Any],
+    name: str,
+    trigger_arg: str,
+    hints: Mapping[str, Any],
+    bindings: list[Binding],
+    out_args: Mapping[str, str],
+    *,
+    requires_context: bool,
+) -> Callable[..., Any]:
+    """A host handler calling ``user``: sync for a sync function, async for an async one."""
+    queue_outs = {out_args[b.name] for b in bindings if (b.type, b.direction) == _QUEUE_OUT}
+    blob_ins = [b.name for b in bindings if (b.type, b.direction) == _BLOB_IN]
+
+    def arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Out[Any] | None]:
+        kwargs = dict(kwargs)
+        returned = kwargs.pop(_RETURN_ARG, None)
+        trigger = kwargs[trigger_arg]
+        call = {**kwargs, trigger_arg: FunctionsQueueMessage(trigger) if isinstance(trigger, QueueMessage) else trigger}
+        for arg in blob_ins:
+            if isinstance(stream := call[arg], blob_bindings.InputStream):
+                call[arg] = _BlobStream(data=stream.read(), name=stream.name, uri=stream.uri, length=stream.length)
+        return call, returned
+
+    def finish(result: Any, returned: Out[Any] | None, kwargs: dict[str, Any]) -> None:
+        if returned is not None:
+            returned.set(result)
+        elif result is not None:
+            raise RuntimeError(f"function {name!r} without a $return binding returned a non-None value")
+        for arg in queue_outs:
+            out = kwargs[arg]
+            if (value := out.get()) is not None:
+                out.set(_queue_value(value))
+
+    if inspect.iscoroutinefunction(user):
+        async def handler(**kwargs: Any) -> None:
+            call, returned = arguments(kwargs)
+            finish(await user(**call), returned, kwargs)
+    else:
+        def handler(**kwargs: Any) -> None:  # type: ignore[misc]
+            call, returned = arguments(kwargs)
+            finish(user(**call), returned, kwargs)
+
+    handler.__name__ = handler.__qualname__ = name
+    handler.__module__ = user.__module__
+    handler.__doc__ = user.__doc__
+    # WorkerApp's decorators check that the handler takes the trigger and binding arguments, and read the
+    # annotations of the trigger and the blob inputs to choose what the host passes (the message, str or bytes).
+    empty = inspect.Parameter.empty
+    carried = {arg: hints.get(arg, empty) for arg in (trigger_arg, *blob_ins)}
+    handler.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [
+            inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, annotation=carried.get(arg, empty))
+            for arg in (trigger_arg, *blob_ins, *out_args.values(), *(["context"] if requires_context else []))
+        ]
+    )
+    return handler

@@ -1,0 +1,177 @@
+"""The types every layer shares: a function as the host runs it, a lease, an invocation, and their outcomes.
+
+They live here, below the runtime and the middleware, so that a middleware
+author, the dispatcher and completion all import them from one place (the
+public ones again from :mod:`worker`) and no layer imports the one above it.
+Data flows one way through them: a :class:`FunctionSpec` is registered by the
+app; the listener's messages each get a :class:`Lease`; the dispatcher runs an
+invocation (:mod:`worker.invocation`) and its :class:`Result` becomes a
+:class:`Finished` item for completion, which says what it did (:class:`Done`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from worker.backends.queues import QueueBackend, RawMessage
+from worker.bindings.blobs import BlobInput, BlobOutput
+from worker.bindings.outputs import OutputBinding
+from worker.bindings.types import DataKind
+from worker.settings.config import HostConfig
+from worker.settings.retry import RetryPolicy
+
+log = structlog.get_logger("worker.model")
+
+
+class StartupRefused(ValueError):
+    """The app cannot run as configured; ``problems`` has one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("the app cannot run:\n" + "\n".join(f"  {line}" for line in problems))
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSpec:
+    """One queue-triggered function as the host runs it."""
+
+    name: str
+    handler: Callable[..., Any]
+    arg_name: str
+    queue_name: str
+    #: The connection setting's name; None: ``AzureWebJobsStorage`` when it is set, else the embedded queue.
+    connection: str | None
+    is_async: bool
+    #: ``@app.queue_output`` and ``@app.blob_output`` bindings, written only when the handler succeeds.
+    outputs: tuple[OutputBinding | BlobOutput, ...] = ()
+    #: ``@app.blob_input`` bindings, read before the handler runs.
+    inputs: tuple[BlobInput, ...] = ()
+    #: True for ``cardinality="many"``: the handler gets the received batch as a list.
+    many: bool = False
+    #: What the trigger parameter receives: the QueueMessage, or its body as ``str`` or ``bytes``.
+    trigger_kind: DataKind = "object"
+    #: True when the handler has a parameter named ``context`` for the invocation's :class:`worker.Context`.
+    wants_context: bool = False
+    #: The folder of the handler's module (``context.function_directory``).
+    directory: str = ""
+    #: The retry policy given in code (``@app.retry``); host.yaml's ``functions.<name>.retry`` wins over it.
+    retry: RetryPolicy | None = None
+    #: Receive from this channel of the queue only (OCI Queue); None: any.
+    channel: str | None = None
+
+    @property
+    def has_blob_bindings(self) -> bool:
+        """Whether an invocation needs the message's binding data (for blob paths)."""
+        return bool(self.inputs) or any(isinstance(b, BlobOutput) for b in self.outputs)
+
+
+@dataclass(eq=False)
+class Lease:
+    """The hold one worker has on one received message.
+
+    ``pop_receipt`` changes at each renewal; whoever deletes or releases the
+    message must take ``lock`` and use the receipt current at that moment.
+    """
+
+    backend: QueueBackend | None
+    queue: str
+    message_id: str
+    pop_receipt: str | None
+    function: str = ""
+    dequeue_count: int = 0
+    invocation_id: str = ""
+    #: Seconds each renewal extends it by (the function's leaseDuration); 0: the scheduler's own.
+    duration: float = 0.0
+    #: time.monotonic() at which the lease ends unless renewed.
+    expires_at: float = 0.0
+    acquired_at: float = field(default_factory=time.monotonic)
+    renewals: int = 0
+    #: Renewals failed in a row (storage trouble); only the first of a run is logged as a warning.
+    failed_renewals: int = 0
+    lost: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    #: Called (on the event loop) once when the lease is lost.
+    on_lost: Callable[[], None] | None = None
+    #: Set once completion has begun; the scheduler then leaves the lease alone.
+    finished: bool = False
+    #: When its next renewal is due (time.monotonic()); heap entries with another due time are stale.
+    due: float = 0.0
+    #: Renewed only while a completion that storage failed is retried (see :meth:`LeaseScheduler.resume`).
+    completing: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def holds(self) -> bool:
+        """Whether the lease is still ours by our own clock: until then nobody else can receive the message.
+
+        So a message found gone meanwhile was deleted with our receipt, by an earlier attempt of ours
+        whose answer was lost (or its time to live ran out), not by another worker.
+        """
+        return self.expires_at > time.monotonic()
+
+    def log_fields(self) -> dict[str, object]:
+        """What every log line about this lease's message carries."""
+        return {"function": self.function, "queue": self.queue, "message_id": self.message_id,
+                "dequeue_count": self.dequeue_count, "invocation_id": self.invocation_id}
+
+    @classmethod
+    def detached(cls, message_id: str, pop_receipt: str | None) -> Lease:
+        """A lease no scheduler renews: for messages built outside the host (handler unit tests)."""
+        return cls(backend=None, queue="", message_id=message_id, pop_receipt=pop_receipt)
+
+
+class Outcome(enum.Enum):
+    SUCCEEDED = "succeeded"
+    #: The handler raised or ran past functionTimeout: retry, or poison on the last attempt.
+    FAILED = "failed"
+    #: The message must not be tried again (undecodable, or past maxDequeueCount at receive).
+    POISON = "poison"
+    #: The host gave up on it for a reason that is not the message's fault (shutdown).
+    RELEASE = "release"
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    outcome: Outcome
+    reason: str = ""
+    #: POISON asked for by the handler (``raise worker.Poison``, ``msg.fail(..., poison=True)``).
+    requested: bool = False
+
+
+class Done(enum.Enum):
+    """What a completion did to the message."""
+
+    DELETED = "deleted"
+    RELEASED = "released"
+    #: Failed, and made visible again after the retry delay.
+    RETRIED = "retried"
+    POISONED = "poisoned"
+    #: Failed on a poison queue, which has no poison queue: left for its lease to end.
+    LEFT = "left"
+    #: The lease was lost before completion began: nothing done.
+    SKIPPED = "skipped"
+    #: The message changed hands during completion.
+    LEASE_LOST = "lease lost"
+    #: Storage refused for good; the message comes back when its lease ends.
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A message whose invocation is over, with what the completion needs to know of it."""
+
+    function: str
+    invocation_id: str
+    backend: QueueBackend
+    queue: str
+    raw: RawMessage
+    lease: Lease
+    #: The settings of the message's function (maxDequeueCount, visibilityTimeout, retry).
+    config: HostConfig

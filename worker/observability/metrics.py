@@ -1,0 +1,144 @@
+"""The host's counters and gauges: kept per function, so that the run summary and ``/metrics`` read the same numbers."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+#: Counter names, in the order the run summary prints them.
+COUNTERS = (
+    "received",
+    "succeeded",
+    "failed",
+    "retried",
+    "poisoned",
+    "poison_requested",
+    "released",
+    "lease_renewals",
+    "leases_lost",
+    "completions_skipped",
+    "storage_errors",
+    "storage_retries",
+)
+
+
+#: What each counter counts, for the Prometheus exposition.
+COUNTER_HELP = {
+    "received": "Messages received from storage",
+    "succeeded": "Messages whose handler succeeded and that were deleted",
+    "failed": "Handler failures (exception or functionTimeout)",
+    "retried": "Failed messages released for another attempt",
+    "poisoned": "Messages moved to the poison queue",
+    "poison_requested": "Messages the handler sent to the poison queue itself (worker.Poison, fail(poison=True))",
+    "released": "Messages given back unfinished (shutdown, cancellation)",
+    "lease_renewals": "Lease renewals",
+    "leases_lost": "Leases found taken by another receiver or gone",
+    "completions_skipped": "Completions skipped because the lease was lost",
+    "storage_errors": "Storage calls that failed after their retries",
+    "storage_retries": "Storage calls retried after a transient failure",
+}
+Gauge = tuple[str, str, Callable[[], dict[str, float]]]
+
+
+class Metrics:
+    """Thread-safe counters keyed by (name, function), and the Prometheus registry that exposes them.
+
+    The run summary and ``/metrics`` read the same numbers. Gauges are read
+    when scraped from callables the host registers (in-flight messages, queue
+    lengths), so nothing has to keep them up to date.
+    """
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+        self._retry_kinds: Counter[str] = Counter()
+        self._gauges: dict[str, Gauge] = {}
+        self._lock = threading.Lock()
+        self.registry = CollectorRegistry()
+        self.handler_seconds = Histogram(
+            "worker_handler_duration_seconds", "Time from handler start to its return", ["function"],
+            registry=self.registry, buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600),
+        )
+        self.receive_seconds = Histogram(
+            "worker_receive_duration_seconds", "Time one receive call to storage took (poll latency)", ["function"],
+            registry=self.registry, buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15),
+        )
+        self.registry.register(_Exposition(self))
+        ProcessCollector(registry=self.registry)  # process_* : CPU, resident memory, open file descriptors
+
+    def retried_storage_call(self, kind: str) -> None:
+        """A storage call failed transiently and is being retried; ``kind`` is the HTTP status or error type."""
+        with self._lock:
+            self._retry_kinds[kind] += 1
+            self._counts[("storage_retries", "")] += 1
+
+    def gauge(self, name: str, help: str, label: str, read: Callable[[], dict[str, float]]) -> None:
+        """Expose ``read()`` (label value -> number) as gauge ``name`` at each scrape."""
+        self._gauges[name] = (help, label, read)
+
+    def inc(self, name: str, function: str = "", amount: int = 1) -> None:
+        with self._lock:
+            self._counts[(name, function)] += amount
+
+    def get(self, name: str, function: str | None = None) -> int:
+        """One function's count, or the total over all functions when ``function`` is None."""
+        with self._lock:
+            if function is not None:
+                return self._counts[(name, function)]
+            return sum(n for (key, _), n in self._counts.items() if key == name)
+
+    def by_function(self) -> dict[str, dict[str, int]]:
+        """``{function: {counter: n}}`` for every function that counted anything."""
+        with self._lock:
+            table: dict[str, dict[str, int]] = {}
+            for (name, function), n in self._counts.items():
+                table.setdefault(function, dict.fromkeys(COUNTERS, 0))[name] = n
+            return table
+
+
+class _Exposition:
+    """Turns the counters and gauges into Prometheus metric families at each scrape."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        m = self.metrics
+        with m._lock:
+            counts = dict(m._counts)
+            kinds = dict(m._retry_kinds)
+        families: list[Metric] = []
+        for name in COUNTERS:
+            if name == "storage_retries":
+                family = CounterMetricFamily(f"worker_{name}", COUNTER_HELP[name], labels=["kind"])
+                for kind, n in sorted(kinds.items()):
+                    family.add_metric([kind], n)
+            else:
+                family = CounterMetricFamily(f"worker_{name}", COUNTER_HELP[name], labels=["function"])
+                for (key, function), n in sorted(counts.items()):
+                    if key == name and function:
+                        family.add_metric([function], n)
+            families.append(family)
+        for name, (help, label, read) in m._gauges.items():
+            gauge = GaugeMetricFamily(name, help, labels=[label])
+            for value, number in sorted(read().items()):
+                gauge.add_metric([value], number)
+            families.append(gauge)
+        return families
+
+
+def format_summary(metrics: Metrics, elapsed: float) -> str:
+    """The table ``worker run`` prints when it stops."""
+    table = metrics.by_function()
+    columns = [c for c in COUNTERS if any(row.get(c) for row in table.values())] or ["received"]
+    names = sorted(f for f in table if f) or ["(none)"]
+    width = max(len("function"), *(len(n) for n in names))
+    lines = [f"{'function':<{width}}  " + "  ".join(f"{c:>{max(len(c), 6)}}" for c in columns)]
+    for name in names:
+        row = table.get(name, {})
+        lines.append(f"{name:<{width}}  " + "  ".join(f"{row.get(c, 0):>{max(len(c), 6)}}" for c in columns))
+    lines.append(f"ran {elapsed:.1f}s")
+    return "\n".join(lines)

@@ -1,0 +1,423 @@
+"""``worker``: run an app, and look at or write to its queues.
+
+Exit codes: 0 success; 1 a queue operation failed (a missing queue, storage
+trouble); 2 bad arguments (including a queue name or message the service would
+refuse), a bad host.yaml or an app that cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+
+from worker.backends.queues import (
+    NEVER_EXPIRES,
+    DeadLetters,
+    InvalidArgument,
+    MessageTooLarge,
+    QueueBackend,
+    QueueError,
+    QueueNotFound,
+    RawMessage,
+    UnusableFile,
+)
+from worker.backends.registry import BackendKind, UnsupportedConnection, backend_kind, open_backend
+from worker.bindings.encoding import MessageDecodeError, decode, encode
+from worker.compat.loading import DEFAULT_APP, AppLoadError, app_directory, load_app
+from worker.model import StartupRefused
+from worker.observability.logs import configure_logging
+from worker.observability.metrics import format_summary
+from worker.ops import preflight
+from worker.ops.poison import drain_poison, poison_queue
+from worker.ops.supervisor import Supervisor, child_command
+from worker.runtime.host import Host
+from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.settings.connections import ConnectionSettingError
+
+T = TypeVar("T")
+
+DEFAULT_CONFIG = "host.yaml"
+HOST_JSON = "host.json"
+DEFAULT_CONNECTION = "AzureWebJobsStorage"
+
+
+class UsageError(Exception):
+    """Bad arguments, configuration or app: exit code 2."""
+
+
+def find_config(app: str | None = None) -> Path | None:
+    """The settings file Functions would read: host.yaml, else host.json, beside the app; then in the current folder.
+
+    None when there is none (the defaults apply).
+    """
+    folders = [folder for folder in (app_directory(app) if app else None, Path.cwd()) if folder is not None]
+    for folder in folders:
+        for name in (DEFAULT_CONFIG, HOST_JSON):
+            if (folder / name).is_file():
+                return folder / name
+    return None
+
+
+def _config(path: str | None, app: str | None = None) -> HostConfig:
+    """The settings of ``--config``; without it, :func:`find_config`'s file, else the defaults."""
+    if path is None:
+        found = find_config(app)
+        return load_config(found)
+    if not Path(path).is_file():
+        raise UsageError(f"config file {path} does not exist")
+    return load_config(path)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def _ttl(text: str) -> float:
+    return NEVER_EXPIRES if text.strip() == "-1" else _duration(text)
+
+
+def _with_backend(config: HostConfig, connection: str | None, work: Callable[[QueueBackend], Awaitable[T]]) -> T:
+    """Open the backend ``connection`` names (None: AzureWebJobsStorage, else the embedded queue), run ``work``, close it."""
+    try:
+        backend = open_backend(config.connection_string(connection), config.base_dir)
+    except (UnsupportedConnection, ConnectionSettingError) as exc:
+        raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
+
+    async def main() -> T:
+        try:
+            return await work(backend)
+        finally:
+            await backend.close()
+
+    return asyncio.run(main())
+
+
+def _body_text(raw: RawMessage, encoding: str) -> str:
+    """A message's body as text for people: decoded when it decodes, the stored text otherwise."""
+    try:
+        return decode(raw.content, encoding).decode("utf-8", errors="replace")
+    except MessageDecodeError:
+        return raw.content
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    config = _config(args.config, args.app)
+    # Every start-up check runs here, once, before anything is built: what cannot run is refused with every
+    # problem listed (exit 2).
+    app = load_app(args.app, config.base_dir, connection_problem=partial(preflight.connection_problem, config),
+                   check=lambda app: preflight.problems(app, config))
+    if config.source is not None:
+        structlog.get_logger("worker.ops.cli").info("config file", path=str(config.source))
+    else:
+        structlog.get_logger("worker.ops.cli").info("no config file; defaults", looked_in=str(Path.cwd()))
+    processes = args.processes or config.processes
+    if processes > 1:
+        command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
+        supervisor = Supervisor(command, processes, http_port=config.http_port, burst=args.burst)
+        return asyncio.run(supervisor.run())
+    host = Host(app, config, burst=args.burst)
+    dispatcher = asyncio.run(host.run())
+    print(format_summary(host.metrics, host.elapsed), flush=True)
+    if dispatcher.threads.busy:
+        # A sync handler past drainTimeout cannot be stopped from outside; its message is already released.
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+
+    texts = []
+    for number, body in enumerate(args.bodies, 1):  # refuse the whole command before anything is sent
+        # The argument's bytes as the shell passed them (bytes that are not UTF-8 arrive as surrogate escapes):
+        # base64 carries any bytes; none stores text, so such a body is refused.
+        try:
+            texts.append(encode(os.fsencode(body), config.message_encoding))
+        except ValueError as exc:
+            raise UsageError(f"message {number}: {exc}") from None
+    limit = _kind(config, args.connection).limits.max_message_bytes
+    for number, text in enumerate(texts, 1):
+        if (size := len(text.encode("utf-8"))) > limit:
+            raise MessageTooLarge(
+                f"message {number} is {size} bytes as stored ({config.message_encoding}); "
+                f"the limit is {limit} bytes ({limit // 1024} KiB)"
+            )
+
+    async def work(backend: QueueBackend) -> list[RawMessage]:
+        if backend.capabilities.creates_queues:
+            await backend.create_queue(args.queue)
+        return [
+            await backend.put(args.queue, text, visibility_timeout=args.delay, time_to_live=args.ttl)
+            for text in texts
+        ]
+
+    for sent in _with_backend(config, args.connection, work):
+        print(sent.id)
+    return 0
+
+
+def _kind(config: HostConfig, connection: str | None) -> BackendKind:
+    """The kind of backend ``connection`` names, for its limits before anything opens."""
+    try:
+        return backend_kind(config.connection_string(connection))
+    except (UnsupportedConnection, ConnectionSettingError) as exc:
+        raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
+
+
+def cmd_peek(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+    limits = _kind(config, args.connection).limits
+    limits.check_name(args.queue)  # a name the service would refuse is a usage error (2), not a missing queue (1)
+    if args.max is not None:
+        limits.check_count(args.max)
+
+    async def peek(backend: QueueBackend) -> list[RawMessage]:
+        return await backend.peek(args.queue, args.max or limits.max_batch)
+
+    _print_messages(_with_backend(config, args.connection, peek), config, args.json)
+    return 0
+
+
+def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: bool) -> None:
+    rows = [
+        {
+            "id": m.id,
+            "dequeueCount": m.dequeue_count,
+            "insertionTime": _iso(m.insertion_time),
+            "expirationTime": _iso(m.expiration_time),
+            "body": _body_text(m, config.message_encoding),
+        }
+        for m in messages
+    ]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+
+    async def work(backend: QueueBackend) -> list[dict[str, Any]]:
+        return [
+            {"name": name, "approximateMessageCount": await backend.approximate_count(name)}
+            for name in await backend.list_queues()
+        ]
+
+    _print_table(_with_backend(config, args.connection, work), {"name": "queue", "approximateMessageCount": "messages"},
+                 args.json)
+    return 0
+
+
+def cmd_poison(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+    limits = _kind(config, args.connection).limits
+    limits.check_name(args.queue)
+    poison = poison_queue(args.queue)
+
+    async def peek(backend: QueueBackend) -> list[RawMessage]:
+        try:
+            return await backend.peek(poison, min(args.max or limits.max_batch, limits.max_batch))
+        except QueueNotFound:  # made on first need: no poison queue yet means no poison
+            return []
+
+    async def drain(backend: QueueBackend) -> tuple[int, int]:
+        try:
+            total = await backend.approximate_count(poison)
+        except QueueNotFound:
+            return 0, 0
+        goal = total if args.max is None else min(total, args.max)
+        show = _progress(goal, "requeued" if args.action == "requeue" else "purged") if goal > limits.max_batch else None
+        done = await drain_poison(backend, args.queue, requeue=args.action == "requeue", limit=args.max, progress=show)
+        return done, total
+
+    async def work(backend: QueueBackend) -> tuple[str, Any]:
+        if (dead := await _dead_letters(backend, args.queue, args.action)) is not None:
+            return "dead letters", dead
+        return ("list", await peek(backend)) if args.action == "list" else ("drained", await drain(backend))
+
+    kind, result = _with_backend(config, args.connection, work)
+    if kind == "dead letters":
+        if args.json:
+            print(json.dumps({"action": args.action, "queue": args.queue, "deadLetterQueue": True, "messages": result}))
+        elif args.action == "list":
+            print(f"{result} messages in the dead-letter queue of {args.queue} (the service's API counts them but "
+                  "cannot show them; look with the OCI Console)")
+        else:
+            print(f"{result} messages purged from the dead-letter queue of {args.queue}")
+    elif kind == "list":
+        _print_messages(result, config, args.json)
+    else:
+        done, total = result
+        verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
+        if args.json:
+            print(json.dumps({"action": args.action, "queue": poison, "messages": done, "before": total}))
+        else:
+            print(f"{done} messages {verb}")
+    return 0
+
+
+def _progress(goal: int, verb: str) -> Callable[[int], None]:
+    """A one-line progress bar on stderr, for runs long enough to need one."""
+
+    def show(done: int) -> None:
+        filled = int(30 * min(done, goal) / goal)
+        end = "\n" if done >= goal else ""
+        print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {done}/{goal} {verb}", end=end, file=sys.stderr, flush=True)
+
+    return show
+
+
+async def _dead_letters(backend: QueueBackend, queue: str, action: str) -> int | None:
+    """Where poison is the service's dead-letter queue: list counts it, purge empties it; None elsewhere.
+
+    OCI Queue's API has no call that reads a dead-letter queue, so its messages cannot be requeued from here.
+    """
+    if not (backend.service_dead_letters and isinstance(backend, DeadLetters)):
+        return None
+    if action == "requeue":
+        raise UsageError(f"poison messages of {queue} are in the service's dead-letter queue, which its API cannot "
+                         "read, so they cannot be requeued from here; purge them, or use poison=host in the "
+                         "connection to keep them in <queue>-poison")
+    count = await backend.dead_letter_count(queue)
+    if action == "purge":
+        await backend.purge_dead_letters(queue)
+    return count
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    config = _config(args.config)
+
+    async def work(backend: QueueBackend) -> list[dict[str, Any]]:
+        names = set(await backend.list_queues())
+        sources = sorted({name.removesuffix("-poison") for name in names})
+        return [
+            {
+                "queue": source,
+                "messages": await backend.approximate_count(source) if source in names else 0,
+                "poison": await backend.approximate_count(poison_queue(source)) if poison_queue(source) in names else 0,
+            }
+            for source in sources
+        ]
+
+    _print_table(_with_backend(config, args.connection, work), {"queue": "queue", "messages": "messages",
+                                                                  "poison": "poison"}, args.json)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]], titles: dict[str, str], as_json: bool) -> None:
+    """``rows`` as JSON, or as a table with the first column left-aligned and the others right-aligned."""
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    widths = {key: max([len(title), *(len(str(row[key])) for row in rows)]) for key, title in titles.items()}
+    first = next(iter(titles))
+
+    def line(cells: dict[str, Any]) -> str:
+        return "  ".join(
+            f"{cells[key]!s:<{widths[key]}}" if key == first else f"{cells[key]!s:>{widths[key]}}" for key in titles
+        )
+
+    print(line(titles))
+    for row in rows:
+        print(line(row))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="worker", description="Queue-trigger worker host.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
+        sub.add_argument("--config", help=f"settings file to read (default: {DEFAULT_CONFIG}, else {HOST_JSON}, in the "
+                                          "app's folder, then in the current one)")
+        return sub
+
+    run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
+    run.add_argument("--app", default=DEFAULT_APP, help=f"MODULE:ATTR of the app (default: {DEFAULT_APP})")
+    run.add_argument("--burst", action="store_true", help="stop once the trigger queues are empty")
+    run.add_argument("--processes", type=_positive, default=None, metavar="N",
+                     help="run N worker processes under a supervisor (default: worker.processes, 1)")
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+    for name, help, handler in (
+        ("send", "put messages on a queue (created if missing), encoded under messageEncoding", cmd_send),
+        ("peek", "show visible messages without taking them", cmd_peek),
+        ("queues", "list queues with approximate message counts", cmd_queues),
+        ("poison", "list, requeue or purge the poison messages of QUEUE", cmd_poison),
+        ("stats", "queue and poison queue lengths", cmd_stats),
+    ):
+        sub = command(name, help, handler)
+        sub.add_argument(
+            "--connection", default=None,
+            help=f"name of the connection setting, resolved as Functions does (AzureWebJobs<NAME>, then <NAME>); "
+                 f"default: {DEFAULT_CONNECTION} when it is set, else the embedded queue",
+        )
+        if name == "poison":
+            sub.add_argument("action", choices=["list", "requeue", "purge"])
+        if name not in ("queues", "stats"):
+            sub.add_argument("queue")
+        if name == "send":
+            sub.add_argument("bodies", nargs="+", metavar="BODY")
+            sub.add_argument("--delay", type=_duration, default=0.0, help="invisible for this long first (30s, 5m)")
+            sub.add_argument("--ttl", type=_ttl, default=None, help="time to live (default 7 days; -1 never)")
+        if name == "peek":
+            sub.add_argument("--max", type=_positive, default=None, metavar="N",
+                             help="at most N messages (default and most: what one receive of the backend returns, "
+                                  "32 on Azure Storage and the embedded queue)")
+        if name == "poison":
+            sub.add_argument("--max", type=_positive, default=None, metavar="N",
+                             help="requeue or purge at most N messages (list shows at most one receive's worth)")
+        if name != "send":
+            sub.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command != "run":
+        # Without this, a storage retry's warning would be printed by structlog's default set-up on stdout, in the
+        # middle of --json output; the command's own error line says what finally went wrong.
+        configure_logging("ERROR")
+    try:
+        return args.handler(args)
+    except (UsageError, AppLoadError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile, StartupRefused) as exc:
+        print(f"worker {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except QueueError as exc:
+        print(f"worker {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

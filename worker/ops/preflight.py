@@ -1,0 +1,147 @@
+"""What makes an app impossible to run, found before anything starts, every problem at once.
+
+A host that starts with a function it cannot serve looks healthy while that
+function's messages pile up, so everything that can be known at start is
+checked here: every binding's connection resolves (as Functions resolves it)
+to something this host can open, and every ``%setting%`` in a blob path is
+set. Each problem is one line naming the function and the binding; the
+caller refuses the app with all of them (``worker run`` exits 2).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
+
+from worker.app import WorkerApp
+from worker.backends.azure.connection import ConnectionStringError, parse_connection_string
+from worker.backends.embedded.queues import file_problem
+from worker.backends.queues import InvalidArgument
+from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, backend_kind
+from worker.backends.registry import connection_problem as queue_connection_problem
+from worker.bindings import expressions
+from worker.bindings.blobs import BlobInput, BlobOutput
+from worker.bindings.outputs import OutputBinding
+from worker.middleware import builtin
+from worker.model import FunctionSpec, StartupRefused
+from worker.settings.config import HostConfig
+from worker.settings.connections import DEFAULT, ConnectionSettingError, Service
+
+
+class _Binding(NamedTuple):
+    """The trigger or one binding of a function, as start-up checks see it."""
+
+    where: str
+    connection: str | None
+    service: Service
+    #: The queue's name (queue bindings) or the blob path (blob bindings).
+    name: str
+    trigger: bool = False
+    #: The queue's channel (queue bindings on OCI Queue), if one is named.
+    channel: str | None = None
+
+
+def _bindings(spec: FunctionSpec) -> Iterator[_Binding]:
+    """The trigger and every binding of ``spec``."""
+    yield _Binding(f"function {spec.name}, trigger queueTrigger ({spec.arg_name})", spec.connection, "queue",
+                   spec.queue_name, trigger=True, channel=spec.channel)
+    for binding in (*spec.inputs, *spec.outputs):
+        if isinstance(binding, OutputBinding):
+            where = f"function {spec.name}, output binding queue ({binding.arg_name})"
+            yield _Binding(where, binding.connection, "queue", binding.queue_name, channel=binding.channel)
+        else:
+            direction = "input" if isinstance(binding, BlobInput) else "output"
+            assert isinstance(binding, (BlobInput, BlobOutput))
+            where = f"function {spec.name}, {direction} binding blob ({binding.arg_name})"
+            yield _Binding(where, binding.connection, "blob", binding.path)
+
+
+def problems(app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+    """Every reason the app's functions cannot run with ``config``; empty when all can.
+
+    Includes host.yaml's ``worker.middleware`` names that cannot be loaded, so that the CLI lists them with the rest.
+    """
+    environ = os.environ if environ is None else environ
+    found: list[str] = list(builtin.load(config.middleware)[1])
+    names = {spec.name for spec in app.functions}
+    for name, section in config.functions.items():
+        if name not in names:
+            found.append(f"{section.where}: functions.{name}: the app has no function of that name "
+                         f"(its functions: {', '.join(sorted(names))})")
+    for spec in app.functions:
+        for binding in _bindings(spec):
+            if problem := connection_problem(config, binding.connection, binding.service):
+                found.append(f"{binding.where}: {problem}")
+            elif binding.service == "queue":
+                found.extend(f"{binding.where}: {line}" for line in limit_problems(spec, binding, config))
+            if binding.service == "blob" and (unset := expressions.unset_settings("path", binding.name, environ)):
+                found.append(f"{binding.where}: {unset}")
+    return found
+
+
+#: Settings bounded by a backend's limits: (HostConfig field, the Limits field, what the limit counts).
+_BOUNDED = (
+    ("batch_size", "max_batch", "messages a receive returns"),
+    ("visibility_timeout", "max_visibility", "seconds a message may stay hidden"),
+    ("lease_duration", "max_visibility", "seconds a message may stay hidden"),
+)
+
+
+def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) -> list[str]:
+    """Where a queue binding asks more than its backend's service takes: a line per setting, naming the limit.
+
+    Every queue name is held to the backend's name rule; the trigger also to
+    its limits, with the function's settings (its ``functions:`` section over
+    the global ones), naming the key that set each value.
+    """
+    kind = backend_kind(config.resolve_connection(binding.connection, "queue",
+                                                  embedded_default=binding.connection is None).value)
+    found = []
+    if not expressions.setting_names(binding.name):  # a %SETTING% name is checked once resolved
+        try:
+            kind.limits.check_name(binding.name)
+        except InvalidArgument as exc:
+            found.append(f"{exc} ({kind.name})")
+    if binding.channel is not None and not kind.capabilities.channels:
+        found.append(f"channel {binding.channel!r}: {kind.name} has no channels")
+    if not binding.trigger:
+        return found
+    own = config.for_function(spec.name)
+    for attr, limit_attr, meaning in _BOUNDED:
+        value, limit = getattr(own, attr), getattr(kind.limits, limit_attr)
+        if value > limit:
+            found.append(f"{config.key_of(spec.name, attr)} is {value:g}, more than {kind.name} takes: "
+                         f"at most {limit:g} {meaning}")
+    return found
+
+
+def connection_problem(config: HostConfig, connection: str | None, service: Service) -> str | None:
+    """Why ``connection`` cannot serve ``service`` ("queue" or "blob"), or None when it can.
+
+    None as ``connection`` is a WorkerApp binding that names none (AzureWebJobsStorage, else the embedded queue).
+    """
+    try:
+        value = config.resolve_connection(connection, service, embedded_default=connection is None).value
+    except ConnectionSettingError as exc:
+        return str(exc)
+    if service == "queue":
+        problem = queue_connection_problem(value, config.base_dir)
+        embedded = not value or value.startswith(SQLITE_PREFIX)  # its problems name the file
+        return f"connection {connection or DEFAULT}: {problem}" if problem and not embedded else problem
+    if value is None or value.startswith(SQLITE_PREFIX):
+        return file_problem(config.base_dir / (value[len(SQLITE_PREFIX):] if value else DEFAULT_SQLITE_PATH))
+    try:
+        parsed = parse_connection_string(value)
+    except ConnectionStringError as exc:
+        return f"connection {connection or DEFAULT}: {exc}"
+    if (parsed.queue_endpoint if service == "queue" else parsed.blob_endpoint) is None:
+        key = "QueueEndpoint" if service == "queue" else "BlobEndpoint"
+        return f"connection {connection or DEFAULT} has no {key} (nor an AccountName to derive one from)"
+    return None
+
+
+def check(app: WorkerApp, config: HostConfig) -> None:
+    """Raise :class:`StartupRefused` listing every problem, if there is any."""
+    if found := problems(app, config):
+        raise StartupRefused(found)

@@ -1,0 +1,245 @@
+"""Several worker processes under one supervisor: ``worker run --processes N`` (``worker.processes``).
+
+A worker process runs Python handlers on one core at a time (one GIL), so
+CPU-bound sync handlers scale with processes, not threads: the Functions
+host's FUNCTIONS_WORKER_PROCESS_COUNT, Celery's prefork pool, Gunicorn's
+workers. The supervisor starts N ``worker run`` children on the same app and
+settings; each is a complete host with its own leases, so a child that dies
+loses nothing (its messages come back when their leases end) and is started
+again, after a back-off that grows while it keeps dying.
+
+Signals are forwarded: the first SIGTERM or SIGINT makes every child drain
+and exit, and the supervisor exits 0 once all have; a second one is passed on
+too (the children then exit at once). With ``worker.httpPort`` the supervisor
+serves the endpoints for all of them: each child listens on a port of its own
+on loopback, and ``/metrics`` sums the children's series, ``/leases`` lists
+every child's leases, ``/healthz`` and ``/readyz`` are fine only when every
+child's are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.parser import text_string_to_metric_families
+
+log = structlog.get_logger("worker.ops.supervisor")
+
+#: First wait before a child that died is started again; it doubles while children keep dying, up to the ceiling.
+RESTART_DELAY = 1.0
+RESTART_DELAY_MAX = 60.0
+#: A child that ran this long before dying is restarted after the first delay again.
+STABLE_AFTER = 60.0
+#: Exit code of ``worker run`` when the app or its settings are refused; restarting cannot help.
+REFUSED = 2
+#: How long the supervisor waits for a child's endpoint, in seconds.
+CHILD_TIMEOUT = 5.0
+
+
+@dataclass
+class Child:
+    """One worker process and what the supervisor knows of it."""
+
+    index: int
+    port: int | None
+    process: asyncio.subprocess.Process | None = None
+    started_at: float = 0.0
+    restarts: int = 0
+    finished: bool = False
+    exits: list[int] = field(default_factory=list)
+
+
+class Supervisor:
+    """Runs ``count`` copies of ``command`` (a ``worker run`` without ``--processes``) until stopped."""
+
+    def __init__(
+        self, command: Sequence[str], count: int, *, http_port: int = 0, burst: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.command = list(command)
+        self.count = count
+        self.http_port = http_port
+        self.burst = burst
+        self.env = dict(os.environ if env is None else env)
+        self.children = [Child(index, _free_port() if http_port else None) for index in range(count)]
+        self.stopping = asyncio.Event()
+        self._signals = 0
+        self._refused = False
+
+    async def run(self) -> int:
+        """Start the children, keep them running, and return the exit code once all have stopped."""
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._signal, signum)
+        runner = await self._serve() if self.http_port else None
+        log.info("supervisor started", processes=self.count, pid=os.getpid(), burst=self.burst)
+        try:
+            await asyncio.gather(*(self._keep(child) for child in self.children))
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            if runner is not None:
+                await runner.cleanup()
+        exits = [child.exits[-1] if child.exits else 0 for child in self.children]
+        log.info("supervisor stopped", exits=exits, restarts=sum(child.restarts for child in self.children))
+        if self._refused:
+            return REFUSED
+        return 0 if all(code == 0 for code in exits) else 1
+
+    def _signal(self, signum: int) -> None:
+        """Pass the signal on to every child; the first also stops restarts."""
+        self._signals += 1
+        log.info("signal received; passing it to the worker processes", signal=signal.Signals(signum).name,
+                 processes=sum(1 for child in self.children if _alive(child)))
+        self.stopping.set()
+        for child in self.children:
+            if _alive(child):
+                assert child.process is not None
+                child.process.send_signal(signum)
+
+    async def _keep(self, child: Child) -> None:
+        """Run one child, starting it again whenever it dies, until the supervisor stops."""
+        delay = RESTART_DELAY
+        while True:
+            code = await self._run_once(child)
+            child.exits.append(code)
+            if self.stopping.is_set() or (self.burst and code == 0):
+                return
+            if code == REFUSED:
+                log.error("worker process refused its app or settings; not restarting", process=child.index)
+                self._refused = True
+                if not self.stopping.is_set():
+                    self._signal(signal.SIGTERM)
+                return
+            ran = time.monotonic() - child.started_at
+            if ran >= STABLE_AFTER:
+                delay = RESTART_DELAY
+            child.restarts += 1
+            log.error("worker process exited; restarting it", process=child.index, exit_code=code,
+                      ran_seconds=round(ran, 1), restart_in=delay, restarts=child.restarts)
+            try:
+                await asyncio.wait_for(self.stopping.wait(), delay)
+                return
+            except TimeoutError:
+                pass
+            delay = min(delay * 2, RESTART_DELAY_MAX)
+
+    async def _run_once(self, child: Child) -> int:
+        env = {**self.env, "WORKER__worker__processes": "1", "WORKER_PROCESS_INDEX": str(child.index)}
+        env["WORKER__worker__httpPort"] = str(child.port or 0)
+        child.process = await asyncio.create_subprocess_exec(*self.command, env=env)
+        child.started_at = time.monotonic()
+        log.info("worker process started", process=child.index, pid=child.process.pid)
+        code = await child.process.wait()
+        log.info("worker process exited", process=child.index, pid=child.process.pid, exit_code=code)
+        return code
+
+    # -- endpoints --------------------------------------------------------------------------------------------
+
+    async def _serve(self) -> web.AppRunner:
+        app = web.Application()
+        app.add_routes([web.get("/healthz", self._healthz), web.get("/readyz", self._readyz),
+                        web.get("/metrics", self._metrics), web.get("/leases", self._leases)])
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "0.0.0.0", self.http_port).start()
+        log.info("endpoints listening", port=self.http_port, processes=self.count)
+        return runner
+
+    async def _ask(self, path: str) -> list[tuple[Child, int, str]]:
+        """``path`` of every child: (child, status, body); status 0 when it does not answer."""
+
+        async def one(session: aiohttp.ClientSession, child: Child) -> tuple[Child, int, str]:
+            try:
+                async with session.get(f"http://127.0.0.1:{child.port}{path}") as response:
+                    return child, response.status, await response.text()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                return child, 0, f"{type(exc).__name__}: {exc}"
+
+        timeout = aiohttp.ClientTimeout(total=CHILD_TIMEOUT)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            return list(await asyncio.gather(*(one(session, child) for child in self.children)))
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return await self._all_fine("/healthz")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        return await self._all_fine("/readyz")
+
+    async def _all_fine(self, path: str) -> web.Response:
+        answers = await self._ask(path)
+        problems = [f"process {child.index}: {status or 'no answer'} {body}".strip()
+                    for child, status, body in answers if status != 200]
+        return web.json_response({"ok": not problems, "processes": self.count, "problems": problems},
+                                 status=200 if not problems else 503)
+
+    async def _leases(self, _: web.Request) -> web.Response:
+        leases = []
+        for child, status, body in await self._ask("/leases"):
+            if status == 200:
+                leases += [{**lease, "process": child.index} for lease in json.loads(body)]
+        return web.json_response(leases)
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        texts = [body for _, status, body in await self._ask("/metrics") if status == 200]
+        return web.Response(body=sum_metrics(texts).encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def sum_metrics(texts: Sequence[str]) -> str:
+    """Prometheus texts of several processes as one: each series (name and labels) summed over them.
+
+    Counters, gauges and histogram buckets all add up across processes; the
+    HELP and TYPE lines are the first process's.
+    """
+    families: dict[str, tuple[str, str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            _, _, series = families.setdefault(family.name, (family.type, family.documentation, {}))
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                series[key] = series.get(key, 0.0) + sample.value
+    lines = []
+    for name, (kind, documentation, series) in families.items():
+        exposed = f"{name}_total" if kind == "counter" else name
+        lines.append(f"# HELP {exposed} {documentation}")
+        lines.append(f"# TYPE {exposed} {kind}")
+        for (sample, labels), value in series.items():
+            rendered = ",".join(f'{key}="{_escape(val)}"' for key, val in labels)
+            lines.append(f"{sample}{{{rendered}}} {value!r}" if rendered else f"{sample} {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _alive(child: Child) -> bool:
+    return child.process is not None and child.process.returncode is None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_command(app: str, config: str | None, log_level: str, burst: bool) -> list[str]:
+    """The ``worker run`` each child runs: the same app, settings file and options, one process."""
+    command = [sys.executable, "-m", "worker", "run", "--app", app, "--log-level", log_level]
+    if config is not None:
+        command += ["--config", config]
+    if burst:
+        command.append("--burst")
+    return command

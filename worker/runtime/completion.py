@@ -1,0 +1,186 @@
+"""What to do with a message before and after its invocation: the WebJobs SDK's QueueProcessor (Begin/Complete).
+
+:meth:`CompletionProcessor.begin` decides, before anything runs, that a
+message dequeued more than ``maxDequeueCount`` times goes to poison. After
+the invocation, success deletes it. Failure releases it after ``visibilityTimeout``, or, once it
+has been tried ``maxDequeueCount`` times, copies its original text to
+``<queue>-poison`` and deletes it. A shutdown releases it at once so another
+worker takes it without waiting for the lease to run out. A lost lease means the
+message is someone else's: nothing is done to it. What was done is announced
+to the middleware (``after_completion``), which counts it; the delay before a
+retry is theirs too (``retry_delay``: visibilityTimeout, or a retry policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import structlog
+
+from worker.backends.queues import LeaseGone, MessageNotFound, RawMessage, TransientError, put_creating
+from worker.middleware import Chain
+from worker.model import Done, Finished, Outcome, Result
+from worker.observability.metrics import Metrics
+from worker.runtime.lease import LeaseScheduler
+from worker.settings.config import HostConfig
+
+log = structlog.get_logger("worker.runtime.completion")
+
+POISON_SUFFIX = "-poison"
+#: Seconds between attempts of a completion that storage failed (each attempt has the backend's own retries).
+COMPLETION_RETRY_INTERVAL = 2.0
+
+
+class CompletionProcessor:
+    def __init__(self, scheduler: LeaseScheduler, metrics: Metrics, middleware: Chain) -> None:
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.middleware = middleware
+
+    @staticmethod
+    def begin(raw: RawMessage, config: HostConfig) -> Result | None:
+        """The rule applied before a message is handed to its handler: poison it at once, or None to run it.
+
+        A message dequeued more often than ``maxDequeueCount`` (its earlier
+        attempts were lost to crashes or lapsed leases, so completion never
+        counted them) is not run again.
+        """
+        limit = config.max_dequeue_count
+        if raw.dequeue_count > limit:
+            return Result(Outcome.POISON, f"dequeue count {raw.dequeue_count} is over maxDequeueCount {limit}")
+        return None
+
+    async def complete(self, item: Finished, result: Result) -> None:
+        """Delete, release or poison the message, under its lease lock so no renewal races the receipt.
+
+        Storage trouble (:class:`TransientError`, left after the backend's own
+        retries) does not give the message up: its lease is renewed again and
+        the completion retried every ``COMPLETION_RETRY_INTERVAL`` until storage
+        answers or the lease is lost. Letting go would hand a finished message
+        to a second run once its lease ended (10 minutes later, by default).
+        Any other error is logged and counted; the message then comes back when
+        its lease ends, which is the safe direction.
+        """
+        lease = item.lease
+        bound = log.bind(
+            function=item.function, queue=item.queue, message_id=item.raw.id,
+            dequeue_count=item.raw.dequeue_count, invocation_id=item.invocation_id,
+        )
+        progress = _Progress()
+        while True:
+            async with lease.lock:
+                if lease.lost.is_set():
+                    bound.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
+                    self.middleware.after_completion(item, result, Done.SKIPPED)
+                    return
+                self.scheduler.forget(lease)
+                try:
+                    done = await self._apply(item, result, bound, progress)
+                    if progress.failed_attempts:
+                        bound.info("completion done after storage returned", attempts=progress.failed_attempts + 1)
+                    self.middleware.after_completion(item, result, done)
+                    return
+                except LeaseGone as exc:
+                    bound.warning("message changed hands before completion", error=type(exc).__name__)
+                    self.middleware.after_completion(item, result, Done.LEASE_LOST)
+                    return
+                except TransientError as exc:
+                    self.metrics.inc("storage_errors", item.function)
+                    progress.failed_attempts += 1
+                    if progress.failed_attempts == 1:
+                        bound.error(
+                            "completion failed; keeping the lease and retrying until storage answers",
+                            outcome=result.outcome.value, error=str(exc), retry_every=COMPLETION_RETRY_INTERVAL,
+                        )
+                    self.scheduler.resume(lease)
+                except Exception as exc:
+                    bound.error(
+                        "completion failed; the message returns when its lease ends",
+                        outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
+                    )
+                    self.middleware.after_completion(item, result, Done.ERROR)
+                    return
+            await asyncio.sleep(COMPLETION_RETRY_INTERVAL)
+
+    async def _apply(
+        self, item: Finished, result: Result, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
+    ) -> Done:
+        receipt = item.lease.pop_receipt
+        assert receipt is not None
+        if result.outcome is Outcome.SUCCEEDED:
+            await self._delete(item, bound)
+            return Done.DELETED
+        if result.outcome is Outcome.RELEASE:
+            await item.backend.update(item.queue, item.raw.id, receipt, 0)
+            bound.info("message released", reason=result.reason)
+            return Done.RELEASED
+        if item.queue.endswith(POISON_SUFFIX):
+            # A poison queue has no poison queue of its own; as in Functions, the
+            # message stays invisible until its lease ends, then is tried again.
+            bound.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
+            return Done.LEFT
+        limit = item.config.max_dequeue_count
+        if result.outcome is Outcome.POISON or item.raw.dequeue_count >= limit:
+            if item.backend.service_dead_letters:
+                # The service moves it to its dead-letter queue once its delivery limit is reached; each delivery
+                # until then comes straight back here (``begin``) without running the handler.
+                await item.backend.update(item.queue, item.raw.id, receipt, 0)
+                bound.error("message released for the queue's dead-letter queue", reason=result.reason)
+                return Done.RELEASED
+            await self._poison(item, result.reason, bound, progress)
+            return Done.POISONED
+        delay = self.middleware.retry_delay(item, item.config.visibility_timeout)
+        await item.backend.update(item.queue, item.raw.id, receipt, delay)
+        bound.warning(
+            "message failed; it will be retried",
+            reason=result.reason, visible_in=round(delay, 3), attempts_left=limit - item.raw.dequeue_count,
+        )
+        return Done.RETRIED
+
+    async def _delete(self, item: Finished, bound: structlog.typing.FilteringBoundLogger) -> None:
+        """Delete the message with the lease's receipt.
+
+        MessageNotFound while the lease still holds (:meth:`Lease.holds`) means
+        an earlier attempt of ours deleted it and its answer was lost (a retried
+        call, or a completion retried after a storage failure). That is a
+        deletion, not a lost lease.
+        """
+        lease = item.lease
+        assert lease.pop_receipt is not None
+        try:
+            await item.backend.delete(item.queue, item.raw.id, lease.pop_receipt)
+        except MessageNotFound:
+            if not lease.holds():
+                raise
+            bound.info("message already deleted by an earlier attempt whose answer was lost")
+
+    async def _poison(
+        self, item: Finished, reason: str, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
+    ) -> None:
+        """Copy the original text to ``<queue>-poison`` (created on first need where the service creates queues
+        quickly, else it must exist), then delete the original.
+
+        The copy never expires, so that nothing poisoned disappears unseen; the
+        reason goes to the log together with the copy's id. A retried
+        completion whose copy was made already only deletes.
+        """
+        poison = item.queue + POISON_SUFFIX
+        # Where messages have no time to live of their own, the poison queue's retention applies.
+        forever = -1 if item.backend.capabilities.message_options else None
+        if progress.poison_copy_id is None:
+            copy = await put_creating(item.backend, poison, item.raw.content, time_to_live=forever)
+            progress.poison_copy_id = copy.id
+        await self._delete(item, bound)
+        bound.error(
+            "message moved to the poison queue", poison_queue=poison, poison_message_id=progress.poison_copy_id,
+            reason=reason,
+        )
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What a completion has done so far, so that a retry after a storage failure does not do it twice."""
+
+    failed_attempts: int = 0
+    poison_copy_id: str | None = None

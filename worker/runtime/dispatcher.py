@@ -1,0 +1,271 @@
+"""From received messages to a finished invocation: decode, call the handler, hand the results to completion.
+
+Every message starts at once, as in Functions. Async handlers run on the event
+loop; sync handlers take one of ``handlerThreads`` threads and never block it.
+A sync message waiting for a thread has not started: at shutdown it is
+released at once, while started handlers get the drain time to finish.
+
+A function with ``cardinality="many"`` gets the whole received batch in one
+invocation. Each message keeps its own lease and its own outcome: messages
+that cannot be decoded go to poison without failing the rest, and the handler
+may fail single messages with ``message.fail(reason)``.
+
+The dispatcher only runs handlers and announces it: bindings, invocation logs
+and counting are middleware (:mod:`worker.middleware`), the threads of sync
+handlers are :mod:`worker.runtime.threads`', and the rule that poisons a
+message before it runs is the completion processor's ``begin``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from worker.backends.queues import QueueBackend, RawMessage
+from worker.bindings.encoding import MessageDecodeError, decode
+from worker.context import Context, RetryContext
+from worker.invocation import Delivery, Invocation, current_invocation
+from worker.message import Poison, QueueMessage
+from worker.middleware import Chain, InvocationFailed
+from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
+from worker.runtime.completion import CompletionProcessor
+from worker.runtime.lease import LeaseScheduler
+from worker.runtime.threads import HandlerThreads
+from worker.settings.config import HostConfig
+
+log = structlog.get_logger("worker.runtime.dispatcher")
+
+LEASE_LOST = "lease lost"
+SHUTDOWN = "shutdown"
+
+class Dispatcher:
+    def __init__(
+        self, scheduler: LeaseScheduler, completion: CompletionProcessor, middleware: Chain, threads: HandlerThreads
+    ) -> None:
+        self.scheduler = scheduler
+        self.completion = completion
+        self.middleware = middleware
+        self.threads = threads
+        self.invocations: set[Invocation] = set()
+
+    def dispatch(
+        self,
+        function: FunctionSpec,
+        config: HostConfig,
+        backend: QueueBackend,
+        raws: list[RawMessage],
+        on_done: Callable[[], None],
+    ) -> Invocation:
+        """Take the leases on ``raws``, start their invocation, and call ``on_done`` once all are completed.
+
+        One message per invocation, or a whole batch for a ``cardinality="many"`` function; ``config`` is the
+        function's settings.
+        """
+        inv = Invocation(function, config, backend, [])
+        inv.on_interrupt.append(lambda: self.middleware.on_interrupt(inv))
+        inv.deliveries = [
+            Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
+                                dequeue_count=raw.dequeue_count, invocation_id=inv.id,
+                                duration=config.lease_duration))
+            for raw in raws
+        ]
+        for delivery in inv.deliveries:
+            if not function.many:  # a batch goes on without a message whose lease was lost
+                delivery.lease.on_lost = lambda: inv.cancel(LEASE_LOST)
+            self.scheduler.hold(delivery.lease)
+        self.invocations.add(inv)
+
+        def finished(_: asyncio.Task[None]) -> None:
+            self.invocations.discard(inv)
+            on_done()
+
+        inv.task = asyncio.create_task(self._process(inv), name=f"invocation-{inv.id}")
+        inv.task.add_done_callback(finished)
+        return inv
+
+    async def wait_idle(self, timeout: float | None) -> bool:
+        """Wait until every invocation is completed, or ``timeout`` passes; True when none is left."""
+        tasks = {inv.task for inv in self.invocations if inv.task is not None}
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+        return not self.invocations
+
+    def release_unstarted(self) -> int:
+        """Shutdown: give back every message whose handler has not started; returns how many."""
+        waiting = [inv for inv in self.invocations if not inv.started]
+        for inv in waiting:
+            inv.cancel(SHUTDOWN)
+        return sum(len(inv.deliveries) for inv in waiting)
+
+    def cancel_all(self, reason: str) -> None:
+        for inv in list(self.invocations):
+            inv.cancel(reason)
+
+    async def _process(self, inv: Invocation) -> None:
+        # Every line logged in this task (and the handler's thread, which copies its context) names the invocation,
+        # including the handler's own logging and structlog lines. The task's context is its own: nothing leaks.
+        structlog.contextvars.bind_contextvars(function=inv.function.name, invocation_id=inv.id)
+        bound = log.bind(function=inv.function.name, queue=inv.function.queue_name, invocation_id=inv.id)
+        if not inv.function.many:
+            raw = inv.deliveries[0].raw
+            bound = bound.bind(message_id=raw.id, dequeue_count=raw.dequeue_count)
+        inv.log = bound
+        inv.began = time.monotonic()
+        await self._execute(inv)
+        completions = [
+            self.completion.complete(
+                Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, d.raw, d.lease, inv.config),
+                d.result or Result(Outcome.RELEASE, "no result"),
+            )
+            for d in inv.deliveries
+        ]
+        if len(completions) == 1:  # the common case, without gather's task per message
+            await completions[0]
+        else:
+            await asyncio.gather(*completions)
+
+    def _admit(self, inv: Invocation, delivery: Delivery) -> bool:
+        """Decode one message for the handler; or decide at once that it goes to poison. True if admitted."""
+        raw = delivery.raw
+        if (refused := self.completion.begin(raw, inv.config)) is not None:
+            delivery.result = refused
+            return False
+        try:
+            body = decode(raw.content, inv.config.message_encoding)
+        except MessageDecodeError as exc:
+            inv.log.error("message decoding has failed", message_id=raw.id, reason=str(exc))
+            delivery.result = Result(Outcome.POISON, str(exc))
+            return False
+        delivery.message = QueueMessage(
+            id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
+            expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=delivery.lease,
+        )
+        return True
+
+    async def _execute(self, inv: Invocation) -> None:
+        """Run the handler with its middleware and set each delivery's result; never raises."""
+        live = [d for d in inv.deliveries if self._admit(inv, d)]
+        if not live:
+            return
+        inv.messages = [d.message for d in live if d.message is not None]
+        result = await self._run(inv)
+        for delivery in live:
+            message = delivery.message
+            if result.outcome is Outcome.SUCCEEDED and message is not None and message.failure is not None:
+                inv.log.warning("handler failed one message", message_id=delivery.raw.id, reason=message.failure,
+                                poison=message.poison_requested)
+                outcome = Outcome.POISON if message.poison_requested else Outcome.FAILED
+                delivery.result = Result(outcome, message.failure, requested=message.poison_requested)
+            else:
+                delivery.result = result
+
+    async def _run(self, inv: Invocation) -> Result:
+        """before_invocation hooks, the handler, after_invocation hooks: the outcome of the whole call."""
+        if inv.cancel_reason is not None:
+            return Result(Outcome.RELEASE, inv.cancel_reason)
+        function = inv.function
+        try:
+            argument = inv.messages if function.many else _trigger_argument(inv.messages[0], function)
+        except UnicodeDecodeError as exc:
+            inv.log.error("message body is not UTF-8 text for a str parameter", error=str(exc))
+            return Result(Outcome.FAILED, f"message body is not valid UTF-8 for a str parameter: {exc}")
+        inv.kwargs[function.arg_name] = argument
+        if function.wants_context:  # made only for handlers that ask for one
+            first = inv.deliveries[0].raw
+            inv.kwargs["context"] = inv.context = Context(inv.id, function.name, function.directory, RetryContext(
+                retry_count=max(0, first.dequeue_count - 1), max_retry_count=inv.config.max_dequeue_count - 1,
+            ))
+        try:
+            await self.middleware.before_invocation(inv)
+        except Exception as exc:
+            result = _failure(inv, exc, "before the handler")
+        else:
+            result = await self._call(inv)
+        try:
+            return await self.middleware.after_invocation(inv, result)
+        except Exception as exc:
+            return _failure(inv, exc, "after the handler")
+
+    async def _call(self, inv: Invocation) -> Result:
+        """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
+        inv.handler_task = asyncio.create_task(self._invoke(inv))
+        started = time.monotonic()
+        try:
+            try:
+                await inv.handler_task
+            finally:
+                inv.handler_seconds = time.monotonic() - started
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # the host itself is being torn down
+                raise
+            if inv.cancel_reason is None:
+                inv.log.error("handler cancelled itself")
+                return Result(Outcome.FAILED, "handler raised CancelledError")
+        except TimeoutError:
+            inv.interrupt()
+            reason = f"functionTimeout of {inv.config.function_timeout:g}s exceeded"
+            inv.log.error("handler timed out", reason=reason)
+            return Result(Outcome.FAILED, reason)
+        except Exception as exc:
+            if inv.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
+                inv.log.warning("invocation cancelled", reason=inv.cancel_reason, error=f"{type(exc).__name__}: {exc}")
+                return Result(Outcome.RELEASE, inv.cancel_reason)
+            return _failure(inv, exc, "")
+        if inv.cancel_reason is not None:
+            inv.log.warning("invocation cancelled", reason=inv.cancel_reason)
+            return Result(Outcome.RELEASE, inv.cancel_reason)
+        inv.log.debug("handler succeeded", seconds=round(inv.handler_seconds, 3), messages=len(inv.messages))
+        return Result(Outcome.SUCCEEDED)
+
+    async def _invoke(self, inv: Invocation) -> None:
+        """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread."""
+        function = inv.function
+        current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
+        timeout = inv.config.function_timeout
+        if function.is_async:
+            inv.started = True
+            async with asyncio.timeout(timeout):
+                await function.handler(**inv.kwargs)
+            return
+
+        def in_thread() -> None:
+            if inv.context is not None:  # the Python worker's context.thread_local_storage, filled in the handler's thread
+                inv.context.thread_local_storage.invocation_id = inv.id
+            try:
+                function.handler(**inv.kwargs)
+            finally:
+                for cleanup in inv.thread_cleanup:
+                    cleanup()
+
+        def started() -> None:
+            inv.started = True
+
+        await self.threads.run(in_thread, timeout, on_start=started,
+                               about={"function": function.name, "invocation_id": inv.id})
+
+
+def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
+    """The result of a handler (or middleware ``where``) that raised: poison if it asked for it, else a failure."""
+    if isinstance(exc, Poison):
+        inv.log.error("handler asked for the poison queue", reason=exc.reason)
+        return Result(Outcome.POISON, exc.reason, requested=True)
+    error = f"{type(exc).__name__}: {exc}"
+    if where:
+        inv.log.error(f"invocation failed {where}; the message will be retried", error=error)
+        return Result(Outcome.FAILED, str(exc) if isinstance(exc, InvocationFailed) else error)
+    inv.log.exception("handler failed", error=error)
+    return Result(Outcome.FAILED, error)
+
+
+def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:
+    """The message as the trigger parameter asks for it: the QueueMessage, or its body as bytes or text."""
+    if function.trigger_kind == "bytes":
+        return message.get_body()
+    if function.trigger_kind == "str":
+        return message.get_body().decode("utf-8")
+    return message

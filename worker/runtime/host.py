@@ -1,0 +1,345 @@
+"""The host's lifecycle: start the listeners and the lease scheduler, run, drain, stop.
+
+Data flows one way: listener -> dispatcher -> handler -> completion, with the
+lease scheduler renewing every in-flight message beside them. The host owns
+the order of shutdown, which is where messages are lost or kept:
+
+1. the first SIGTERM or SIGINT stops every listener (nothing new is received);
+2. messages not yet started are released at once (visibility 0), so another
+   worker takes them without waiting for their leases to end;
+3. running handlers get ``drainTimeout`` to finish and complete normally;
+4. whatever still runs is cancelled and released, and the process exits 0.
+
+A second signal exits at once; the leases then bring the messages back, as
+after ``kill -9``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import structlog
+
+from worker import spark
+from worker.app import WorkerApp
+from worker.backends.blobs import BlobStore
+from worker.backends.queues import DeadLetters, QueueBackend, QueueNotFound, TransientError
+from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend, open_blob_store
+from worker.middleware import Chain, builtin
+from worker.model import StartupRefused
+from worker.observability.metrics import Metrics
+from worker.runtime.completion import POISON_SUFFIX, CompletionProcessor
+from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
+from worker.runtime.endpoints import Endpoints
+from worker.runtime.lease import LeaseScheduler
+from worker.runtime.listener import Capacity, Listener
+from worker.runtime.threads import HandlerThreads
+from worker.settings.config import HostConfig
+
+log = structlog.get_logger("worker.runtime.host")
+
+#: How often burst mode looks whether the trigger queues are empty, in seconds.
+BURST_CHECK_INTERVAL = 0.25
+#: How often the queue-length gauge is refreshed when the endpoints are on, in seconds.
+QUEUE_LENGTH_INTERVAL = 10.0
+#: Longest the host waits, at shutdown, for the completions of cancelled invocations and then for
+#: cancelled sync handlers to return, in seconds.
+COMPLETION_GRACE = 10.0
+
+
+@dataclass
+class _Storage:
+    """One queue backend and one blob store per distinct connection string, shared by the bindings that name it.
+
+    Implements :class:`worker.backends.storage.Storage` for the dispatcher's output and input bindings.
+    """
+
+    config: HostConfig
+    metrics: Metrics
+    by_connection: dict[str | None, QueueBackend] = field(default_factory=dict)
+    blob_stores: dict[str, BlobStore] = field(default_factory=dict)
+    #: The listeners of this host by (backend, queue), for :meth:`sent`.
+    listening: dict[tuple[QueueBackend, str], list[Listener]] = field(default_factory=dict)
+
+    def queues(self, name: str | None) -> QueueBackend:
+        """The queue backend of the connection setting ``name`` (opened on first use)."""
+        connection = self.config.connection_string(name)
+        if connection not in self.by_connection:
+            self.by_connection[connection] = open_backend(
+                connection, self.config.base_dir, on_retry=self.metrics.retried_storage_call
+            )
+            log.info("queue storage opened", connection=name, storage=describe(connection))
+        return self.by_connection[connection]
+
+    def blobs(self, name: str | None) -> BlobStore:
+        """The blob store of the connection setting ``name`` (opened on first use)."""
+        connection = self.config.connection_string(name) or f"{SQLITE_PREFIX}{DEFAULT_SQLITE_PATH.as_posix()}"
+        if connection not in self.blob_stores:
+            self.blob_stores[connection] = store = open_blob_store(connection, self.config.base_dir)
+            log.info("blob storage opened", connection=name, storage=store.describe())
+        return self.blob_stores[connection]
+
+    def listen(self, listener: Listener) -> None:
+        self.listening.setdefault((listener.backend, listener.function.queue_name), []).append(listener)
+
+    def sent(self, backend: QueueBackend, queue: str) -> None:
+        """Wake this host's listeners of ``queue`` on ``backend``: a message was just put there."""
+        for listener in self.listening.get((backend, queue), ()):
+            listener.wake()
+
+    async def close(self) -> None:
+        for backend in self.by_connection.values():
+            await backend.close()
+        for store in self.blob_stores.values():
+            await store.close()
+
+
+class Host:
+    """Runs the functions of one app until stopped (or, in burst mode, until their queues are empty)."""
+
+    def __init__(self, app: WorkerApp, config: HostConfig, *, burst: bool = False) -> None:
+        if not app.functions:
+            raise ValueError("the app registers no functions; decorate a handler with @app.queue_trigger")
+        # The start-up checks (worker.ops.preflight) ran before the host was built; what is left to refuse here is
+        # what the host cannot build at all.
+        self._extra_middleware, problems = builtin.load(config.middleware)
+        if problems:
+            raise StartupRefused(problems)
+        self.app = app
+        self.config = config
+        self.burst = burst
+        self.metrics = Metrics()
+        self.stopping = asyncio.Event()
+        self.started_at = time.monotonic()
+        self._signals = 0
+
+    def request_stop(self, signum: int | None = None) -> None:
+        """First call: drain and stop. A second signal: exit at once."""
+        if signum is not None:
+            self._signals += 1
+            if self._signals > 1:
+                log.warning("second signal; exiting at once, leases will bring unfinished messages back")
+                os._exit(128 + signum)
+            log.info("signal received; draining", signal=signal.Signals(signum).name)
+        self.stopping.set()
+
+    async def run(self) -> Dispatcher:
+        """Run until stopped; return the dispatcher so the caller can see whether handler threads still run."""
+        config = self.config
+        for key in config.ignored_keys:
+            log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key,
+                        file=str(config.source) if config.source else None)
+        spark.configure(spark.SparkSettings(
+            config.spark_master, config.spark_app_name, dict(config.spark_conf),
+            log_file=config.base_dir / ".worker" / "spark.log",
+        ))
+        scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
+        backends = _Storage(config, self.metrics)
+        middleware = Chain([*builtin.standard(config, self.metrics, backends), *self.app.middleware,
+                            *self._extra_middleware])
+        completion = CompletionProcessor(scheduler, self.metrics, middleware)
+        threads = HandlerThreads(config.handler_threads)
+        dispatcher = Dispatcher(scheduler, completion, middleware, threads)
+        capacity = Capacity(config.max_in_flight)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_stop, signum)
+        scheduler_task = asyncio.create_task(scheduler.run(), name="lease-scheduler")
+        endpoints: Endpoints | None = None
+        watcher: asyncio.Task[None] | None = None
+        try:
+            listeners = []
+            refused = []
+            for function in self.app.functions:
+                backend = backends.queues(function.connection)
+                own = config.for_function(function.name, function.retry)
+                # Storage that cannot be reached now is no reason to stop: the listener retries and waits for it,
+                # and /readyz says why from the start.
+                unreachable = None
+                try:
+                    if problem := await _queue_problem(backend, function.queue_name, own):
+                        refused.append(f"function {function.name}, trigger queueTrigger ({function.arg_name}): "
+                                       f"{problem}")
+                except TransientError as exc:
+                    self.metrics.inc("storage_errors", function.name)
+                    unreachable = str(exc)
+                    log.error("cannot look at the trigger queue now; the listener will keep trying",
+                              function=function.name, queue=function.queue_name, error=unreachable)
+                if refused:
+                    continue
+                listeners.append(
+                    Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware)
+                )
+                listeners[-1].last_error = unreachable
+                backends.listen(listeners[-1])
+                log.info("function loaded", function=function.name, queue=function.queue_name,
+                         handler="async" if function.is_async else "sync", **_own_settings(config, own))
+            if refused:
+                raise StartupRefused(refused)
+            if config.http_port:
+                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher)
+            middleware.host_started(self.app.functions)
+            log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst,
+                     middleware=[type(m).__name__ for m in middleware.middleware])
+            listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
+            if self.burst:
+                await self._until_drained(listeners, dispatcher)
+            else:
+                await self.stopping.wait()
+            self.stopping.set()
+            await asyncio.gather(*listener_tasks)
+            await self._drain(dispatcher)
+            middleware.host_stopped()
+        finally:
+            for task in (scheduler_task, watcher):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+            if endpoints is not None:
+                await endpoints.stop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            await backends.close()
+            threads.close()
+            await asyncio.to_thread(spark.stop)
+        log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
+        return dispatcher
+
+    async def _serve_endpoints(
+        self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher
+    ) -> tuple[Endpoints, asyncio.Task[None]]:
+        """Start the HTTP endpoints, with gauges for in-flight messages, queue lengths, threads and tasks."""
+        lengths: dict[str, float] = {}
+
+        async def storage_check() -> None:
+            for lst in listeners:
+                lengths[lst.function.queue_name] = await lst.backend.approximate_count(lst.function.queue_name)
+
+        async def watch_lengths() -> None:
+            while True:
+                try:
+                    await storage_check()
+                except Exception as exc:  # readiness reports it; the gauge keeps its last values
+                    log.debug("queue length check failed", error=type(exc).__name__)
+                await asyncio.sleep(QUEUE_LENGTH_INTERVAL)
+
+        def in_flight() -> dict[str, float]:
+            """Messages held per function: the dispatcher's invocations, not the room a receive has reserved."""
+            held: Counter[str] = Counter()
+            for inv in list(dispatcher.invocations):  # read from the scrape's thread; list() copies under the GIL
+                held[inv.function.name] += len(inv.deliveries)
+            return {lst.function.name: held[lst.function.name] for lst in listeners}
+
+        self.metrics.gauge("worker_messages_in_flight", "Messages received and not yet completed", "function", in_flight)
+        self.metrics.gauge("worker_queue_length", "Approximate message count of each trigger queue", "queue",
+                           lambda: dict(lengths))
+        loop = asyncio.get_running_loop()
+        self.metrics.gauge("worker_handler_threads", "Handler threads running a sync handler, and those of them "
+                           "running one the host gave up on", "state",
+                           lambda: {"busy": dispatcher.threads.busy, "abandoned": dispatcher.threads.abandoned})
+        # Read from the scrape's thread: all_tasks() copes with the set changing meanwhile.
+        self.metrics.gauge("worker_event_loop_tasks", "asyncio tasks alive on the host's event loop", "loop",
+                           lambda: {"host": len(asyncio.all_tasks(loop))})
+        endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
+                              draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
+                              last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None))
+        await endpoints.start(self.config.http_port)
+        return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the host was made."""
+        return time.monotonic() - self.started_at
+
+    def totals(self) -> dict[str, int]:
+        """Every counter summed over functions, for the final log line."""
+        table = self.metrics.by_function()
+        names = {name for row in table.values() for name in row}
+        return {name: self.metrics.get(name) for name in sorted(names)}
+
+    async def _until_drained(self, listeners: list[Listener], dispatcher: Dispatcher) -> None:
+        """Burst mode: return once no invocation runs and every trigger queue is empty (or on a signal).
+
+        The queues' counts include messages a receive holds but has not handed
+        over yet (they are invisible, not gone), and an idle long poll holds none.
+        """
+        while not self.stopping.is_set():
+            if not dispatcher.invocations:
+                try:
+                    counts = [await lst.backend.approximate_count(lst.function.queue_name) for lst in listeners]
+                except Exception as exc:  # storage trouble is no reason to stop early, nor to crash
+                    log.warning("burst mode cannot count the trigger queues now", error=f"{type(exc).__name__}: {exc}")
+                    counts = [1]
+                if not dispatcher.invocations and not any(counts):
+                    log.info("trigger queues are empty; stopping (burst mode)")
+                    return
+            try:
+                await asyncio.wait_for(self.stopping.wait(), BURST_CHECK_INTERVAL)
+            except TimeoutError:
+                pass
+
+    async def _drain(self, dispatcher: Dispatcher) -> None:
+        released = dispatcher.release_unstarted()
+        running = len(dispatcher.invocations) - released
+        if dispatcher.invocations:
+            log.info("draining", running=running, releasing_unstarted=released, drain_timeout=self.config.drain_timeout)
+        if await dispatcher.wait_idle(self.config.drain_timeout):
+            return
+        log.warning("drainTimeout passed; cancelling and releasing unfinished messages",
+                    unfinished=len(dispatcher.invocations))
+        dispatcher.cancel_all(SHUTDOWN)
+        if not await dispatcher.wait_idle(COMPLETION_GRACE):
+            log.error("some completions did not finish; their leases will bring the messages back",
+                      unfinished=len(dispatcher.invocations))
+        if not await dispatcher.threads.wait_idle(COMPLETION_GRACE):
+            log.warning("sync handlers still running after cancellation; exiting without them",
+                        threads=dispatcher.threads.busy)
+
+
+def _own_settings(config: HostConfig, own: HostConfig) -> dict[str, object]:
+    """The settings a function runs with that differ from the global ones, for its "function loaded" line."""
+    if own is config:
+        return {}
+    keys = ("batch_size", "new_batch_threshold", "max_polling_interval", "visibility_timeout", "max_dequeue_count",
+            "lease_duration", "function_timeout", "max_concurrency", "retry")
+    changed = {key: getattr(own, key) for key in keys if getattr(own, key) != getattr(config, key)}
+    if "retry" in changed and own.retry is not None:
+        changed["retry"] = own.retry.describe()
+    return changed
+
+
+async def _queue_problem(backend: QueueBackend, queue: str, config: HostConfig) -> str | None:
+    """Why a trigger queue cannot be served as configured, found at start; None when it can.
+
+    Where the service creates queues quickly (Azure Storage, the embedded
+    queue) the trigger queue is created, so that a fresh deployment needs no
+    set-up step. Elsewhere (OCI Queue: a queue is a cloud resource with its
+    own settings) it must exist, and so must where its poison goes: the
+    service's dead-letter queue, which needs a delivery limit, or an existing
+    ``<queue>-poison``.
+    """
+    if backend.capabilities.creates_queues:
+        await backend.create_queue(queue)
+        return None
+    try:
+        await backend.approximate_count(queue)
+    except QueueNotFound as exc:
+        return f"{exc}; this host does not create queues there"
+    if backend.service_dead_letters and isinstance(backend, DeadLetters):
+        limit = await backend.dead_letter_limit(queue)
+        if limit == 0:
+            return (f"queue {queue!r} has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0), so a poison "
+                    "message would come back for ever: set one on the queue, or use poison=host in the connection")
+        log.info("poison messages go to the queue's dead-letter queue", queue=queue, delivery_limit=limit,
+                 max_dequeue_count=config.max_dequeue_count)
+        return None
+    try:
+        await backend.approximate_count(queue + POISON_SUFFIX)
+    except QueueNotFound:
+        return f"poison queue {queue + POISON_SUFFIX!r} does not exist, and this host does not create queues here"
+    return None

@@ -1,0 +1,186 @@
+"""Leases on in-flight messages, and the one scheduler that renews them all.
+
+A message received with a fixed lease (visibility timeout) stays invisible only
+while that lease holds. The scheduler keeps one heap of due times for every
+held lease and wakes once for the earliest, so ten thousand in-flight messages
+cost one sleeping task, not ten thousand: the Pub/Sub client's model rather
+than the WebJobs SDK's timer per message.
+
+A renewal that finds the message gone or its pop receipt changed means someone
+else owns it now: the lease is marked lost, the invocation is told, and the
+completion for it is skipped. Any other error (storage down) is retried sooner,
+never fatal: the receipt stays valid until someone else receives the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections import deque
+
+import structlog
+
+from worker.backends.queues import LeaseGone, MessageNotFound
+from worker.model import Lease
+from worker.observability.metrics import Metrics
+
+log = structlog.get_logger("worker.runtime.lease")
+
+#: Soonest a failed renewal is tried again, in seconds.
+MIN_RETRY = 0.25
+#: Renewals in flight at once (one task each), so that a burst of due leases does not flood storage.
+MAX_CONCURRENT_RENEWALS = 64
+#: Heap entries of finished leases tolerated beyond the held ones before the heap is rebuilt.
+COMPACT_SLACK = 64
+
+
+class LeaseScheduler:
+    """Renews every held lease at ``fraction`` of its duration (the lease's own, else ``duration``), from one task."""
+
+    def __init__(self, duration: float, fraction: float, metrics: Metrics) -> None:
+        self.duration = duration
+        self.fraction = fraction
+        self.metrics = metrics
+        self._heap: list[tuple[float, int, Lease]] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._held: set[Lease] = set()
+        #: Leases past their renewal time, waiting for a renewer.
+        self._due: deque[Lease] = deque()
+        self._renewers: set[asyncio.Task[None]] = set()
+
+    @property
+    def held(self) -> frozenset[Lease]:
+        return frozenset(self._held)
+
+    def _extend(self, lease: Lease, now: float) -> None:
+        """Record a lease just taken or renewed for ``duration`` and schedule its next renewal.
+
+        A backend that keeps visibility times in whole seconds (Azure Storage)
+        may give a lease up to its ``limits.visibility_resolution`` shorter than asked,
+        so that much is taken off before the renewal point is worked out.
+        """
+        resolution = lease.backend.limits.visibility_resolution if lease.backend is not None else 0.0
+        duration = lease.duration or self.duration
+        lasts = max(duration - resolution, duration * self.fraction / 2)
+        lease.expires_at = now + lasts
+        self._schedule(lease, now + lasts * self.fraction)
+
+    def hold(self, lease: Lease) -> None:
+        """Start renewing ``lease``, which was just taken for ``duration`` seconds."""
+        now = time.monotonic()
+        lease.acquired_at = now
+        self._held.add(lease)
+        self._extend(lease, now)
+
+    def forget(self, lease: Lease) -> None:
+        """Stop renewing ``lease`` (its message is completed or released). Caller holds ``lease.lock``.
+
+        Its heap entry is skipped when due. Entries of finished leases would otherwise pile up for
+        half a lease (5 minutes by default: tens of thousands at a few hundred messages a second), so
+        once they are most of the heap it is rebuilt without them, which costs O(1) per lease overall.
+        """
+        lease.finished = True
+        lease.on_lost = None
+        self._held.discard(lease)
+        if len(self._heap) > 2 * len(self._held) + COMPACT_SLACK:
+            self._heap = [entry for entry in self._heap if not entry[2].finished and entry[0] == entry[2].due]
+            heapq.heapify(self._heap)
+
+    def resume(self, lease: Lease) -> None:
+        """Renew ``lease`` again, at once: its completion failed and will be retried. Caller holds ``lease.lock``.
+
+        Unlike :meth:`hold`, the lease keeps the expiry it has: renewals may have failed meanwhile.
+        """
+        lease.finished = False
+        lease.completing = True
+        self._held.add(lease)
+        self._schedule(lease, time.monotonic())
+
+    def _schedule(self, lease: Lease, due: float) -> None:
+        earliest = self._heap[0][0] if self._heap else float("inf")
+        lease.due = due
+        heapq.heappush(self._heap, (due, next(self._seq), lease))
+        if due < earliest:
+            self._wake.set()
+
+    async def run(self) -> None:
+        """Sleep until the earliest due lease, hand all due ones to the renewers, repeat; until cancelled."""
+        try:
+            while True:
+                self._wake.clear()
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    due, _, lease = heapq.heappop(self._heap)
+                    if not lease.finished and due == lease.due:
+                        self._due.append(lease)
+                while self._due and len(self._renewers) < MAX_CONCURRENT_RENEWALS:
+                    task = asyncio.create_task(self._renew_due())
+                    self._renewers.add(task)
+                    task.add_done_callback(self._renewers.discard)
+                timeout = self._heap[0][0] - now if self._heap else None
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except TimeoutError:
+                    pass
+        finally:
+            for task in list(self._renewers):
+                task.cancel()
+
+    async def _renew_due(self) -> None:
+        """One renewer: renew due leases until none is left, then end (so idle renewers cost nothing)."""
+        while self._due:
+            await self._renew(self._due.popleft())
+
+    async def _renew(self, lease: Lease) -> None:
+        assert lease.backend is not None and lease.pop_receipt is not None
+        async with lease.lock:
+            if lease.finished:
+                return
+            try:
+                receipt = await lease.backend.update(
+                    lease.queue, lease.message_id, lease.pop_receipt, lease.duration or self.duration
+                )
+            except LeaseGone as exc:
+                if lease.completing and isinstance(exc, MessageNotFound) and lease.holds():
+                    # The retried completion's earlier attempt deleted it (see CompletionProcessor._delete): stop
+                    # renewing and let the completion find it gone.
+                    self.forget(lease)
+                    return
+                self._lose(lease, exc)
+                return
+            except Exception as exc:  # storage trouble: keep the lease, try again sooner
+                self.metrics.inc("storage_errors", lease.function)
+                now = time.monotonic()
+                retry_in = max(MIN_RETRY, (lease.expires_at - now) / 2)
+                lease.failed_renewals += 1
+                (log.warning if lease.failed_renewals == 1 else log.debug)(
+                    "lease renewal failed; retrying",
+                    **lease.log_fields(),
+                    error=f"{type(exc).__name__}: {exc}", retry_in=round(retry_in, 3),
+                    failed_in_a_row=lease.failed_renewals,
+                )
+                self._schedule(lease, now + retry_in)
+                return
+            lease.pop_receipt = receipt.pop_receipt
+            lease.renewals += 1
+            lease.failed_renewals = 0
+            self.metrics.inc("lease_renewals", lease.function)
+            self._extend(lease, time.monotonic())
+
+    def _lose(self, lease: Lease, exc: Exception) -> None:
+        """Someone else owns the message now: tell the invocation, skip its completion."""
+        lease.finished = True
+        self._held.discard(lease)
+        lease.lost.set()
+        lease.cancelled.set()
+        self.metrics.inc("leases_lost", lease.function)
+        log.warning(
+            "lease lost; the message now belongs to another receiver",
+            **lease.log_fields(),
+            reason=type(exc).__name__,
+        )
+        if lease.on_lost is not None:
+            lease.on_lost()

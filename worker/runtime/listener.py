@@ -1,0 +1,349 @@
+"""When to fetch: one listener per function, as the WebJobs SDK's QueueListener.
+
+A listener receives up to ``batchSize`` messages with the fixed lease, hands
+each to the dispatcher at once, and fetches again as soon as its in-flight
+count falls to ``newBatchThreshold``. On an empty queue it long-polls where
+the backend can wait (the call returns as soon as a message is there), and
+elsewhere backs off with randomized exponential delays up to
+``maxPollingInterval``, starting over at the next message or when this host
+itself writes to the queue (:meth:`Listener.wake`). A storage error never
+stops it: it is logged, counted and backed off like an empty queue.
+
+While the queue keeps returning full batches, more receives run at once (one
+more per full batch, up to ``maxInFlight / batchSize``), so that throughput
+follows the storage's bandwidth rather than its round-trip time; a partial
+batch brings it back to one. Each receive reserves its room first, so
+``maxInFlight`` holds however many run; a long poll holds one place, and is
+cut short if another function has none left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import structlog
+
+from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
+from worker.middleware import Chain
+from worker.model import FunctionSpec
+from worker.observability.metrics import Metrics
+from worker.runtime.dispatcher import Dispatcher
+from worker.settings.config import HostConfig
+
+log = structlog.get_logger("worker.runtime.listener")
+
+#: Shortest back-off, and the first step of the exponential sequence (as in Functions).
+MIN_POLL_DELAY = 0.1
+#: Most receives one function keeps in flight while its queue returns full batches.
+MAX_PIPELINE = 8
+
+
+class Backoff:
+    """100 ms, 200 ms, 400 ms ... up to ``ceiling``, each with +-20 % jitter."""
+
+    def __init__(self, ceiling: float) -> None:
+        self.ceiling = max(ceiling, MIN_POLL_DELAY)
+        self._attempt = 0
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+    def next(self) -> float:
+        delay = min(self.ceiling, MIN_POLL_DELAY * 2 ** min(self._attempt, 30))
+        self._attempt += 1
+        return min(self.ceiling, delay * random.uniform(0.8, 1.2))
+
+
+class Capacity:
+    """In-flight messages and invocations per function, and messages in all, bounded by ``maxInFlight``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self._per_function: Counter[str] = Counter()
+        self._invocations: Counter[str] = Counter()
+        #: Receives in progress per function, and the room they reserved.
+        self._receiving: Counter[str] = Counter()
+        self._receiving_room: Counter[str] = Counter()
+        #: Set whenever places are given back; every waiting listener wakes and looks again.
+        self._changed = asyncio.Event()
+        #: Long polls holding room, each with the event that asks it to give the room back.
+        self._long_polls: dict[asyncio.Event, str] = {}
+        #: Functions waiting for room because the process has none left.
+        self._starved: Counter[str] = Counter()
+
+    def in_flight(self, function: str) -> int:
+        return self._per_function[function]
+
+    async def reserve(self, function: str, threshold: int, want: int, allowed: Callable[[], int] | None = None) -> int:
+        """Wait until ``function`` holds no more than ``threshold``, the process has room and ``allowed`` gives some.
+
+        ``allowed()`` is what middleware lets the function receive now
+        (maxConcurrency), read again whenever places are given back. The room is taken before the receive (the
+        check and the taking have no await between them), so that listeners
+        receiving at the same time cannot together pass ``maxInFlight``; the
+        caller gives back what the receive did not fill.
+        """
+        while True:
+            if self._per_function[function] <= threshold and self.total < self.limit:
+                room = min(want, self.limit - self.total)
+                if allowed is not None:
+                    room = min(room, allowed())
+                if room > 0:
+                    break
+            starved = self.total >= self.limit
+            if starved:  # room held by idle long polls of other functions is asked back
+                self._starved[function] += 1
+                for preempt, holder in self._long_polls.items():
+                    if holder != function:
+                        preempt.set()
+            self._changed.clear()
+            try:
+                await self._changed.wait()
+            finally:
+                if starved:
+                    self._starved[function] -= 1
+        self._per_function[function] += room
+        self.total += room
+        self._receiving[function] += 1
+        self._receiving_room[function] += room
+        return room
+
+    def received(self, function: str, room: int) -> None:
+        """A receive that reserved ``room`` has returned (what it did not fill is given back separately)."""
+        self._receiving[function] -= 1
+        self._receiving_room[function] -= room
+
+    def running(self, function: str, *, batches: bool) -> int:
+        """Invocations of ``function`` held now, and those the receives in progress may start.
+
+        A receive of ``cardinality="many"`` (``batches``) starts one invocation; otherwise one per message.
+        """
+        pending = self._receiving[function] if batches else self._receiving_room[function]
+        return self._invocations[function] + pending
+
+    def long_poll(self, function: str) -> asyncio.Event:
+        """A long poll of ``function`` begins, holding room; the event is set if another function needs the room."""
+        preempt = asyncio.Event()
+        self._long_polls[preempt] = function
+        if any(n for name, n in self._starved.items() if name != function):
+            preempt.set()  # another function already waits for room: do not hold it
+        return preempt
+
+    def long_poll_done(self, preempt: asyncio.Event) -> None:
+        self._long_polls.pop(preempt, None)
+
+    def started(self, function: str) -> None:
+        """One invocation of ``function`` was dispatched with places reserved before."""
+        self._invocations[function] += 1
+
+    def give_back(self, function: str, count: int = 1, invocations: int = 0) -> None:
+        """``count`` reserved places (and ``invocations`` invocations) are free again."""
+        if count or invocations:
+            self._per_function[function] -= count
+            self._invocations[function] -= invocations
+            self.total -= count
+            self._changed.set()
+
+
+class Listener:
+    def __init__(
+        self,
+        function: FunctionSpec,
+        backend: QueueBackend,
+        config: HostConfig,
+        dispatcher: Dispatcher,
+        capacity: Capacity,
+        metrics: Metrics,
+        stopping: asyncio.Event,
+        middleware: Chain,
+    ) -> None:
+        """``config`` is the function's own settings (:meth:`HostConfig.for_function`)."""
+        self.function = function
+        self.middleware = middleware
+        self.backend = backend
+        self.config = config
+        self.dispatcher = dispatcher
+        self.capacity = capacity
+        self.metrics = metrics
+        self.stopping = stopping
+        self._wake = asyncio.Event()
+        self._log = log.bind(function=function.name, queue=function.queue_name)
+        #: Why the last storage call failed, until one succeeds again (for /readyz when storage does not answer).
+        self.last_error: str | None = None
+        #: Receives wanted at once now (1 .. _most), and the condition parked receivers wait on.
+        self._most = max(1, min(MAX_PIPELINE, config.max_in_flight // config.batch_size))
+        self._receivers = 1
+        self._more = asyncio.Condition()
+        #: The last long poll gave its room back to another function.
+        self._preempted = False
+
+    def wake(self) -> None:
+        """Cut a back-off short: something was just written to this queue."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble."""
+        extra = [asyncio.create_task(self._pipelined(index), name=f"receiver-{self.function.name}-{index}")
+                 for index in range(1, self._most)]
+        try:
+            await self._first()
+        finally:
+            for task in extra:
+                task.cancel()
+            await asyncio.gather(*extra, return_exceptions=True)
+
+    async def _first(self) -> None:
+        """The receiver that always runs: full batches while messages come, then one long poll (or back-off).
+
+        A long poll holds one place of ``maxInFlight``, not a batch, so idle
+        functions waiting together leave the room to busy ones; the message
+        that ends it is dispatched and a full receive follows at once.
+        """
+        backoff = Backoff(self.config.max_polling_interval)
+        wait = self.backend.limits.long_poll
+        busy = True
+        while not self.stopping.is_set():
+            long_poll = wait > 0 and not busy
+            room = await self._wait_for_room(1 if long_poll else self.config.batch_size)
+            if room == 0:
+                return
+            self._wake.clear()  # a wake from now on is for a message this receive may not see
+            messages, failed = await self._receive(room, wait if long_poll else 0)
+            busy = bool(messages)
+            if messages:
+                backoff.reset()
+            elif failed or wait <= 0 or self._preempted:
+                # Polling with back-off: a backend that cannot wait, storage trouble, or room too short to share
+                # (this long poll was asked to give its place to another function, which may ask again).
+                await self._sleep(backoff.next())
+
+    async def _pipelined(self, index: int) -> None:
+        """A further receiver, at work only while full batches keep coming (while ``index`` < receivers wanted)."""
+        while not self.stopping.is_set():
+            async with self._more:
+                await self._more.wait_for(lambda: self._receivers > index)
+            room = await self._wait_for_room(self.config.batch_size)
+            if room == 0:
+                return
+            await self._receive(room, 0)
+
+    async def _receive(self, room: int, wait: float) -> tuple[list[RawMessage], bool]:
+        """One receive of up to ``room`` (reserved) messages, dispatched; returns them and whether storage failed.
+
+        A long poll (``wait`` > 0) is cut short when the host stops or another
+        function needs the room it holds; nothing is lost (the backend gives
+        back what it took).
+        """
+        name = self.function.name
+        messages: list[RawMessage] = []
+        failed = False
+        started = time.monotonic()
+        try:
+            messages = await self._call(room, wait)
+            self.last_error = None
+            if messages or wait <= 0:
+                self.metrics.receive_seconds.labels(name).observe(time.monotonic() - started)
+        except QueueNotFound as exc:
+            # Deleted under the host, or never created because storage was down at start.
+            if self.backend.capabilities.creates_queues:
+                self._log.warning("trigger queue does not exist; creating it")
+                await self._create_queue()
+            else:
+                self.last_error = str(exc)
+                self._log.error("trigger queue does not exist, and this host does not create queues there; "
+                                "backing off", error=str(exc))
+            failed = True
+        except Exception as exc:
+            self.metrics.inc("storage_errors", name)
+            self.last_error = str(exc) or type(exc).__name__
+            self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
+            failed = True
+        self.capacity.received(name, room)
+        self.capacity.give_back(name, room - len(messages))
+        if messages:
+            self.middleware.after_receive(self.function, len(messages))
+            batches = [messages] if self.function.many else [[raw] for raw in messages]
+            for batch in batches:
+                self.capacity.started(name)
+                self.dispatcher.dispatch(self.function, self.config, self.backend, batch, self._give_back(len(batch)))
+        if wait <= 0:
+            await self._pace(full=len(messages) >= room)
+        return messages, failed
+
+    async def _call(self, room: int, wait: float) -> list[RawMessage]:
+        """The backend's receive; a long poll ends early (empty) on stop or when its room is asked back."""
+        receive = self.backend.receive(self.function.queue_name, room, self.config.lease_duration, wait=wait,
+                                       channel=self.function.channel)
+        if wait <= 0:
+            return await receive
+        call = asyncio.ensure_future(receive)
+        preempt = self.capacity.long_poll(self.function.name)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        asked = asyncio.ensure_future(preempt.wait())
+        try:
+            await asyncio.wait({call, stop, asked}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.capacity.long_poll_done(preempt)
+            stop.cancel()
+            asked.cancel()
+        self._preempted = preempt.is_set() and not self.stopping.is_set()
+        if not call.done():
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            return []
+        return call.result()
+
+    async def _pace(self, *, full: bool) -> None:
+        """One more receiver after a full batch (up to the most), back to one after a partial one."""
+        wanted = min(self._most, self._receivers + 1) if full else 1
+        if wanted != self._receivers:
+            self._receivers = wanted
+            async with self._more:
+                self._more.notify_all()
+
+    async def _create_queue(self) -> None:
+        try:
+            await self.backend.create_queue(self.function.queue_name)
+        except Exception as exc:
+            self.metrics.inc("storage_errors", self.function.name)
+            self.last_error = str(exc) or type(exc).__name__
+            self._log.error("creating the trigger queue failed; backing off", error=f"{type(exc).__name__}: {exc}")
+
+    def _allowed(self) -> int:
+        """What middleware (maxConcurrency) lets this function receive now, given its running invocations."""
+        running = self.capacity.running(self.function.name, batches=self.function.many)
+        return self.middleware.receive_limit(self.function, self.config, running, self.config.batch_size)
+
+    def _give_back(self, count: int) -> Callable[[], None]:
+        """What an invocation of ``count`` messages calls when it is completed."""
+        return lambda: self.capacity.give_back(self.function.name, count, invocations=1)
+
+    async def _wait_for_room(self, want: int) -> int:
+        """Room for the next receive (at most ``want``), or 0 when the host is stopping."""
+        room = asyncio.ensure_future(
+            self.capacity.reserve(self.function.name, self.config.new_batch_threshold, want, self._allowed)
+        )
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({room, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not room.done():
+            room.cancel()
+            return 0
+        if self.stopping.is_set():
+            self.capacity.received(self.function.name, room.result())
+            self.capacity.give_back(self.function.name, room.result())
+            return 0
+        return room.result()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Back off for ``seconds``, or less if woken (also by a wake during the last receive) or stopping."""
+        wake = asyncio.ensure_future(self._wake.wait())
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({wake, stop}, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        wake.cancel()
+        stop.cancel()

@@ -1,0 +1,103 @@
+"""The threads that run synchronous handlers, and the ones the host had to give up on.
+
+A sync handler runs in one of ``handlerThreads`` threads so that it never
+blocks the event loop; a message waiting for a thread has not started. Python
+cannot stop a thread: a handler the host gave up on (past functionTimeout, or
+cancelled) keeps its thread until it returns. Such threads are counted as
+abandoned, and once all of them are, the host reports itself stuck (only a
+restart frees them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import structlog
+
+log = structlog.get_logger("worker.runtime.threads")
+
+
+class HandlerThreads:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._pool = ThreadPoolExecutor(size, thread_name_prefix="handler")
+        self._slots = asyncio.Semaphore(size)
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        #: Threads still running a handler the host gave up on (timed out or cancelled).
+        self._abandoned: set[Future[None]] = set()
+
+    async def run(
+        self, call: Callable[[], None], timeout: float | None, *, on_start: Callable[[], None], about: dict[str, str]
+    ) -> None:
+        """Wait for a free thread, call ``on_start``, run ``call`` there (in a copy of this context) within ``timeout``.
+
+        Raises TimeoutError past ``timeout``, and whatever ``call`` raised. If
+        the caller stops waiting (timeout, cancellation), the thread is
+        recorded as abandoned until ``call`` returns; ``about`` names the
+        invocation in the warning.
+        """
+        await self._slots.acquire()
+        on_start()
+        self._busy += 1
+        self._idle.clear()
+        loop = asyncio.get_running_loop()
+        future = self._pool.submit(contextvars.copy_context().run, call)
+        future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._free, done))
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.wrap_future(future)
+        except BaseException:
+            if not future.done():
+                self._abandon(future, about)
+            raise
+
+    @property
+    def busy(self) -> int:
+        """Sync handlers still running in a thread, including ones the host has given up on."""
+        return self._busy
+
+    @property
+    def abandoned(self) -> int:
+        """Threads held by handlers the host gave up on; they come back only when those handlers return."""
+        return len(self._abandoned)
+
+    def stuck(self) -> str | None:
+        """Why the host can no longer run sync handlers (every thread held by an abandoned one), or None."""
+        if len(self._abandoned) < self.size:
+            return None
+        return (f"every handler thread ({self.size}) runs a handler that ran past functionTimeout or was cancelled; "
+                "only a restart frees them")
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Give cancelled sync handlers ``timeout`` to notice ``message.cancelled`` and return."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _abandon(self, future: Future[None], about: dict[str, str]) -> None:
+        """The host stops waiting for a sync handler that still runs: its thread stays taken until it returns."""
+        self._abandoned.add(future)
+        log.warning(
+            "handler thread is still running after the host gave up on it; it stays busy until the handler returns",
+            **about, threads_abandoned=len(self._abandoned), handler_threads=self.size,
+        )
+        if (problem := self.stuck()) is not None:
+            log.error("sync handlers can no longer run", problem=problem)
+
+    def _free(self, future: Future[None]) -> None:
+        """A thread is free only when its handler returns, not when the host stops waiting for it."""
+        self._abandoned.discard(future)
+        self._busy -= 1
+        if self._busy == 0:
+            self._idle.set()
+        self._slots.release()

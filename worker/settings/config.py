@@ -1,0 +1,538 @@
+"""host.yaml: the host's settings, shaped like Azure Functions' host.json.
+
+A Functions user can copy ``extensions.queues`` and ``functionTimeout`` across
+unchanged (YAML reads JSON, so ``--config host.json`` works too). Keys that
+host.json has but this host does not use are accepted with a warning, so that a
+copied file loads; every other unknown key, wrong type or out-of-range value is
+an error naming the key and, where the YAML gives one, the line.
+
+Environment variables override file values: ``WORKER__extensions__queues__batchSize=4``.
+
+A ``functions:`` section, keyed by function name, overrides the queue settings
+for one function (``functions: {resize: {maxConcurrency: 2, retry: {...}}}``,
+or ``WORKER__functions__resize__maxConcurrency=2``); :meth:`HostConfig.for_function`
+gives the settings one function runs with. host.json's own ``functions`` (a
+list of the functions to load) is accepted and ignored, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from worker.settings.connections import ResolvedConnection, Service, resolve
+from worker.settings.retry import RetryPolicy, parse_retry
+
+ENV_PREFIX = "WORKER__"
+
+#: host.json keys that mean something to the Functions host but nothing here.
+IGNORED_HOST_JSON_KEYS = frozenset(
+    {
+        "logging",
+        "extensionBundle",
+        "aggregator",
+        "healthMonitor",
+        "managedDependency",
+        "concurrency",
+        "singleton",
+        "watchDirectories",
+        "watchFiles",
+        "customHandler",
+        "languageWorkers",
+        "console",
+        "extensions.http",
+        "extensions.blobs",
+        "extensions.serviceBus",
+        "extensions.eventHubs",
+        "extensions.durableTask",
+    }
+)
+
+
+class ConfigError(ValueError):
+    """A setting is wrong. ``key`` is the dotted path, ``where`` the file:line or variable."""
+
+    def __init__(self, key: str, problem: str, where: str | None = None) -> None:
+        self.key = key
+        self.problem = problem
+        self.where = where
+        prefix = f"{where}: " if where else ""
+        super().__init__(f"{prefix}{key}: {problem}")
+
+
+_DURATION_HMS = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
+_DURATION_UNIT = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from ``hh:mm:ss`` (host.json's TimeSpan, optionally ``d.hh:mm:ss``), ``30s``/``10m``/``250ms``, or a number.
+
+    Raises ValueError with the accepted forms, for ConfigError to wrap.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if m := _DURATION_HMS.match(text):
+            days, hours, minutes, seconds = m.groups()
+            if int(minutes) >= 60 or float(seconds) >= 60:
+                raise ValueError(f"minutes and seconds must be below 60 in {value!r}")
+            return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        if m := _DURATION_UNIT.match(text):
+            return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    raise ValueError(f"expected a duration like '00:05:00', '30s' or '10m', got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Setting:
+    """One key of the schema: how to read it and which values are allowed."""
+
+    attr: str
+    parse: Callable[[Any], Any]
+    check: Callable[[Any], str | None] = lambda _v: None
+
+    def read(self, key: str, value: Any, where: str) -> Any:
+        """``value`` parsed and checked; ConfigError naming ``key`` and ``where`` when it is wrong."""
+        try:
+            parsed = self.parse(value)
+        except ValueError as exc:
+            raise ConfigError(key, str(exc), where) from None
+        if problem := self.check(parsed):
+            raise ConfigError(key, problem, where)
+        return parsed
+
+
+def _integer(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {value!r}")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, got {value!r}")
+    return value
+
+
+def _version(value: Any) -> str:
+    """``version: 1.0`` unquoted reads as a number in YAML; it is still the version text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return _text(value)
+
+
+def _spark_conf(value: Any) -> dict[str, str]:
+    """``spark.conf``: Spark property names to values, given to the SparkSession builder as text."""
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping of Spark properties to values, got {value!r}")
+    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A list of ``module:attribute`` names (``worker.middleware``)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"expected a list of module:attribute names, got {value!r}")
+    return tuple(value)
+
+
+def _spark_master(value: Any) -> str:
+    master = _text(value)
+    if not re.match(r"^(local(\[(\*|\d+)\])?|local-cluster\[.*\]|spark://.+|sc://.+|yarn|k8s://.+|mesos://.+)$", master):
+        raise ValueError(
+            f"expected a Spark master (local[*], spark://host:port, sc://host:port, yarn, k8s://...), got {master!r}"
+        )
+    return master
+
+
+def _optional_duration(value: Any) -> float | None:
+    """functionTimeout: -1 (or null) means no limit, as in host.json."""
+    if value is None or value == -1 or value == "-1":
+        return None
+    return parse_duration(value)
+
+
+def _between(low: float, high: float, unit: str = "") -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if value is None or low <= value <= high:
+            return None
+        got = "NaN" if value != value else f"{value:g}{unit}"
+        return f"must be between {low:g}{unit} and {high:g}{unit}, got {got}"
+
+    return check
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
+
+    return check
+
+
+_WEEK = 7 * 86400.0
+
+_SCHEMA: dict[str, _Setting] = {
+    "version": _Setting("version", _version),
+    "functionTimeout": _Setting("function_timeout", _optional_duration, _between(1, 10 * _WEEK, "s")),
+    "extensions.queues.batchSize": _Setting("batch_size", _integer, _between(1, 32)),
+    "extensions.queues.newBatchThreshold": _Setting("new_batch_threshold", _integer, _between(0, 10_000)),
+    "extensions.queues.maxPollingInterval": _Setting("max_polling_interval", parse_duration, _between(0.1, 86400, "s")),
+    "extensions.queues.visibilityTimeout": _Setting("visibility_timeout", parse_duration, _between(0, _WEEK, "s")),
+    "extensions.queues.maxDequeueCount": _Setting("max_dequeue_count", _integer, _between(1, 10_000)),
+    "extensions.queues.messageEncoding": _Setting("message_encoding", _text, _one_of("base64", "none")),
+    "worker.leaseDuration": _Setting("lease_duration", parse_duration, _between(1, _WEEK, "s")),
+    "worker.leaseRenewalFraction": _Setting("lease_renewal_fraction", _number, _between(0.1, 0.9)),
+    "worker.drainTimeout": _Setting("drain_timeout", parse_duration, _between(0, 86400, "s")),
+    "worker.maxInFlight": _Setting("max_in_flight", _integer, _between(1, 100_000)),
+    "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
+    "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
+    "worker.invocationLogs": _Setting("invocation_logs", _boolean),
+    "worker.middleware": _Setting("middleware", _names),
+    "worker.processes": _Setting("processes", _integer, _between(1, 256)),
+    "retry": _Setting("retry", lambda value: parse_retry(value, parse_duration)),
+    "spark.master": _Setting("spark_master", _spark_master),
+    "spark.appName": _Setting("spark_app_name", _text),
+    "spark.conf": _Setting("spark_conf", _spark_conf),
+}
+
+
+#: The keys a ``functions.<name>`` section may set: each is the global key of the same meaning, for one function.
+_FUNCTION_KEYS: dict[str, str] = {
+    "batchSize": "extensions.queues.batchSize",
+    "newBatchThreshold": "extensions.queues.newBatchThreshold",
+    "maxPollingInterval": "extensions.queues.maxPollingInterval",
+    "visibilityTimeout": "extensions.queues.visibilityTimeout",
+    "maxDequeueCount": "extensions.queues.maxDequeueCount",
+    "leaseDuration": "worker.leaseDuration",
+    "functionTimeout": "functionTimeout",
+    "retry": "retry",
+    "maxConcurrency": "maxConcurrency",
+}
+#: Settings that exist per function only.
+_FUNCTION_ONLY: dict[str, _Setting] = {
+    "maxConcurrency": _Setting("max_concurrency", _integer, _between(1, 100_000)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionOverrides:
+    """One ``functions.<name>`` section: the settings it changes, and where it stands (file:line)."""
+
+    settings: Mapping[str, Any]
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    """Every setting the host reads, with Azure Functions' defaults where it has one.
+
+    Durations are seconds. ``new_batch_threshold`` defaults, as in Functions, to
+    half the batch size times the processor count.
+    """
+
+    version: str = "1.0"
+    #: Longest a handler may run; None for no limit (-1 in host.json).
+    function_timeout: float | None = 30 * 60.0
+    batch_size: int = 16
+    new_batch_threshold: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
+    max_polling_interval: float = 60.0
+    visibility_timeout: float = 0.0
+    max_dequeue_count: int = 5
+    message_encoding: str = "base64"
+    #: The lease taken at receive and renewed while a handler runs (Functions: a fixed 10 minutes).
+    lease_duration: float = 600.0
+    #: Renew when this fraction of the lease has passed (Functions: half).
+    lease_renewal_fraction: float = 0.5
+    drain_timeout: float = 30.0
+    #: Messages held at once across all functions (received and not yet completed).
+    max_in_flight: int = 64
+    #: Threads that run synchronous handlers; a sync message waits for one.
+    handler_threads: int = 16
+    #: Port of /healthz, /readyz, /metrics and /leases; 0 (the default) turns the server off.
+    http_port: int = 0
+    #: An INFO line when each invocation starts (Executing) and ends (Executed), as Functions logs them.
+    invocation_logs: bool = True
+    #: Middleware to add, as ``module:attribute`` names, after the host's own and the app's.
+    middleware: tuple[str, ...] = ()
+    #: Worker processes ``worker run`` starts under a supervisor (FUNCTIONS_WORKER_PROCESS_COUNT); 1: no supervisor.
+    processes: int = 1
+    #: Where Spark runs: local[*], a cluster master, or a Spark Connect sc:// URL.
+    spark_master: str = "local[*]"
+    spark_app_name: str = "queueworker"
+    #: Spark properties for the session builder (spark.sql.shuffle.partitions, ...).
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    #: Named connection strings; an environment variable of the same name wins.
+    connections: Mapping[str, str] = field(default_factory=dict)
+    #: Folder relative paths (the embedded queue file) are resolved against: host.yaml's.
+    base_dir: Path = field(default_factory=Path.cwd)
+    #: How long a failed message waits before its next attempt (the release's visibility); None: visibilityTimeout.
+    retry: RetryPolicy | None = None
+    #: Invocations of one function at once (a ``functions:`` setting); None: bounded by maxInFlight only.
+    max_concurrency: int | None = None
+    #: The ``functions:`` section: settings of single functions, by function name.
+    functions: Mapping[str, FunctionOverrides] = field(default_factory=dict)
+    #: Keys read but not used (copied from host.json), for the host to warn about.
+    ignored_keys: tuple[str, ...] = ()
+    #: The file the settings were read from (host.yaml or host.json); None for the defaults.
+    source: Path | None = None
+
+    def for_function(self, name: str, code_retry: RetryPolicy | None = None) -> HostConfig:
+        """The settings function ``name`` runs with: its ``functions:`` section over the global ones.
+
+        ``code_retry`` is a retry policy given in code (``@app.retry``); the
+        function's own host.yaml ``retry`` wins over it, and it wins over the
+        global ``retry``, as a function's retry wins over host.json's in Functions.
+        """
+        overrides = dict(self.functions[name].settings) if name in self.functions else {}
+        if code_retry is not None and "retry" not in overrides:
+            overrides["retry"] = code_retry
+        return replace(self, **overrides) if overrides else self
+
+    def key_of(self, function: str, attr: str) -> str:
+        """The host.yaml key that gives function ``function`` its ``attr`` (a HostConfig field), for messages.
+
+        ``functions.<name>.<key> (file:line)`` where the function's section sets it, else the global key.
+        """
+        section = self.functions.get(function)
+        if section is not None and attr in section.settings:
+            key = next(k for k, g in _FUNCTION_KEYS.items() if (_FUNCTION_ONLY.get(k) or _SCHEMA[g]).attr == attr)
+            return f"functions.{function}.{key} ({section.where})"
+        return next(key for key, setting in _SCHEMA.items() if setting.attr == attr)
+
+    def resolve_connection(
+        self, name: str | None, service: Service = "queue", *, embedded_default: bool = False
+    ) -> ResolvedConnection:
+        """Resolve a binding's ``connection`` as Functions does (:mod:`worker.settings.connections`), reading it now.
+
+        Raises ConnectionSettingError (MissingConnection with Functions' message) when it resolves to nothing.
+        """
+        return resolve(name, service, environ=os.environ, connections=self.connections,
+                       embedded_default=embedded_default)
+
+    def connection_string(self, name: str | None, service: Service = "queue") -> str | None:
+        """The connection string of ``name``; None is the embedded queue's default file.
+
+        ``name`` None is a binding that names no connection (a WorkerApp's, or
+        a CLI command without ``--connection``): ``AzureWebJobsStorage`` when
+        it is set, else the embedded queue. A named one must resolve.
+        """
+        return self.resolve_connection(name, service, embedded_default=name is None).value
+
+
+def _line_index(text: str) -> dict[str, int]:
+    """Map each dotted key path to the 1-based line where its key stands, for error messages."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                path = f"{prefix}{key_node.value}"
+                lines[path] = key_node.start_mark.line + 1
+                walk(value_node, path + ".")
+
+    if root is not None:
+        walk(root, "")
+    return lines
+
+
+def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
+    """Flatten nested mappings to dotted keys, stopping at ignored host.json sections."""
+    if not isinstance(tree, dict):
+        raise ConfigError(prefix.rstrip(".") or "(top level)", f"expected a mapping, got {tree!r}", where)
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if path in IGNORED_HOST_JSON_KEYS or path in ("connections", "functions"):
+            out[path] = value
+        elif value is None and any(known.startswith(path + ".") for known in _SCHEMA):
+            continue  # a section whose keys are all commented out
+        elif isinstance(value, dict) and path not in _SCHEMA:
+            _flatten(value, path + ".", out, where)
+        else:
+            out[path] = value
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
+    """``WORKER__a__b=v`` becomes ``{"a.b": (v parsed as a YAML scalar, "WORKER__a__b")}``."""
+    found: dict[str, tuple[Any, str]] = {}
+    for name, raw in environ.items():
+        if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
+            path = ".".join(name[len(ENV_PREFIX):].split("__"))
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else raw
+            except yaml.YAMLError:
+                value = raw
+            found[path] = (value, f"environment {name}")
+    return found
+
+
+def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> HostConfig:
+    """Read host.yaml (or defaults when ``path`` is None or the default file is absent) plus overrides.
+
+    Raises ConfigError naming the key, and the file and line where it stands.
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, tuple[Any, str]] = {}
+    #: file:line of every key in the file, for errors inside sections read whole (functions:).
+    line_of: dict[str, str] = {}
+    base_dir = Path.cwd()
+    if path is not None:
+        file = Path(path)
+        base_dir = file.resolve().parent
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("(file)", f"cannot read {file}: {exc.strerror or exc}") from exc
+        if file.suffix.lower() == ".json":
+            # host.json is read as YAML (JSON is YAML), which allows no tab in indentation; valid JSON has tabs
+            # only between tokens (inside strings they are escaped), so they can become spaces.
+            text = text.replace("\t", "  ")
+        try:
+            tree = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f"{file}:{mark.line + 1}" if mark else str(file)
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
+        lines = _line_index(text)
+        line_of.update((key, f"{file}:{line}") for key, line in lines.items())
+        flat: dict[str, Any] = {}
+        _flatten(tree if tree is not None else {}, "", flat, str(file))
+        for key, value in flat.items():
+            line = lines.get(key)
+            values[key] = (value, f"{file}:{line}" if line else str(file))
+    values.update(_env_overrides(environ))
+
+    settings: dict[str, Any] = {}
+    ignored: list[str] = []
+    connections: dict[str, str] = {}
+    spark_conf: dict[str, str] = {}
+    function_values: dict[str, tuple[dict[str, Any], str]] = {}
+    retry_fields: dict[str, Any] = {}
+    for key, (value, where) in values.items():
+        if key in IGNORED_HOST_JSON_KEYS:
+            ignored.append(key)
+            continue
+        if key == "connections" or key.startswith("connections."):
+            connections.update(_connections(key, value, where))
+            continue
+        if key.startswith("spark.conf."):  # one Spark property from the environment
+            spark_conf[key[len("spark.conf."):]] = str(value)
+            continue
+        if key == "functions" and isinstance(value, list):  # host.json's list of the functions to load
+            ignored.append(key)
+            continue
+        if key == "functions" or key.startswith("functions."):
+            _function_sections(key, value, where, lambda k: line_of.get(k, ""), function_values)
+            continue
+        if key.startswith("retry."):  # one retry field from the environment
+            retry_fields[key[len("retry."):]] = value
+            continue
+        setting = _SCHEMA.get(key)
+        if setting is None:
+            inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
+            if inside:  # a known section given a scalar or a list
+                raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
+            raise ConfigError(key, f"unknown key (known keys: {', '.join(sorted(_SCHEMA))}, connections)", where)
+        settings[setting.attr] = setting.read(key, value, where)
+
+    if spark_conf:
+        settings["spark_conf"] = {**settings.get("spark_conf", {}), **spark_conf}
+    if retry_fields:
+        settings["retry"] = _SCHEMA["retry"].read("retry", retry_fields, "environment WORKER__retry__...")
+    threshold_given = "new_batch_threshold" in settings
+    if not threshold_given:
+        settings["new_batch_threshold"] = _default_threshold(settings.get("batch_size", 16))
+    functions = {
+        name: _function_overrides(name, fields, where, derive_threshold=not threshold_given)
+        for name, (fields, where) in function_values.items()
+    }
+    source = Path(path).resolve() if path is not None else None
+    return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
+                      ignored_keys=tuple(sorted(ignored)), source=source)
+
+
+def _default_threshold(batch_size: int) -> int:
+    """newBatchThreshold's default, as in Functions: half the batch size times the processor count."""
+    return batch_size // 2 * (os.cpu_count() or 1)
+
+
+def _function_sections(
+    key: str, value: Any, where: str, lines: Callable[[str], str], found: dict[str, tuple[dict[str, Any], str]]
+) -> None:
+    """Collect ``functions:`` (the whole section from a file) or one ``functions.<name>.<key>`` (the environment)."""
+    if key == "functions":
+        if not isinstance(value, dict):
+            raise ConfigError(key, f"expected a mapping of function names to their settings, got {value!r}", where)
+        for name, fields in value.items():
+            if not isinstance(fields, dict):
+                raise ConfigError(f"functions.{name}", f"expected a mapping of settings, got {fields!r}",
+                                  lines(f"functions.{name}") or where)
+            at = lines(f"functions.{name}") or where
+            existing = found.setdefault(str(name), ({}, at))[0]
+            for field_key, field_value in fields.items():
+                existing[str(field_key)] = (field_value, lines(f"functions.{name}.{field_key}") or at)
+        return
+    parts = key.split(".")
+    if len(parts) < 3:
+        raise ConfigError(key, "expected functions.<function name>.<setting>", where)
+    name, field_key = parts[1], parts[2]
+    existing = found.setdefault(name, ({}, where))[0]
+    if field_key == "retry" and len(parts) > 3:  # WORKER__functions__f__retry__strategy=...
+        retry, _ = existing.get("retry", ({}, where))
+        existing["retry"] = ({**(retry if isinstance(retry, dict) else {}), parts[3]: value}, where)
+    else:
+        existing[field_key] = (value, where)
+
+
+def _function_overrides(
+    name: str, fields: Mapping[str, tuple[Any, str]], where: str, *, derive_threshold: bool
+) -> FunctionOverrides:
+    """Parse one function's section against the schema of the keys a function may set."""
+    settings: dict[str, Any] = {}
+    for field_key, (value, at) in fields.items():
+        dotted = f"functions.{name}.{field_key}"
+        global_key = _FUNCTION_KEYS.get(field_key)
+        if global_key is None:
+            raise ConfigError(dotted, f"unknown key (a function may set {', '.join(sorted(_FUNCTION_KEYS))})", at)
+        setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
+        settings[setting.attr] = setting.read(dotted, value, at)
+    if derive_threshold and "batch_size" in settings and "new_batch_threshold" not in settings:
+        settings["new_batch_threshold"] = _default_threshold(settings["batch_size"])
+    return FunctionOverrides(settings, where)
+
+
+def _connections(key: str, value: Any, where: str) -> dict[str, str]:
+    """``connections: {Name: "conn string"}``, or one ``connections.Name`` from the environment."""
+    if key == "connections":
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(key, "expected a mapping of names to connection strings", where)
+        return {str(k): v for k, v in value.items()}
+    if not isinstance(value, str):
+        raise ConfigError(key, "expected a connection string", where)
+    return {key.split(".", 1)[1]: value}
