@@ -36,6 +36,7 @@ from functions import data, pipeline  # noqa: E402
 from worker import QueueMessage, WorkerApp, spark  # noqa: E402
 from worker.backends.registry import open_backend  # noqa: E402
 from worker.bindings.encoding import encode  # noqa: E402
+from worker.middleware.spark import Spark, SparkProvider, SparkSettings  # noqa: E402
 from worker.observability.logs import configure_logging  # noqa: E402
 from worker.runtime.host import Host  # noqa: E402
 from worker.settings.config import HostConfig  # noqa: E402
@@ -49,9 +50,10 @@ SPARK_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
 class WarmSession:
     """The host's SparkSession, warmed once per run, and the moment it was ready.
 
-    Each host run builds its own session (and on a cluster its own
-    application, whose executors take seconds to start); a worker pays that
-    once in its life, so neither variant's figure includes it.
+    Both variants' hosts are handed one session, started before either
+    (on a cluster its executors take seconds to start); a worker pays that
+    once in its life, so neither variant's figure includes it, and each
+    variant's first job warms what is left.
     """
 
     def __init__(self) -> None:
@@ -85,7 +87,7 @@ def ingest_app(cardinality: str, warehouse: Path, session: WarmSession) -> Worke
 
 
 async def run_variant(
-    cardinality: str, files: list[str], folder: Path, master: str, conf: dict[str, str]
+    cardinality: str, files: list[str], folder: Path, master: str, conf: dict[str, str], provider: SparkProvider
 ) -> tuple[float, int]:
     """Seconds to ingest every file once the session is warm, and rows written."""
     folder.mkdir(parents=True)
@@ -100,7 +102,7 @@ async def run_variant(
         await queues.put("ingest", encode(json.dumps({"path": path}), "base64"))
     await queues.close()
     session = WarmSession()
-    host = Host(ingest_app(cardinality, warehouse, session), config, burst=True)
+    host = Host(ingest_app(cardinality, warehouse, session), config, burst=True, middleware=[Spark(provider)])
     await host.run()
     finished = time.perf_counter()
     assert session.ready_at is not None
@@ -121,14 +123,16 @@ def main() -> None:
     conf |= dict(item.split("=", 1) for item in args.conf)
     configure_logging("WARNING")
     root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
+    provider: SparkProvider | None = None
     try:
         manifest = data.generate(root / "landing", args.rows * data.BYTES_PER_ROW * args.files, files=args.files)
         files = [str(Path(f).resolve()) for f in manifest.files]  # absolute: a cluster or Connect server reads them
-        spark.configure(spark.SparkSettings(args.master, "bench", dict(conf), log_file=root / "spark.log"))
-        spark.session().range(10).count()  # the JVM (or the Connect channel) starts here, outside both timings
+        provider = SparkProvider(SparkSettings(args.master, "bench", dict(conf), log_file=root / "spark.log"))
+        provider.session().range(10).count()  # the JVM (or the Connect channel) starts here, outside both timings
         results = {}
         for cardinality in ("one", "many"):
-            results[cardinality] = asyncio.run(run_variant(cardinality, files, root / cardinality, args.master, conf))
+            results[cardinality] = asyncio.run(
+                run_variant(cardinality, files, root / cardinality, args.master, conf, provider))
         (one_s, one_rows), (many_s, many_rows) = results["one"], results["many"]
         assert one_rows == many_rows == manifest.clean, (one_rows, many_rows, manifest.clean)
         print(f"master {args.master}: {args.files} files, {manifest.rows} rows, {manifest.clean} rows out in each variant")
@@ -136,7 +140,8 @@ def main() -> None:
         print(f"cardinality many           : {many_s:7.1f} s  {args.files / many_s:6.2f} files/s")
         print(f"ratio many/one             : {one_s / many_s:6.2f}x")
     finally:
-        spark.stop()
+        if provider is not None:
+            provider.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -1,13 +1,12 @@
-"""Spark for handlers: one SparkSession per worker process, and every invocation's Spark jobs bound to its lease.
+"""Spark for handlers: ``from worker import spark; spark.session()``.
 
-A handler calls :func:`session` (``from worker import spark; spark.session()``)
-and gets the process's SparkSession, created at first use from the ``spark:``
-section of host.yaml: ``local[*]`` by default, a cluster master, or a Spark
-Connect ``sc://`` URL. The call also tags the Spark jobs the handler's thread
-starts with its invocation id, so that when the host gives up on the
-invocation (its lease was lost, it ran past functionTimeout, or shutdown
-passed drainTimeout) it cancels exactly those jobs, and the message is
-released rather than completed.
+Inside a handler the host runs, :func:`session` gives the worker process's
+SparkSession, made at first use from host.yaml's ``spark:`` section
+(``local[*]`` by default, a cluster master, or a Spark Connect ``sc://`` URL),
+with the handler's Spark jobs tagged so that the host can cancel them when it
+gives up on the invocation (:mod:`worker.middleware.spark` does the work). No
+state is kept here: the session belongs to the running host's Spark
+middleware, found through the invocation's context.
 
 Spark work belongs in synchronous handlers: they run in the host's threads, and
 Spark's tags are per thread. The JVM's own logging goes to ``.worker/spark.log``
@@ -16,209 +15,29 @@ beside host.yaml, not into the worker's structured log.
 
 from __future__ import annotations
 
-import logging
-import os
-import sys
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import structlog
-
-from worker.invocation import Invocation, current_invocation
+from worker.middleware.spark import SparkProvider, active_provider
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-log = structlog.get_logger("worker.spark")
 
-#: How often an interrupted invocation's Spark jobs are cancelled again, until its handler returns.
-CANCEL_REPEAT_SECONDS = 0.5
-
-
-def _use_this_interpreter(conf: dict[str, str]) -> None:
-    """Start Spark's Python workers with the worker's own interpreter, so that they can import the app and its packages.
-
-    PySpark starts them with ``PYSPARK_PYTHON``, else ``python3`` from PATH:
-    for a worker started as ``.venv/bin/worker`` without an activated venv
-    that is another Python, and a handler's ``rdd.map(f)`` or UDF fails with
-    ModuleNotFoundError. ``spark.pyspark.python`` in ``spark.conf`` (which
-    in-process PySpark does not read by itself) or ``PYSPARK_PYTHON`` set by
-    the user win. On a cluster of several hosts that path must exist on every
-    executor: the same image, or an environment shipped with ``spark.archives``.
-    """
-    if os.environ.get("PYSPARK_PYTHON"):
-        return
-    chosen = conf.get("spark.pyspark.python") or sys.executable
-    os.environ["PYSPARK_PYTHON"] = chosen
-    log.info("Spark's Python workers use this interpreter", python=chosen)
-
-
-def tag_for(invocation: Invocation) -> str:
-    """The Spark job tag of an invocation (tags may not contain commas)."""
-    return f"worker-invocation-{invocation.id}"
-
-
-@dataclass
-class SparkSettings:
-    master: str = "local[*]"
-    app_name: str = "queueworker"
-    conf: dict[str, str] = field(default_factory=dict)
-    #: Where the JVM's log goes; None leaves Spark's own logging as it is.
-    log_file: Path | None = None
-
-
-class SparkProvider:
-    """Creates the SparkSession on first use, tags invocations' jobs, and stops it at shutdown."""
-
-    def __init__(self, settings: SparkSettings) -> None:
-        self.settings = settings
-        self._session: SparkSession | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def remote(self) -> bool:
-        """True for Spark Connect, whose tags and interrupts are the session's, not the SparkContext's."""
-        return self.settings.master.startswith("sc://")
-
-    def session(self) -> SparkSession:
-        with self._lock:
-            if self._session is None:
-                self._session = self._build()
-        invocation = current_invocation.get()
-        if invocation is not None:
-            self._tag(self._session, invocation)
-        return self._session
-
-    def _build(self) -> SparkSession:
-        from pyspark.sql import SparkSession
-
-        settings = self.settings
-        if self.remote:
-            # A Connect session takes runtime settings only: the app name and the console progress bar belong to
-            # the server, and asking for them only draws warnings.
-            builder = SparkSession.builder.remote(settings.master)
-            conf = dict(settings.conf)
-        else:
-            _use_this_interpreter(settings.conf)
-            builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
-            conf = {"spark.ui.showConsoleProgress": "false", **settings.conf}
-        for key, value in conf.items():
-            builder = builder.config(key, value)
-        if settings.log_file is not None and not self.remote:
-            self._launch_jvm(conf, settings.log_file)
-        log.info("starting Spark", master=settings.master, app_name=settings.app_name)
-        session = builder.getOrCreate()
-        _quiet_pyspark_loggers()
-        return session
-
-    def _launch_jvm(self, conf: dict[str, str], log_file: Path) -> None:
-        """Start Spark's JVM with its stdout and stderr in ``log_file``, unless this process already has one.
-
-        PySpark would start it with the worker's own stderr, where Spark's log
-        lines would mix with the worker's JSON lines.
-        """
-        from pyspark import SparkConf, SparkContext
-        from pyspark.java_gateway import launch_gateway
-
-        with SparkContext._lock:
-            if SparkContext._gateway is not None:
-                return
-            log_file.parent.mkdir(parents=True, exist_ok=True)
-            spark_conf = SparkConf(loadDefaults=False).setAll(
-                [("spark.master", self.settings.master), ("spark.app.name", self.settings.app_name), *conf.items()]
-            )
-            with log_file.open("ab") as out:
-                SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": out, "stderr": out})
-            SparkContext._jvm = SparkContext._gateway.jvm
-            log.info("Spark's own log goes to a file", path=str(log_file))
-
-    def _tag(self, spark: SparkSession, invocation: Invocation) -> None:
-        """Tag this thread's Spark jobs with the invocation, once per thread and invocation."""
-        tag = tag_for(invocation)
-        handler_returned = threading.Event()
-        if self.remote:  # Spark Connect: the session's tags, per thread; interrupting is a call to the server
-            if tag in spark.getTags():
-                return
-            spark.addTag(tag)
-            cancel: Callable[[], object] = lambda: spark.interruptTag(tag)  # noqa: E731
-            invocation.thread_cleanup.append(lambda: spark.removeTag(tag))
-        else:
-            context = spark.sparkContext
-            if tag in context.getJobTags():
-                return
-            context.addJobTag(tag)
-            cancel = lambda: context.cancelJobsWithTag(tag)  # noqa: E731
-            invocation.thread_cleanup.append(lambda: context.removeJobTag(tag))
-        invocation.on_interrupt.append(lambda: _cancel_until(cancel, tag, handler_returned))
-        invocation.thread_cleanup.append(handler_returned.set)
-
-    def stop(self) -> None:
-        with self._lock:
-            if self._session is not None:
-                log.info("stopping Spark")
-                self._session.stop()
-                self._session = None
-                if self.remote:
-                    # PySpark marks the whole process as Spark Connect once a remote session is built; a later
-                    # session on another master (an in-process host after this one) must not inherit that.
-                    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
-
-
-def _cancel_until(cancel: Callable[[], object], tag: str, handler_returned: threading.Event) -> None:
-    """Cancel the tag's jobs now and again every half second until the handler returns, off the event loop.
-
-    Cancelling a tag only stops the jobs running at that moment; a job the
-    handler was about to submit would otherwise run to its end. The calls run
-    in a thread of their own: on Spark Connect each is a request to the
-    server, and a server that does not answer must not hold up the host's
-    event loop (and with it every other lease's renewal).
-    """
-    log.warning("cancelling the invocation's Spark jobs", tag=tag)
-
-    def keep_cancelling() -> None:
-        while True:
-            try:
-                cancel()
-            except Exception as exc:  # a server gone or slow: try again until the handler returns
-                log.warning("cancelling Spark jobs failed; trying again", tag=tag, error=f"{type(exc).__name__}: {exc}")
-            if handler_returned.wait(CANCEL_REPEAT_SECONDS):
-                return
-
-    threading.Thread(target=keep_cancelling, name=f"cancel-{tag}", daemon=True).start()
-
-
-def _quiet_pyspark_loggers() -> None:
-    """PySpark's Python loggers print JSON of their own to stderr; send them through the worker's log instead."""
-    for name in ("pyspark", "SQLQueryContextLogger", "py4j"):
-        logger = logging.getLogger(name)
-        logger.handlers.clear()
-        logger.propagate = True
-        logger.setLevel(logging.ERROR if name == "py4j" else logging.WARNING)
-
-
-_provider = SparkProvider(SparkSettings())
-
-
-def configure(settings: SparkSettings) -> SparkProvider:
-    """Set up Spark for this process (the host does it at start); the session itself is made on first use."""
-    global _provider
-    _provider = SparkProvider(settings)
-    return _provider
+def _provider() -> SparkProvider:
+    provider = active_provider.get()
+    if provider is None:
+        raise RuntimeError(
+            "worker.spark.session() answers inside a handler run by the host; outside one, make a session with "
+            "worker.middleware.spark.SparkProvider(SparkSettings(...)).session()"
+        )
+    return provider
 
 
 def session() -> SparkSession:
-    """The worker's SparkSession; inside a handler, its jobs are tagged so the host can cancel them."""
-    return _provider.session()
-
-
-def stop() -> None:
-    """Stop the SparkSession if one was made (the host does it at shutdown)."""
-    _provider.stop()
+    """The worker's SparkSession; its jobs are tagged with the running invocation so the host can cancel them."""
+    return _provider().session()
 
 
 def is_remote() -> bool:
     """True when ``spark.master`` is a Spark Connect URL: the session has no SparkContext, RDDs or JVM."""
-    return _provider.remote
+    return _provider().remote

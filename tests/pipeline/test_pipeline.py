@@ -16,10 +16,10 @@ import pytest
 from functions import data
 from functions.function_app import app
 from tests.host.processes import REPO
-from worker import spark
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import decode, encode
+from worker.middleware.spark import Spark, SparkProvider, SparkSettings
 from worker.runtime.host import Host
 from worker.settings.config import load_config
 
@@ -105,23 +105,27 @@ async def test_the_same_ingest_message_twice_gives_identical_tables(
     monkeypatch.setenv("PIPELINE_WAREHOUSE", str(warehouse))
     monkeypatch.delenv("AzureWebJobsStorage", raising=False)
     config = load_config(host_yaml, environ={})
+    # host.yaml's Spark, made once and handed to both host runs, which then share one session.
+    provider = SparkProvider(SparkSettings(config.spark_master, conf=dict(config.spark_conf)))
 
     snapshots = []
-    for _ in range(2):
-        await send_paths(queues, manifest.files[0])
-        host = Host(app, config, burst=True)
-        await asyncio.wait_for(host.run(), 300)
-        assert host.metrics.get("failed") == 0
-        snapshots.append(await asyncio.to_thread(snapshot, warehouse))
+    try:
+        for _ in range(2):
+            await send_paths(queues, manifest.files[0])
+            host = Host(app, config, burst=True, middleware=[Spark(provider)])
+            await asyncio.wait_for(host.run(), 300)
+            assert host.metrics.get("failed") == 0
+            snapshots.append(await asyncio.to_thread(snapshot, warehouse, provider))
+    finally:
+        await asyncio.to_thread(provider.stop)
     first, second = snapshots
     assert first["events"] and first["quarantine"]
     assert first == second
-    spark.stop()
 
 
-def snapshot(warehouse: Path) -> dict[str, Any]:
+def snapshot(warehouse: Path, provider: SparkProvider) -> dict[str, Any]:
     """Every table's rows, sorted, and its partition folders: what a reader of the tables sees."""
-    session = spark.session()
+    session = provider.session()
     tables: dict[str, Any] = {}
     for table in ("events", "quarantine", "daily_sales"):
         rows = session.read.parquet(str(warehouse / table)).collect()

@@ -12,16 +12,29 @@ from worker.middleware.concurrency import ConcurrencyLimit
 from worker.middleware.counting import Counting
 from worker.middleware.logs import InvocationLogs
 from worker.middleware.retry import RetryDelay
+from worker.middleware.spark import Spark, SparkSettings
 from worker.observability.metrics import Metrics
 from worker.settings.config import HostConfig
 
 
-def standard(config: HostConfig, metrics: Metrics, storage: Storage) -> list[Middleware]:
-    """Counting outermost (it sees every final result), then logs, bindings, the concurrency cap, the retry delay."""
+def standard(
+    config: HostConfig, metrics: Metrics, storage: Storage, given: Sequence[Middleware] = ()
+) -> list[Middleware]:
+    """Counting outermost (it sees every final result), then logs, bindings, the concurrency cap, the retry delay, Spark.
+
+    Spark's middleware is made from host.yaml's ``spark:`` section (its session is made only when a handler asks
+    for one) unless ``given`` (the app's and host.yaml's middleware) already has one: a caller that keeps one
+    session across host runs hands it in that way.
+    """
     found: list[Middleware] = [Counting(metrics)]
     if config.invocation_logs:
         found.append(InvocationLogs())
     found += [Bindings(storage, config.message_encoding), ConcurrencyLimit(), RetryDelay()]
+    if not any(isinstance(m, Spark) for m in given):
+        found.append(Spark.from_settings(SparkSettings(
+            config.spark_master, config.spark_app_name, dict(config.spark_conf),
+            log_file=config.base_dir / ".worker" / "spark.log",
+        )))
     return found
 
 

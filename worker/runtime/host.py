@@ -21,16 +21,16 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import structlog
 
-from worker import spark
 from worker.app import WorkerApp
 from worker.backends.blobs import BlobStore
 from worker.backends.queues import DeadLetters, QueueBackend, QueueNotFound, TransientError
 from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend, open_blob_store
-from worker.middleware import Chain, builtin
+from worker.middleware import Chain, Middleware, builtin
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
 from worker.runtime.completion import POISON_SUFFIX, CompletionProcessor
@@ -102,7 +102,11 @@ class _Storage:
 class Host:
     """Runs the functions of one app until stopped (or, in burst mode, until their queues are empty)."""
 
-    def __init__(self, app: WorkerApp, config: HostConfig, *, burst: bool = False) -> None:
+    def __init__(
+        self, app: WorkerApp, config: HostConfig, *, burst: bool = False, middleware: Sequence[Middleware] = ()
+    ) -> None:
+        """``middleware`` runs after the app's and host.yaml's; one of a kind the host would make itself (Spark's)
+        replaces the host's own, e.g. to keep one Spark session across host runs."""
         if not app.functions:
             raise ValueError("the app registers no functions; decorate a handler with @app.queue_trigger")
         # The start-up checks (worker.ops.preflight) ran before the host was built; what is left to refuse here is
@@ -111,6 +115,7 @@ class Host:
         if problems:
             raise StartupRefused(problems)
         self.app = app
+        self._given = tuple(middleware)
         self.config = config
         self.burst = burst
         self.metrics = Metrics()
@@ -134,14 +139,10 @@ class Host:
         for key in config.ignored_keys:
             log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key,
                         file=str(config.source) if config.source else None)
-        spark.configure(spark.SparkSettings(
-            config.spark_master, config.spark_app_name, dict(config.spark_conf),
-            log_file=config.base_dir / ".worker" / "spark.log",
-        ))
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         backends = _Storage(config, self.metrics)
-        middleware = Chain([*builtin.standard(config, self.metrics, backends), *self.app.middleware,
-                            *self._extra_middleware])
+        given = [*self.app.middleware, *self._extra_middleware, *self._given]
+        middleware = Chain([*builtin.standard(config, self.metrics, backends, given), *given])
         completion = CompletionProcessor(scheduler, self.metrics, middleware)
         threads = HandlerThreads(config.handler_threads)
         dispatcher = Dispatcher(scheduler, completion, middleware, threads)
@@ -206,7 +207,6 @@ class Host:
                 loop.remove_signal_handler(signum)
             await backends.close()
             threads.close()
-            await asyncio.to_thread(spark.stop)
         log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
         return dispatcher
 
