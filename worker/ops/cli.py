@@ -21,7 +21,6 @@ import structlog
 
 from worker.backends.queues import (
     NEVER_EXPIRES,
-    DeadLetters,
     InvalidArgument,
     MessageTooLarge,
     QueueBackend,
@@ -37,9 +36,9 @@ from worker.model import StartupRefused
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
 from worker.ops import preflight
-from worker.ops.poison import drain_poison, poison_queue
 from worker.ops.supervisor import Supervisor, child_command
 from worker.runtime.host import Host
+from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
 from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration
 from worker.settings.connections import ConnectionSettingError
 
@@ -257,7 +256,8 @@ def cmd_poison(args: argparse.Namespace) -> int:
             return 0, 0
         goal = total if args.max is None else min(total, args.max)
         show = _progress(goal, "requeued" if args.action == "requeue" else "purged") if goal > limits.max_batch else None
-        done = await drain_poison(backend, args.queue, requeue=args.action == "requeue", limit=args.max, progress=show)
+        policy = PoisonQueue(backend)
+        done = await policy.drain(args.queue, requeue=args.action == "requeue", limit=args.max, progress=show)
         return done, total
 
     async def work(backend: QueueBackend) -> tuple[str, Any]:
@@ -302,15 +302,16 @@ async def _dead_letters(backend: QueueBackend, queue: str, action: str) -> int |
 
     OCI Queue's API has no call that reads a dead-letter queue, so its messages cannot be requeued from here.
     """
-    if not (backend.service_dead_letters and isinstance(backend, DeadLetters)):
+    policy = policy_for(backend)
+    if not isinstance(policy, DeadLetterQueue):
         return None
     if action == "requeue":
         raise UsageError(f"poison messages of {queue} are in the service's dead-letter queue, which its API cannot "
                          "read, so they cannot be requeued from here; purge them, or use poison=host in the "
                          "connection to keep them in <queue>-poison")
-    count = await backend.dead_letter_count(queue)
+    count = await policy.count(queue)
     if action == "purge":
-        await backend.purge_dead_letters(queue)
+        await policy.purge(queue)
     return count
 
 

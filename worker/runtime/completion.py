@@ -2,13 +2,14 @@
 
 :meth:`CompletionProcessor.begin` decides, before anything runs, that a
 message dequeued more than ``maxDequeueCount`` times goes to poison. After
-the invocation, success deletes it. Failure releases it after ``visibilityTimeout``, or, once it
-has been tried ``maxDequeueCount`` times, copies its original text to
-``<queue>-poison`` and deletes it. A shutdown releases it at once so another
-worker takes it without waiting for the lease to run out. A lost lease means the
-message is someone else's: nothing is done to it. What was done is announced
-to the middleware (``after_completion``), which counts it; the delay before a
-retry is theirs too (``retry_delay``: visibilityTimeout, or a retry policy).
+the invocation, success deletes it. Failure releases it after the retry delay
+(``visibilityTimeout``, or a retry policy: the middleware's ``retry_delay``),
+or, once it has been tried ``maxDequeueCount`` times, hands it to the
+backend's poison policy (:mod:`worker.runtime.poison`: a copy in
+``<queue>-poison``, or the service's dead-letter queue). A shutdown releases
+it at once so another worker takes it without waiting for the lease to run
+out. A lost lease means the message is someone else's: nothing is done to it.
+What was done is announced to the middleware (``after_completion``).
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ from dataclasses import dataclass
 
 import structlog
 
-from worker.backends.queues import LeaseGone, MessageNotFound, RawMessage, TransientError, put_creating
+from worker.backends.queues import LeaseGone, MessageNotFound, RawMessage, TransientError
 from worker.middleware import Chain
 from worker.model import Done, Finished, Outcome, Result
 from worker.observability.metrics import Metrics
 from worker.runtime.lease import LeaseScheduler
+from worker.runtime.poison import is_poison_queue, policy_for
 from worker.settings.config import HostConfig
 
 log = structlog.get_logger("worker.runtime.completion")
 
-POISON_SUFFIX = "-poison"
 #: Seconds between attempts of a completion that storage failed (each attempt has the backend's own retries).
 COMPLETION_RETRY_INTERVAL = 2.0
 
@@ -115,21 +116,15 @@ class CompletionProcessor:
             await item.backend.update(item.queue, item.raw.id, receipt, 0)
             bound.info("message released", reason=result.reason)
             return Done.RELEASED
-        if item.queue.endswith(POISON_SUFFIX):
+        if is_poison_queue(item.queue):
             # A poison queue has no poison queue of its own; as in Functions, the
             # message stays invisible until its lease ends, then is tried again.
             bound.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
             return Done.LEFT
         limit = item.config.max_dequeue_count
         if result.outcome is Outcome.POISON or item.raw.dequeue_count >= limit:
-            if item.backend.service_dead_letters:
-                # The service moves it to its dead-letter queue once its delivery limit is reached; each delivery
-                # until then comes straight back here (``begin``) without running the handler.
-                await item.backend.update(item.queue, item.raw.id, receipt, 0)
-                bound.error("message released for the queue's dead-letter queue", reason=result.reason)
-                return Done.RELEASED
-            await self._poison(item, result.reason, bound, progress)
-            return Done.POISONED
+            return await policy_for(item.backend).settle(item, result.reason, bound, lambda: self._delete(item, bound),
+                                                         progress)
         delay = self.middleware.retry_delay(item, item.config.visibility_timeout)
         await item.backend.update(item.queue, item.raw.id, receipt, delay)
         bound.warning(
@@ -154,28 +149,6 @@ class CompletionProcessor:
             if not lease.holds():
                 raise
             bound.info("message already deleted by an earlier attempt whose answer was lost")
-
-    async def _poison(
-        self, item: Finished, reason: str, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
-    ) -> None:
-        """Copy the original text to ``<queue>-poison`` (created on first need where the service creates queues
-        quickly, else it must exist), then delete the original.
-
-        The copy never expires, so that nothing poisoned disappears unseen; the
-        reason goes to the log together with the copy's id. A retried
-        completion whose copy was made already only deletes.
-        """
-        poison = item.queue + POISON_SUFFIX
-        # Where messages have no time to live of their own, the poison queue's retention applies.
-        forever = -1 if item.backend.capabilities.message_options else None
-        if progress.poison_copy_id is None:
-            copy = await put_creating(item.backend, poison, item.raw.content, time_to_live=forever)
-            progress.poison_copy_id = copy.id
-        await self._delete(item, bound)
-        bound.error(
-            "message moved to the poison queue", poison_queue=poison, poison_message_id=progress.poison_copy_id,
-            reason=reason,
-        )
 
 
 @dataclass(slots=True)

@@ -28,16 +28,17 @@ import structlog
 
 from worker.app import WorkerApp
 from worker.backends.blobs import BlobStore
-from worker.backends.queues import DeadLetters, QueueBackend, QueueNotFound, TransientError
+from worker.backends.queues import QueueBackend, QueueNotFound, TransientError
 from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend, open_blob_store
 from worker.middleware import Chain, Middleware, builtin
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
-from worker.runtime.completion import POISON_SUFFIX, CompletionProcessor
+from worker.runtime.completion import CompletionProcessor
 from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
 from worker.runtime.endpoints import Endpoints
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import Capacity, Listener
+from worker.runtime.poison import policy_for
 from worker.runtime.threads import HandlerThreads
 from worker.settings.config import HostConfig
 
@@ -325,21 +326,9 @@ async def _queue_problem(backend: QueueBackend, queue: str, config: HostConfig) 
     """
     if backend.capabilities.creates_queues:
         await backend.create_queue(queue)
-        return None
-    try:
-        await backend.approximate_count(queue)
-    except QueueNotFound as exc:
-        return f"{exc}; this host does not create queues there"
-    if backend.service_dead_letters and isinstance(backend, DeadLetters):
-        limit = await backend.dead_letter_limit(queue)
-        if limit == 0:
-            return (f"queue {queue!r} has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0), so a poison "
-                    "message would come back for ever: set one on the queue, or use poison=host in the connection")
-        log.info("poison messages go to the queue's dead-letter queue", queue=queue, delivery_limit=limit,
-                 max_dequeue_count=config.max_dequeue_count)
-        return None
-    try:
-        await backend.approximate_count(queue + POISON_SUFFIX)
-    except QueueNotFound:
-        return f"poison queue {queue + POISON_SUFFIX!r} does not exist, and this host does not create queues here"
-    return None
+    else:
+        try:
+            await backend.approximate_count(queue)
+        except QueueNotFound as exc:
+            return f"{exc}; this host does not create queues there"
+    return await policy_for(backend).startup_problem(queue, config.max_dequeue_count)

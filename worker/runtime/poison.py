@@ -1,0 +1,174 @@
+"""Where poison goes: one strategy per kind of backend, used alike by completion, start-up and the poison tools.
+
+The WebJobs SDK makes poison handling the replaceable processor's business;
+here it is a :class:`PoisonPolicy` chosen from the backend's capabilities
+(:func:`policy_for`):
+
+- :class:`PoisonQueue`: the host copies the message's original text to
+  ``<queue>-poison`` and deletes it (Azure Storage, the embedded queue, and OCI
+  Queue with ``poison=host``). The tools list it, move it back as a new message
+  (new id, dequeue count 0, exactly as Azure's tools do: no service can move a
+  message) or purge it; each one is put back before it is deleted from the
+  poison queue, so an interruption can duplicate a message but never lose one.
+- :class:`DeadLetterQueue`: the service moves a message to its own dead-letter
+  queue after its delivery limit (OCI Queue). The host releases such a message
+  at once, on each delivery, until the service takes it; the tools can count
+  and purge that queue, but not read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import structlog
+
+from worker.backends.queues import DeadLetters, QueueBackend, QueueNotFound, put_creating
+from worker.model import Done, Finished
+
+POISON_SUFFIX = "-poison"
+#: How long a message taken for requeue or purge stays hidden; it comes back if the command dies.
+HOLD_SECONDS = 60
+
+Log = structlog.typing.FilteringBoundLogger
+
+
+class CopyMemo(Protocol):
+    """What a completion remembers across its retries: the poison copy already made, if any."""
+
+    poison_copy_id: str | None
+
+
+class PoisonPolicy(Protocol):
+    #: Where a function's poison goes, for logs and the tools' output.
+    def where(self, queue: str) -> str: ...
+
+    async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
+        """Why poison of ``queue`` could not be kept, found at start; None when it can."""
+
+    async def settle(
+        self, item: Finished, reason: str, log: Log, delete: Callable[[], Awaitable[None]], memo: CopyMemo
+    ) -> Done:
+        """Take the message out of circulation (``delete`` deletes it with its lease's receipt)."""
+
+
+def poison_queue(queue: str) -> str:
+    """``<queue>-poison``, or ``queue`` itself when it is a poison queue already."""
+    return queue if queue.endswith(POISON_SUFFIX) else queue + POISON_SUFFIX
+
+
+def is_poison_queue(queue: str) -> bool:
+    """A poison queue has no poison queue of its own."""
+    return queue.endswith(POISON_SUFFIX)
+
+
+def policy_for(backend: QueueBackend) -> PoisonQueue | DeadLetterQueue:
+    """The service's dead-letter queue where the backend hands poison to it, else ``<queue>-poison``."""
+    if backend.service_dead_letters and isinstance(backend, DeadLetters):
+        return DeadLetterQueue(backend)
+    return PoisonQueue(backend)
+
+
+class PoisonQueue:
+    """The host copies poison to ``<queue>-poison`` (made on first need where the service creates queues quickly)."""
+
+    def __init__(self, backend: QueueBackend) -> None:
+        self.backend = backend
+
+    def where(self, queue: str) -> str:
+        return poison_queue(queue)
+
+    async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
+        if self.backend.capabilities.creates_queues:
+            return None
+        try:
+            await self.backend.approximate_count(poison_queue(queue))
+        except QueueNotFound:
+            return f"poison queue {poison_queue(queue)!r} does not exist, and this host does not create queues here"
+        return None
+
+    async def settle(
+        self, item: Finished, reason: str, log: Log, delete: Callable[[], Awaitable[None]], memo: CopyMemo
+    ) -> Done:
+        """Copy the original text to ``<queue>-poison``, then delete the original.
+
+        The copy never expires, so that nothing poisoned disappears unseen; the
+        reason goes to the log together with the copy's id. A retried
+        completion whose copy was made already only deletes.
+        """
+        poison = poison_queue(item.queue)
+        # Where messages have no time to live of their own, the poison queue's retention applies.
+        forever = -1 if self.backend.capabilities.message_options else None
+        if memo.poison_copy_id is None:
+            copy = await put_creating(self.backend, poison, item.raw.content, time_to_live=forever)
+            memo.poison_copy_id = copy.id
+        await delete()
+        log.error("message moved to the poison queue", poison_queue=poison, poison_message_id=memo.poison_copy_id,
+                  reason=reason)
+        return Done.POISONED
+
+    async def drain(
+        self, queue: str, *, requeue: bool, limit: int | None = None, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Take up to ``limit`` messages off ``<queue>-poison``; put each back on ``queue`` first if ``requeue``.
+
+        Returns how many were moved (or purged). ``progress`` is called with the running count.
+        """
+        backend = self.backend
+        poison = poison_queue(queue)
+        source = poison[: -len(POISON_SUFFIX)]
+        if requeue and backend.capabilities.creates_queues:
+            await backend.create_queue(source)
+        done = 0
+        while limit is None or done < limit:
+            most = backend.limits.max_batch
+            want = most if limit is None else min(most, limit - done)
+            batch = await backend.receive(poison, want, HOLD_SECONDS)
+            if not batch:
+                break
+            for message in batch:
+                if requeue:
+                    await backend.put(source, message.content)
+                assert message.pop_receipt is not None
+                await backend.delete(poison, message.id, message.pop_receipt)
+                done += 1
+                if progress is not None:
+                    progress(done)
+        return done
+
+
+class DeadLetterQueue:
+    """The service's own dead-letter queue takes poison after the queue's delivery limit (OCI Queue)."""
+
+    def __init__(self, backend: DeadLetters) -> None:
+        self.backend = backend
+
+    def where(self, queue: str) -> str:
+        return f"the dead-letter queue of {queue}"
+
+    async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
+        limit = await self.backend.dead_letter_limit(queue)
+        if limit == 0:
+            return (f"queue {queue!r} has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0), so a poison "
+                    "message would come back for ever: set one on the queue, or use poison=host in the connection")
+        structlog.get_logger("worker.runtime.poison").info(
+            "poison messages go to the queue's dead-letter queue", queue=queue, delivery_limit=limit,
+            max_dequeue_count=max_dequeue_count)
+        return None
+
+    async def settle(
+        self, item: Finished, reason: str, log: Log, delete: Callable[[], Awaitable[None]], memo: CopyMemo
+    ) -> Done:
+        """Release it at once: the service moves it to its dead-letter queue once its delivery limit is reached, and
+        each delivery until then comes straight back here (the dequeue-count gate) without running the handler."""
+        receipt = item.lease.pop_receipt
+        assert receipt is not None
+        await item.backend.update(item.queue, item.raw.id, receipt, 0)
+        log.error("message released for the queue's dead-letter queue", reason=reason)
+        return Done.RELEASED
+
+    async def count(self, queue: str) -> int:
+        return await self.backend.dead_letter_count(queue)
+
+    async def purge(self, queue: str) -> None:
+        await self.backend.purge_dead_letters(queue)
