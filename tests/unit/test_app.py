@@ -19,8 +19,11 @@ def test_public_api_exports_app_message_and_out() -> None:
 
     assert PublicApp is WorkerApp
     assert QueueMessage.__module__ == "worker.message"
+    # The types middleware hooks receive are public too, so that a middleware imports nothing from the runtime.
     assert set(worker.__all__) == {"Context", "InputStream", "InvocationFailed", "Middleware", "Out", "Poison",
-                                   "QueueMessage", "WorkerApp"}
+                                   "QueueMessage", "WorkerApp", "Invocation", "FunctionSpec", "Result", "Outcome",
+                                   "Finished", "Done"}
+    assert all(getattr(worker, name).__module__.split(".")[1] not in {"runtime", "ops"} for name in worker.__all__)
 
 
 def test_sync_handler_is_registered_with_its_settings() -> None:
