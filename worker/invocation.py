@@ -21,7 +21,7 @@ from worker.backends.queues import QueueBackend, RawMessage
 from worker.context import Context
 from worker.message import QueueMessage
 from worker.model import FunctionSpec, Lease, Result
-from worker.settings.config import HostConfig
+from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.invocation")
 
@@ -48,7 +48,7 @@ class Invocation:
 
     function: FunctionSpec
     #: The function's settings (host.yaml's ``functions:`` section over the global ones).
-    config: HostConfig
+    config: FunctionOptions
     backend: QueueBackend
     deliveries: list[Delivery]
     id: str = field(default_factory=lambda: str(uuid.uuid4()))

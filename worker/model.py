@@ -25,7 +25,7 @@ from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.blobs import BlobInput, BlobOutput
 from worker.bindings.outputs import OutputBinding
 from worker.bindings.types import DataKind
-from worker.settings.config import HostConfig
+from worker.settings.config import FunctionOptions
 from worker.settings.retry import RetryPolicy
 
 log = structlog.get_logger("worker.model")
@@ -174,4 +174,4 @@ class Finished:
     raw: RawMessage
     lease: Lease
     #: The settings of the message's function (maxDequeueCount, visibilityTimeout, retry).
-    config: HostConfig
+    config: FunctionOptions

@@ -16,7 +16,7 @@ from worker.middleware.concurrency import ConcurrencyLimit
 from worker.model import FunctionSpec, Outcome, Result
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.listener import Capacity
-from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.settings.config import ConfigError, FunctionOptions, HostConfig, load_config, parse_duration
 from worker.settings.retry import RetryPolicy, parse_retry
 
 
@@ -46,7 +46,11 @@ functions:
     assert resize.retry == RetryPolicy("exponentialBackoff", 1.0, 4.0)
     assert resize.new_batch_threshold == 1 * (os.cpu_count() or 1)  # derived from its own batchSize
     assert config.for_function("other").max_polling_interval == 5.0
-    assert config.for_function("unnamed") is config and config.max_dequeue_count == 3 and config.max_concurrency is None
+    # A function with no section runs with the global values (a FunctionOptions of them, not the whole HostConfig).
+    unnamed = config.for_function("unnamed")
+    assert all(getattr(unnamed, name) == getattr(config, name) for name in FunctionOptions.__slots__)
+    assert unnamed.max_dequeue_count == 3 and unnamed.max_concurrency is None
+    assert not hasattr(unnamed, "http_port") and not hasattr(unnamed, "spark_master")
 
 
 def test_retry_precedence_host_yaml_function_then_code_then_global(tmp_path: Path) -> None:

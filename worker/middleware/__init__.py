@@ -25,7 +25,7 @@ import structlog
 
 from worker.invocation import Invocation
 from worker.model import Done, Finished, FunctionSpec, Result
-from worker.settings.config import HostConfig
+from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.middleware")
 
@@ -43,7 +43,7 @@ class Middleware:
     def host_stopped(self) -> None:
         """The host has drained and is about to close storage."""
 
-    def receive_limit(self, function: FunctionSpec, config: HostConfig, running: int, room: int) -> int:
+    def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
         """How many messages the listener of ``function`` may receive now, at most ``room``.
 
         ``running`` is the function's invocations held now (received and not
@@ -103,7 +103,7 @@ class Chain:
         for hook in self._stopped:
             _guarded(hook)
 
-    def receive_limit(self, function: FunctionSpec, config: HostConfig, running: int, room: int) -> int:
+    def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
         for hook in self._limits:
             room = max(0, min(room, hook(function, config, running, room)))
         return room

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from worker.middleware import Middleware
 from worker.model import FunctionSpec
-from worker.settings.config import HostConfig
+from worker.settings.config import FunctionOptions
 
 
 class ConcurrencyLimit(Middleware):
@@ -16,7 +16,7 @@ class ConcurrencyLimit(Middleware):
     batch for ``cardinality="many"``.
     """
 
-    def receive_limit(self, function: FunctionSpec, config: HostConfig, running: int, room: int) -> int:
+    def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
         cap = config.max_concurrency
         if cap is None:
             return room

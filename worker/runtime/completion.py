@@ -25,7 +25,7 @@ from worker.model import Done, Finished, Outcome, Result
 from worker.observability.metrics import Metrics
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.poison import is_poison_queue, policy_for
-from worker.settings.config import HostConfig
+from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.completion")
 
@@ -40,7 +40,7 @@ class CompletionProcessor:
         self.middleware = middleware
 
     @staticmethod
-    def begin(raw: RawMessage, config: HostConfig) -> Result | None:
+    def begin(raw: RawMessage, config: FunctionOptions) -> Result | None:
         """The rule applied before a message is handed to its handler: poison it at once, or None to run it.
 
         A message dequeued more often than ``maxDequeueCount`` (its earlier

@@ -35,7 +35,7 @@ from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.threads import HandlerThreads
-from worker.settings.config import HostConfig
+from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.dispatcher")
 
@@ -55,7 +55,7 @@ class Dispatcher:
     def dispatch(
         self,
         function: FunctionSpec,
-        config: HostConfig,
+        config: FunctionOptions,
         backend: QueueBackend,
         raws: list[RawMessage],
         on_done: Callable[[], None],

@@ -40,7 +40,7 @@ from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
 from worker.runtime.threads import HandlerThreads
-from worker.settings.config import HostConfig
+from worker.settings.config import FunctionOptions, HostConfig
 
 log = structlog.get_logger("worker.runtime.host")
 
@@ -302,10 +302,8 @@ class Host:
                         threads=dispatcher.threads.busy)
 
 
-def _own_settings(config: HostConfig, own: HostConfig) -> dict[str, object]:
+def _own_settings(config: HostConfig, own: FunctionOptions) -> dict[str, object]:
     """The settings a function runs with that differ from the global ones, for its "function loaded" line."""
-    if own is config:
-        return {}
     keys = ("batch_size", "new_batch_threshold", "max_polling_interval", "visibility_timeout", "max_dequeue_count",
             "lease_duration", "function_timeout", "max_concurrency", "retry")
     changed = {key: getattr(own, key) for key in keys if getattr(own, key) != getattr(config, key)}
@@ -314,7 +312,7 @@ def _own_settings(config: HostConfig, own: HostConfig) -> dict[str, object]:
     return changed
 
 
-async def _queue_problem(backend: QueueBackend, queue: str, config: HostConfig) -> str | None:
+async def _queue_problem(backend: QueueBackend, queue: str, config: FunctionOptions) -> str | None:
     """Why a trigger queue cannot be served as configured, found at start; None when it can.
 
     Where the service creates queues quickly (Azure Storage, the embedded

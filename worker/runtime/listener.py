@@ -32,7 +32,7 @@ from worker.middleware import Chain
 from worker.model import FunctionSpec
 from worker.observability.metrics import Metrics
 from worker.runtime.dispatcher import Dispatcher
-from worker.settings.config import HostConfig
+from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.listener")
 
@@ -155,7 +155,7 @@ class Listener:
         self,
         function: FunctionSpec,
         backend: QueueBackend,
-        config: HostConfig,
+        config: FunctionOptions,
         dispatcher: Dispatcher,
         capacity: Capacity,
         metrics: Metrics,
@@ -176,7 +176,7 @@ class Listener:
         #: Why the last storage call failed, until one succeeds again (for /readyz when storage does not answer).
         self.last_error: str | None = None
         #: Receives wanted at once now (1 .. _most), and the condition parked receivers wait on.
-        self._most = max(1, min(MAX_PIPELINE, config.max_in_flight // config.batch_size))
+        self._most = max(1, min(MAX_PIPELINE, capacity.limit // config.batch_size))
         self._receivers = 1
         self._more = asyncio.Condition()
         #: The last long poll gave its room back to another function.

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +245,32 @@ class FunctionOverrides:
 
 
 @dataclass(frozen=True, slots=True)
+class FunctionOptions:
+    """The settings one function runs with: its ``functions:`` section over the global ones.
+
+    As the WebJobs SDK keeps QueuesOptions apart from the host's options, a
+    listener, an invocation and a completion carry only these, never the
+    host's whole configuration (ports, Spark, connections). Field names and
+    meanings are :class:`HostConfig`'s.
+    """
+
+    function_timeout: float | None
+    batch_size: int
+    new_batch_threshold: int
+    max_polling_interval: float
+    visibility_timeout: float
+    max_dequeue_count: int
+    message_encoding: str
+    lease_duration: float
+    retry: RetryPolicy | None
+    max_concurrency: int | None
+
+
+#: The HostConfig fields a FunctionOptions copies.
+_FUNCTION_OPTIONS = FunctionOptions.__slots__
+
+
+@dataclass(frozen=True, slots=True)
 class HostConfig:
     """Every setting the host reads, with Azure Functions' defaults where it has one.
 
@@ -298,7 +324,7 @@ class HostConfig:
     #: The file the settings were read from (host.yaml or host.json); None for the defaults.
     source: Path | None = None
 
-    def for_function(self, name: str, code_retry: RetryPolicy | None = None) -> HostConfig:
+    def for_function(self, name: str, code_retry: RetryPolicy | None = None) -> FunctionOptions:
         """The settings function ``name`` runs with: its ``functions:`` section over the global ones.
 
         ``code_retry`` is a retry policy given in code (``@app.retry``); the
@@ -308,7 +334,8 @@ class HostConfig:
         overrides = dict(self.functions[name].settings) if name in self.functions else {}
         if code_retry is not None and "retry" not in overrides:
             overrides["retry"] = code_retry
-        return replace(self, **overrides) if overrides else self
+        values = {attr: overrides.get(attr, getattr(self, attr)) for attr in _FUNCTION_OPTIONS}
+        return FunctionOptions(**values)
 
     def key_of(self, function: str, attr: str) -> str:
         """The host.yaml key that gives function ``function`` its ``attr`` (a HostConfig field), for messages.
