@@ -7,7 +7,15 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 NODE_INSTALLED := node_modules/.installed
 
-.PHONY: run test clean
+.PHONY: run test check clean
+
+# The whole suite in parallel processes. Most tests wait (on leases, processes, servers) rather than compute, so
+# there are more processes than cores; the Spark tests and the timing-sensitive reliability scenarios each run
+# on one process as a group (tests/tiers.py). --durations keeps the slowest tests in sight.
+TEST_PROCESSES ?= 4
+PYTEST_PARALLEL := -n $(TEST_PROCESSES) --dist loadgroup --durations=25
+# The fast tier: what needs no emulator, test server, Spark or worker process, in two processes; then the linter.
+FAST_TIER := not (azurite or oci or spark or subprocess or slow)
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,7 +31,14 @@ run: $(INSTALLED)
 	$(PY) -m functions.demo
 
 test: $(INSTALLED) $(NODE_INSTALLED)
-	$(PY) -m pytest
+	@start=$$(date +%s); status=0; $(PY) -m pytest $(PYTEST_PARALLEL) || status=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s wall time"; exit $$status
+
+check: $(INSTALLED)
+	@start=$$(date +%s); status=0; \
+	$(PY) -m ruff check worker tests functions bench && \
+	$(PY) -m pytest -n 2 -m "$(FAST_TIER)" --durations=10 -q || status=$$?; \
+	echo "make check: $$(( $$(date +%s) - start )) s wall time"; exit $$status
 
 clean:
 	rm -rf $(VENV) node_modules .worker .pytest_cache

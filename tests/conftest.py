@@ -1,4 +1,8 @@
-"""Fixtures shared by every test: one queue backend per supported kind, unique queue names, and Spark servers."""
+"""Fixtures shared by every test: one queue backend per supported kind, unique queue names, and Spark servers.
+
+The tiers' markers and groups are applied in ``tests/tiers.py``. Nothing here imports pyspark until a test
+asks for Spark, so the fast tier does not pay for it.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.azurite import Azurite
-from tests.spark.cluster import ConnectServer, StandaloneCluster
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.observability.logs import configure_logging
 
 if TYPE_CHECKING:
     from tests.oci.fixture import OciTestServer
+    from tests.spark.cluster import ConnectServer, StandaloneCluster
+    from tests.spark.sessions import SparkSessions
+
+pytest_plugins = ["tests.tiers"]
 
 #: Every backend the host tests run on; the conformance suite and the host process tests also run on "oci".
 BACKENDS = ["sqlite", "azurite"]
@@ -81,16 +88,32 @@ def _logging() -> None:
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    """A Spark standalone cluster (master and one worker), started once per run by the first test that asks."""
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory, spark_sessions: SparkSessions) -> Iterator[StandaloneCluster]:
+    """A Spark standalone cluster (master and one worker), started once per test process by the first test that asks."""
+    from tests.spark.cluster import StandaloneCluster
+
     cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
     yield cluster
+    spark_sessions.stop()  # a session on a cluster that is gone would retry its way to a timeout
     cluster.stop()
 
 
 @pytest.fixture(scope="session")
-def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    """A Spark Connect server, started once per run by the first test that asks."""
+def spark_connect(tmp_path_factory: pytest.TempPathFactory, spark_sessions: SparkSessions) -> Iterator[ConnectServer]:
+    """A Spark Connect server, started once per test process by the first test that asks."""
+    from tests.spark.cluster import ConnectServer
+
     server = ConnectServer(tmp_path_factory.mktemp("spark-connect")).start()
     yield server
+    spark_sessions.stop()  # before the server: a Connect client whose server is gone retries for minutes
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSessions]:
+    """The in-process Spark sessions of a test process, kept across host runs (see tests/spark/sessions.py)."""
+    from tests.spark.sessions import SparkSessions
+
+    sessions = SparkSessions(tmp_path_factory.mktemp("spark-sessions"))
+    yield sessions
+    sessions.stop()

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.subprocess
 def test_ruff_finds_nothing() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "worker", "tests", "functions"],

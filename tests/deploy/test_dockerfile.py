@@ -77,12 +77,14 @@ def lint(path: Path, tmp_path: Path, *extra: str) -> list[dict[str, object]]:
     return json.loads(result.stdout or "[]")
 
 
+@pytest.mark.subprocess
 def test_hadolint_finds_nothing(tmp_path: Path) -> None:
     labels = [arg for label in REQUIRED_LABELS for arg in ("--require-label", label)]
     findings = lint(DOCKERFILE, tmp_path, *labels)
     assert findings == [], "\n".join(f"Dockerfile:{f['line']} {f['code']} {f['level']}: {f['message']}" for f in findings)
 
 
+@pytest.mark.subprocess
 def test_hadolint_reports_what_it_should(tmp_path: Path) -> None:
     """A Dockerfile with known faults gets them reported, so an empty report above means something."""
     bad = tmp_path / "Dockerfile"

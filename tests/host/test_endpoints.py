@@ -8,12 +8,16 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import free_port, get, poll
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
 
 QUEUE = "slow"
+
+pytestmark = pytest.mark.subprocess
 
 
 def sample(text: str, name: str, labels: str) -> float | None:

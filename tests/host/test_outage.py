@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from tests.azurite import Azurite
 from tests.support import apoll
 from worker import QueueMessage, WorkerApp
@@ -17,6 +19,7 @@ from worker.settings.config import HostConfig
 QUEUE = "outage"
 
 
+@pytest.mark.azurite  # its own Azurite, on disk, stopped and started again on the same port
 async def test_host_rides_out_a_storage_outage_and_resumes(tmp_path: Path) -> None:
     emulator = Azurite(location=tmp_path / "azurite").start()  # on disk, so messages survive the restart
     revived: Azurite | None = None

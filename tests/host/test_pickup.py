@@ -29,6 +29,7 @@ def config(tmp_path: Path, connection: str | None) -> HostConfig:
                       connections={"AzureWebJobsStorage": connection} if connection else {})
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("backend_kind", ["sqlite", "oci"])
 async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_process_at_once(
     config: HostConfig, queue: QueueBackend, receive_times: list[float], tmp_path: Path, connection: str | None

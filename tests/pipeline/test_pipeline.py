@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -16,10 +15,11 @@ import pytest
 from functions import data
 from functions.function_app import app
 from tests.host.processes import REPO
+from tests.spark.sessions import SparkSessions, process_env
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import decode, encode
-from worker.middleware.spark import Spark, SparkProvider, SparkSettings
+from worker.middleware.spark import SparkProvider
 from worker.runtime.host import Host
 from worker.settings.config import load_config
 
@@ -68,8 +68,7 @@ async def test_end_to_end_counts_match_the_generated_data_and_unreadable_input_i
     missing = str(tmp_path / "landing" / "2026-11-16" / "part-0404.csv")
     await send_paths(queues, *manifest.files, missing)
     warehouse = tmp_path / "warehouse"
-    env = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
-    env |= {"PYTHONPATH": str(REPO), "PIPELINE_WAREHOUSE": str(warehouse)}
+    env = process_env(PYTHONPATH=str(REPO), PIPELINE_WAREHOUSE=str(warehouse))
 
     run = await asyncio.to_thread(
         subprocess.run,
@@ -98,26 +97,23 @@ async def test_end_to_end_counts_match_the_generated_data_and_unreadable_input_i
 
 
 async def test_the_same_ingest_message_twice_gives_identical_tables(
-    tmp_path: Path, host_yaml: Path, queues: QueueBackend, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, host_yaml: Path, queues: QueueBackend, monkeypatch: pytest.MonkeyPatch, spark_sessions: SparkSessions
 ) -> None:
     manifest = data.generate(tmp_path / "landing", size_bytes=20_000, files=1, days=1)
     warehouse = tmp_path / "warehouse"
     monkeypatch.setenv("PIPELINE_WAREHOUSE", str(warehouse))
     monkeypatch.delenv("AzureWebJobsStorage", raising=False)
     config = load_config(host_yaml, environ={})
-    # host.yaml's Spark, made once and handed to both host runs, which then share one session.
-    provider = SparkProvider(SparkSettings(config.spark_master, conf=dict(config.spark_conf)))
+    # host.yaml's Spark: the test process's session, handed to both host runs, which then share it.
+    spark = spark_sessions.middleware(config.spark_master, dict(config.spark_conf))
 
     snapshots = []
-    try:
-        for _ in range(2):
-            await send_paths(queues, manifest.files[0])
-            host = Host(app, config, burst=True, middleware=[Spark(provider)])
-            await asyncio.wait_for(host.run(), 300)
-            assert host.metrics.get("failed") == 0
-            snapshots.append(await asyncio.to_thread(snapshot, warehouse, provider))
-    finally:
-        await asyncio.to_thread(provider.stop)
+    for _ in range(2):
+        await send_paths(queues, manifest.files[0])
+        host = Host(app, config, burst=True, middleware=[spark])
+        await asyncio.wait_for(host.run(), 300)
+        assert host.metrics.get("failed") == 0
+        snapshots.append(await asyncio.to_thread(snapshot, warehouse, spark.provider))
     first, second = snapshots
     assert first["events"] and first["quarantine"]
     assert first == second

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.spark.sessions import process_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,8 +44,8 @@ def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(
         "spark": _spark_section(where, request),
     }), encoding="utf-8")
     result_file = tmp_path / "result.json"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WORKER__", "AzureWebJobs", "PYSPARK_", "VIRTUAL_ENV")) and k != "PYTHONPATH"}
+    env = {k: v for k, v in process_env().items()
+           if not k.startswith(("AzureWebJobs", "PYSPARK_", "VIRTUAL_ENV")) and k != "PYTHONPATH"}
     env.update({"PATH": "/usr/bin:/bin", "RESULT_FILE": str(result_file)})
     config = str(tmp_path / "host.yaml")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -19,11 +18,13 @@ import pytest
 
 from tests.host.processes import REPO, write_host_yaml
 from tests.spark.cluster import ConnectServer
+from tests.spark.sessions import SparkSessions, process_env
 from tests.support import apoll
 from worker import QueueMessage, WorkerApp, spark
 from worker.backends.queues import PopReceiptMismatch, QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import encode
+from worker.middleware.spark import Spark
 from worker.runtime.host import Host
 from worker.settings.config import HostConfig
 
@@ -33,18 +34,30 @@ OTHER = "plain-jobs"
 ENDLESS = "sum(id % 7)"
 
 
-@pytest.fixture(params=["local", "cluster", "connect"])
-def config(tmp_path: Path, request: pytest.FixtureRequest) -> HostConfig:
+@pytest.fixture(scope="module", params=["local", "cluster", "connect"])
+def where(request: pytest.FixtureRequest) -> str:
+    """Module-scoped, so pytest runs every test on one master before the next: one session each, not one per test."""
+    return request.param
+
+
+@pytest.fixture
+def config(tmp_path: Path, where: str, request: pytest.FixtureRequest) -> HostConfig:
     conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
     master = "local[2]"
-    if request.param == "connect":
+    if where == "connect":
         master, conf = request.getfixturevalue("spark_connect").url, {"spark.sql.shuffle.partitions": "2"}
-    if request.param == "cluster":
+    if where == "cluster":
         master = request.getfixturevalue("spark_cluster").url
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.executor.memory": "512m",
                  "spark.cores.max": "2", "spark.executorEnv.PYTHONPATH": str(REPO)}
     return HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, spark_master=master,
                       spark_conf=conf)
+
+
+@pytest.fixture
+def shared_spark(config: HostConfig, spark_sessions: SparkSessions) -> Spark:
+    """The test process's session on the config's master, handed to the host so it is not started per test."""
+    return spark_sessions.middleware(config.spark_master, dict(config.spark_conf))
 
 
 def _sleepy(x: int) -> int:
@@ -81,11 +94,11 @@ def endless_job_app(seen: dict[str, Any], started: threading.Event) -> WorkerApp
     return app
 
 
-async def test_lost_lease_cancels_the_spark_job(config: HostConfig, queue: QueueBackend) -> None:
+async def test_lost_lease_cancels_the_spark_job(config: HostConfig, queue: QueueBackend, shared_spark: Spark) -> None:
     seen: dict[str, Any] = {}
     started = threading.Event()
     await queue.put(QUEUE, encode("crunch", "base64"))
-    host = Host(endless_job_app(seen, started), replace(config, lease_duration=2))
+    host = Host(endless_job_app(seen, started), replace(config, lease_duration=2), middleware=[shared_spark])
     task = asyncio.create_task(host.run())
     try:
         await apoll(lambda: _true(started.is_set()), 120, what="the Spark job to start")
@@ -102,12 +115,12 @@ async def test_lost_lease_cancels_the_spark_job(config: HostConfig, queue: Queue
 
 
 async def test_shutdown_past_drain_timeout_cancels_the_spark_job_and_releases_the_message(
-    config: HostConfig, queue: QueueBackend
+    config: HostConfig, queue: QueueBackend, shared_spark: Spark
 ) -> None:
     seen: dict[str, Any] = {}
     started = threading.Event()
     [message_id] = [(await queue.put(QUEUE, encode("crunch", "base64"))).id]
-    host = Host(endless_job_app(seen, started), config)
+    host = Host(endless_job_app(seen, started), config, middleware=[shared_spark])
     task = asyncio.create_task(host.run())
     await apoll(lambda: _true(started.is_set()), 120, what="the Spark job to start")
 
@@ -121,7 +134,7 @@ async def test_shutdown_past_drain_timeout_cancels_the_spark_job_and_releases_th
 
 
 async def test_a_python_job_past_function_timeout_is_cancelled_and_the_message_handled_by_the_usual_rules(
-    config: HostConfig, queue: QueueBackend
+    config: HostConfig, queue: QueueBackend, shared_spark: Spark
 ) -> None:
     seen: dict[str, Any] = {}
     app = WorkerApp()
@@ -138,7 +151,7 @@ async def test_a_python_job_past_function_timeout_is_cancelled_and_the_message_h
         seen["finished"] = True
 
     await queue.put(QUEUE, encode("slow", "base64"))
-    host = Host(app, replace(config, function_timeout=8, max_dequeue_count=1))
+    host = Host(app, replace(config, function_timeout=8, max_dequeue_count=1), middleware=[shared_spark])
     task = asyncio.create_task(host.run())
     try:
         await apoll(lambda: _true(host.metrics.get("poisoned") == 1), 120, what="the timed-out message in poison")
@@ -151,7 +164,9 @@ async def test_a_python_job_past_function_timeout_is_cancelled_and_the_message_h
     assert host.metrics.get("failed") == 1
 
 
-async def test_jobs_submitted_after_the_lease_is_lost_are_cancelled_too(config: HostConfig, queue: QueueBackend) -> None:
+async def test_jobs_submitted_after_the_lease_is_lost_are_cancelled_too(
+    config: HostConfig, queue: QueueBackend, shared_spark: Spark
+) -> None:
     """A handler that catches each cancellation and starts another job: the host keeps cancelling until it returns."""
     seen: dict[str, Any] = {"jobs": []}
     started = threading.Event()
@@ -171,7 +186,7 @@ async def test_jobs_submitted_after_the_lease_is_lost_are_cancelled_too(config: 
         seen["returned"] = True
 
     await queue.put(QUEUE, encode("stubborn", "base64"))
-    host = Host(app, replace(config, lease_duration=2))
+    host = Host(app, replace(config, lease_duration=2), middleware=[shared_spark])
     task = asyncio.create_task(host.run())
     try:
         await apoll(lambda: _true(started.is_set()), 120, what="the Spark job to start")
@@ -190,7 +205,7 @@ async def test_jobs_submitted_after_the_lease_is_lost_are_cancelled_too(config: 
 
 
 async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leases(
-    spark_connect: ConnectServer, tmp_path: Path, queue: QueueBackend
+    spark_connect: ConnectServer, spark_sessions: SparkSessions, tmp_path: Path, queue: QueueBackend
 ) -> None:
     """With the Connect server stopped (SIGSTOP), the interrupt of a lost lease hangs: other leases are renewed still."""
     seen: dict[str, Any] = {}
@@ -207,7 +222,7 @@ async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leas
     await queue.put(OTHER, encode("wait", "base64"))
     config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, lease_duration=2,
                         spark_master=spark_connect.url, spark_conf={"spark.sql.shuffle.partitions": "2"})
-    host = Host(app, config)
+    host = Host(app, config, middleware=[spark_sessions.middleware(config.spark_master, dict(config.spark_conf))])
     task = asyncio.create_task(host.run())
     try:
         await apoll(lambda: _true(started.is_set() and waiting.is_set()), 120, what="both handlers to start")
@@ -244,8 +259,7 @@ def test_spark_log_stays_out_of_the_worker_log(tmp_path: Path) -> None:
     """A real worker process: every line on its stderr is the worker's JSON; the JVM's output is in .worker/spark.log."""
     config = write_host_yaml(tmp_path, worker={"drainTimeout": "5s"})
     config.write_text(config.read_text() + "spark:\n  master: local[1]\n  conf:\n    spark.ui.enabled: false\n")
-    env = {k: v for k, v in os.environ.items() if k != "AzureWebJobsStorage" and not k.startswith("WORKER__")}
-    env |= {"PYTHONPATH": str(REPO), "RESULT_FILE": str(tmp_path / "result")}
+    env = process_env(PYTHONPATH=str(REPO), RESULT_FILE=str(tmp_path / "result"))
     worker = [sys.executable, "-m", "worker"]
     send = subprocess.run([*worker, "send", "spark-count", "1000", "--config", str(config)], env=env, cwd=REPO)
     assert send.returncode == 0

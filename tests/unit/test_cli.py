@@ -1,4 +1,4 @@
-"""The ``worker`` command, run as a real subprocess in a temporary folder.
+"""The ``worker`` command, run through ``main(argv)`` in a temporary folder (tests/cli.py says why in-process).
 
 Each test works in its own ``tmp_path``: ``host.yaml`` (when there is one) sits
 there, so the embedded queue file lands in ``tmp_path/.worker/queues.sqlite3``
@@ -9,39 +9,21 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.cli import Ran, run_cli
+
 QUEUE_FILE = Path(".worker") / "queues.sqlite3"
 SEVEN_DAYS = timedelta(days=7)
 
 
-def worker(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m worker ARGS`` in ``cwd`` with an environment that cannot point it elsewhere."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith("WORKER__") and name != "AzureWebJobsStorage"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    env["PYTHONUTF8"] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "worker", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=60,
-        check=False,
-    )
+def worker(cwd: Path, *args: str) -> Ran:
+    """Run ``worker ARGS`` in ``cwd``, in-process, with an environment that cannot point it elsewhere."""
+    return run_cli(cwd, *args)
 
 
 def ok(cwd: Path, *args: str) -> str:

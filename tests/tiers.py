@@ -1,0 +1,141 @@
+"""The suite's tiers: markers from what a test uses, and groups that keep heavy or timing-sensitive tests together.
+
+Markers (``-m`` selects by them; ``make check`` runs what carries none of them):
+
+- ``azurite``: uses the Azurite emulator (its fixture, or a ``backend_kind``-style parameter naming it);
+- ``oci``: uses the OCI Queue test server (likewise);
+- ``spark``: runs Spark (the ``tests/spark`` and ``tests/pipeline`` folders, or a Spark server fixture);
+- ``slow``: the reliability scenarios (``tests/reliability``: outages, crash loops, competing workers, the
+  model check), which wait on leases and processes by design;
+- ``subprocess``: starts worker processes (or other programs: the linters). This one is written on the test,
+  because only the test knows; it is checked, not trusted: a test that starts a process in its body and
+  carries none of these markers fails, naming the mark.
+
+Groups (with ``--dist loadgroup``, each group runs on one xdist worker, one test after another; every
+other test is scheduled on its own). They are made here by :func:`pytest_xdist_make_scheduler` from the
+tests' folders, because xdist's own ``xdist_group`` mark does not reach its scheduler under pytest 9 (it
+renames the node ids, which pytest 9 no longer lets it do):
+
+- ``spark`` (``tests/spark``, ``tests/pipeline``): every Spark test. One process then starts the
+  standalone cluster and the Connect server and holds the one in-process session
+  (tests/spark/sessions.py), and Spark's JVMs, which each want a core to start, never run beside each
+  other: split by master over three processes, the same tests took longer than one after another on two
+  cores, and end-to-end runs passed their timeouts.
+- ``timing`` (``tests/reliability``): the reliability scenarios, whose deadlines assume a share of the machine they keep for
+  themselves rather than three other processes' worth of neighbours each.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+
+#: Marker -> fixtures whose use puts a test in it.
+FIXTURES = {
+    "azurite": {"azurite"},
+    "oci": {"oci_server"},
+    "spark": {"spark_cluster", "spark_connect", "spark_sessions"},
+}
+#: Marker -> folders (under tests/) whose tests carry it.
+FOLDERS = {"spark": {"spark", "pipeline"}, "slow": {"reliability"}}
+#: A parameter value that names a backend: the fixtures resolve it to the server (``connection``, ``backend``).
+PARAMETERS = {"azurite": "azurite", "oci": "oci"}
+#: xdist group -> the folders (under tests/) whose tests run in it: the Spark tests, the reliability scenarios.
+GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"]}
+
+MARKERS = {
+    "azurite": "uses the Azurite emulator",
+    "oci": "uses the OCI Queue test server",
+    "spark": "runs Spark (local, the standalone cluster or the Connect server)",
+    "slow": "a reliability scenario: waits on leases, outages and processes by design",
+    "subprocess": "starts real worker processes and sends them signals",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    sys.addaudithook(_audit)
+
+
+def markers_for(item: pytest.Item) -> set[str]:
+    """The tier markers a test gets from its folder, its fixtures and its parameters."""
+    found: set[str] = set()
+    folder = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
+    for marker, folders in FOLDERS.items():
+        if folder in folders:
+            found.add(marker)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    for marker, names in FIXTURES.items():
+        if fixtures & names:
+            found.add(marker)
+    callspec = getattr(item, "callspec", None)
+    values = {v for v in callspec.params.values() if isinstance(v, str)} if callspec is not None else set()
+    for marker, value in PARAMETERS.items():
+        if value in values:
+            found.add(marker)
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the markers given here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        found = markers_for(item)
+        for marker in sorted(found):
+            item.add_marker(marker)
+        if "spark" in found and group_of(item.nodeid) != "spark":
+            raise pytest.UsageError(f"{item.nodeid} runs Spark outside {sorted(FOLDERS['spark'])}: move it there, "
+                                    "so that it runs in the Spark group")
+
+
+def group_of(nodeid: str) -> str | None:
+    """The xdist group of a test, from its folder; None for a test scheduled on its own."""
+    folder = nodeid.split("/", 2)[1] if nodeid.startswith("tests/") else ""
+    return next((group for group, folders in GROUPS.items() if folder in folders), None)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run without xdist has no such hook
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``--dist loadgroup``: xdist's scope scheduling, a group being one scope and every other test its own."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid) or nodeid
+
+    return GroupScheduling(config, log)
+
+
+
+#: A test with any of these markers is outside the fast tier (``make check``).
+OUTSIDE_THE_FAST_TIER = ("azurite", "oci", "spark", "slow", "subprocess")
+
+#: Processes started by the body of the test running now (set around each test's call phase only).
+_started: list[str] | None = None
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event == "subprocess.Popen" and _started is not None:
+        _started.append(str(args[0]))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Fail a test that starts a process in its body without the ``subprocess`` mark (fixtures' servers aside)."""
+    global _started
+    _started = []
+    try:
+        result = yield
+    finally:
+        started, _started = _started, None
+    if started and not any(item.get_closest_marker(m) for m in OUTSIDE_THE_FAST_TIER):
+        pytest.fail(f"this test starts processes ({', '.join(sorted(set(started)))}) but is not marked "
+                    "@pytest.mark.subprocess, so the fast tier would run it", pytrace=False)
+    return result
