@@ -76,6 +76,11 @@ class Invocation:
     #: The invocation's logger, bound to function, queue and ids.
     log: Any = None
 
+    @property
+    def interrupted(self) -> bool:
+        """True once the host has given up on the invocation (see :meth:`interrupt`)."""
+        return any(delivery.lease.cancelled.is_set() for delivery in self.deliveries)
+
     def interrupt(self) -> None:
         """Tell the handler to stop: set every message's ``cancelled`` event, then run ``on_interrupt``."""
         for delivery in self.deliveries:

@@ -165,6 +165,11 @@ class SparkProvider:
             invocation.thread_cleanup.append(lambda: context.removeJobTag(tag))
         with self._lock:
             self._tagged.setdefault(invocation.id, []).append((cancel, tag, handler_returned))
+        if invocation.interrupted:
+            # The host gave up before the handler's first Spark call (a timeout while the session was starting):
+            # the interrupt found nothing to cancel, so the jobs of this thread are cancelled from the start.
+            # Registered first, then checked: an interrupt in between is seen by one side or both, never neither.
+            _cancel_until(cancel, tag, handler_returned)
 
         def returned() -> None:
             handler_returned.set()
