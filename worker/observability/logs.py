@@ -74,7 +74,9 @@ def configure_logging(level: str = "INFO", json_lines: bool | None = None, strea
     structlog.configure(
         processors=[*shared, structlog.processors.format_exc_info, _redact_event, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(stream),
+        # One write per line (print() writes the text and its newline apart): the processes of `--processes N`
+        # share one stderr, and two lines must never interleave into one that is not JSON.
+        logger_factory=structlog.WriteLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
     # Lines from the standard logging module (handlers' own logging.info, libraries) go out in the same
