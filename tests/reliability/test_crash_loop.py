@@ -42,8 +42,11 @@ async def test_kill_9_at_random_while_1000_messages_flow_loses_nothing(tmp_path:
     await sender.create_queue(QUEUE)
     for start in range(0, MESSAGES, 100):
         await asyncio.gather(*(sender.put(QUEUE, encode(body(i), "base64")) for i in range(start, start + 100)))
+    # Four handler threads a process: fast enough to be done in seconds, slow enough that the other process
+    # cannot run through the whole queue while one restarts (with sixteen it sometimes did, and the kill
+    # plan ran out of messages under a loaded machine).
     config = write_host_yaml(tmp_path, queues={"maxDequeueCount": 3},
-                             worker={"leaseDuration": "2s", "drainTimeout": "5s"})
+                             worker={"leaseDuration": "2s", "drainTimeout": "5s", "handlerThreads": 4})
     env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "0.05", "TRIGGER_QUEUE": QUEUE,
            "FAIL_PREFIX": "fail"}
     incarnations = [0, 0]
