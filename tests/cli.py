@@ -26,7 +26,6 @@ from worker.ops import cli
 class Ran:
     """What a shell would see of one command: its exit code and output."""
 
-    args: tuple[str, ...]
     returncode: int
     stdout: str
     stderr: str
@@ -59,7 +58,7 @@ def run_cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
         os.environ.clear()
         os.environ.update(saved_env)
         configure_logging("INFO", json_lines=False)
-    return Ran(args, code, out.getvalue(), err.getvalue())
+    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def _configure_uncached(*args: object, **kwargs: object) -> None:

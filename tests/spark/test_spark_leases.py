@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -84,14 +84,19 @@ def endless_job_app(seen: dict[str, Any], started: threading.Event) -> WorkerApp
         session = spark.session()
         seen["msg"] = msg
         started.set()
-        try:
-            session.range(0, 10**13, numPartitions=2).selectExpr(ENDLESS).collect()
-        except Exception as exc:
-            seen["error"] = f"{type(exc).__name__}: {exc}"
-            raise
-        seen["finished"] = True
+        run_recorded(seen, lambda: session.range(0, 10**13, numPartitions=2).selectExpr(ENDLESS).collect())
 
     return app
+
+
+def run_recorded(seen: dict[str, Any], job: Callable[[], object]) -> None:
+    """Run a handler's Spark job, noting in ``seen`` how it ended: "error" (then raised again) or "finished"."""
+    try:
+        job()
+    except Exception as exc:
+        seen["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    seen["finished"] = True
 
 
 async def test_lost_lease_cancels_the_spark_job(config: HostConfig, queue: QueueBackend, shared_spark: Spark) -> None:
@@ -143,12 +148,11 @@ async def test_a_python_job_past_function_timeout_is_cancelled_and_the_message_h
     def slow(msg: QueueMessage) -> None:
         from pyspark.sql import functions as F
 
-        try:  # a Python UDF: the same job on local, on the cluster and on Connect (which has no RDDs)
-            spark.session().range(0, 2, numPartitions=2).select(F.udf(_sleepy, "long")("id")).collect()
-        except Exception as exc:
-            seen["error"] = f"{type(exc).__name__}: {exc}"
-            raise
-        seen["finished"] = True
+        def job() -> object:  # a Python UDF: the same job on local, on the cluster and on Connect (no RDDs there)
+            session = spark.session()  # first: the session decides whether F.udf makes a Connect UDF
+            return session.range(0, 2, numPartitions=2).select(F.udf(_sleepy, "long")("id")).collect()
+
+        run_recorded(seen, job)
 
     await queue.put(QUEUE, encode("slow", "base64"))
     host = Host(app, replace(config, function_timeout=8, max_dequeue_count=1), middleware=[shared_spark])
@@ -176,12 +180,7 @@ async def test_a_job_first_submitted_after_the_host_gave_up_is_cancelled(
     @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
     def late(msg: QueueMessage) -> None:
         timed_out.wait(60)
-        try:
-            spark.session().range(0, 10**13, numPartitions=2).selectExpr(ENDLESS).collect()
-        except Exception as exc:
-            seen["error"] = f"{type(exc).__name__}: {exc}"
-            raise
-        seen["finished"] = True
+        run_recorded(seen, lambda: spark.session().range(0, 10**13, numPartitions=2).selectExpr(ENDLESS).collect())
 
     await queue.put(QUEUE, encode("late", "base64"))
     host = Host(app, replace(config, function_timeout=1, max_dequeue_count=1), middleware=[shared_spark])
