@@ -93,8 +93,8 @@ class PoisonQueue:
         """Copy the original text to ``<queue>-poison``, then delete the original.
 
         The copy never expires, so that nothing poisoned disappears unseen; the
-        reason goes to the log together with the copy's id. A retried
-        completion whose copy was made already only deletes.
+        reason goes to the log together with the copy's id as soon as the copy
+        exists. A retried completion whose copy was made already only deletes.
         """
         poison = poison_queue(item.queue)
         # Where messages have no time to live of their own, the poison queue's retention applies.
@@ -102,9 +102,11 @@ class PoisonQueue:
         if memo.poison_copy_id is None:
             copy = await put_creating(self.backend, poison, item.raw.content, time_to_live=forever)
             memo.poison_copy_id = copy.id
+            # Said before the original is deleted: a process killed in between leaves the original to come
+            # back and be poisoned (and logged) again, so no copy in the poison queue is ever without its reason.
+            log.error("message moved to the poison queue", poison_queue=poison, poison_message_id=copy.id,
+                      reason=reason)
         await delete()
-        log.error("message moved to the poison queue", poison_queue=poison, poison_message_id=memo.poison_copy_id,
-                  reason=reason)
         return Done.POISONED
 
     async def drain(
