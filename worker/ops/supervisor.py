@@ -35,6 +35,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.waits import wait_set
+
 log = structlog.get_logger("worker.ops.supervisor")
 
 #: First wait before a child that died is started again; it doubles while children keep dying, up to the ceiling.
@@ -129,11 +131,8 @@ class Supervisor:
             child.restarts += 1
             log.error("worker process exited; restarting it", process=child.index, exit_code=code,
                       ran_seconds=round(ran, 1), restart_in=delay, restarts=child.restarts)
-            try:
-                await asyncio.wait_for(self.stopping.wait(), delay)
+            if await wait_set(self.stopping, delay):
                 return
-            except TimeoutError:
-                pass
             delay = min(delay * 2, RESTART_DELAY_MAX)
 
     async def _run_once(self, child: Child) -> int:

@@ -86,7 +86,8 @@ class Endpoints:
         if (stuck := self.stuck()) is not None:
             problems.append(stuck)
         try:
-            await asyncio.wait_for(self.storage_check(), READY_TIMEOUT)
+            async with asyncio.timeout(READY_TIMEOUT):  # not wait_for: see worker/waits.py
+                await self.storage_check()
         except TimeoutError:
             last = self.last_storage_error()
             problem = f"storage unreachable: no answer within {READY_TIMEOUT:g}s"

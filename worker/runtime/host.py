@@ -41,6 +41,7 @@ from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
 from worker.runtime.threads import HandlerThreads
 from worker.settings.config import FunctionOptions, HostConfig
+from worker.waits import wait_set
 
 log = structlog.get_logger("worker.runtime.host")
 
@@ -279,10 +280,7 @@ class Host:
                 if not dispatcher.invocations and not any(counts):
                     log.info("trigger queues are empty; stopping (burst mode)")
                     return
-            try:
-                await asyncio.wait_for(self.stopping.wait(), BURST_CHECK_INTERVAL)
-            except TimeoutError:
-                pass
+            await wait_set(self.stopping, BURST_CHECK_INTERVAL)
 
     async def _drain(self, dispatcher: Dispatcher) -> None:
         released = dispatcher.release_unstarted()

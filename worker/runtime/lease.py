@@ -25,6 +25,7 @@ import structlog
 from worker.backends.queues import LeaseGone, MessageNotFound
 from worker.model import Lease
 from worker.observability.metrics import Metrics
+from worker.waits import wait_set
 
 log = structlog.get_logger("worker.runtime.lease")
 
@@ -121,10 +122,7 @@ class LeaseScheduler:
                     self._renewers.add(task)
                     task.add_done_callback(self._renewers.discard)
                 timeout = self._heap[0][0] - now if self._heap else None
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except TimeoutError:
-                    pass
+                await wait_set(self._wake, timeout)
         finally:
             for task in list(self._renewers):
                 task.cancel()

@@ -17,6 +17,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
 
+from worker.waits import wait_set
+
 log = structlog.get_logger("worker.runtime.threads")
 
 
@@ -75,11 +77,7 @@ class HandlerThreads:
 
     async def wait_idle(self, timeout: float) -> bool:
         """Give cancelled sync handlers ``timeout`` to notice ``message.cancelled`` and return."""
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await wait_set(self._idle, timeout)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

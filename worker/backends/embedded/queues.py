@@ -51,6 +51,7 @@ from worker.backends.queues import (
     UnusableFile,
     check_no_channel,
 )
+from worker.waits import wait_set
 
 T = TypeVar("T")
 
@@ -507,9 +508,7 @@ class _Changes:
         if self._watcher is None or self._watcher.done():
             self._watcher = asyncio.create_task(self._watch(), name=f"sqlite-changes-{self.path.name}")
         try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
+            await wait_set(event, timeout)
         finally:
             self._waiting -= 1
 
