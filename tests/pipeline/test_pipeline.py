@@ -15,7 +15,7 @@ import pytest
 from functions import data
 from functions.function_app import app
 from tests.host.processes import REPO
-from tests.spark.sessions import SparkSessions, process_env
+from tests.spark.sessions import SparkSessions, master_and_conf, process_env
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import decode, encode
@@ -34,18 +34,6 @@ def host_yaml(tmp_path: Path) -> Path:
     return path
 
 
-def _spark_section(where: str, request: pytest.FixtureRequest) -> str:
-    """host.yaml's spark section for local Spark, the test cluster or the test Connect server."""
-    if where == "local":
-        return SPARK
-    if where == "connect":
-        return f"spark:\n  master: {request.getfixturevalue('spark_connect').url}\n"
-    cluster = request.getfixturevalue("spark_cluster")
-    return (f"spark:\n  master: {cluster.url}\n  conf:\n    spark.sql.shuffle.partitions: 2\n    spark.ui.enabled: false\n"
-            "    spark.driver.host: 127.0.0.1\n    spark.driver.bindAddress: 127.0.0.1\n    spark.executor.memory: 512m\n"
-            "    spark.cores.max: 2\n")
-
-
 @pytest.fixture
 async def queues(tmp_path: Path) -> AsyncIterator[QueueBackend]:
     backend = open_backend(None, tmp_path)
@@ -61,22 +49,26 @@ async def send_paths(queues: QueueBackend, *paths: str) -> None:
 
 @pytest.mark.parametrize("where", ["local", "cluster", "connect"])
 async def test_end_to_end_counts_match_the_generated_data_and_unreadable_input_is_poisoned(
-    tmp_path: Path, host_yaml: Path, queues: QueueBackend, where: str, request: pytest.FixtureRequest
+    tmp_path: Path, host_yaml: Path, queues: QueueBackend, where: str, request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    host_yaml.write_text(SETTINGS + _spark_section(where, request), encoding="utf-8")
+    """On local Spark as ``make run`` runs it: a ``worker run --burst`` process that starts its own session from
+    host.yaml. On the cluster and the Connect server: a host in this process on the Spark tests' session there.
+    A worker process building its own driver on those two masters from host.yaml is shown by
+    tests/spark/test_interpreter.py; one more JVM per master here would add a minute each and show nothing more."""
     manifest = data.generate(tmp_path / "landing", size_bytes=60_000, files=3, days=2)
     missing = str(tmp_path / "landing" / "2026-11-16" / "part-0404.csv")
     await send_paths(queues, *manifest.files, missing)
     warehouse = tmp_path / "warehouse"
-    env = process_env(PYTHONPATH=str(REPO), PIPELINE_WAREHOUSE=str(warehouse))
-
-    run = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "worker", "run", "--app", "functions.function_app:app", "--config", str(host_yaml),
-         "--burst"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    if where == "local":
+        await run_worker_process(host_yaml, warehouse)
+    else:
+        monkeypatch.setenv("PIPELINE_WAREHOUSE", str(warehouse))
+        monkeypatch.delenv("AzureWebJobsStorage", raising=False)
+        spark = request.getfixturevalue("spark_sessions").middleware(*master_and_conf(where, request))
+        host = Host(app, load_config(host_yaml, environ={}), burst=True, middleware=[spark])
+        await asyncio.wait_for(host.run(), 300)
+        assert host.metrics.get("poisoned") == 1
 
     report = json.loads((warehouse / "reports" / "report.json").read_text())
     assert report["files"] == 3
@@ -91,13 +83,26 @@ async def test_end_to_end_counts_match_the_generated_data_and_unreadable_input_i
 
     [poisoned] = await queues.peek("ingest-poison", 32)
     assert json.loads(decode(poisoned.content, "base64")) == {"path": missing}
+
+
+async def run_worker_process(host_yaml: Path, warehouse: Path) -> None:
+    """``worker run --burst`` on the sample app; its log must tell why the missing file was poisoned."""
+    env = process_env(PYTHONPATH=str(REPO), PIPELINE_WAREHOUSE=str(warehouse))
+    run = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "worker", "run", "--app", "functions.function_app:app", "--config", str(host_yaml),
+         "--burst"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     moved = [line for line in lines if line["event"] == "message moved to the poison queue"]
     assert len(moved) == 1 and "does not exist" in moved[0]["reason"]
 
 
 async def test_the_same_ingest_message_twice_gives_identical_tables(
-    tmp_path: Path, host_yaml: Path, queues: QueueBackend, monkeypatch: pytest.MonkeyPatch, spark_sessions: SparkSessions
+    tmp_path: Path, host_yaml: Path, queues: QueueBackend, monkeypatch: pytest.MonkeyPatch, spark_sessions: SparkSessions,
+    request: pytest.FixtureRequest,
 ) -> None:
     manifest = data.generate(tmp_path / "landing", size_bytes=20_000, files=1, days=1)
     warehouse = tmp_path / "warehouse"
@@ -105,7 +110,8 @@ async def test_the_same_ingest_message_twice_gives_identical_tables(
     monkeypatch.delenv("AzureWebJobsStorage", raising=False)
     config = load_config(host_yaml, environ={})
     # host.yaml's Spark: the test process's session, handed to both host runs, which then share it.
-    spark = spark_sessions.middleware(config.spark_master, dict(config.spark_conf))
+    assert (config.spark_master, dict(config.spark_conf)) == master_and_conf("local", request)
+    spark = spark_sessions.middleware(*master_and_conf("local", request))
 
     snapshots = []
     for _ in range(2):

@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
+from tests.host.processes import REPO
 from worker.middleware.spark import Spark, SparkProvider, SparkSettings
 
 #: What PySpark writes into its process's environment while a session is open (a Connect session marks the
@@ -25,6 +28,23 @@ def process_env(**extra: str) -> dict[str, str]:
     """The environment for a worker process started by a Spark test: this one's, without the session's marks."""
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED and not k.startswith("WORKER__")}
     return env | extra
+
+
+def master_and_conf(where: str, request: pytest.FixtureRequest) -> tuple[str, dict[str, str]]:
+    """The master and settings every Spark test in this process uses on ``where`` (local, cluster, connect).
+
+    One pair per master, so that the tests of every module share its session instead of restarting it
+    with settings that differ in some detail.
+    """
+    conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+    if where == "local":
+        return "local[2]", conf
+    if where == "connect":  # the UI is the server's, not the session's to set
+        return request.getfixturevalue("spark_connect").url, {"spark.sql.shuffle.partitions": "2"}
+    return request.getfixturevalue("spark_cluster").url, conf | {
+        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.executor.memory": "512m",
+        "spark.cores.max": "2", "spark.executorEnv.PYTHONPATH": str(REPO),
+    }
 
 
 class SparkSessions:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.host.processes import REPO, write_host_yaml
 from tests.spark.cluster import ConnectServer
-from tests.spark.sessions import SparkSessions, process_env
+from tests.spark.sessions import SparkSessions, master_and_conf, process_env
 from tests.support import apoll
 from worker import QueueMessage, WorkerApp, spark
 from worker.backends.queues import PopReceiptMismatch, QueueBackend
@@ -42,14 +42,7 @@ def where(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def config(tmp_path: Path, where: str, request: pytest.FixtureRequest) -> HostConfig:
-    conf = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
-    master = "local[2]"
-    if where == "connect":
-        master, conf = request.getfixturevalue("spark_connect").url, {"spark.sql.shuffle.partitions": "2"}
-    if where == "cluster":
-        master = request.getfixturevalue("spark_cluster").url
-        conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.executor.memory": "512m",
-                 "spark.cores.max": "2", "spark.executorEnv.PYTHONPATH": str(REPO)}
+    master, conf = master_and_conf(where, request)
     return HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, spark_master=master,
                       spark_conf=conf)
 
