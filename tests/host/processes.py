@@ -86,6 +86,19 @@ class WorkerProcess:
 
         return poll(seen, timeout, what=f"{self.name} to log {event!r}")
 
+    def wait_for_events(self, event: str, count: int, timeout: float) -> list[dict[str, Any]]:
+        """The first ``count`` lines logging ``event``, once there are that many; on timeout, fail with the log's
+        end (a worker process that never started says why only there)."""
+        def enough() -> list[dict[str, Any]] | None:
+            found = [line for line in self.lines() if line.get("event") == event]
+            return found[:count] if len(found) >= count else None
+
+        try:
+            return poll(enough, timeout, what=f"{count} x {event!r} from {self.name}")
+        except AssertionError as exc:
+            tail = self.log_path.read_text(encoding="utf-8", errors="replace")[-4000:]
+            raise AssertionError(f"{exc}; its log ends:\n{tail}") from None
+
     def send_signal(self, signum: int) -> None:
         assert self.proc is not None
         self.proc.send_signal(signum)

@@ -148,17 +148,18 @@ async def test_empty_queue_backs_off_exponentially_and_resets_on_a_message(
 async def test_one_scheduler_renews_hundreds_of_leases_without_a_task_per_message(queue: QueueBackend) -> None:
     for i in range(200):
         await queue.put(QUEUE, str(i))
-    taken = []
-    while len(taken) < 200:
-        taken += await queue.receive(QUEUE, 32, 3)
     metrics = Metrics()
     scheduler = LeaseScheduler(duration=3, fraction=0.5, metrics=metrics)
-    leases = [Lease(queue, QUEUE, m.id, m.pop_receipt) for m in taken]
-    for lease in leases:
-        scheduler.hold(lease)
     task = asyncio.create_task(scheduler.run())
+    leases: list[Lease] = []
     most_tasks = 0
     try:
+        # Each batch held as soon as it is received, as the dispatcher does: a lease held later than its receive
+        # would be renewed by a clock that started late.
+        while len(leases) < 200:
+            for m in await queue.receive(QUEUE, 32, 3):
+                leases.append(lease := Lease(queue, QUEUE, m.id, m.pop_receipt))
+                scheduler.hold(lease)
         deadline = time.monotonic() + 30
         while min(lease.renewals for lease in leases) < 3:
             assert time.monotonic() < deadline, "leases were not renewed three times in 30 s"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
-from tests.support import apoll, free_port, poll
+from tests.support import apoll, free_port
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
 
@@ -40,7 +40,7 @@ def supervised(tmp_path: Path, record_db: Path, connection: str | None) -> Itera
             env["AzureWebJobsStorage"] = connection
         process = WorkerProcess(config, env, name="supervisor", args=("--processes", "2")).start()
         started.append(process)
-        poll(lambda: len(_events(process, "host started")) == 2, 60, what="two worker processes")
+        process.wait_for_events("host started", 2, 60)
         return process
 
     yield start
@@ -92,9 +92,9 @@ async def test_a_killed_process_is_started_again_and_its_message_is_not_lost(
     [first] = await apoll(lambda: _arows(record_db, "start"), 30, what="the handler to start")
     os.kill(first["pid"], signal.SIGKILL)
 
-    restarted = poll(lambda: _events(process, "worker process exited; restarting it"), 30, what="the restart")
+    restarted = process.wait_for_events("worker process exited; restarting it", 1, 30)
     assert restarted[0]["exit_code"] == -signal.SIGKILL
-    poll(lambda: len(_events(process, "host started")) == 3, 60, what="the new worker process")
+    process.wait_for_events("host started", 3, 60)
     # The lease ends 3 s after the kill; whichever process receives it then runs it to the end.
     done = await apoll(lambda: _arows(record_db, "done"), 60, what="the message done after redelivery")
     assert done[0]["message_id"] == first["message_id"] and done[0]["dequeue_count"] == 2
