@@ -175,3 +175,6 @@ class Finished:
     lease: Lease
     #: The settings of the message's function (maxDequeueCount, visibilityTimeout, retry).
     config: FunctionOptions
+    #: The logger every line about this message goes to, bound to function, queue, invocation and message ids and
+    #: dequeue count (the invocation's own for a single message: one bind per message, not two).
+    log: structlog.typing.FilteringBoundLogger

@@ -31,7 +31,7 @@ class Counting(Middleware):
 
     def after_invocation(self, invocation: Invocation, result: Result) -> None:
         if invocation.handler_seconds is not None:
-            self.metrics.handler_seconds.labels(invocation.function.name).observe(invocation.handler_seconds)
+            self.metrics.handler_seconds.observe(invocation.function.name, invocation.handler_seconds)
 
     def after_completion(self, item: Finished, result: Result, done: Done) -> None:
         for name in _COUNTED[done]:

@@ -27,8 +27,6 @@ from worker.runtime.lease import LeaseScheduler
 from worker.runtime.poison import is_poison_queue, policy_for
 from worker.settings.config import FunctionOptions
 
-log = structlog.get_logger("worker.runtime.completion")
-
 #: Seconds between attempts of a completion that storage failed (each attempt has the backend's own retries).
 COMPLETION_RETRY_INTERVAL = 2.0
 
@@ -64,10 +62,7 @@ class CompletionProcessor:
         its lease ends, which is the safe direction.
         """
         lease = item.lease
-        bound = log.bind(
-            function=item.function, queue=item.queue, message_id=item.raw.id,
-            dequeue_count=item.raw.dequeue_count, invocation_id=item.invocation_id,
-        )
+        bound = item.log
         progress = _Progress()
         while True:
             async with lease.lock:

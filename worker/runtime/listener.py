@@ -247,7 +247,7 @@ class Listener:
             messages = await self._call(room, wait)
             self.last_error = None
             if messages or wait <= 0:
-                self.metrics.receive_seconds.labels(name).observe(time.monotonic() - started)
+                self.metrics.receive_seconds.observe(name, time.monotonic() - started)
         except QueueNotFound as exc:
             # Deleted under the host, or never created because storage was down at start.
             if self.backend.capabilities.creates_queues:
