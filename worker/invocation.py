@@ -1,30 +1,26 @@
 """An invocation: one run of one function for one message (or a batch), as the dispatcher runs it and middleware sees it.
 
 Middleware hooks and extensions receive the :class:`Invocation`; they read it,
-add to ``kwargs`` (what the handler is called with), ``on_interrupt`` and
-``thread_cleanup``; the fields marked as the runtime's are written by the
-dispatcher alone.
+add to ``kwargs`` (what the handler is called with) and ``thread_cleanup``; the
+other fields are written by the dispatcher alone. It holds no task and no
+callable that refers back to it, so that once its task ends, reference
+counting frees it and all it holds at once (a cycle would leave every
+message's objects to the garbage collector).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from worker.backends.queues import QueueBackend, RawMessage
 from worker.context import Context
 from worker.message import QueueMessage
 from worker.model import FunctionSpec, Lease, Result
 from worker.settings.config import FunctionOptions
-
-log = structlog.get_logger("worker.invocation")
-
 
 #: The invocation whose handler is running in this context (copied into handler threads).
 current_invocation: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar(
@@ -54,11 +50,6 @@ class Invocation:
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
     started: bool = False
     cancel_reason: str | None = None
-    handler_task: asyncio.Task[Any] | None = None
-    #: The whole invocation: handler, then completion.
-    task: asyncio.Task[None] | None = None
-    #: Called when the host gives up on the invocation; the runtime puts the middleware's ``on_interrupt`` here.
-    on_interrupt: list[Callable[[], None]] = field(default_factory=list)
     #: Called in the handler's thread when it returns, to clear what the handler left on the thread.
     thread_cleanup: list[Callable[[], None]] = field(default_factory=list)
     #: What a handler with a ``context`` parameter gets.
@@ -82,19 +73,7 @@ class Invocation:
         return any(delivery.lease.cancelled.is_set() for delivery in self.deliveries)
 
     def interrupt(self) -> None:
-        """Tell the handler to stop: set every message's ``cancelled`` event, then run ``on_interrupt``."""
+        """Tell the handler to stop: set every message's ``cancelled`` event (the dispatcher then runs the
+        middleware's ``on_interrupt``, and cancels an async handler it gives up on)."""
         for delivery in self.deliveries:
             delivery.lease.cancelled.set()
-        for hook in self.on_interrupt:
-            try:
-                hook()
-            except Exception as exc:  # an interrupt that fails must not stop the others
-                log.warning("interrupt hook failed", invocation_id=self.id, error=f"{type(exc).__name__}: {exc}")
-
-    def cancel(self, reason: str) -> None:
-        """Give up on the invocation: its messages are released (async handlers are also cancelled)."""
-        if self.cancel_reason is None:
-            self.cancel_reason = reason
-        self.interrupt()
-        if self.handler_task is not None:
-            self.handler_task.cancel()

@@ -50,7 +50,10 @@ class Dispatcher:
         self.completion = completion
         self.middleware = middleware
         self.threads = threads
-        self.invocations: set[Invocation] = set()
+        #: Each invocation not yet completed, with its task (the handler, then completion).
+        self.invocations: dict[Invocation, asyncio.Task[None]] = {}
+        #: The tasks of the handlers running now, cancelled when the host gives up on their invocation.
+        self._handlers: dict[Invocation, asyncio.Task[None]] = {}
 
     def dispatch(
         self,
@@ -66,7 +69,6 @@ class Dispatcher:
         function's settings.
         """
         inv = Invocation(function, config, backend, [])
-        inv.on_interrupt.append(lambda: self.middleware.on_interrupt(inv))
         inv.deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
                                 dequeue_count=raw.dequeue_count, invocation_id=inv.id,
@@ -75,50 +77,67 @@ class Dispatcher:
         ]
         for delivery in inv.deliveries:
             if not function.many:  # a batch goes on without a message whose lease was lost
-                delivery.lease.on_lost = lambda: inv.cancel(LEASE_LOST)
+                # Refers back to the invocation; the scheduler drops it when the lease is completed or lost.
+                delivery.lease.on_lost = lambda: self._give_up(inv, LEASE_LOST)
             self.scheduler.hold(delivery.lease)
-        self.invocations.add(inv)
+        task = self.invocations[inv] = asyncio.create_task(self._process(inv), name=f"invocation-{inv.id}")
 
         def finished(_: asyncio.Task[None]) -> None:
-            self.invocations.discard(inv)
+            del self.invocations[inv]
             on_done()
 
-        inv.task = asyncio.create_task(self._process(inv), name=f"invocation-{inv.id}")
-        inv.task.add_done_callback(finished)
+        task.add_done_callback(finished)
         return inv
 
     async def wait_idle(self, timeout: float | None) -> bool:
         """Wait until every invocation is completed, or ``timeout`` passes; True when none is left."""
-        tasks = {inv.task for inv in self.invocations if inv.task is not None}
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout)
+        if self.invocations:
+            await asyncio.wait(set(self.invocations.values()), timeout=timeout)
         return not self.invocations
 
     def release_unstarted(self) -> int:
         """Shutdown: give back every message whose handler has not started; returns how many."""
         waiting = [inv for inv in self.invocations if not inv.started]
         for inv in waiting:
-            inv.cancel(SHUTDOWN)
+            self._give_up(inv, SHUTDOWN)
         return sum(len(inv.deliveries) for inv in waiting)
 
     def cancel_all(self, reason: str) -> None:
         for inv in list(self.invocations):
-            inv.cancel(reason)
+            self._give_up(inv, reason)
+
+    def _give_up(self, inv: Invocation, reason: str) -> None:
+        """The host gives up on ``inv``: its messages are released, the handler told, an async one cancelled."""
+        if inv.cancel_reason is None:
+            inv.cancel_reason = reason
+        self._interrupt(inv)
+        handler = self._handlers.get(inv)
+        if handler is not None:
+            handler.cancel()
+
+    def _interrupt(self, inv: Invocation) -> None:
+        """Tell the handler to stop (``message.cancelled``) and the middleware (``on_interrupt``)."""
+        inv.interrupt()
+        self.middleware.on_interrupt(inv)
 
     async def _process(self, inv: Invocation) -> None:
         # Every line logged in this task (and the handler's thread, which copies its context) names the invocation,
         # including the handler's own logging and structlog lines. The task's context is its own: nothing leaks.
-        structlog.contextvars.bind_contextvars(function=inv.function.name, invocation_id=inv.id)
-        bound = log.bind(function=inv.function.name, queue=inv.function.queue_name, invocation_id=inv.id)
-        if not inv.function.many:
+        function = inv.function
+        structlog.contextvars.bind_contextvars(function=function.name, invocation_id=inv.id)
+        if function.many:
+            inv.log = log.bind(function=function.name, queue=function.queue_name, invocation_id=inv.id)
+        else:
             raw = inv.deliveries[0].raw
-            bound = bound.bind(message_id=raw.id, dequeue_count=raw.dequeue_count)
-        inv.log = bound
+            inv.log = log.bind(function=function.name, queue=function.queue_name, invocation_id=inv.id,
+                               message_id=raw.id, dequeue_count=raw.dequeue_count)
         inv.began = time.monotonic()
         await self._execute(inv)
         completions = [
             self.completion.complete(
-                Finished(inv.function.name, inv.id, inv.backend, inv.function.queue_name, d.raw, d.lease, inv.config),
+                Finished(function.name, inv.id, inv.backend, function.queue_name, d.raw, d.lease, inv.config,
+                         inv.log.bind(message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many
+                         else inv.log),
                 d.result or Result(Outcome.RELEASE, "no result"),
             )
             for d in inv.deliveries
@@ -192,13 +211,14 @@ class Dispatcher:
 
     async def _call(self, inv: Invocation) -> Result:
         """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
-        inv.handler_task = asyncio.create_task(self._invoke(inv))
+        handler = self._handlers[inv] = asyncio.create_task(self._invoke(inv))
         started = time.monotonic()
         try:
             try:
-                await inv.handler_task
+                await handler
             finally:
                 inv.handler_seconds = time.monotonic() - started
+                del self._handlers[inv]
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # the host itself is being torn down
@@ -207,7 +227,7 @@ class Dispatcher:
                 inv.log.error("handler cancelled itself")
                 return Result(Outcome.FAILED, "handler raised CancelledError")
         except TimeoutError:
-            inv.interrupt()
+            self._interrupt(inv)
             reason = f"functionTimeout of {inv.config.function_timeout:g}s exceeded"
             inv.log.error("handler timed out", reason=reason)
             return Result(Outcome.FAILED, reason)

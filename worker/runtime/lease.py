@@ -180,5 +180,6 @@ class LeaseScheduler:
             **lease.log_fields(),
             reason=type(exc).__name__,
         )
-        if lease.on_lost is not None:
-            lease.on_lost()
+        on_lost, lease.on_lost = lease.on_lost, None  # called once; it refers back to the invocation
+        if on_lost is not None:
+            on_lost()
