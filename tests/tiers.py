@@ -27,6 +27,7 @@ renames the node ids, which pytest 9 no longer lets it do):
 
 from __future__ import annotations
 
+import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,10 @@ MARKERS = {
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    # The standard library runs ``uname -p`` once per process, the first time anything asks for the platform (the
+    # Azure SDK does, for its user agent); asked here, so that it is not charged to whichever test comes first.
+    platform.platform()
+    platform.processor()
     sys.addaudithook(_audit)
 
 
@@ -111,7 +116,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return group_of(nodeid) or nodeid
 
     return GroupScheduling(config, log)
-
 
 
 #: A test with any of these markers is outside the fast tier (``make check``).
