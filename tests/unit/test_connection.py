@@ -14,11 +14,11 @@ from worker.backends.azure.connection import (
     DEV_ACCOUNT_KEY,
     DEV_QUEUE_ENDPOINT,
     AzureConnection,
-    ConnectionStringError,
     parse_connection_string,
 )
 from worker.backends.azure.queues import AzureBackend
 from worker.backends.embedded.queues import SqliteBackend
+from worker.backends.failures import ConnectionStringError
 from worker.backends.registry import UnsupportedConnection, open_backend
 from worker.backends.registry import describe as describe_connection
 

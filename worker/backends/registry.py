@@ -19,11 +19,11 @@ from typing import Any
 from worker.backends.azure.connection import (
     AZURE_CAPABILITIES,
     AZURE_LIMITS,
-    ConnectionStringError,
     parse_connection_string,
 )
 from worker.backends.blobs import BlobStore
 from worker.backends.embedded.queues import EMBEDDED_LIMITS, SqliteBackend, file_problem
+from worker.backends.failures import ConnectionStringError
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, parse_oci_connection
 from worker.backends.queues import Capabilities, Limits, QueueBackend
 

@@ -15,8 +15,9 @@ from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
 from worker.app import WorkerApp
-from worker.backends.azure.connection import ConnectionStringError, parse_connection_string
+from worker.backends.azure.connection import parse_connection_string
 from worker.backends.embedded.queues import file_problem
+from worker.backends.failures import ConnectionStringError
 from worker.backends.queues import InvalidArgument
 from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, backend_kind
 from worker.backends.registry import connection_problem as queue_connection_problem

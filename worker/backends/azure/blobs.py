@@ -14,9 +14,8 @@ from __future__ import annotations
 from azure.core.exceptions import AzureError, HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob.aio import BlobServiceClient, LinearRetry
 
-from worker.backends.azure.connection import AzureConnection, ConnectionStringError
+from worker.backends.azure.connection import AzureConnection
 from worker.backends.azure.errors import (
-    CONNECT_TIMEOUT,
     READ_TIMEOUT,
     Transport,
     describe_failure,
@@ -24,6 +23,7 @@ from worker.backends.azure.errors import (
     is_transient,
 )
 from worker.backends.blobs import BlobData, BlobError, check_names
+from worker.backends.failures import CONNECT_TIMEOUT, ConnectionStringError
 from worker.backends.queues import TransientError
 
 #: Attempts of one blob call (the first and its retries) before it fails the invocation's attempt, and the wait between.

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from worker.backends.failures import ConnectionStringError
 from worker.backends.queues import AZURE_NAME, AZURE_NAME_RULE, Capabilities, Limits
 
 #: The emulator's well-known account (public, documented by Microsoft).
@@ -38,10 +39,6 @@ AZURE_LIMITS = Limits(
 AZURE_CAPABILITIES = Capabilities(
     dead_letter=False, peek=True, message_options=True, creates_queues=True, new_receipt_on_update=True
 )
-
-
-class ConnectionStringError(ValueError):
-    """A connection string that cannot be used; the message names keys only."""
 
 
 @dataclass

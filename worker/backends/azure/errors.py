@@ -10,8 +10,6 @@ transport set-up.
 from __future__ import annotations
 
 import os
-import socket
-import ssl
 
 from azure.core.exceptions import (
     ClientAuthenticationError,
@@ -22,8 +20,9 @@ from azure.core.exceptions import (
 )
 from azure.core.pipeline.transport import AioHttpTransport
 
-#: Seconds to open a connection, and to wait for an answer (a receive returns at once, even when empty).
-CONNECT_TIMEOUT = 5
+from worker.backends.failures import describe_network_failure, first_line, network_cause, timed_out
+
+#: Seconds to wait for an answer (a receive returns at once, even when empty).
 READ_TIMEOUT = 30
 
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -62,20 +61,6 @@ def failure_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _causes(exc: BaseException) -> list[BaseException]:
-    """``exc`` and what it wraps: the SDK's ``inner_exception``, ``__cause__`` and ``__context__``, in depth."""
-    seen: list[BaseException] = []
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        current = pending.pop(0)
-        if current is None or any(current is s for s in seen):
-            continue
-        seen.append(current)
-        pending.extend([getattr(current, "inner_exception", None), getattr(current, "os_error", None),
-                        current.__cause__, current.__context__])
-    return seen
-
-
 def describe_failure(exc: BaseException) -> str:
     """What went wrong, for people: "connection refused", "name not resolved", "TLS: ...", "HTTP 403 AuthenticationFailed".
 
@@ -83,32 +68,16 @@ def describe_failure(exc: BaseException) -> str:
     """
     if isinstance(exc, HttpResponseError) and exc.status_code is not None:
         return f"HTTP {exc.status_code} {error_code(exc) or exc.reason or ''}".strip()
-    for cause in _causes(exc):
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, socket.gaierror):
-            return "name not resolved"
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return f"TLS certificate not trusted: {cause.verify_message or cause.reason}"
-        if isinstance(cause, ssl.SSLError):
-            return f"TLS: {cause.reason or cause}"
-        if isinstance(cause, ConnectionResetError):
-            return "connection reset"
+    if (cause := network_cause(exc)) is not None:
+        return cause
     if isinstance(exc, ClientAuthenticationError):
         # DefaultAzureCredential lists every credential it tried; the managed identity's line is the one that matters.
         lines = [line.strip() for line in str(getattr(exc, "message", None) or exc).splitlines()]
         managed = next((line for line in lines if line.startswith("ManagedIdentityCredential:")), None)
-        return f"sign-in failed: {_first_line(exc)}" + (f" {managed[:300]}" if managed else "")
-    if any(isinstance(cause, TimeoutError) for cause in _causes(exc)):
-        return "timed out"
-    if isinstance(exc, IncompleteReadError):
+        return f"sign-in failed: {first_line(exc)}" + (f" {managed[:300]}" if managed else "")
+    if isinstance(exc, IncompleteReadError) and not timed_out(exc):
         return "the answer was cut short"
-    return f"{type(exc).__name__}: {_first_line(exc)}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "message", None) or exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    return describe_network_failure(exc)
 
 
 def env_settings_wanted() -> bool:

@@ -32,7 +32,6 @@ from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
 from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS, AzureConnection
 from worker.backends.azure.errors import (
-    CONNECT_TIMEOUT,
     READ_TIMEOUT,
     Transport,
     describe_failure,
@@ -41,6 +40,7 @@ from worker.backends.azure.errors import (
     failure_kind,
     is_transient,
 )
+from worker.backends.failures import CONNECT_TIMEOUT
 from worker.backends.queues import (
     InvalidArgument,
     MessageNotFound,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from worker.backends.azure.connection import ConnectionStringError
+from worker.backends.failures import ConnectionStringError
 from worker.backends.queues import Capabilities, Limits
 
 SCHEMES = ("oci", "oci+http")

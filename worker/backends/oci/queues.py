@@ -41,7 +41,7 @@ import oci
 import structlog
 from oci._vendor.requests import exceptions as vendored_requests
 
-from worker.backends.azure.errors import CONNECT_TIMEOUT, describe_failure
+from worker.backends.failures import CONNECT_TIMEOUT, describe_network_failure, first_line
 from worker.backends.oci.calls import DaemonThreads, cut, long_poll_starts, track_sockets
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, OciConnection
 from worker.backends.queues import (
@@ -124,8 +124,8 @@ def failure_kind(exc: BaseException) -> str:
 def describe(exc: BaseException) -> str:
     """What went wrong, for people: "HTTP 503 ServiceUnavailable", "connection refused", "timed out" ..."""
     if isinstance(exc, oci.exceptions.ServiceError):
-        return f"HTTP {exc.status} {exc.code or ''}".strip() + (f": {_first_line(exc.message)}" if exc.message else "")
-    return describe_failure(_inner(exc))
+        return f"HTTP {exc.status} {exc.code or ''}".strip() + (f": {first_line(exc.message)}" if exc.message else "")
+    return describe_network_failure(_inner(exc))
 
 
 def _seconds(value: float) -> int:
@@ -245,7 +245,7 @@ class OciBackend:
             except Exception as exc:
                 if is_transient(exc):
                     raise  # retried as any outage; a TransientError in the end
-                cause = describe(exc) if isinstance(exc, oci.exceptions.ServiceError) else _first_line(exc)
+                cause = describe(exc) if isinstance(exc, oci.exceptions.ServiceError) else first_line(exc)
                 who = "an instance principal" if auth == "instance_principal" else "a resource principal"
                 raise QueueError(f"cannot sign in to OCI Queue as {who}: {type(exc).__name__}: {cause}") from None
             return {"region": signer.region}, signer
@@ -267,7 +267,7 @@ class OciBackend:
             # The SDK's messages name files, profiles and fields, never a key; ours too.
             raise QueueError(
                 f"cannot sign in to OCI Queue with profile {profile!r} of {path}: {type(exc).__name__}: "
-                f"{_first_line(exc)}"
+                f"{first_line(exc)}"
             ) from None
         return config, signer
 
@@ -305,7 +305,7 @@ class OciBackend:
             except (ValueError, KeyError, oci.exceptions.ClientError) as exc:
                 raise QueueError(
                     "no OCI Queue admin endpoint: give adminEndpoint= in the connection or a region in the profile "
-                    f"({type(exc).__name__}: {_first_line(exc)})"
+                    f"({type(exc).__name__}: {first_line(exc)})"
                 ) from None
             self._admin_endpoint = client.base_client.endpoint
             self._keep(client)
@@ -460,7 +460,7 @@ class OciBackend:
         subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
         answer = " ".join(part for part in (f"HTTP {status}", code) if part)
         if exc.message:
-            answer += f": {_first_line(exc.message)}"
+            answer += f": {first_line(exc.message)}"
         if status == 401:
             return QueueError(f"sign-in was refused by {self._endpoint(exc)} ({self._identity()}): {answer}")
         if status == 404:
@@ -779,9 +779,3 @@ def _close_client(client: Any) -> None:
         client.base_client.session.close()
     except Exception:  # pragma: no cover - closing is best effort
         pass
-
-
-def _first_line(exc: BaseException | str) -> str:
-    text = str(getattr(exc, "message", None) or exc).strip().splitlines()
-    return text[0][:300] if text else (type(exc).__name__ if isinstance(exc, BaseException) else "")
-
