@@ -1,1 +1,4 @@
-"""OCI Queue on the official SDK: connection strings and sign-in, the blocking calls' threads, the queue backend."""
+"""OCI Queue on the official SDK: `connection` (connection strings, limits), `auth` (sign-in), `errors` (how a
+failed call reads), `calls` (the blocking calls' threads and sockets), `admin` (queues and dead letters, the
+control plane) and `queues` (the backend: messages).
+"""

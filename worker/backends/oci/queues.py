@@ -2,8 +2,12 @@
 
 The SDK's own retries and circuit breaker are turned off; calls run under the
 retry policy every remote backend shares (:mod:`worker.backends.retrying`), and
-OCI's answers are mapped onto the protocol's errors as for Azure Storage, so
-the host reads "lease lost" or "storage unreachable" the same way on both.
+OCI's answers are mapped onto the protocol's errors as for Azure Storage
+(:mod:`worker.backends.oci.errors`), so the host reads "lease lost" or
+"storage unreachable" the same way on both. Sign-in is
+:mod:`worker.backends.oci.auth`; queues and dead letters (the control plane)
+are :mod:`worker.backends.oci.admin`, mixed in; this module holds the threads,
+the clients and the messages.
 
 Threads: the SDK sends with ``requests``, whose sessions are not meant to be
 shared across threads, so each thread has its own clients. Ordinary calls run
@@ -25,42 +29,31 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import socket
 import threading
-import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import oci
 import structlog
-from oci._vendor.requests import exceptions as vendored_requests
 
-from worker.backends.failures import CONNECT_TIMEOUT, describe_network_failure, first_line
+from worker.backends.failures import first_line
+from worker.backends.oci.admin import QueueAdmin
+from worker.backends.oci.auth import client_kwargs, identity, sign_in
 from worker.backends.oci.calls import DaemonThreads, cut, long_poll_starts, track_sockets
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, OciConnection
+from worker.backends.oci.errors import answer_error, describe, failure_kind, is_transient, origin
 from worker.backends.queues import (
-    InvalidArgument,
     MessageNotFound,
-    MessageTooLarge,
-    PopReceiptMismatch,
     QueueError,
-    QueueNotFound,
     RawMessage,
     Receipt,
     Unsupported,
 )
 from worker.backends.retrying import Retrier
-
-try:  # the SDK vendors its own copy of requests; its sign-in helpers may raise the installed one's errors
-    import requests as installed_requests
-except ImportError:  # pragma: no cover - requests comes with azure-core
-    installed_requests = None  # type: ignore[assignment]
 
 log = structlog.get_logger("worker.backends.oci.queues")
 
@@ -70,62 +63,9 @@ T = TypeVar("T")
 THREADS = 8
 #: How long an idle long-poll thread is kept for the next long poll (and its connection with it).
 LONG_POLL_IDLE_SECONDS = 60.0
-#: How long creating or deleting a queue (an OCI work request) may take before it is reported as stuck.
-WORK_REQUEST_SECONDS = 300.0
-#: Polling a work request: the first pause, doubled up to the longest.
-WORK_REQUEST_FIRST_POLL = 0.5
-WORK_REQUEST_MAX_POLL = 5.0
-
 #: Receipts this backend remembers (see :class:`_Receipts`): far more than a host holds leases on at once.
 RECEIPT_BOOK_SIZE = 20_000
 
-_OCID_PREFIX = "ocid1.queue."
-_TRANSIENT_STATUS = frozenset({408, 429})
-_REQUEST_ERRORS: tuple[type[BaseException], ...] = (vendored_requests.RequestException,) + (
-    (installed_requests.exceptions.RequestException,) if installed_requests is not None else ()
-)
-#: ``requests`` errors that a later attempt cannot get past: the request itself is malformed.
-_PERMANENT_REQUEST_ERRORS: tuple[type[BaseException], ...] = tuple(
-    getattr(module, name)
-    for module in (vendored_requests, getattr(installed_requests, "exceptions", None))
-    if module is not None
-    for name in ("InvalidURL", "MissingSchema", "InvalidSchema", "URLRequired", "InvalidHeader", "InvalidJSONError")
-    if hasattr(module, name)
-)
-_TOO_LARGE_CODES = frozenset({"RequestEntityTooLarge", "PayloadTooLarge", "MessageTooLarge"})
-
-
-def _inner(exc: BaseException) -> BaseException:
-    """The ``requests`` error an ``oci.exceptions.RequestException`` wraps (the SDK passes it as its argument)."""
-    if isinstance(exc, (oci.exceptions.RequestException, oci.exceptions.ConnectTimeout)) and exc.args:
-        first = exc.args[0]
-        if isinstance(first, BaseException):
-            return first
-    return exc
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for failures the same call may get past later: 408, 429, 5xx, the network, timeouts."""
-    if isinstance(exc, oci.exceptions.ServiceError):
-        return exc.status in _TRANSIENT_STATUS or exc.status >= 500
-    inner = _inner(exc)
-    if isinstance(inner, _PERMANENT_REQUEST_ERRORS):
-        return False
-    return isinstance(inner, (*_REQUEST_ERRORS, TimeoutError, ConnectionError))
-
-
-def failure_kind(exc: BaseException) -> str:
-    """A short name for a failure, for counters' labels: status and code, or the exception's type."""
-    if isinstance(exc, oci.exceptions.ServiceError):
-        return f"HTTP {exc.status} {exc.code or ''}".strip()
-    return type(_inner(exc)).__name__
-
-
-def describe(exc: BaseException) -> str:
-    """What went wrong, for people: "HTTP 503 ServiceUnavailable", "connection refused", "timed out" ..."""
-    if isinstance(exc, oci.exceptions.ServiceError):
-        return f"HTTP {exc.status} {exc.code or ''}".strip() + (f": {first_line(exc.message)}" if exc.message else "")
-    return describe_network_failure(_inner(exc))
 
 
 def _seconds(value: float) -> int:
@@ -149,14 +89,6 @@ def _raw(message: Any) -> RawMessage:
         time_next_visible=_utc(message.visible_after),
         pop_receipt=message.receipt,
     )
-
-
-def _origin(url: str | None) -> str | None:
-    """``scheme://host[:port]`` of a URL, never its path or query."""
-    if not url:
-        return None
-    parts = urlsplit(url.split(" ", 1)[-1])  # ServiceError.request_endpoint is "METHOD URL"
-    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
 
 
 class _Receipts:
@@ -198,7 +130,7 @@ class _Receipts:
         self._latest.pop((queue, message_id), None)
 
 
-class OciBackend:
+class OciBackend(QueueAdmin):
     """Queues of one OCI compartment; implements :class:`worker.backends.queues.QueueBackend`."""
 
     limits = OCI_LIMITS
@@ -230,55 +162,10 @@ class OciBackend:
         """The SDK config and signer, made once: reading the key, or asking the instance or resource for a token."""
         with self._lock:
             if self._auth is None:
-                self._auth = self._make_signer()
+                if self.connection.auth != "config":  # a failure names where it signed in
+                    self._local.endpoint = f"OCI sign-in ({self.connection.auth.replace('_', ' ')})"
+                self._auth = sign_in(self.connection)
             return self._auth
-
-    def _make_signer(self) -> tuple[dict[str, Any], Any]:
-        auth = self.connection.auth
-        if auth in ("instance_principal", "resource_principal"):
-            self._local.endpoint = f"OCI sign-in ({auth.replace('_', ' ')})"
-            try:
-                if auth == "instance_principal":  # asks the instance metadata service, then the auth service
-                    signer = oci.auth.signers.InstancePrincipalsSecurityTokenSigner()
-                else:  # reads the OCI_RESOURCE_PRINCIPAL_* variables the platform sets
-                    signer = oci.auth.signers.get_resource_principals_signer()
-            except Exception as exc:
-                if is_transient(exc):
-                    raise  # retried as any outage; a TransientError in the end
-                cause = describe(exc) if isinstance(exc, oci.exceptions.ServiceError) else first_line(exc)
-                who = "an instance principal" if auth == "instance_principal" else "a resource principal"
-                raise QueueError(f"cannot sign in to OCI Queue as {who}: {type(exc).__name__}: {cause}") from None
-            return {"region": signer.region}, signer
-        path = os.path.expanduser(self.connection.config_file)
-        profile = self.connection.profile
-        try:
-            config = oci.config.from_file(path, profile)
-            if oci.util.AUTHENTICATION_TYPE_FIELD_NAME in config:  # e.g. a session token (oci session authenticate)
-                signer = oci.util.get_signer_from_authentication_type(config)
-            else:
-                oci.config.validate_config(config)
-                signer = oci.signer.Signer(
-                    tenancy=config["tenancy"], user=config["user"], fingerprint=config["fingerprint"],
-                    private_key_file_location=config.get("key_file"),
-                    pass_phrase=oci.config.get_config_value_or_default(config, "pass_phrase"),
-                    private_key_content=config.get("key_content"),
-                )
-        except (oci.exceptions.ClientError, OSError, ValueError, KeyError, TypeError) as exc:
-            # The SDK's messages name files, profiles and fields, never a key; ours too.
-            raise QueueError(
-                f"cannot sign in to OCI Queue with profile {profile!r} of {path}: {type(exc).__name__}: "
-                f"{first_line(exc)}"
-            ) from None
-        return config, signer
-
-    def _client_kwargs(self, signer: Any) -> dict[str, Any]:
-        return {
-            "signer": signer,
-            "retry_strategy": oci.retry.NoneRetryStrategy(),
-            "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy(),
-            # A long poll holds the request for up to limits.long_poll seconds: read for longer than that.
-            "timeout": (CONNECT_TIMEOUT, self.limits.long_poll + 10),
-        }
 
     def _messages(self) -> Any:
         """This thread's data-plane client (messages endpoint)."""
@@ -286,7 +173,7 @@ class OciBackend:
         if client is None:
             config, signer = self._sign_in()
             client = oci.queue.QueueClient(
-                config, service_endpoint=self.connection.messages_endpoint, **self._client_kwargs(signer)
+                config, service_endpoint=self.connection.messages_endpoint, **client_kwargs(signer, self.limits.long_poll)
             )
             track_sockets(client)
             self._keep(client)
@@ -301,7 +188,7 @@ class OciBackend:
             config, signer = self._sign_in()
             extra = {"service_endpoint": self.connection.admin_endpoint} if self.connection.admin_endpoint else {}
             try:
-                client = oci.queue.QueueAdminClient(config, **extra, **self._client_kwargs(signer))
+                client = oci.queue.QueueAdminClient(config, **extra, **client_kwargs(signer, self.limits.long_poll))
             except (ValueError, KeyError, oci.exceptions.ClientError) as exc:
                 raise QueueError(
                     "no OCI Queue admin endpoint: give adminEndpoint= in the connection or a region in the profile "
@@ -431,16 +318,25 @@ class OciBackend:
             protocol_error=lambda exc: self._protocol_error(exc, queue, message_id, receipt, put),
         )
 
-    def _identity(self) -> str:
-        """Who this backend signs in as, for messages: never a key."""
-        if self.connection.auth == "config":
-            return f"API key of profile {self.connection.profile} in {self.connection.config_file}"
-        return self.connection.auth.replace("_", " ")
+    def _protocol_error(
+        self, exc: BaseException, queue: str, message_id: str | None, receipt: str | None, put: bool
+    ) -> QueueError | None:
+        """The protocol's error for a service answer that is not transient; None for what is not an answer."""
+        if not isinstance(exc, oci.exceptions.ServiceError):
+            return None
+        if exc.status == 404:
+            self._ids.pop(queue, None)  # it may have been deleted and made again under the same name
+        stale = bool(message_id and receipt and self._receipts.replaced(queue, message_id, receipt))
+        return answer_error(
+            exc, queue, message_id, put=put, stale_receipt=stale, endpoint=self._endpoint(exc),
+            identity=identity(self.connection), compartment=self.connection.compartment_id,
+            max_message_bytes=self.limits.max_message_bytes,
+        )
 
     def _endpoint(self, exc: BaseException) -> str:
         """Which endpoint a failed call went to: the one the SDK names, else the client's, else the messages one."""
         return (
-            _origin(getattr(exc, "request_endpoint", None))
+            origin(getattr(exc, "request_endpoint", None))
             or getattr(exc, "oci_endpoint", None)
             or self.connection.messages_endpoint
         )
@@ -448,170 +344,6 @@ class OciBackend:
     def _unreachable(self, queue: str, exc: BaseException) -> str:
         """Why OCI Queue could not be used: its endpoint and the cause (refused, not resolved, TLS, 503 ...)."""
         return f"OCI Queue {self._endpoint(exc)} unreachable for queue {queue!r}: {describe(exc)}"
-
-    def _protocol_error(
-        self, exc: BaseException, queue: str, message_id: str | None, receipt: str | None, put: bool
-    ) -> QueueError | None:
-        """The protocol's error for a service answer that is not transient; None for what is not an answer."""
-        if not isinstance(exc, oci.exceptions.ServiceError):
-            return None
-        status, code = exc.status, str(exc.code or "")
-        text = f"{code} {exc.message or ''}".lower()
-        subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
-        answer = " ".join(part for part in (f"HTTP {status}", code) if part)
-        if exc.message:
-            answer += f": {first_line(exc.message)}"
-        if status == 401:
-            return QueueError(f"sign-in was refused by {self._endpoint(exc)} ({self._identity()}): {answer}")
-        if status == 404:
-            self._ids.pop(queue, None)  # it may have been deleted and made again under the same name
-            if message_id and receipt and self._receipts.replaced(queue, message_id, receipt):
-                return PopReceiptMismatch(f"receipt for {subject} is stale: it was delivered again since ({answer})")
-            if message_id:
-                return MessageNotFound(f"{subject} is gone ({answer})")
-            return QueueNotFound(
-                f"queue {queue!r} does not exist in compartment {self.connection.compartment_id}, or this identity "
-                f"may not use it ({answer})"
-            )
-        if status == 413 or code in _TOO_LARGE_CODES or (
-            put and status == 400 and any(word in text for word in ("too large", "size", "exceed"))
-        ):
-            return MessageTooLarge(
-                f"message is larger than the service accepts ({self.limits.max_message_bytes} bytes): {answer}"
-            )
-        if message_id and status in (400, 409) and "receipt" in text:
-            return PopReceiptMismatch(f"receipt for {subject} is stale ({answer})")
-        if status == 400:
-            return InvalidArgument(f"OCI Queue refused the request for {subject}: {answer}")
-        return QueueError(f"OCI Queue call for {subject} failed: {answer}")
-
-    # -- names --------------------------------------------------------------------------------------------------
-
-    def _list(self, **filters: Any) -> list[Any]:
-        """Queue summaries of the compartment matching ``filters``, all pages (blocking)."""
-        admin = self._admin()
-        found: list[Any] = []
-        page = None
-        while True:
-            response = admin.list_queues(compartment_id=self.connection.compartment_id, page=page, **filters)
-            found.extend(response.data.items or [])
-            page = response.next_page
-            if not page:
-                return found
-
-    def _resolve(self, queue: str) -> str:
-        """The OCID of ``queue``: as given, or the one ACTIVE queue of that display name (blocking)."""
-        if queue.startswith(_OCID_PREFIX):
-            return queue
-        queue_id = self._ids.get(queue)
-        if queue_id is None:
-            matches = [q for q in self._list(display_name=queue, lifecycle_state="ACTIVE") if q.display_name == queue]
-            if not matches:
-                raise QueueNotFound(
-                    f"queue {queue!r} does not exist in compartment {self.connection.compartment_id} "
-                    "(no ACTIVE queue has that display name)"
-                )
-            if len(matches) > 1:
-                raise QueueError(
-                    f"{len(matches)} ACTIVE queues are named {queue!r} in compartment "
-                    f"{self.connection.compartment_id} ({', '.join(sorted(q.id for q in matches))}): "
-                    "name the queue by its OCID"
-                )
-            queue_id = self._ids[queue] = matches[0].id
-        return queue_id
-
-    # -- queues -------------------------------------------------------------------------------------------------
-
-    async def create_queue(self, queue: str) -> None:
-        self.limits.check_name(queue)
-        if queue.startswith(_OCID_PREFIX):
-            try:
-                await self._call(lambda: self._admin().get_queue(queue).data, queue)
-            except QueueNotFound:
-                raise InvalidArgument(
-                    f"no queue has the OCID {queue!r}: a queue is created by its display name"
-                ) from None
-            return
-
-        def existing() -> list[Any]:
-            states = ("ACTIVE", "CREATING", "UPDATING")
-            return [q for q in self._list(display_name=queue) if q.display_name == queue and q.lifecycle_state in states]
-
-        found = await self._call(existing, queue)
-        if any(q.lifecycle_state == "ACTIVE" for q in found):
-            return
-        if not found:
-            details = oci.queue.models.CreateQueueDetails(
-                display_name=queue, compartment_id=self.connection.compartment_id
-            )
-            token = uuid.uuid4().hex  # one token for every attempt: a retried create makes one queue, not two
-            response = await self._call(lambda: self._admin().create_queue(details, opc_retry_token=token), queue)
-            work_request = response.headers.get("opc-work-request-id")
-            if work_request:
-                await self._wait_for(work_request, queue, "creating")
-        await self._wait_active(queue)
-        log.info("queue created", queue=queue, compartment=self.connection.compartment_id)
-
-    async def _wait_active(self, queue: str) -> None:
-        """Wait until ``queue`` resolves to an ACTIVE queue (creation reported done, or under way elsewhere)."""
-        deadline = time.monotonic() + WORK_REQUEST_SECONDS
-        pause = WORK_REQUEST_FIRST_POLL
-        while True:
-            try:
-                await self._call(lambda: self._resolve(queue), queue)
-                return
-            except QueueNotFound:
-                if time.monotonic() > deadline:
-                    raise QueueError(f"queue {queue!r} did not become ACTIVE within {WORK_REQUEST_SECONDS:g}s") from None
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, WORK_REQUEST_MAX_POLL)
-
-    async def _wait_for(self, work_request: str, queue: str, doing: str) -> None:
-        """Wait for an OCI work request (creating, deleting or purging a queue) to succeed."""
-        deadline = time.monotonic() + WORK_REQUEST_SECONDS
-        pause = WORK_REQUEST_FIRST_POLL
-        while True:
-            state = await self._call(lambda: self._admin().get_work_request(work_request).data, queue)
-            status = state.status
-            if status == "SUCCEEDED":
-                return
-            if status in ("FAILED", "CANCELED", "CANCELING"):
-                why = await self._work_request_error(work_request, queue)
-                raise QueueError(f"{doing} queue {queue!r} failed: work request {work_request} is {status}{why}")
-            if time.monotonic() > deadline:
-                raise QueueError(
-                    f"{doing} queue {queue!r} did not finish within {WORK_REQUEST_SECONDS:g}s: work request "
-                    f"{work_request} is {status} ({state.percent_complete or 0:g}% complete)"
-                )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, WORK_REQUEST_MAX_POLL)
-
-    async def _work_request_error(self, work_request: str, queue: str) -> str:
-        """The first error a failed work request reports, as ": <message>", or "" when it gives none."""
-        try:
-            errors = await self._call(lambda: self._admin().list_work_request_errors(work_request).data, queue)
-        except QueueError:
-            return ""
-        items = getattr(errors, "items", None) or []
-        return f": {items[0].message}" if items and getattr(items[0], "message", None) else ""
-
-    async def delete_queue(self, queue: str) -> None:
-        try:
-            queue_id = await self._call(lambda: self._resolve(queue), queue)
-            response = await self._call(lambda: self._admin().delete_queue(queue_id), queue)
-        except QueueNotFound:
-            return
-        finally:
-            self._ids.pop(queue, None)
-        work_request = response.headers.get("opc-work-request-id")
-        if work_request:
-            await self._wait_for(work_request, queue, "deleting")
-
-    async def list_queues(self) -> list[str]:
-        def names() -> list[str]:
-            return sorted(q.display_name for q in self._list(lifecycle_state="ACTIVE"))
-
-        return await self._call(names, "(all)")
 
     # -- messages -----------------------------------------------------------------------------------------------
 
@@ -734,35 +466,6 @@ class OciBackend:
             return int(stats.visible_messages or 0) + int(stats.in_flight_messages or 0)
 
         return await self._call(count, queue)
-
-    # -- the service's dead-letter queue ------------------------------------------------------------------------
-
-    async def dead_letter_limit(self, queue: str) -> int:
-        """Deliveries after which the service moves a message to the queue's dead-letter queue; 0: it has none."""
-
-        def limit() -> int:
-            return int(self._admin().get_queue(self._resolve(queue)).data.dead_letter_queue_delivery_count or 0)
-
-        return await self._call(limit, queue)
-
-    async def dead_letter_count(self, queue: str) -> int:
-        """Messages in the queue's dead-letter queue, visible or not."""
-
-        def count() -> int:
-            stats = self._messages().get_stats(self._resolve(queue)).data.dlq
-            if stats is None:
-                return 0
-            return int(stats.visible_messages or 0) + int(stats.in_flight_messages or 0)
-
-        return await self._call(count, queue)
-
-    async def purge_dead_letters(self, queue: str) -> None:
-        """Delete every message of the queue's dead-letter queue (and wait for the service to finish)."""
-        details = oci.queue.models.PurgeQueueDetails(purge_type="DLQ")
-        response = await self._call(lambda: self._admin().purge_queue(self._resolve(queue), details), queue)
-        work_request = response.headers.get("opc-work-request-id")
-        if work_request:
-            await self._wait_for(work_request, queue, "purging the dead letters of")
 
     async def close(self) -> None:
         self._closed = True

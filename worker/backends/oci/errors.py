@@ -1,0 +1,121 @@
+"""How the OCI backend reads a failed call: transient or not, which protocol error a service answer is, and what
+to tell people.
+
+The SDK raises ``oci.exceptions.ServiceError`` for an answer and wraps the
+network's failures (its vendored ``requests``, or the installed one from its
+sign-in helpers) in ``RequestException``; both are read here, the network
+causes as every remote backend names them (:mod:`worker.backends.failures`).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import oci
+from oci._vendor.requests import exceptions as vendored_requests
+
+from worker.backends.failures import describe_network_failure, first_line
+from worker.backends.queues import (
+    InvalidArgument,
+    MessageNotFound,
+    MessageTooLarge,
+    PopReceiptMismatch,
+    QueueError,
+    QueueNotFound,
+)
+
+try:  # the SDK vendors its own copy of requests; its sign-in helpers may raise the installed one's errors
+    import requests as installed_requests
+except ImportError:  # pragma: no cover - requests comes with azure-core
+    installed_requests = None  # type: ignore[assignment]
+
+_TRANSIENT_STATUS = frozenset({408, 429})
+_REQUEST_ERRORS: tuple[type[BaseException], ...] = (vendored_requests.RequestException,) + (
+    (installed_requests.exceptions.RequestException,) if installed_requests is not None else ()
+)
+#: ``requests`` errors that a later attempt cannot get past: the request itself is malformed.
+_PERMANENT_REQUEST_ERRORS: tuple[type[BaseException], ...] = tuple(
+    getattr(module, name)
+    for module in (vendored_requests, getattr(installed_requests, "exceptions", None))
+    if module is not None
+    for name in ("InvalidURL", "MissingSchema", "InvalidSchema", "URLRequired", "InvalidHeader", "InvalidJSONError")
+    if hasattr(module, name)
+)
+_TOO_LARGE_CODES = frozenset({"RequestEntityTooLarge", "PayloadTooLarge", "MessageTooLarge"})
+
+
+def _inner(exc: BaseException) -> BaseException:
+    """The ``requests`` error an ``oci.exceptions.RequestException`` wraps (the SDK passes it as its argument)."""
+    if isinstance(exc, (oci.exceptions.RequestException, oci.exceptions.ConnectTimeout)) and exc.args:
+        first = exc.args[0]
+        if isinstance(first, BaseException):
+            return first
+    return exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures the same call may get past later: 408, 429, 5xx, the network, timeouts."""
+    if isinstance(exc, oci.exceptions.ServiceError):
+        return exc.status in _TRANSIENT_STATUS or exc.status >= 500
+    inner = _inner(exc)
+    if isinstance(inner, _PERMANENT_REQUEST_ERRORS):
+        return False
+    return isinstance(inner, (*_REQUEST_ERRORS, TimeoutError, ConnectionError))
+
+
+def failure_kind(exc: BaseException) -> str:
+    """A short name for a failure, for counters' labels: status and code, or the exception's type."""
+    if isinstance(exc, oci.exceptions.ServiceError):
+        return f"HTTP {exc.status} {exc.code or ''}".strip()
+    return type(_inner(exc)).__name__
+
+
+def describe(exc: BaseException) -> str:
+    """What went wrong, for people: "HTTP 503 ServiceUnavailable", "connection refused", "timed out" ..."""
+    if isinstance(exc, oci.exceptions.ServiceError):
+        return f"HTTP {exc.status} {exc.code or ''}".strip() + (f": {first_line(exc.message)}" if exc.message else "")
+    return describe_network_failure(_inner(exc))
+
+
+def origin(url: str | None) -> str | None:
+    """``scheme://host[:port]`` of a URL, never its path or query."""
+    if not url:
+        return None
+    parts = urlsplit(url.split(" ", 1)[-1])  # ServiceError.request_endpoint is "METHOD URL"
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else None
+
+
+def answer_error(
+    exc: oci.exceptions.ServiceError, queue: str, message_id: str | None, *, put: bool, stale_receipt: bool,
+    endpoint: str, identity: str, compartment: str, max_message_bytes: int,
+) -> QueueError:
+    """The protocol's error for a service answer that is not transient.
+
+    ``stale_receipt``: a later delivery of the message replaced the receipt the call used, so a 404 means
+    the lease was lost, not that the message is gone.
+    """
+    status, code = exc.status, str(exc.code or "")
+    text = f"{code} {exc.message or ''}".lower()
+    subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
+    answer = " ".join(part for part in (f"HTTP {status}", code) if part)
+    if exc.message:
+        answer += f": {first_line(exc.message)}"
+    if status == 401:
+        return QueueError(f"sign-in was refused by {endpoint} ({identity}): {answer}")
+    if status == 404:
+        if message_id and stale_receipt:
+            return PopReceiptMismatch(f"receipt for {subject} is stale: it was delivered again since ({answer})")
+        if message_id:
+            return MessageNotFound(f"{subject} is gone ({answer})")
+        return QueueNotFound(
+            f"queue {queue!r} does not exist in compartment {compartment}, or this identity may not use it ({answer})"
+        )
+    if status == 413 or code in _TOO_LARGE_CODES or (
+        put and status == 400 and any(word in text for word in ("too large", "size", "exceed"))
+    ):
+        return MessageTooLarge(f"message is larger than the service accepts ({max_message_bytes} bytes): {answer}")
+    if message_id and status in (400, 409) and "receipt" in text:
+        return PopReceiptMismatch(f"receipt for {subject} is stale ({answer})")
+    if status == 400:
+        return InvalidArgument(f"OCI Queue refused the request for {subject}: {answer}")
+    return QueueError(f"OCI Queue call for {subject} failed: {answer}")
