@@ -28,7 +28,7 @@ current_invocation: contextvars.ContextVar[Invocation | None] = contextvars.Cont
 )
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Delivery:
     """One received message of an invocation, with its lease and, once decided, its result."""
 
@@ -38,7 +38,7 @@ class Delivery:
     result: Result | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Invocation:
     """One run of one function for one message (or, with cardinality many, one batch)."""
 
@@ -70,7 +70,7 @@ class Invocation:
     @property
     def interrupted(self) -> bool:
         """True once the host has given up on the invocation (see :meth:`interrupt`)."""
-        return any(delivery.lease.cancelled.is_set() for delivery in self.deliveries)
+        return any(delivery.lease.is_cancelled for delivery in self.deliveries)
 
     def interrupt(self) -> None:
         """Tell the handler to stop: set every message's ``cancelled`` event (the dispatcher then runs the

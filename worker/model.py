@@ -73,12 +73,21 @@ class FunctionSpec:
         return bool(self.inputs) or any(isinstance(b, BlobOutput) for b in self.outputs)
 
 
-@dataclass(eq=False)
+#: Guards the first creation of a lease's events, which a handler's thread and the event loop may ask for at once.
+_EVENTS = threading.Lock()
+
+
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class Lease:
     """The hold one worker has on one received message.
 
     ``pop_receipt`` changes at each renewal; whoever deletes or releases the
     message must take ``lock`` and use the receipt current at that moment.
+
+    Its ``lost`` and ``cancelled`` events are made when first asked for: most
+    messages end without anyone waiting on either, and two events (each a
+    condition, a lock and a deque) were a fifth of the objects the host made
+    per message, all of them work for the garbage collector.
     """
 
     backend: QueueBackend | None
@@ -96,8 +105,8 @@ class Lease:
     renewals: int = 0
     #: Renewals failed in a row (storage trouble); only the first of a run is logged as a warning.
     failed_renewals: int = 0
-    lost: threading.Event = field(default_factory=threading.Event)
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    _lost: threading.Event | None = field(default=None, init=False, repr=False)
+    _cancelled: threading.Event | None = field(default=None, init=False, repr=False)
     #: Called (on the event loop) once when the lease is lost.
     on_lost: Callable[[], None] | None = None
     #: Set once completion has begun; the scheduler then leaves the lease alone.
@@ -107,6 +116,36 @@ class Lease:
     #: Renewed only while a completion that storage failed is retried (see :meth:`LeaseScheduler.resume`).
     completing: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when another receiver owns the message (the handler's ``message.lease_lost``)."""
+        return self._event("_lost")
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the host gives up on the invocation (the handler's ``message.cancelled``)."""
+        return self._event("_cancelled")
+
+    def _event(self, slot: str) -> threading.Event:
+        event: threading.Event | None = getattr(self, slot)
+        if event is None:
+            with _EVENTS:  # checked again under the lock: the other thread may have made it meanwhile
+                event = getattr(self, slot)
+                if event is None:
+                    event = threading.Event()
+                    setattr(self, slot, event)
+        return event
+
+    @property
+    def is_lost(self) -> bool:
+        """Whether ``lost`` is set, without making the event."""
+        return self._lost is not None and self._lost.is_set()
+
+    @property
+    def is_cancelled(self) -> bool:
+        """Whether ``cancelled`` is set, without making the event."""
+        return self._cancelled is not None and self._cancelled.is_set()
 
     def holds(self) -> bool:
         """Whether the lease is still ours by our own clock: until then nobody else can receive the message.

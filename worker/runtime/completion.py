@@ -66,7 +66,7 @@ class CompletionProcessor:
         progress = _Progress()
         while True:
             async with lease.lock:
-                if lease.lost.is_set():
+                if lease.is_lost:
                     bound.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
                     self.middleware.after_completion(item, result, Done.SKIPPED)
                     return
