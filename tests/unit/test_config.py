@@ -348,7 +348,7 @@ def test_host_json_only_keys_are_accepted_and_listed(tmp_path: Path) -> None:
 
 
 def test_host_json_file_loads(tmp_path: Path) -> None:
-    """A host.json copied from a Functions app loads unchanged (JSON is YAML)."""
+    """A host.json copied from a Functions app loads unchanged."""
     host_json = {
         "version": "2.0",
         "functionTimeout": "00:10:00",
@@ -383,6 +383,56 @@ def test_host_json_error_names_the_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ=NO_ENV)
     assert_names_key_and_line(caught.value, "extensions.queues.batchSize", f"{path}:5")
+
+
+def test_host_json_with_comments_and_trailing_commas_loads_as_functions_reads_it(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        {
+          // host.json templates carry comments; Functions' reader takes them
+          "version": "2.0",
+          /* and block comments,
+             over several lines */
+          "extensions": {
+            "queues": {
+              "batchSize": 8, // "batchSize": 64 would be out of range
+              "maxDequeueCount": 3,
+            },
+          },
+          "connections": { "Orders": "sqlite:///orders.db?x=//not-a-comment/*nor-this*/" },
+        }
+        """, "host.json")
+    config = load_config(path, environ=NO_ENV)
+    assert (config.batch_size, config.max_dequeue_count) == (8, 3)
+    assert config.connections == {"Orders": "sqlite:///orders.db?x=//not-a-comment/*nor-this*/"}
+
+
+def test_host_json_error_after_a_comment_still_names_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        {
+          /* a comment
+             of three lines */
+          "extensions": { "queues": { "batchSize": 64 } }
+        }
+        """, "host.json")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ=NO_ENV)
+    assert_names_key_and_line(caught.value, "extensions.queues.batchSize", f"{path}:4")
+
+
+@pytest.mark.parametrize(("text", "line", "column"), [
+    ("{\n  'version': '2.0'\n}\n", 2, 3),  # single quotes: YAML would have taken them
+    ('{\n  "version": "2.0"\n  "functionTimeout": "00:05:00"\n}\n', 3, 3),  # a missing comma
+    ('{\n  "version": 2.0, /* never closed\n}\n', 2, 19),
+])
+def test_host_json_that_is_not_json_is_refused_with_line_and_column(
+    tmp_path: Path, text: str, line: int, column: int
+) -> None:
+    path = tmp_path / "host.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ=NO_ENV)
+    message = str(caught.value)
+    assert "not valid JSON" in message and f"line {line}, column {column}" in message and f"{path}:{line}" in message
 
 
 # -- connections and base_dir -----------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """host.yaml: the host's settings, shaped like Azure Functions' host.json.
 
 A Functions user can copy ``extensions.queues`` and ``functionTimeout`` across
-unchanged (YAML reads JSON, so ``--config host.json`` works too). Keys that
-host.json has but this host does not use are accepted with a warning, so that a
-copied file loads; every other unknown key, wrong type or out-of-range value is
-an error naming the key and, where the YAML gives one, the line.
+unchanged, or point ``--config`` at host.json itself, which is read as Functions
+reads it: JSON with comments and trailing commas (:mod:`worker.settings.host_json`).
+Keys that host.json has but this host does not use are accepted with a warning,
+so that a copied file loads; every other unknown key, wrong type or
+out-of-range value is an error naming the key and the line.
 
 Environment variables override file values: ``WORKER__extensions__queues__batchSize=4``.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from worker.settings import host_json
 from worker.settings.connections import ResolvedConnection, Service, resolve
 from worker.settings.retry import RetryPolicy, parse_retry
 
@@ -436,16 +438,21 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
         except OSError as exc:
             raise ConfigError("(file)", f"cannot read {file}: {exc.strerror or exc}") from exc
         if file.suffix.lower() == ".json":
-            # host.json is read as YAML (JSON is YAML), which allows no tab in indentation; valid JSON has tabs
-            # only between tokens (inside strings they are escaped), so they can become spaces.
-            text = text.replace("\t", "  ")
-        try:
-            tree = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f"{file}:{mark.line + 1}" if mark else str(file)
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
+            try:
+                tree = host_json.parse(text)
+            except host_json.HostJsonError as exc:
+                raise ConfigError("(syntax)", f"not valid JSON: {exc}", f"{file}:{exc.line}") from None
+            # Lines of keys, for messages: the same text as YAML (JSON is YAML, once its comments are blanks and
+            # its tabs, which JSON allows only between tokens, spaces).
+            text = host_json.without_comments(text).replace("\t", "  ")
+        else:
+            try:
+                tree = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                at = f"{file}:{mark.line + 1}" if mark else str(file)
+                problem = getattr(exc, "problem", None) or str(exc)
+                raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
         lines = _line_index(text)
         line_of.update((key, f"{file}:{line}") for key, line in lines.items())
         flat: dict[str, Any] = {}
