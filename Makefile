@@ -9,10 +9,10 @@ NODE_INSTALLED := node_modules/.installed
 
 .PHONY: run test check clean
 
-# The whole suite in parallel processes. Most tests wait (on leases, processes, servers) rather than compute, so
-# two processes share the two cores (four finished sooner but let timing-sensitive tests flake); the Spark tests and the timing-sensitive reliability scenarios each run
-# on one process as a group (tests/tiers.py). --durations keeps the slowest tests in sight.
-TEST_PROCESSES ?= 2
+# The whole suite in parallel processes: most tests wait (on leases, processes, servers) rather than compute, so
+# four processes share two cores. The Spark tests, and the reliability scenarios, each run as a group on one
+# process (tests/tiers.py). --durations keeps the slowest tests in sight.
+TEST_PROCESSES ?= 4
 PYTEST_PARALLEL := -n $(TEST_PROCESSES) --dist loadgroup --durations=25
 # The fast tier: what needs no emulator, test server, Spark or worker process, in two processes; then the linter.
 FAST_TIER := not (azurite or oci or spark or subprocess or slow)
