@@ -176,6 +176,40 @@ async def test_a_path_expression_the_message_cannot_fill_fails_the_attempt(
     assert len(calls) == config.max_dequeue_count  # each attempt ran the handler; writing its output failed
 
 
+async def test_a_path_that_is_one_expression_takes_a_blob_url_and_another_accounts_url_is_poisoned_at_once(
+    config: HostConfig, queues: QueueBackend, blobs: BlobStore
+) -> None:
+    """The Event Grid -> queue -> blob pattern: the message carries the blob's URL (``{data.url}``)."""
+    queue, container = unique("url"), unique("c")
+    await blobs.write(container, "images/cat one.png", b"\x89PNG")
+    stored = await blobs.read(container, "images/cat one.png")
+    assert stored is not None
+    seen: dict[int, bytes | None] = {}
+    fa = func.FunctionApp()
+
+    @fa.function_name("Thumbnail")
+    @fa.queue_trigger(arg_name="msg", queue_name=queue, connection="AzureWebJobsStorage")
+    @fa.blob_input(arg_name="image", path="{data.url}", data_type="binary", connection="AzureWebJobsStorage")
+    @fa.blob_output(arg_name="$return", path="{data.url}", connection="AzureWebJobsStorage")
+    def thumbnail(msg: func.QueueMessage, image: bytes) -> bytes:
+        seen[msg.dequeue_count] = image
+        return image + b" seen"
+
+    converted = from_function_app(fa)
+    assert converted.problems == ()  # accepted at start
+    await put(queues, queue, json.dumps({"data": {"url": stored.uri}}))
+    foreign = f"https://elsewhere.blob.core.windows.net/{container}/images/cat.png"
+    await put(queues, queue, json.dumps({"data": {"url": foreign}}))
+    async with running(converted.app, config) as host:
+        await apoll(lambda: _now(host.metrics.get("succeeded", "Thumbnail") == 1), 20, what="the local URL")
+        await apoll(lambda: _now(host.metrics.get("poisoned", "Thumbnail") == 1), 20, what="the foreign URL")
+
+    assert seen == {1: b"\x89PNG"}  # the foreign URL never reached the handler, and was not tried again
+    written = await blobs.read(container, "images/cat one.png")
+    assert written is not None and written.data == b"\x89PNG seen"
+    assert host.metrics.get("failed", "Thumbnail") == 0
+
+
 async def test_a_blob_write_that_storage_fails_fails_the_attempt_and_keeps_the_message(
     azurite: Azurite, tmp_path: Path
 ) -> None:

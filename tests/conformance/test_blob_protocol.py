@@ -49,6 +49,23 @@ async def test_what_is_written_is_read_back_byte_for_byte(store: BlobStore, cont
     assert blob.uri.endswith(f"{container}/dir/sub/blob.bin")
 
 
+async def test_a_blob_url_the_store_gave_locates_its_blob_and_another_stores_url_is_refused(
+    store: BlobStore, container: str
+) -> None:
+    await store.write(container, "in dir/ünïcode name.txt", b"x")
+    blob = await store.read(container, "in dir/ünïcode name.txt")
+    assert blob is not None
+
+    assert store.locate(blob.uri) == (container, "in dir/ünïcode name.txt")
+    assert store.locate(blob.uri + "?sv=2024&sig=c2VjcmV0") == (container, "in dir/ünïcode name.txt")  # a SAS: no matter
+    for foreign in ("https://another.blob.core.windows.net/" + container + "/x.txt",
+                    "file:///elsewhere/" + container + "/x.txt"):
+        with pytest.raises(InvalidBlobName, match="is not in"):
+            store.locate(foreign)
+    with pytest.raises(InvalidBlobName, match="container name"):
+        store.locate(blob.uri.replace(container, "UPPER", 1))
+
+
 async def test_a_missing_blob_or_container_reads_as_none(store: BlobStore, container: str) -> None:
     assert await store.read(container, "nothing.txt") is None
     await store.write(container, "something.txt", b"x")

@@ -95,21 +95,21 @@ def test_trigger_parameter_annotated_str_or_bytes_gets_the_body_kind() -> None:
 def test_blob_bindings_stack_in_any_order_with_their_kinds() -> None:
     app = WorkerApp()
 
-    @app.blob_input(arg_name="stream", path="in/{queueTrigger}")
+    @app.blob_input(arg_name="stream", path="inbox/{queueTrigger}")
     @app.queue_trigger(arg_name="msg", queue_name="orders", connection="Orders")
-    @app.blob_input(arg_name="text", path="in/{id}.txt", connection="Blobs")
-    @app.blob_input(arg_name="untyped", path="in/x", data_type="binary")
-    @app.blob_output(arg_name="out", path="out/{id}")
+    @app.blob_input(arg_name="text", path="inbox/{id}.txt", connection="Blobs")
+    @app.blob_input(arg_name="untyped", path="inbox/x", data_type="binary")
+    @app.blob_output(arg_name="out", path="outbox/{id}")
     def handle(msg: QueueMessage, stream: InputStream, text: str, untyped, out: Out[str]) -> None:  # type: ignore[no-untyped-def]
         pass
 
     [spec] = app.functions
     assert sorted((b.arg_name, b.path, b.connection, b.kind) for b in spec.inputs) == [
-        ("stream", "in/{queueTrigger}", None, "object"),
-        ("text", "in/{id}.txt", "Blobs", "str"),
-        ("untyped", "in/x", None, "bytes"),
+        ("stream", "inbox/{queueTrigger}", None, "object"),
+        ("text", "inbox/{id}.txt", "Blobs", "str"),
+        ("untyped", "inbox/x", None, "bytes"),
     ]
-    assert spec.outputs == (BlobOutput("out", "out/{id}", None),)
+    assert spec.outputs == (BlobOutput("out", "outbox/{id}", None),)
 
 
 def test_blob_bindings_are_refused_on_batches_and_need_a_container() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import unquote, urlsplit
 
 #: Azure's container name rule: 3-63 lowercase letters, digits and single hyphens, alphanumeric at both ends.
 CONTAINER_NAME = re.compile(r"(?=.{3,63}\Z)[a-z0-9](?:[a-z0-9]|-(?!-))*[a-z0-9]")
@@ -62,6 +63,27 @@ def check_names(container: str, path: str) -> None:
         )
 
 
+def locate_in(url: str, base: str) -> tuple[str, str] | None:
+    """The container and blob name an absolute blob URL gives under ``base``, a store's own URL (scheme, host and,
+    for path-style endpoints such as Azurite's, the account's path); None when the URL is not under it.
+
+    Names come back decoded (``%20`` is a space), as the service reads them; a query (a SAS) is left out.
+    """
+    parts, root = urlsplit(url), urlsplit(base)
+    if (parts.scheme.lower(), parts.netloc.lower()) != (root.scheme.lower(), root.netloc.lower()):
+        return None
+    prefix = root.path.rstrip("/") + "/"
+    if not parts.path.startswith(prefix):
+        return None
+    container, _, path = parts.path[len(prefix):].partition("/")
+    return unquote(container), unquote(path)
+
+
+def without_query(url: str) -> str:
+    """``url`` for a message: its query, which may hold a SAS token, left out."""
+    return urlsplit(url)._replace(query="", fragment="").geturl()
+
+
 class BlobStore(Protocol):
     """One storage account's blobs (or one folder of them on disk)."""
 
@@ -76,6 +98,13 @@ class BlobStore(Protocol):
 
     async def list(self, container: str, prefix: str = "") -> list[str]:
         """Paths of the container's blobs starting with ``prefix``, sorted; [] for a missing container."""
+
+    def locate(self, url: str) -> tuple[str, str]:
+        """The container and blob name one of this store's blob URLs (a ``BlobData.uri``) names.
+
+        InvalidBlobName when the URL is not this store's (another account, another folder) or its names are
+        not valid: no attempt could use it.
+        """
 
     def describe(self) -> str:
         """For logs: the kind of store and where it is, never a secret."""

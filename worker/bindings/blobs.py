@@ -5,8 +5,11 @@
 Functions); ``@app.blob_output`` writes what the handler set (or returned)
 after it succeeds and before the trigger message is deleted, like queue
 outputs. Paths are ``container/blob`` templates whose binding expressions are
-resolved per message (:mod:`worker.bindings.expressions`). A read or write that fails
-fails the attempt: the message is retried, never lost.
+resolved per message (:mod:`worker.bindings.expressions`), or one expression
+that gives such a path or a blob URL of the binding's account. A read or write
+that fails fails the attempt: the message is retried, never lost; a path that
+no attempt could use (another account's URL, a name the service refuses)
+sends the message to poison at once.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from worker.backends.blobs import BlobData, BlobStore
+from worker.backends.blobs import BlobData, BlobStore, InvalidBlobName, check_names
 from worker.bindings import expressions
 from worker.bindings.types import DataKind, annotation, data_kind
 
@@ -48,13 +51,28 @@ class BlobBindingError(ValueError):
     """A blob binding cannot be used as declared, or a value cannot be written to a blob."""
 
 
+class UnusableBlobPath(BlobBindingError):
+    """A blob path that gave, for one message, what no attempt can use: a URL of another account, a name the
+    service refuses. The message goes to poison at once instead of being tried again."""
+
+
 _CONTAINER_PART = re.compile(r"^[^/]+/.+")
+#: A path that is one expression, resolved per message to ``container/blob`` or to a blob URL (``{data.url}``).
+_ONE_EXPRESSION = re.compile(r"^\{[^{}]+\}$")
 
 
 def check_blob_path(path: str) -> None:
-    """A path must name a container and a blob (``container/blob``), as Functions requires for blob bindings."""
-    if not isinstance(path, str) or not _CONTAINER_PART.match(path.strip()):
-        raise BlobBindingError(f"blob path {path!r} must look like 'container/blob' (binding expressions allowed)")
+    """A path names a container and a blob (``container/blob``), or is one expression that gives such a path or a
+    blob URL at run time (``{url}``), as the WebJobs SDK takes it."""
+    if not isinstance(path, str) or not (_CONTAINER_PART.match(path.strip()) or _ONE_EXPRESSION.match(path.strip())):
+        raise BlobBindingError(f"blob path {path!r} must look like 'container/blob' (binding expressions allowed), "
+                               "or be one expression that gives such a path or a blob URL ('{url}')")
+    container = path.strip().partition("/")[0]
+    if not any(mark in container for mark in "{}%"):  # a fixed container name: refused now, not at every message
+        try:
+            check_names(container, "x")
+        except InvalidBlobName as exc:
+            raise BlobBindingError(f"blob path {path!r}: {exc}") from None
 
 
 def input_kind(handler: Callable[..., Any], arg_name: str, data_type: str | None) -> DataKind:
@@ -128,9 +146,18 @@ def content(value: Any) -> bytes | None:
     raise BlobBindingError(f"a blob output takes str, bytes or a file-like object, not {type(value).__name__}")
 
 
-def _location(path: str, data: Mapping[str, Any]) -> tuple[str, str]:
-    """The container and blob a path names for one message: ``%settings%`` (checked at start), then ``{data}``."""
-    return split(expressions.resolve(expressions.resolve_settings(path, os.environ), data))
+def _location(path: str, data: Mapping[str, Any], store: BlobStore) -> tuple[str, str]:
+    """The container and blob a path names for one message: ``%settings%`` (checked at start), then ``{data}``;
+    a value that is a URL must be one of ``store``'s blobs. UnusableBlobPath when no attempt could use it."""
+    value = expressions.resolve(expressions.resolve_settings(path, os.environ), data)
+    try:
+        if "://" in value:
+            return store.locate(value)
+        container, blob = split(value)
+        check_names(container, blob)
+    except (InvalidBlobName, BlobBindingError) as exc:
+        raise UnusableBlobPath(f"blob path {path!r}: {exc}") from None
+    return container, blob
 
 
 async def read_inputs(
@@ -139,8 +166,9 @@ async def read_inputs(
     """Read every blob input for one message: ``{arg_name: value}``, None for a blob that does not exist."""
     values: dict[str, Any] = {}
     for binding in bindings:
-        container, blob = _location(binding.path, data)
-        values[binding.arg_name] = as_argument(await blobs_for(binding.connection).read(container, blob), binding.kind)
+        store = blobs_for(binding.connection)
+        container, blob = _location(binding.path, data, store)
+        values[binding.arg_name] = as_argument(await store.read(container, blob), binding.kind)
     return values
 
 
@@ -151,6 +179,7 @@ async def write_output(
     body = content(value)
     if body is None:
         return False
-    container, blob = _location(binding.path, data)
-    await blobs_for(binding.connection).write(container, blob, body)
+    store = blobs_for(binding.connection)
+    container, blob = _location(binding.path, data, store)
+    await store.write(container, blob, body)
     return True

@@ -272,6 +272,9 @@ class Dispatcher:
 def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
     """The result of a handler (or middleware ``where``) that raised: poison if it asked for it, else a failure."""
     if isinstance(exc, Poison):
+        if where:  # a middleware found that no attempt can succeed (a blob path that cannot be used)
+            inv.log.error(f"message cannot be handled ({where}); it goes to the poison queue", reason=exc.reason)
+            return Result(Outcome.POISON, exc.reason)
         inv.log.error("handler asked for the poison queue", reason=exc.reason)
         return Result(Outcome.POISON, exc.reason, requested=True)
     error = f"{type(exc).__name__}: {exc}"

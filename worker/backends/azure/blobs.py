@@ -22,7 +22,7 @@ from worker.backends.azure.errors import (
     env_settings_wanted,
     is_transient,
 )
-from worker.backends.blobs import BlobData, BlobError, check_names
+from worker.backends.blobs import BlobData, BlobError, InvalidBlobName, check_names, locate_in, without_query
 from worker.backends.failures import CONNECT_TIMEOUT, ConnectionStringError
 from worker.backends.queues import TransientError
 
@@ -51,6 +51,15 @@ class AzureBlobStore:
 
     def describe(self) -> str:
         return self.connection.describe("blob")
+
+    def locate(self, url: str) -> tuple[str, str]:
+        """A blob URL of this account: virtual-host style (``https://<account>.blob.core.windows.net/c/b``) or
+        path style (Azurite's ``http://127.0.0.1:10000/<account>/c/b``), as its endpoint is."""
+        found = locate_in(url, self.endpoint)
+        if found is None:
+            raise InvalidBlobName(f"blob URL {without_query(url)} is not in this connection's account ({self.endpoint})")
+        check_names(*found)
+        return found
 
     def _failed(self, exc: AzureError, action: str, container: str, path: str) -> Exception:
         """The error for an SDK failure: transient ones name the endpoint, others the service's answer."""

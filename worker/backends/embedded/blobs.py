@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from worker.backends.blobs import BlobData, check_names
+from worker.backends.blobs import BlobData, InvalidBlobName, check_names, locate_in, without_query
 
 #: Temporary files of writes in progress start with this; no blob name segment may (they are hidden).
 _TEMP_PREFIX = ".tmp-"
@@ -27,6 +27,14 @@ class LocalBlobStore:
 
     def describe(self) -> str:
         return f"embedded blob folder {self.root}"
+
+    def locate(self, url: str) -> tuple[str, str]:
+        """A ``file://`` URL of a blob in this folder (``BlobData.uri``)."""
+        found = locate_in(url, self.root.as_uri())
+        if found is None:
+            raise InvalidBlobName(f"blob URL {without_query(url)} is not in {self.describe()}")
+        check_names(*found)
+        return found
 
     def _file(self, container: str, path: str) -> Path:
         check_names(container, path)
