@@ -58,7 +58,7 @@ def test_host_json_beside_the_app_is_read_and_named(tmp_path: Path) -> None:
     [read] = [line for line in lines if line["event"] == "config file"]
     assert read["path"] == str(app_dir / "host.json")
     ignored = {line["key"]: line["file"] for line in lines if "no effect here" in line["event"]}
-    assert ignored == {"logging": str(app_dir / "host.json"), "extensionBundle": str(app_dir / "host.json")}
+    assert ignored == {"extensionBundle": str(app_dir / "host.json")}  # logging.logLevel is honoured
     # maxDequeueCount 1 from host.json: the one failure poisons the message.
     assert [line["dequeue_count"] for line in lines if line["event"] == "message moved to the poison queue"] == [1]
 

@@ -68,8 +68,11 @@ def test_every_problem_is_listed_at_once_with_exit_code_2(app_folder: Path) -> N
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     problems = [line.strip() for line in result.stderr.splitlines() if line.startswith("  function ")]
+    # Functions' own message, then every place this host looked for the setting.
+    looked_in = (f" (looked in: the environment, no local.settings.json in {app_folder}, {app_folder / 'host.yaml'} "
+                 "(connections:))")
     missing_storage = ("Storage account connection string 'AzureWebJobsStorage' does not exist. Make sure that it is a "
-                       "defined App Setting.")
+                       "defined App Setting." + looked_in)
     assert sorted(problems) == sorted([
         f"function Ledger, trigger queueTrigger (msg): {missing_storage}",
         f"function Thumbnails, output binding blob (out): {missing_storage}",
@@ -78,7 +81,7 @@ def test_every_problem_is_listed_at_once_with_exit_code_2(app_folder: Path) -> N
         "function Ledger, trigger queueTrigger (msg): the queue name '%LEDGER_QUEUE%' refers to the app setting "
         "LEDGER_QUEUE, which is not set",
         "function Thumbnails, trigger queueTrigger (msg): Storage account connection string 'AzureWebJobsImagesStorage' "
-        "does not exist. Make sure that it is a defined App Setting.",
+        "does not exist. Make sure that it is a defined App Setting." + looked_in,
         "function Thumbnails, output binding blob (out): the path '%THUMBS_CONTAINER%/{id}.png' refers to the app "
         "setting THUMBS_CONTAINER, which is not set",
         f"function Audit, trigger queueTrigger (msg): {missing_storage}",

@@ -229,7 +229,7 @@ def test_malformed_host_yaml_exits_2_naming_key_and_line(tmp_path: Path, text: s
     [
         ("nosuch.module:app", "cannot import app module 'nosuch.module'"),
         ("json:dumps", "not a worker.WorkerApp"),
-        ("badformat", "--app must look like MODULE:ATTR"),
+        ("badformat:", "--app must look like MODULE or MODULE:ATTR"),
     ],
 )
 def test_run_with_a_bad_app_exits_2(tmp_path: Path, app: str, expected: str) -> None:

@@ -331,6 +331,9 @@ def test_host_json_only_keys_are_accepted_and_listed(tmp_path: Path) -> None:
         logging:
           logLevel:
             default: Information
+          applicationInsights:
+            samplingSettings:
+              isEnabled: true
         extensionBundle:
           id: Microsoft.Azure.Functions.ExtensionBundle
           version: "[4.*, 5.0.0)"
@@ -342,7 +345,8 @@ def test_host_json_only_keys_are_accepted_and_listed(tmp_path: Path) -> None:
         """,
     )
     config = load_config(path, environ=NO_ENV)
-    assert config.ignored_keys == ("extensionBundle", "extensions.http", "logging")
+    assert config.ignored_keys == ("extensionBundle", "extensions.http", "logging.applicationInsights")
+    assert config.log_levels == {"default": "Information"}  # logging.logLevel is read (host.json's log levels)
     assert config.batch_size == 8
     assert config.version == "2.0"
 
@@ -374,7 +378,7 @@ def test_host_json_file_loads(tmp_path: Path) -> None:
     assert config.max_dequeue_count == 3
     assert config.new_batch_threshold == 4
     assert config.message_encoding == "none"
-    assert config.ignored_keys == ("logging",)
+    assert config.ignored_keys == ("logging.applicationInsights",)
 
 
 def test_host_json_error_names_the_line(tmp_path: Path) -> None:

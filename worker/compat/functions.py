@@ -179,7 +179,8 @@ def from_function_app(
         assert trigger is not None  # get_functions() refuses a function without one
         if trigger.type != QUEUE_TRIGGER:
             kind = (trigger.type or "unknown").removesuffix("Trigger")
-            message = f"function {name} has a {kind} trigger; this host runs queue triggers only; it is not run"
+            article = "an" if kind[:1].lower() in "aeiou" else "a"
+            message = f"function {name} has {article} {kind} trigger; this host runs queue triggers only; it is not run"
             skipped.append(SkippedFunction(name, trigger.type or "unknown", message))
             continue
         if disabled(name, environ):

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from worker.app import WorkerApp
 from worker.settings.connections import Service
 
-#: The app ``worker run`` runs without ``--app``: the sample pipeline.
-DEFAULT_APP = "functions.function_app:app"
+#: The file the Functions Python v2 model starts from, in the app's folder (``PYTHON_SCRIPT_FILE_NAME`` names another).
+SCRIPT_FILE = "function_app.py"
+SCRIPT_SETTING = "PYTHON_SCRIPT_FILE_NAME"
+#: The oldest azure-functions whose FunctionApp this host reads (pyproject's azure-functions extra says the same).
+AZURE_FUNCTIONS_FLOOR = (1, 20)
 
 
 class AppLoadError(ValueError):
@@ -27,18 +33,22 @@ def load_app(
     *,
     connection_problem: Callable[[str | None, Service], str | None] | None = None,
     check: Callable[[WorkerApp], list[str]] | None = None,
+    found: Sequence[str] = (),
 ) -> WorkerApp:
     """Import ``MODULE:ATTR`` (looked up from ``search_path`` first) and check it is an app that can run.
+
+    Without ``:ATTR``, the module's app is its ``app``, else the one WorkerApp or FunctionApp it defines.
 
     The app is a WorkerApp, or an ``azure.functions.FunctionApp`` whose queue-triggered functions are
     registered into one (:mod:`worker.compat.functions`); a warning is logged for each function not run
     (another trigger, or switched off with ``AzureWebJobs.<name>.Disabled``). ``connection_problem`` checks a
     FunctionApp binding's connection as it is converted, and ``check`` the converted app (the CLI passes its
-    start-up checks, :mod:`worker.ops.preflight`), so that every problem found is listed in one AppLoadError.
+    start-up checks, :mod:`worker.ops.preflight`), so that every problem found is listed in one AppLoadError,
+    after ``found`` (what the caller found already: the environment's problems).
     """
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise AppLoadError(f"--app must look like MODULE:ATTR (for example {DEFAULT_APP}), got {target!r}")
+    module_name, colon, attr = target.partition(":")
+    if not module_name or (colon and not attr):
+        raise AppLoadError(f"--app must look like MODULE or MODULE:ATTR (for example function_app:app), got {target!r}")
     for folder in (str(search_path), os.getcwd()):
         if folder not in sys.path:
             sys.path.insert(0, folder)
@@ -46,10 +56,14 @@ def load_app(
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise AppLoadError(f"cannot import app module {module_name!r}: {type(exc).__name__}: {exc}") from exc
-    app = getattr(module, attr, None)
-    if app is None:
-        raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}")
-    problems: list[str] = []
+    if attr:
+        app = getattr(module, attr, None)
+        if app is None:
+            raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}")
+    else:
+        attr, app = _the_app(module, module_name)
+        target = f"{module_name}:{attr}"
+    problems: list[str] = list(found)
     not_run: list[str] = []
     # An azure.functions.FunctionApp: azure-functions is then imported already (the app's module did it),
     # so apps that do not use it never import it, and it stays an optional dependency.
@@ -62,6 +76,10 @@ def load_app(
             )
         if isinstance(app, azure_functions.FunctionRegister):
             from worker.compat.functions import FunctionAppError, from_function_app
+
+            if (too_old := _version_problem()) is not None:  # its FunctionApp lacks what the conversion reads
+                raise AppLoadError(f"{target} cannot run; {len(problems) + 1} problem(s):"
+                                   + "".join(f"\n  {line}" for line in [*problems, too_old]))
 
             try:
                 converted = from_function_app(app, connection_problem=connection_problem)
@@ -97,6 +115,58 @@ def load_app(
         listed = "".join(f"\n  {line}" for line in problems)
         raise AppLoadError(f"{target} cannot run; {len(problems)} problem(s):{listed}")
     return app
+
+
+def _version_problem() -> str | None:
+    """Why the installed azure-functions is too old for this host, or None."""
+    try:
+        installed = metadata.version("azure-functions")
+    except metadata.PackageNotFoundError:  # imported from a folder, not installed: nothing to go by
+        return None
+    numbers = tuple(int(part) for part in re.findall(r"\d+", installed)[:2])
+    if numbers >= AZURE_FUNCTIONS_FLOOR:
+        return None
+    floor = ".".join(map(str, AZURE_FUNCTIONS_FLOOR))
+    return (f"azure-functions {installed} is installed; this host needs {floor} or later "
+            f"(pip install 'azure-functions>={floor}')")
+
+
+def discover(folder: Path, environ: Mapping[str, str]) -> str:
+    """The module ``worker run`` runs without ``--app``: ``function_app.py`` in ``folder``, as Functions finds it."""
+    name = environ.get(SCRIPT_SETTING) or SCRIPT_FILE
+    script = folder / name
+    if Path(name).name != name or script.suffix != ".py":
+        raise AppLoadError(f"{SCRIPT_SETTING}={name!r} must name a .py file in the app's folder")
+    if not script.is_file():
+        raise AppLoadError(
+            f"no app to run: no {name} in {folder} (the Functions Python entry point"
+            + ("" if name != SCRIPT_FILE else f"; {SCRIPT_SETTING} names another")
+            + "); run in the app's folder, or give --app MODULE:ATTR"
+        )
+    return script.stem
+
+
+def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
+    """The name and object of a module's app: ``app`` if it is one, else the one app object it defines."""
+    azure_functions = sys.modules.get("azure.functions")
+
+    def is_app(value: object) -> bool:
+        if isinstance(value, WorkerApp):
+            return True
+        return azure_functions is not None and isinstance(value, azure_functions.FunctionRegister) and not isinstance(
+            value, azure_functions.Blueprint)
+
+    found = {name: value for name, value in vars(module).items() if not name.startswith("_") and is_app(value)}
+    if "app" in found:
+        return "app", found["app"]
+    distinct = {id(value) for value in found.values()}
+    if len(distinct) == 1:
+        name = sorted(found)[0]
+        return name, found[name]
+    if not found:
+        raise AppLoadError(f"module {module_name!r} defines no app (a worker.WorkerApp or an azure.functions.FunctionApp)")
+    raise AppLoadError(f"module {module_name!r} defines {len(found)} apps ({', '.join(sorted(found))}): "
+                       f"give --app {module_name}:NAME")
 
 
 def app_directory(target: str) -> Path | None:

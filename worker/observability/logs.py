@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from typing import TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import structlog
 
@@ -57,31 +58,113 @@ def info_enabled() -> bool:
     return logging.getLogger().isEnabledFor(logging.INFO)
 
 
-def configure_logging(level: str = "INFO", json_lines: bool | None = None, stream: TextIO | None = None) -> None:
-    """Send structlog and stdlib logging to ``stream`` (stderr); JSON unless it is a terminal."""
+#: Functions' level names (host.json ``logging.logLevel``) and the levels of ``logging`` they stand for.
+FUNCTIONS_LEVELS = {
+    "trace": 5,
+    "debug": logging.DEBUG,
+    "information": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "none": logging.CRITICAL + 10,
+}
+#: structlog's method names and their levels.
+_METHOD_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "msg": logging.INFO, "warning": logging.WARNING,
+                  "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
+                  "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
+
+
+class Categories:
+    """Functions' log categories and their levels (host.json ``logging.logLevel``), applied to every line.
+
+    A line's category, as Functions names them: the host's own lines (loggers
+    under ``worker``) are ``Function.<name>`` when they are about an invocation
+    of that function, else ``Host.General``; a handler's own lines (any other
+    logger, while its invocation runs) are ``Function.<name>.User``; other
+    libraries' lines are their logger's name. The most specific category
+    given that the line's category starts with (at a dot, in any case) sets its
+    level, else ``default``, else ``fallback``.
+    """
+
+    def __init__(self, levels: Mapping[str, str], fallback: int = logging.INFO) -> None:
+        self._levels = {category.lower(): FUNCTIONS_LEVELS[level.lower()] for category, level in levels.items()}
+        self.default = self._levels.get("default", fallback)
+        self.lowest = min([self.default, *self._levels.values()])
+
+    def level(self, category: str) -> int:
+        parts = category.lower().split(".")
+        for end in range(len(parts), 0, -1):
+            found = self._levels.get(".".join(parts[:end]))
+            if found is not None:
+                return found
+        return self.default
+
+    @staticmethod
+    def category(logger: str, function: object) -> str:
+        host = logger == "worker" or logger.startswith("worker.")
+        if function:
+            return f"Function.{function}" if host else f"Function.{function}.User"
+        return "Host.General" if host else (logger or "default")
+
+    def drop_below(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        """A structlog processor: drop a line under its category's level."""
+        category = self.category(getattr(logger, "name", ""), event.get("function"))
+        if _METHOD_LEVELS.get(method, logging.INFO) < self.level(category):
+            raise structlog.DropEvent
+        return event
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """A ``logging`` filter: keep a record at or over its category's level."""
+        function = structlog.contextvars.get_contextvars().get("function")
+        return record.levelno >= self.level(self.category(record.name, function))
+
+
+class _NamedWriteLoggerFactory(structlog.WriteLoggerFactory):
+    """structlog's one-write-per-line logger, keeping the name it was asked for (``worker.runtime.host``) for
+    :class:`Categories`."""
+
+    def __call__(self, *args: Any) -> structlog.WriteLogger:
+        logger = super().__call__(*args)
+        logger.name = str(args[0]) if args else ""  # type: ignore[attr-defined]
+        return logger
+
+
+def configure_logging(
+    level: str | None = "INFO", json_lines: bool | None = None, stream: TextIO | None = None,
+    categories: Mapping[str, str] | None = None,
+) -> None:
+    """Send structlog and stdlib logging to ``stream`` (stderr); JSON unless it is a terminal.
+
+    ``level`` (``--log-level``) sets one level for every line; without it, ``categories`` (host.json's
+    ``logging.logLevel``) set each category's, INFO where none applies.
+    """
     stream = sys.stderr if stream is None else stream
     if json_lines is None:
         json_lines = not stream.isatty()
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
     )
-    numeric = logging.getLevelName(level.upper())
+    by_category = Categories(categories) if level is None and categories else None
+    numeric = by_category.lowest if by_category else logging.getLevelName((level or "INFO").upper())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, _redact_event, renderer],
+        processors=[structlog.contextvars.merge_contextvars, *([by_category.drop_below] if by_category else []),
+                    *shared[1:], structlog.processors.format_exc_info, _redact_event, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         # One write per line (print() writes the text and its newline apart): the processes of `--processes N`
         # share one stderr, and two lines must never interleave into one that is not JSON.
-        logger_factory=structlog.WriteLoggerFactory(stream),
+        logger_factory=_NamedWriteLoggerFactory(stream),
         cache_logger_on_first_use=True,
     )
     # Lines from the standard logging module (handlers' own logging.info, libraries) go out in the same
     # form, so that the stream stays one JSON object per line.
     handler = logging.StreamHandler(stream)
+    if by_category:
+        handler.addFilter(by_category.filter)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         processors=[

@@ -31,7 +31,7 @@ from worker.backends.queues import (
 )
 from worker.backends.registry import BackendKind, UnsupportedConnection, backend_kind, open_backend
 from worker.bindings.encoding import MessageDecodeError, decode, encode
-from worker.compat.loading import DEFAULT_APP, AppLoadError, app_directory, load_app
+from worker.compat.loading import AppLoadError, app_directory, discover, load_app
 from worker.model import StartupRefused
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
@@ -39,8 +39,10 @@ from worker.ops import preflight
 from worker.ops.supervisor import Supervisor, child_command
 from worker.runtime.host import Host
 from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
+from worker.settings import local_settings
 from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration
 from worker.settings.connections import ConnectionSettingError
+from worker.settings.local_settings import LocalSettings, LocalSettingsError
 
 T = TypeVar("T")
 
@@ -125,17 +127,32 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def _looked_in(local: LocalSettings, config: HostConfig) -> str:
+    """Every place a setting may come from, for a connection found in none of them."""
+    settings_file = f"{config.source} (connections:)" if config.source else "no host.yaml or host.json"
+    return f"looked in: the environment, {local.describe()}, {settings_file}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level)
     config = _config(args.config, args.app)
+    # --log-level, when given, sets one level for all; else host.json's logging.logLevel sets each category's.
+    configure_logging(args.log_level, categories=config.log_levels)
+    log = structlog.get_logger("worker.ops.cli")
+    if args.local_settings.found:
+        log.info("local settings read", path=str(args.local_settings.path), settings=len(args.local_settings.applied))
+    if args.local_settings.skipped:
+        log.info("local settings skipped: already defined in the environment", keys=list(args.local_settings.skipped))
+    looked_in = _looked_in(args.local_settings, config)
     # Every start-up check runs here, once, before anything is built: what cannot run is refused with every
     # problem listed (exit 2).
-    app = load_app(args.app, config.base_dir, connection_problem=partial(preflight.connection_problem, config),
-                   check=lambda app: preflight.problems(app, config))
+    app = load_app(args.app, config.base_dir,
+                   connection_problem=partial(preflight.connection_problem, config, looked_in=looked_in),
+                   check=lambda app: preflight.problems(app, config, looked_in=looked_in),
+                   found=preflight.environment_problems(os.environ))
     if config.source is not None:
-        structlog.get_logger("worker.ops.cli").info("config file", path=str(config.source))
+        log.info("config file", path=str(config.source))
     else:
-        structlog.get_logger("worker.ops.cli").info("no config file; defaults", looked_in=str(Path.cwd()))
+        log.info("no config file; defaults", looked_in=str(Path.cwd()))
     processes = args.processes or config.processes
     if processes > 1:
         command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
@@ -365,11 +382,14 @@ def _parser() -> argparse.ArgumentParser:
         return sub
 
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
-    run.add_argument("--app", default=DEFAULT_APP, help=f"MODULE:ATTR of the app (default: {DEFAULT_APP})")
+    run.add_argument("--app", default=None, metavar="MODULE[:ATTR]",
+                     help="the app's module and object (default: function_app.py in the current folder, or the file "
+                          "PYTHON_SCRIPT_FILE_NAME names, and its app, as Functions finds it)")
     run.add_argument("--burst", action="store_true", help="stop once the trigger queues are empty")
     run.add_argument("--processes", type=_positive, default=None, metavar="N",
                      help="run N worker processes under a supervisor (default: worker.processes, 1)")
-    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                     help="one level for every line (default: host.json's logging.logLevel by category, else INFO)")
 
     for name, help, handler in (
         ("send", "put messages on a queue (created if missing), encoded under messageEncoding", cmd_send),
@@ -411,8 +431,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # middle of --json output; the command's own error line says what finally went wrong.
         configure_logging("ERROR")
     try:
+        if args.command == "run" and args.app is None:
+            args.app = discover(Path.cwd(), os.environ)
+        # The app's local.settings.json (else the current folder's) becomes environment settings first, as
+        # Core Tools makes them: connections, %NAME% settings and WORKER__ overrides alike then see them.
+        folder = (app_directory(args.app) if getattr(args, "app", None) else None) or Path.cwd()
+        args.local_settings = local_settings.apply(folder, os.environ)
         return args.handler(args)
-    except (UsageError, AppLoadError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile, StartupRefused) as exc:
+    except (UsageError, AppLoadError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile, StartupRefused,
+            LocalSettingsError) as exc:
         print(f"worker {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except QueueError as exc:

@@ -27,7 +27,7 @@ from worker.bindings.outputs import OutputBinding
 from worker.middleware import builtin
 from worker.model import FunctionSpec, StartupRefused
 from worker.settings.config import HostConfig
-from worker.settings.connections import DEFAULT, ConnectionSettingError, Service
+from worker.settings.connections import DEFAULT, ConnectionSettingError, MissingConnection, Service
 
 
 class _Binding(NamedTuple):
@@ -58,10 +58,13 @@ def _bindings(spec: FunctionSpec) -> Iterator[_Binding]:
             yield _Binding(where, binding.connection, "blob", binding.path)
 
 
-def problems(app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+def problems(
+    app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | None = None, looked_in: str = ""
+) -> list[str]:
     """Every reason the app's functions cannot run with ``config``; empty when all can.
 
     Includes host.yaml's ``worker.middleware`` names that cannot be loaded, so that the CLI lists them with the rest.
+    ``looked_in``: see :func:`connection_problem`.
     """
     environ = os.environ if environ is None else environ
     found: list[str] = list(builtin.load(config.middleware)[1])
@@ -72,7 +75,7 @@ def problems(app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | No
                          f"(its functions: {', '.join(sorted(names))})")
     for spec in app.functions:
         for binding in _bindings(spec):
-            if problem := connection_problem(config, binding.connection, binding.service):
+            if problem := connection_problem(config, binding.connection, binding.service, looked_in):
                 found.append(f"{binding.where}: {problem}")
             elif binding.service == "queue":
                 found.extend(f"{binding.where}: {line}" for line in limit_problems(spec, binding, config))
@@ -117,13 +120,27 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
     return found
 
 
-def connection_problem(config: HostConfig, connection: str | None, service: Service) -> str | None:
+def environment_problems(environ: Mapping[str, str]) -> list[str]:
+    """What in the process's settings says this is not a Python Functions app (FUNCTIONS_WORKER_RUNTIME)."""
+    runtime = environ.get("FUNCTIONS_WORKER_RUNTIME")
+    if runtime is not None and runtime.strip().lower() != "python":
+        return [f"FUNCTIONS_WORKER_RUNTIME is {runtime!r}: this host runs Python apps only (set it to python, "
+                "or leave it unset)"]
+    return []
+
+
+def connection_problem(
+    config: HostConfig, connection: str | None, service: Service, looked_in: str = ""
+) -> str | None:
     """Why ``connection`` cannot serve ``service`` ("queue" or "blob"), or None when it can.
 
     None as ``connection`` is a WorkerApp binding that names none (AzureWebJobsStorage, else the embedded queue).
+    ``looked_in`` (every place settings came from) is added to the message of a connection found nowhere.
     """
     try:
         value = config.resolve_connection(connection, service, embedded_default=connection is None).value
+    except MissingConnection as exc:
+        return f"{exc} ({looked_in})" if looked_in else str(exc)
     except ConnectionSettingError as exc:
         return str(exc)
     if service == "queue":

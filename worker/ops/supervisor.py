@@ -234,9 +234,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def child_command(app: str, config: str | None, log_level: str, burst: bool) -> list[str]:
+def child_command(app: str, config: str | None, log_level: str | None, burst: bool) -> list[str]:
     """The ``worker run`` each child runs: the same app, settings file and options, one process."""
-    command = [sys.executable, "-m", "worker", "run", "--app", app, "--log-level", log_level]
+    command = [sys.executable, "-m", "worker", "run", "--app", app]
+    if log_level is not None:
+        command += ["--log-level", log_level]
     if config is not None:
         command += ["--config", config]
     if burst:

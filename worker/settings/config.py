@@ -2,7 +2,7 @@
 
 A Functions user can copy ``extensions.queues`` and ``functionTimeout`` across
 unchanged, or point ``--config`` at host.json itself, which is read as Functions
-reads it: JSON with comments and trailing commas (:mod:`worker.settings.host_json`).
+reads it: JSON with comments and trailing commas (:mod:`worker.settings.functions_json`).
 Keys that host.json has but this host does not use are accepted with a warning,
 so that a copied file loads; every other unknown key, wrong type or
 out-of-range value is an error naming the key and the line.
@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-from worker.settings import host_json
+from worker.observability.logs import FUNCTIONS_LEVELS
+from worker.settings import functions_json
 from worker.settings.connections import ResolvedConnection, Service, resolve
 from worker.settings.retry import RetryPolicy, parse_retry
 
@@ -36,7 +37,9 @@ ENV_PREFIX = "WORKER__"
 #: host.json keys that mean something to the Functions host but nothing here.
 IGNORED_HOST_JSON_KEYS = frozenset(
     {
-        "logging",
+        "logging.applicationInsights",
+        "logging.fileLoggingMode",
+        "logging.console",
         "extensionBundle",
         "aggregator",
         "healthMonitor",
@@ -151,6 +154,20 @@ def _spark_conf(value: Any) -> dict[str, str]:
     return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
 
 
+def _log_levels(value: Any) -> dict[str, str]:
+    """host.json's ``logging.logLevel``: Functions' categories (``default``, ``Host.Results``, ``Function``,
+    ``Function.<name>``, ``Function.<name>.User``, a library's logger) to its level names (Trace ... None)."""
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping of categories to levels, got {value!r}")
+    levels: dict[str, str] = {}
+    for category, level in value.items():
+        if not isinstance(level, str) or level.lower() not in FUNCTIONS_LEVELS:
+            raise ValueError(f"{category}: expected one of Trace, Debug, Information, Warning, Error, Critical, None; "
+                             f"got {level!r}")
+        levels[str(category)] = level
+    return levels
+
+
 def _names(value: Any) -> tuple[str, ...]:
     """A list of ``module:attribute`` names (``worker.middleware``)."""
     if isinstance(value, str):
@@ -217,6 +234,7 @@ _SCHEMA: dict[str, _Setting] = {
     "spark.master": _Setting("spark_master", _spark_master),
     "spark.appName": _Setting("spark_app_name", _text),
     "spark.conf": _Setting("spark_conf", _spark_conf),
+    "logging.logLevel": _Setting("log_levels", _log_levels),
 }
 
 
@@ -311,6 +329,8 @@ class HostConfig:
     spark_app_name: str = "queueworker"
     #: Spark properties for the session builder (spark.sql.shuffle.partitions, ...).
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    #: Log levels by Functions category (host.json's ``logging.logLevel``); ``worker run --log-level`` wins.
+    log_levels: Mapping[str, str] = field(default_factory=dict)
     #: Named connection strings; an environment variable of the same name wins.
     connections: Mapping[str, str] = field(default_factory=dict)
     #: Folder relative paths (the embedded queue file) are resolved against: host.yaml's.
@@ -439,12 +459,12 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
             raise ConfigError("(file)", f"cannot read {file}: {exc.strerror or exc}") from exc
         if file.suffix.lower() == ".json":
             try:
-                tree = host_json.parse(text)
-            except host_json.HostJsonError as exc:
+                tree = functions_json.parse(text)
+            except functions_json.JsonFileError as exc:
                 raise ConfigError("(syntax)", f"not valid JSON: {exc}", f"{file}:{exc.line}") from None
             # Lines of keys, for messages: the same text as YAML (JSON is YAML, once its comments are blanks and
             # its tabs, which JSON allows only between tokens, spaces).
-            text = host_json.without_comments(text).replace("\t", "  ")
+            text = functions_json.without_comments(text).replace("\t", "  ")
         else:
             try:
                 tree = yaml.safe_load(text)
@@ -466,6 +486,7 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
     ignored: list[str] = []
     connections: dict[str, str] = {}
     spark_conf: dict[str, str] = {}
+    log_levels: dict[str, tuple[Any, str]] = {}
     function_values: dict[str, tuple[dict[str, Any], str]] = {}
     retry_fields: dict[str, Any] = {}
     for key, (value, where) in values.items():
@@ -477,6 +498,9 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
             continue
         if key.startswith("spark.conf."):  # one Spark property from the environment
             spark_conf[key[len("spark.conf."):]] = str(value)
+            continue
+        if key.startswith("logging.logLevel."):  # one category's level from the environment
+            log_levels[key[len("logging.logLevel."):]] = (value, where)
             continue
         if key == "functions" and isinstance(value, list):  # host.json's list of the functions to load
             ignored.append(key)
@@ -497,6 +521,9 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
 
     if spark_conf:
         settings["spark_conf"] = {**settings.get("spark_conf", {}), **spark_conf}
+    for category, (value, where) in log_levels.items():
+        level = _SCHEMA["logging.logLevel"].read(f"logging.logLevel.{category}", {category: value}, where)
+        settings["log_levels"] = {**settings.get("log_levels", {}), **level}
     if retry_fields:
         settings["retry"] = _SCHEMA["retry"].read("retry", retry_fields, "environment WORKER__retry__...")
     threshold_given = "new_batch_threshold" in settings

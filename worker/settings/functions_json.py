@@ -1,7 +1,8 @@
-"""host.json as Azure Functions reads it: JSON, with ``//`` and ``/* */`` comments and trailing commas allowed.
+"""A Functions app's JSON files (host.json, local.settings.json) as Functions reads them: JSON, with ``//`` and
+``/* */`` comments and trailing commas allowed.
 
-Functions' reader takes comments (host.json templates carry them) and a comma
-before a closing bracket; anything else that is not JSON (single quotes, bare
+Functions' reader takes comments (templates carry them) and a comma before a
+closing bracket; anything else that is not JSON (single quotes, bare
 words) is a syntax error naming line and column, not something a more lenient
 reader (YAML) would take to mean something else. Comments and trailing commas
 become spaces, so every position in the text the JSON parser sees is the
@@ -14,8 +15,8 @@ import json
 from typing import Any
 
 
-class HostJsonError(ValueError):
-    """host.json is not valid JSON (comments and trailing commas aside)."""
+class JsonFileError(ValueError):
+    """The file is not valid JSON (comments and trailing commas aside)."""
 
     def __init__(self, problem: str, line: int, column: int) -> None:
         super().__init__(f"{problem} (line {line}, column {column})")
@@ -23,12 +24,12 @@ class HostJsonError(ValueError):
 
 
 def parse(text: str) -> Any:
-    """The value host.json's ``text`` holds; HostJsonError for a syntax error."""
+    """The value ``text`` holds; JsonFileError for a syntax error."""
     plain = without_comments(text)
     try:
         return json.loads(plain)
     except json.JSONDecodeError as exc:
-        raise HostJsonError(exc.msg, exc.lineno, exc.colno) from None
+        raise JsonFileError(exc.msg, exc.lineno, exc.colno) from None
 
 
 def without_comments(text: str) -> str:
@@ -58,7 +59,7 @@ def without_comments(text: str) -> str:
             stop = text.find("*/", i + 2)
             if stop < 0:
                 line = text.count("\n", 0, i) + 1
-                raise HostJsonError("comment not closed", line, i - text.rfind("\n", 0, i))
+                raise JsonFileError("comment not closed", line, i - text.rfind("\n", 0, i))
             for j in range(i, stop + 2):
                 if out[j] != "\n":
                     out[j] = " "

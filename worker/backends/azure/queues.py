@@ -30,7 +30,7 @@ from azure.core.exceptions import (
 from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
-from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS, AzureConnection
+from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS, DEV_QUEUE_ENDPOINT, AzureConnection
 from worker.backends.azure.errors import (
     READ_TIMEOUT,
     Transport,
@@ -137,7 +137,13 @@ class AzureBackend:
 
     def _unreachable(self, queue: str, exc: BaseException) -> str:
         """Why storage could not be used: its endpoint and the cause (refused, not resolved, TLS, sign-in ...)."""
-        return f"storage {self.connection.queue_endpoint} unreachable for queue {queue!r}: {describe_failure(exc)}"
+        cause = describe_failure(exc)
+        hint = ""
+        if self.connection.queue_endpoint == DEV_QUEUE_ENDPOINT and cause == "connection refused":
+            # UseDevelopmentStorage=true, as every local.settings.json template has it, with no emulator running.
+            hint = ("; nothing listens on the storage emulator's port: start Azurite, or use sqlite:///<file> "
+                    "for the embedded queue")
+        return f"storage {self.connection.queue_endpoint} unreachable for queue {queue!r}: {cause}{hint}"
 
     # -- queues -----------------------------------------------------------------------------------------------
 

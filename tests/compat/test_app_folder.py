@@ -1,0 +1,171 @@
+"""A Functions app folder as its users have it, run with ``worker run`` in that folder and no flags.
+
+The folder holds only ``function_app.py``, ``host.json`` (with the comments
+Functions' reader accepts) and ``local.settings.json``: the app is found as
+Functions finds it, host.json is read beside it, and local.settings.json's
+``Values`` become the process's settings unless the environment has them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli import run_cli
+from tests.host.processes import REPO
+from tests.support import poll
+
+APP = '''
+import os
+from pathlib import Path
+
+import azure.functions as func
+
+app = func.FunctionApp()
+
+
+@app.queue_trigger(arg_name="msg", queue_name="orders", connection="AzureWebJobsStorage")
+def record(msg: func.QueueMessage) -> None:
+    # RESULTS comes from local.settings.json's Values, as the Functions host would set it.
+    Path(os.environ["RESULTS"], msg.id).write_text(msg.get_body().decode(), encoding="utf-8")
+'''
+
+HOST_JSON = """{
+  // As `func init` writes it, plus the queue settings; Functions' reader takes comments.
+  "version": "2.0",
+  "logging": { "logLevel": { "default": "Information" } },
+  "extensions": {
+    "queues": {
+      "maxPollingInterval": "00:00:00.2", /* poll often: the test waits on it */
+      "maxDequeueCount": 2,
+    },
+  },
+}
+"""
+
+
+def app_folder(folder: Path, values: dict[str, str], **extra: object) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "function_app.py").write_text(APP, encoding="utf-8")
+    (folder / "host.json").write_text(HOST_JSON, encoding="utf-8")
+    settings = {"IsEncrypted": False, "Values": {"FUNCTIONS_WORKER_RUNTIME": "python", **values}, **extra}
+    (folder / "local.settings.json").write_text(json.dumps(settings, indent=2), encoding="utf-8")
+    return folder
+
+
+def environment(**extra: str) -> dict[str, str]:
+    """This process's environment without any storage or worker setting: the app folder must supply them."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("WORKER__", "AzureWebJobs", "FUNCTIONS_", "PYTHON_SCRIPT"))}
+    return env | {"PYTHONPATH": str(REPO)} | extra
+
+
+def worker(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=env or environment(),
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def log_lines(stderr: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("backend_kind", ["sqlite", "azurite"])
+def test_worker_run_with_no_flags_in_the_app_folder_reads_its_three_files(
+    tmp_path: Path, backend_kind: str, request: pytest.FixtureRequest
+) -> None:
+    storage = request.getfixturevalue("azurite").connection_string if backend_kind == "azurite" else (
+        f"sqlite:///{tmp_path / 'queues.sqlite3'}")
+    results = tmp_path / "results"
+    results.mkdir()
+    folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": storage, "RESULTS": str(results)})
+
+    sent = worker(folder, "send", "orders", "first order")  # local.settings.json names the storage for send too
+    assert sent.returncode == 0, sent.stderr
+    with (tmp_path / "worker.log").open("w") as log:
+        run = subprocess.Popen([sys.executable, "-m", "worker", "run"], cwd=folder, env=environment(),
+                               stdout=subprocess.DEVNULL, stderr=log, text=True)
+    try:
+        [written] = poll(lambda: list(results.iterdir()), 60, what="the handler's file")
+        assert written.read_text(encoding="utf-8") == "first order"
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(60) == 0
+    finally:
+        run.kill()
+    lines = log_lines((tmp_path / "worker.log").read_text(encoding="utf-8"))
+    events = {line["event"]: line for line in lines}
+    assert events["local settings read"]["path"] == str(folder / "local.settings.json")
+    assert events["config file"]["path"] == str(folder / "host.json")
+    assert events["function loaded"]["function"] == "record"
+
+
+@pytest.mark.subprocess
+def test_a_setting_the_environment_already_has_is_skipped_and_named_without_its_value(tmp_path: Path) -> None:
+    results, elsewhere = tmp_path / "results", tmp_path / "not-here"
+    results.mkdir()
+    folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": f"sqlite:///{tmp_path / 'q.sqlite3'}",
+                                           "RESULTS": str(elsewhere)})
+    env = environment(RESULTS=str(results))
+    assert worker(folder, "send", "orders", "one", env=env).returncode == 0
+
+    run = worker(folder, "run", "--burst", env=env)
+
+    assert run.returncode == 0, run.stderr
+    assert len(list(results.iterdir())) == 1 and not elsewhere.exists()  # the environment's RESULTS won
+    [skipped] = [line for line in log_lines(run.stderr) if str(line["event"]).startswith("local settings skipped")]
+    assert skipped["keys"] == ["RESULTS"]
+    assert str(elsewhere) not in run.stderr
+
+
+def test_encrypted_local_settings_are_refused(tmp_path: Path) -> None:
+    folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": "c2VjcmV0"}, IsEncrypted=True)
+    ran = run_cli(folder, "run")
+    assert ran.returncode == 2
+    assert f"{folder / 'local.settings.json'}: IsEncrypted is true" in ran.stderr
+    assert "c2VjcmV0" not in ran.stderr
+
+
+def test_no_app_in_the_folder_names_what_was_looked_for(tmp_path: Path) -> None:
+    ran = run_cli(tmp_path, "run")
+    assert ran.returncode == 2
+    assert f"no app to run: no function_app.py in {tmp_path}" in ran.stderr
+    assert "PYTHON_SCRIPT_FILE_NAME" in ran.stderr and "--app" in ran.stderr
+
+
+@pytest.mark.subprocess
+def test_another_runtime_and_a_missing_connection_are_listed_together_with_where_settings_were_looked_for(
+    tmp_path: Path,
+) -> None:
+    folder = app_folder(tmp_path / "app", {"FUNCTIONS_WORKER_RUNTIME": "dotnet-isolated"})
+
+    run = worker(folder, "run")
+
+    assert run.returncode == 2
+    assert "2 problem(s)" in run.stderr
+    assert "FUNCTIONS_WORKER_RUNTIME is 'dotnet-isolated': this host runs Python apps only" in run.stderr
+    assert ("Storage account connection string 'AzureWebJobsStorage' does not exist. Make sure that it is a defined "
+            f"App Setting. (looked in: the environment, {folder / 'local.settings.json'}, "
+            f"{folder / 'host.json'} (connections:))") in run.stderr
+
+
+@pytest.mark.subprocess
+def test_python_script_file_name_names_the_entry_point_and_its_single_app_is_found(tmp_path: Path) -> None:
+    folder = tmp_path / "app"
+    folder.mkdir()
+    (folder / "main.py").write_text(
+        "from worker import WorkerApp\n\nworkers = WorkerApp()\n\n\n"
+        "@workers.queue_trigger(arg_name='msg', queue_name='jobs')\nasync def job(msg) -> None:\n    pass\n",
+        encoding="utf-8")
+    env = environment(PYTHON_SCRIPT_FILE_NAME="main.py")
+    assert worker(folder, "send", "jobs", "x", env=env).returncode == 0
+
+    run = worker(folder, "run", "--burst", env=env)
+
+    assert run.returncode == 0, run.stderr
+    assert "job" in run.stdout  # the run summary's row of the one function
