@@ -64,6 +64,9 @@ functionTimeout: "1s"
 logging:
   logLevel:
     default: Information
+  applicationInsights:
+    samplingSettings:
+      isEnabled: true
 extensions:
   queues:
     batchSize: 8
@@ -273,7 +276,7 @@ async def test_bad_messages_end_in_poison_with_their_reason_while_every_good_one
     assert totals["retried"] == (MAX_DEQUEUE - 1) * len(retrying)
     assert not any(totals.get(k) for k in ("released", "leases_lost", "completions_skipped", "storage_errors"))
     warned = [line for line in lines if "host.json compatibility" in str(line.get("event"))]
-    assert [line["key"] for line in warned] == ["logging"]
+    assert [line["key"] for line in warned] == ["logging.applicationInsights"]  # logLevel is read, not warned about
 
     sent = len(good_ids) + len(bad_ids)
     completed = sum(1 for i in done_ids if i in good_ids)
