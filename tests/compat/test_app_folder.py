@@ -9,7 +9,6 @@ Functions finds it, host.json is read beside it, and local.settings.json's
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import run_cli
-from tests.host.processes import REPO
+from tests.host.processes import worker_environment
 from tests.support import poll
 
 APP = '''
@@ -59,15 +58,8 @@ def app_folder(folder: Path, values: dict[str, str], **extra: object) -> Path:
     return folder
 
 
-def environment(**extra: str) -> dict[str, str]:
-    """This process's environment without any storage or worker setting: the app folder must supply them."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WORKER__", "AzureWebJobs", "FUNCTIONS_", "PYTHON_SCRIPT"))}
-    return env | {"PYTHONPATH": str(REPO)} | extra
-
-
 def worker(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=env or environment(),
+    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=env or worker_environment(),
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -89,7 +81,7 @@ def test_worker_run_with_no_flags_in_the_app_folder_reads_its_three_files(
     sent = worker(folder, "send", "orders", "first order")  # local.settings.json names the storage for send too
     assert sent.returncode == 0, sent.stderr
     with (tmp_path / "worker.log").open("w") as log:
-        run = subprocess.Popen([sys.executable, "-m", "worker", "run"], cwd=folder, env=environment(),
+        run = subprocess.Popen([sys.executable, "-m", "worker", "run"], cwd=folder, env=worker_environment(),
                                stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
         [written] = poll(lambda: list(results.iterdir()), 60, what="the handler's file")
@@ -111,7 +103,7 @@ def test_a_setting_the_environment_already_has_is_skipped_and_named_without_its_
     results.mkdir()
     folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": f"sqlite:///{tmp_path / 'q.sqlite3'}",
                                            "RESULTS": str(elsewhere)})
-    env = environment(RESULTS=str(results))
+    env = worker_environment(RESULTS=str(results))
     assert worker(folder, "send", "orders", "one", env=env).returncode == 0
 
     run = worker(folder, "run", "--burst", env=env)
@@ -162,7 +154,7 @@ def test_python_script_file_name_names_the_entry_point_and_its_single_app_is_fou
         "from worker import WorkerApp\n\nworkers = WorkerApp()\n\n\n"
         "@workers.queue_trigger(arg_name='msg', queue_name='jobs')\nasync def job(msg) -> None:\n    pass\n",
         encoding="utf-8")
-    env = environment(PYTHON_SCRIPT_FILE_NAME="main.py")
+    env = worker_environment(PYTHON_SCRIPT_FILE_NAME="main.py")
     assert worker(folder, "send", "jobs", "x", env=env).returncode == 0
 
     run = worker(folder, "run", "--burst", env=env)

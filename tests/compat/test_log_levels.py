@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.cli import run_cli
-from tests.host.processes import REPO
+from tests.host.processes import worker_environment
 from worker.observability.logs import Categories
 from worker.settings.config import ConfigError, load_config
 
@@ -46,9 +45,8 @@ def events(folder: Path, host_json: dict[str, Any], *args: str) -> list[dict[str
     (folder / "host.json").write_text(json.dumps(host_json), encoding="utf-8")
     for queue in ("chatty-jobs", "quiet-jobs"):
         assert run_cli(folder, "send", queue, "x").returncode == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}
     ran = subprocess.run([sys.executable, "-m", "worker", "run", "--burst", "--app", "levels_app:app", *args],
-                         cwd=folder, env=env | {"PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120)
+                         cwd=folder, env=worker_environment(), capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
     return [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
 

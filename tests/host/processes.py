@@ -32,6 +32,14 @@ def write_host_yaml(folder: Path, queues: dict[str, Any] | None = None, worker: 
     return path
 
 
+def worker_environment(**extra: str) -> dict[str, str]:
+    """This process's environment for a ``worker`` command a test starts: the repository importable, and nothing
+    that could point it at other storage or settings (the app folder's files must supply those)."""
+    kept = {k: v for k, v in os.environ.items()
+            if not k.startswith(("WORKER__", "AzureWebJobs", "FUNCTIONS_", "PYTHON_SCRIPT_FILE_NAME"))}
+    return kept | {"PYTHONPATH": str(REPO)} | extra
+
+
 @dataclass
 class WorkerProcess:
     """One ``worker run`` subprocess; its stderr (JSON log lines) goes to a file."""

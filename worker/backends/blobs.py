@@ -47,13 +47,18 @@ class BlobData:
         return len(self.data)
 
 
-def check_names(container: str, path: str) -> None:
-    """Raise InvalidBlobName unless Azure accepts ``container`` and ``path`` (and a directory can hold them)."""
+def check_container(container: str) -> None:
+    """Raise InvalidBlobName unless Azure accepts ``container`` as a container name."""
     if not CONTAINER_NAME.fullmatch(container):
         raise InvalidBlobName(
             f"container name {container!r} is not valid: use 3-63 lowercase letters, digits and single hyphens, "
             "starting and ending with a letter or digit"
         )
+
+
+def check_names(container: str, path: str) -> None:
+    """Raise InvalidBlobName unless Azure accepts ``container`` and ``path`` (and a directory can hold them)."""
+    check_container(container)
     if not path or len(path) > MAX_BLOB_NAME:
         raise InvalidBlobName(f"blob name must be 1 to {MAX_BLOB_NAME} characters, got {len(path)}")
     parts = path.split("/")

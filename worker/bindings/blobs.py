@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from worker.backends.blobs import BlobData, BlobStore, InvalidBlobName, check_names
+from worker.backends.blobs import BlobData, BlobStore, InvalidBlobName, check_container, check_names
 from worker.bindings import expressions
 from worker.bindings.types import DataKind, annotation, data_kind
 
@@ -70,7 +70,7 @@ def check_blob_path(path: str) -> None:
     container = path.strip().partition("/")[0]
     if not any(mark in container for mark in "{}%"):  # a fixed container name: refused now, not at every message
         try:
-            check_names(container, "x")
+            check_container(container)
         except InvalidBlobName as exc:
             raise BlobBindingError(f"blob path {path!r}: {exc}") from None
 

@@ -78,8 +78,7 @@ def load_app(
             from worker.compat.functions import FunctionAppError, from_function_app
 
             if (too_old := _version_problem()) is not None:  # its FunctionApp lacks what the conversion reads
-                raise AppLoadError(f"{target} cannot run; {len(problems) + 1} problem(s):"
-                                   + "".join(f"\n  {line}" for line in [*problems, too_old]))
+                raise _refused(target, [*problems, too_old])
 
             try:
                 converted = from_function_app(app, connection_problem=connection_problem)
@@ -112,9 +111,14 @@ def load_app(
     if check is not None:
         problems.extend(check(app))
     if problems:
-        listed = "".join(f"\n  {line}" for line in problems)
-        raise AppLoadError(f"{target} cannot run; {len(problems)} problem(s):{listed}")
+        raise _refused(target, problems)
     return app
+
+
+def _refused(target: str, problems: Sequence[str]) -> AppLoadError:
+    """The error listing every reason ``target`` cannot run, one to a line."""
+    listed = "".join(f"\n  {line}" for line in problems)
+    return AppLoadError(f"{target} cannot run; {len(problems)} problem(s):{listed}")
 
 
 def _version_problem() -> str | None:

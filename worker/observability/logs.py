@@ -151,9 +151,10 @@ def configure_logging(
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    # Category levels are decided once the line's function is known (merged from the context), before any work.
+    dropping = [by_category.drop_below] if by_category else []
     structlog.configure(
-        processors=[structlog.contextvars.merge_contextvars, *([by_category.drop_below] if by_category else []),
-                    *shared[1:], structlog.processors.format_exc_info, _redact_event, renderer],
+        processors=[shared[0], *dropping, *shared[1:], structlog.processors.format_exc_info, _redact_event, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         # One write per line (print() writes the text and its newline apart): the processes of `--processes N`
         # share one stderr, and two lines must never interleave into one that is not JSON.

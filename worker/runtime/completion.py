@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import structlog
-
 from worker.backends.queues import LeaseGone, MessageNotFound, RawMessage, TransientError
 from worker.middleware import Chain
 from worker.model import Done, Finished, Outcome, Result
@@ -62,36 +60,36 @@ class CompletionProcessor:
         its lease ends, which is the safe direction.
         """
         lease = item.lease
-        bound = item.log
+        log = item.log
         progress = _Progress()
         while True:
             async with lease.lock:
                 if lease.is_lost:
-                    bound.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
+                    log.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
                     self.middleware.after_completion(item, result, Done.SKIPPED)
                     return
                 self.scheduler.forget(lease)
                 try:
-                    done = await self._apply(item, result, bound, progress)
+                    done = await self._apply(item, result, progress)
                     if progress.failed_attempts:
-                        bound.info("completion done after storage returned", attempts=progress.failed_attempts + 1)
+                        log.info("completion done after storage returned", attempts=progress.failed_attempts + 1)
                     self.middleware.after_completion(item, result, done)
                     return
                 except LeaseGone as exc:
-                    bound.warning("message changed hands before completion", error=type(exc).__name__)
+                    log.warning("message changed hands before completion", error=type(exc).__name__)
                     self.middleware.after_completion(item, result, Done.LEASE_LOST)
                     return
                 except TransientError as exc:
                     self.metrics.inc("storage_errors", item.function)
                     progress.failed_attempts += 1
                     if progress.failed_attempts == 1:
-                        bound.error(
+                        log.error(
                             "completion failed; keeping the lease and retrying until storage answers",
                             outcome=result.outcome.value, error=str(exc), retry_every=COMPLETION_RETRY_INTERVAL,
                         )
                     self.scheduler.resume(lease)
                 except Exception as exc:
-                    bound.error(
+                    log.error(
                         "completion failed; the message returns when its lease ends",
                         outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
                     )
@@ -99,36 +97,33 @@ class CompletionProcessor:
                     return
             await asyncio.sleep(COMPLETION_RETRY_INTERVAL)
 
-    async def _apply(
-        self, item: Finished, result: Result, bound: structlog.typing.FilteringBoundLogger, progress: _Progress
-    ) -> Done:
+    async def _apply(self, item: Finished, result: Result, progress: _Progress) -> Done:
         receipt = item.lease.pop_receipt
         assert receipt is not None
         if result.outcome is Outcome.SUCCEEDED:
-            await self._delete(item, bound)
+            await self._delete(item)
             return Done.DELETED
         if result.outcome is Outcome.RELEASE:
             await item.backend.update(item.queue, item.raw.id, receipt, 0)
-            bound.info("message released", reason=result.reason)
+            item.log.info("message released", reason=result.reason)
             return Done.RELEASED
         if is_poison_queue(item.queue):
             # A poison queue has no poison queue of its own; as in Functions, the
             # message stays invisible until its lease ends, then is tried again.
-            bound.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
+            item.log.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
             return Done.LEFT
         limit = item.config.max_dequeue_count
         if result.outcome is Outcome.POISON or item.raw.dequeue_count >= limit:
-            return await policy_for(item.backend).settle(item, result.reason, bound, lambda: self._delete(item, bound),
-                                                         progress)
+            return await policy_for(item.backend).settle(item, result.reason, lambda: self._delete(item), progress)
         delay = self.middleware.retry_delay(item, item.config.visibility_timeout)
         await item.backend.update(item.queue, item.raw.id, receipt, delay)
-        bound.warning(
+        item.log.warning(
             "message failed; it will be retried",
             reason=result.reason, visible_in=round(delay, 3), attempts_left=limit - item.raw.dequeue_count,
         )
         return Done.RETRIED
 
-    async def _delete(self, item: Finished, bound: structlog.typing.FilteringBoundLogger) -> None:
+    async def _delete(self, item: Finished) -> None:
         """Delete the message with the lease's receipt.
 
         MessageNotFound while the lease still holds (:meth:`Lease.holds`) means
@@ -143,7 +138,7 @@ class CompletionProcessor:
         except MessageNotFound:
             if not lease.holds():
                 raise
-            bound.info("message already deleted by an earlier attempt whose answer was lost")
+            item.log.info("message already deleted by an earlier attempt whose answer was lost")
 
 
 @dataclass(slots=True)

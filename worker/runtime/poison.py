@@ -30,7 +30,6 @@ POISON_SUFFIX = "-poison"
 #: How long a message taken for requeue or purge stays hidden; it comes back if the command dies.
 HOLD_SECONDS = 60
 
-Log = structlog.typing.FilteringBoundLogger
 
 
 class CopyMemo(Protocol):
@@ -47,7 +46,7 @@ class PoisonPolicy(Protocol):
         """Why poison of ``queue`` could not be kept, found at start; None when it can."""
 
     async def settle(
-        self, item: Finished, reason: str, log: Log, delete: Callable[[], Awaitable[None]], memo: CopyMemo
+        self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
         """Take the message out of circulation (``delete`` deletes it with its lease's receipt)."""
 
@@ -88,7 +87,7 @@ class PoisonQueue:
         return None
 
     async def settle(
-        self, item: Finished, reason: str, log: Log, delete: Callable[[], Awaitable[None]], memo: CopyMemo
+        self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
         """Copy the original text to ``<queue>-poison``, then delete the original.
 
@@ -104,7 +103,7 @@ class PoisonQueue:
             memo.poison_copy_id = copy.id
             # Said before the original is deleted: a process killed in between leaves the original to come
             # back and be poisoned (and logged) again, so no copy in the poison queue is ever without its reason.
-            log.error("message moved to the poison queue", poison_queue=poison, poison_message_id=copy.id,
+            item.log.error("message moved to the poison queue", poison_queue=poison, poison_message_id=copy.id,
                       reason=reason)
         await delete()
         return Done.POISONED
@@ -159,14 +158,14 @@ class DeadLetterQueue:
         return None
 
     async def settle(
-        self, item: Finished, reason: str, log: Log, delete: Callable[[], Awaitable[None]], memo: CopyMemo
+        self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
         """Release it at once: the service moves it to its dead-letter queue once its delivery limit is reached, and
         each delivery until then comes straight back here (the dequeue-count gate) without running the handler."""
         receipt = item.lease.pop_receipt
         assert receipt is not None
         await item.backend.update(item.queue, item.raw.id, receipt, 0)
-        log.error("message released for the queue's dead-letter queue", reason=reason)
+        item.log.error("message released for the queue's dead-letter queue", reason=reason)
         return Done.RELEASED
 
     async def count(self, queue: str) -> int:

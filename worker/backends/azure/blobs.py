@@ -22,7 +22,15 @@ from worker.backends.azure.errors import (
     env_settings_wanted,
     is_transient,
 )
-from worker.backends.blobs import BlobData, BlobError, InvalidBlobName, check_names, locate_in, without_query
+from worker.backends.blobs import (
+    BlobData,
+    BlobError,
+    InvalidBlobName,
+    check_container,
+    check_names,
+    locate_in,
+    without_query,
+)
 from worker.backends.failures import CONNECT_TIMEOUT, ConnectionStringError
 from worker.backends.queues import TransientError
 
@@ -106,7 +114,7 @@ class AzureBlobStore:
             raise self._failed(exc, "delete", container, path) from None
 
     async def list(self, container: str, prefix: str = "") -> list[str]:
-        check_names(container, "x")
+        check_container(container)
         try:
             names = [blob.name async for blob in
                      self._service.get_container_client(container).list_blobs(name_starts_with=prefix or None)]

@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from worker.backends.blobs import BlobData, InvalidBlobName, check_names, locate_in, without_query
+from worker.backends.blobs import BlobData, InvalidBlobName, check_container, check_names, locate_in, without_query
 
 #: Temporary files of writes in progress start with this; no blob name segment may (they are hidden).
 _TEMP_PREFIX = ".tmp-"
@@ -63,7 +63,7 @@ class LocalBlobStore:
         await asyncio.to_thread(file.unlink, missing_ok=True)
 
     async def list(self, container: str, prefix: str = "") -> list[str]:
-        check_names(container, "x")
+        check_container(container)
         folder = self.root / container
 
         def walk() -> list[str]:
