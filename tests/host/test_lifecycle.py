@@ -149,7 +149,9 @@ async def test_one_scheduler_renews_hundreds_of_leases_without_a_task_per_messag
     for i in range(200):
         await queue.put(QUEUE, str(i))
     metrics = Metrics()
-    scheduler = LeaseScheduler(duration=3, fraction=0.5, metrics=metrics)
+    # 6 s leases renewed at half: a renewal may be up to 3 s late on a machine the whole suite shares (with 3 s
+    # leases, a 1.5 s stall of this process let a batch lapse in one full run in five).
+    scheduler = LeaseScheduler(duration=6, fraction=0.5, metrics=metrics)
     task = asyncio.create_task(scheduler.run())
     leases: list[Lease] = []
     most_tasks = 0
@@ -157,7 +159,7 @@ async def test_one_scheduler_renews_hundreds_of_leases_without_a_task_per_messag
         # Each batch held as soon as it is received, as the dispatcher does: a lease held later than its receive
         # would be renewed by a clock that started late.
         while len(leases) < 200:
-            for m in await queue.receive(QUEUE, 32, 3):
+            for m in await queue.receive(QUEUE, 32, 6):
                 leases.append(lease := Lease(queue, QUEUE, m.id, m.pop_receipt))
                 scheduler.hold(lease)
         deadline = time.monotonic() + 30
