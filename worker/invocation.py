@@ -62,6 +62,9 @@ class Invocation:
     binding_data: dict[str, Any] = field(default_factory=dict)
     #: How long the handler ran, once it has.
     handler_seconds: float | None = None
+    #: Set when a sync handler ran past functionTimeout and still runs (why): its messages then wait for the
+    #: process to be recycled (:mod:`worker.runtime.recycle`).
+    overran: str | None = None
     #: time.monotonic() when processing began.
     began: float = 0.0
     #: The invocation's logger, bound to function, queue and ids.

@@ -35,7 +35,7 @@ def record(message: QueueMessage, event: str) -> None:
         )
         db.execute(
             "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?)",
-            (message.id, message.dequeue_count, event, time.time(), threading.current_thread().name,
+            (message.id, message.dequeue_count, event, time.time(), f"{os.getpid()}/{threading.current_thread().name}",
              message.get_body()),
         )
 

@@ -72,8 +72,16 @@ class WorkerProcess:
 
     @property
     def pid(self) -> int:
+        """The pid of ``worker run`` itself: the supervisor of the process that runs the host."""
         assert self.proc is not None
         return self.proc.pid
+
+    @property
+    def host_pid(self) -> int:
+        """The pid of the process running the host (its latest, after a recycle), from its "host started" line."""
+        started = [line for line in self.lines() if line.get("event") == "host started"]
+        assert started, f"{self.name} has not started a host:\n{self.log_path.read_text()}"
+        return int(started[-1]["pid"])
 
     def lines(self) -> list[dict[str, Any]]:
         """Every JSON log line written so far (a half-written last line is skipped)."""

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
-from tests.support import free_port, get, poll
+from tests.support import apoll, free_port, get, poll
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
 
@@ -75,18 +78,26 @@ async def test_endpoints_report_what_the_worker_is_doing(
 async def test_healthz_fails_while_every_handler_thread_runs_an_abandoned_handler(
     tmp_path: Path, connection: str | None, queue: QueueBackend
 ) -> None:
-    """A sync handler past functionTimeout keeps its thread (Python cannot stop it); with none left, say so."""
+    """A sync handler whose lease was lost is given up on but keeps its thread (Python cannot stop it); with no
+    thread left, say so. The lease is lost as on a paused machine: the process is stopped past its lease, another
+    receiver takes the message, and the process resumes."""
     port = free_port()
-    config = write_host_yaml(tmp_path, worker={"handlerThreads": 1, "httpPort": port, "drainTimeout": "1s"})
-    config.write_text(config.read_text() + 'functionTimeout: "00:00:01"\n', encoding="utf-8")
+    config = write_host_yaml(tmp_path, worker={"handlerThreads": 1, "httpPort": port, "leaseDuration": "2s"})
     env = {"RECORD_DB": str(tmp_path / "calls.sqlite3"), "TRIGGER_QUEUE": QUEUE}
     if connection is not None:
         env["AzureWebJobsStorage"] = connection
     worker = WorkerProcess(config, env, app="tests.apps.bad_input:app").start()
     try:
-        worker.wait_for_log("host started")
+        host = worker.wait_for_log("host started")["pid"]
         assert get(port, "/healthz") == (200, '{"status": "ok"}')
-        await queue.put(QUEUE, encode(json.dumps({"kind": "block", "seconds": 8}), "base64"))
+        await queue.put(QUEUE, encode(json.dumps({"kind": "block", "seconds": 12}), "base64"))
+        poll(lambda: _started(tmp_path / "calls.sqlite3"), 20, what="the blocking handler to start")
+
+        os.kill(host, signal.SIGSTOP)
+        try:
+            [taken] = await apoll(lambda: queue.receive(QUEUE, 1, 60), 20, what="the lease to end while stopped")
+        finally:
+            os.kill(host, signal.SIGCONT)
 
         status, body = poll(lambda: (r := get(port, "/healthz"))[0] == 503 and r, 20, what="/healthz to fail")
         assert json.loads(body)["status"] == "stuck"
@@ -94,10 +105,21 @@ async def test_healthz_fails_while_every_handler_thread_runs_an_abandoned_handle
         assert status == 503 and any("handler thread" in p for p in json.loads(body)["problems"]), body
         metrics = get(port, "/metrics")[1]
         assert sample(metrics, "worker_handler_threads", 'state="abandoned"') == 1
+        assert sample(metrics, "worker_leases_lost_total", 'function="intake"') == 1
         assert sample(metrics, "worker_event_loop_tasks", 'loop="host"') >= 1
         assert re.search(r"^process_open_fds \d", metrics, re.MULTILINE), "no process metrics"
         # The blocked handler returns at last: its thread is free again, and so is the host.
         assert poll(lambda: get(port, "/healthz")[0] == 200, 30, what="/healthz to recover")
         assert sample(get(port, "/metrics")[1], "worker_handler_threads", 'state="abandoned"') == 0
+        assert taken.pop_receipt is not None
+        await queue.delete(QUEUE, taken.id, taken.pop_receipt)
     finally:
         worker.kill()
+
+
+def _started(record_db: Path) -> bool:
+    try:
+        with closing(sqlite3.connect(record_db, timeout=30)) as db:
+            return bool(db.execute("SELECT 1 FROM calls WHERE event = 'block-start'").fetchall())
+    except sqlite3.OperationalError:  # no call yet
+        return False

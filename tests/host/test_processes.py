@@ -80,7 +80,7 @@ async def test_handler_outliving_several_leases_is_handled_once_while_another_wo
     assert first.stop() == 0 and second.stop() == 0
     starts = events(record_db, "start")
     assert len(starts) == 1, f"handled more than once: {starts}"
-    holder, other = (first, second) if starts[0]["pid"] == first.pid else (second, first)
+    holder, other = (first, second) if starts[0]["pid"] == first.host_pid else (second, first)
     assert holder.totals()["lease_renewals"] >= 3
     assert holder.totals()["succeeded"] == 1
     assert other.totals().get("received", 0) == 0
@@ -197,7 +197,7 @@ async def test_kill_9_mid_handler_then_redelivery_once_the_lease_ends(
 
     heir = start_worker("heir", mode="hold-first", **settings)
     done = poll(lambda: events(record_db, "done"), 30, what="the redelivered message to be handled")
-    assert [(d["message_id"], d["dequeue_count"], d["pid"]) for d in done] == [(message_id, 2, heir.pid)]
+    assert [(d["message_id"], d["dequeue_count"], d["pid"]) for d in done] == [(message_id, 2, heir.host_pid)]
     await apoll(lambda: _empty(queue), 10, what="the message to be deleted")
     assert heir.stop() == 0
 

@@ -64,7 +64,7 @@ async def test_no_message_is_ever_handled_by_two_workers_at_once(tmp_path: Path,
 
     overlaps = rows(record_db, "SELECT * FROM overlaps")
     finished = rows(record_db, "SELECT message_id, pid, event FROM finished")
-    by_worker = sorted(sum(1 for r in finished if r[1] == w.pid) for w in workers)
+    by_worker = sorted(sum(1 for r in finished if r[1] == w.host_pid) for w in workers)
     renewals = sum(t.get("lease_renewals", 0) for t in totals)
     print(f"\ncompeting workers: sent {MESSAGES}, handled {len(finished)} (per worker {by_worker}), "
           f"overlaps {len(overlaps)}, leases lost {sum(t.get('leases_lost', 0) for t in totals)}, "

@@ -23,6 +23,7 @@ COUNTERS = (
     "completions_skipped",
     "storage_errors",
     "storage_retries",
+    "recycles",
 )
 
 
@@ -40,6 +41,8 @@ COUNTER_HELP = {
     "completions_skipped": "Completions skipped because the lease was lost",
     "storage_errors": "Storage calls that failed after their retries",
     "storage_retries": "Storage calls retried after a transient failure",
+    "recycles": "Processes recycled because a sync handler ran past functionTimeout (counted by the process that "
+                "settled its message)",
 }
 Gauge = tuple[str, str, Callable[[], dict[str, float]]]
 

@@ -2,7 +2,9 @@
 
 Exit codes: 0 success; 1 a queue operation failed (a missing queue, storage
 trouble); 2 bad arguments (including a queue name or message the service would
-refuse), a bad host.yaml or an app that cannot be loaded.
+refuse), a bad host.yaml or an app that cannot be loaded; 3 (``worker run
+--no-supervisor``) the process was recycled because a sync handler ran past
+functionTimeout.
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ from worker.model import StartupRefused
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
 from worker.ops import preflight
-from worker.ops.supervisor import Supervisor, child_command
+from worker.ops.supervisor import SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
 from worker.runtime.host import Host
 from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
+from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.settings import local_settings
 from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration
 from worker.settings.connections import ConnectionSettingError
@@ -134,14 +137,15 @@ def _looked_in(local: LocalSettings, config: HostConfig) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    supervisor_pid = os.environ.get(SUPERVISOR_ENV) if args.no_supervisor else None
+    if supervisor_pid is not None:  # first: a supervisor killed while this process starts takes it along
+        die_with_supervisor(int(supervisor_pid))
+    if args.no_supervisor and (args.processes or 1) > 1:
+        raise UsageError("--no-supervisor runs one process; --processes needs the supervisor")
     config = _config(args.config, args.app)
     # --log-level, when given, sets one level for all; else host.json's logging.logLevel sets each category's.
     configure_logging(args.log_level, categories=config.log_levels)
     log = structlog.get_logger("worker.ops.cli")
-    if args.local_settings.found:
-        log.info("local settings read", path=str(args.local_settings.path), settings=len(args.local_settings.applied))
-    if args.local_settings.skipped:
-        log.info("local settings skipped: already defined in the environment", keys=list(args.local_settings.skipped))
     looked_in = _looked_in(args.local_settings, config)
     # Every start-up check runs here, once, before anything is built: what cannot run is refused with every
     # problem listed (exit 2).
@@ -149,18 +153,33 @@ def cmd_run(args: argparse.Namespace) -> int:
                    connection_problem=partial(preflight.connection_problem, config, looked_in=looked_in),
                    check=lambda app: preflight.problems(app, config, looked_in=looked_in),
                    found=preflight.environment_problems(os.environ))
-    if config.source is not None:
-        log.info("config file", path=str(config.source))
-    else:
-        log.info("no config file; defaults", looked_in=str(Path.cwd()))
-    processes = args.processes or config.processes
-    if processes > 1:
+    if supervisor_pid is None:  # said once, by worker run itself, not again by the process it supervises
+        if args.local_settings.found:
+            log.info("local settings read", path=str(args.local_settings.path),
+                     settings=len(args.local_settings.applied))
+        if args.local_settings.skipped:
+            log.info("local settings skipped: already defined in the environment",
+                     keys=list(args.local_settings.skipped))
+        if config.source is not None:
+            log.info("config file", path=str(config.source))
+        else:
+            log.info("no config file; defaults", looked_in=str(Path.cwd()))
+    if not args.no_supervisor:
+        # Even one process runs under a supervisor, which starts a fresh one when a sync handler past
+        # functionTimeout makes it recycle itself (worker.runtime.recycle), and settles nothing itself.
         command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
-        supervisor = Supervisor(command, processes, http_port=config.http_port, burst=args.burst)
+        supervisor = Supervisor(command, args.processes or config.processes, http_port=config.http_port,
+                                burst=args.burst)
         return asyncio.run(supervisor.run())
-    host = Host(app, config, burst=args.burst)
+    handover = os.environ.get(HANDOVER_ENV)
+    host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None)
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)
+    if host.recycled is not None:
+        # The timed-out handler's thread still runs: only the end of the process stops it.
+        log.warning("process recycled", reason=host.recycled, exit_code=RECYCLED)
+        sys.stderr.flush()
+        os._exit(RECYCLED)
     if dispatcher.threads.busy:
         # A sync handler past drainTimeout cannot be stopped from outside; its message is already released.
         sys.stderr.flush()
@@ -388,6 +407,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--burst", action="store_true", help="stop once the trigger queues are empty")
     run.add_argument("--processes", type=_positive, default=None, metavar="N",
                      help="run N worker processes under a supervisor (default: worker.processes, 1)")
+    run.add_argument("--no-supervisor", action="store_true",
+                     help="run the host in this process, without a supervisor (what the supervisor runs); a sync "
+                          f"handler past functionTimeout then ends it with exit code {RECYCLED}, and its message "
+                          "comes back when its lease ends")
     run.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                      help="one level for every line (default: host.json's logging.logLevel by category, else INFO)")
 

@@ -8,26 +8,42 @@ settings; each is a complete host with its own leases, so a child that dies
 loses nothing (its messages come back when their leases end) and is started
 again, after a back-off that grows while it keeps dying.
 
+``worker run`` runs one process under a supervisor too: a child whose sync
+handler ran past functionTimeout exits with :data:`RECYCLED` once its other
+invocations are done, and is replaced at once (not after the back-off); the
+fresh child settles the timed-out message, which the old one wrote to the
+handover file the supervisor named for it (:mod:`worker.runtime.recycle`).
+With one process, any other exit ends ``worker run`` with the child's code,
+as if there were no supervisor: restarting a lone process that crashed is
+the platform's business (Kubernetes, systemd), where operators see it.
+A child dies with its supervisor (Linux's parent-death signal), so that
+``kill -9`` of ``worker run`` still ends every process of it.
+
 Signals are forwarded: the first SIGTERM or SIGINT makes every child drain
 and exit, and the supervisor exits 0 once all have; a second one is passed on
-too (the children then exit at once). With ``worker.httpPort`` the supervisor
-serves the endpoints for all of them: each child listens on a port of its own
-on loopback, and ``/metrics`` sums the children's series, ``/leases`` lists
-every child's leases, ``/healthz`` and ``/readyz`` are fine only when every
-child's are.
+too (the children then exit at once, and so does the supervisor, with 128 +
+the signal's number). With ``worker.httpPort`` and one process, the child
+serves the port itself; with several, the supervisor serves the endpoints for
+all of them: each child listens on a port of its own on loopback, and
+``/metrics`` sums the children's series, ``/leases`` lists every child's
+leases, ``/healthz`` and ``/readyz`` are fine only when every child's are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import structlog
@@ -35,6 +51,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.waits import wait_set
 
 log = structlog.get_logger("worker.ops.supervisor")
@@ -48,6 +65,10 @@ STABLE_AFTER = 60.0
 REFUSED = 2
 #: How long the supervisor waits for a child's endpoint, in seconds.
 CHILD_TIMEOUT = 5.0
+#: The environment variable that tells a child its supervisor's process id.
+SUPERVISOR_ENV = "WORKER_SUPERVISOR_PID"
+#: prctl(2)'s option for the signal a process gets when its parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -59,6 +80,7 @@ class Child:
     process: asyncio.subprocess.Process | None = None
     started_at: float = 0.0
     restarts: int = 0
+    recycles: int = 0
     finished: bool = False
     exits: list[int] = field(default_factory=list)
 
@@ -75,17 +97,23 @@ class Supervisor:
         self.http_port = http_port
         self.burst = burst
         self.env = dict(os.environ if env is None else env)
-        self.children = [Child(index, _free_port() if http_port else None) for index in range(count)]
+        # One child serves the port itself; several each get a loopback port of their own behind the supervisor's.
+        ports = [http_port or None] if count == 1 else [_free_port() if http_port else None for _ in range(count)]
+        self.children = [Child(index, port) for index, port in enumerate(ports)]
         self.stopping = asyncio.Event()
         self._signals = 0
+        self._last_signal = 0
         self._refused = False
+        self._handovers: Path | None = None
 
     async def run(self) -> int:
         """Start the children, keep them running, and return the exit code once all have stopped."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._signal, signum)
-        runner = await self._serve() if self.http_port else None
+        runner = await self._serve() if self.http_port and self.count > 1 else None
+        # Holds message bodies for a moment: readable by this user only (mkdtemp makes it 0700).
+        self._handovers = Path(tempfile.mkdtemp(prefix="worker-handover-"))
         log.info("supervisor started", processes=self.count, pid=os.getpid(), burst=self.burst)
         try:
             await asyncio.gather(*(self._keep(child) for child in self.children))
@@ -94,15 +122,21 @@ class Supervisor:
                 loop.remove_signal_handler(signum)
             if runner is not None:
                 await runner.cleanup()
+            shutil.rmtree(self._handovers, ignore_errors=True)
         exits = [child.exits[-1] if child.exits else 0 for child in self.children]
         log.info("supervisor stopped", exits=exits, restarts=sum(child.restarts for child in self.children))
         if self._refused:
             return REFUSED
+        if self._signals > 1:
+            return 128 + self._last_signal
+        if self.count == 1:  # one process: worker run exits as it did (killed by a signal: 128 + its number)
+            return 128 - exits[0] if exits[0] < 0 else exits[0]
         return 0 if all(code == 0 for code in exits) else 1
 
     def _signal(self, signum: int) -> None:
         """Pass the signal on to every child; the first also stops restarts."""
         self._signals += 1
+        self._last_signal = signum
         log.info("signal received; passing it to the worker processes", signal=signal.Signals(signum).name,
                  processes=sum(1 for child in self.children if _alive(child)))
         self.stopping.set()
@@ -125,6 +159,13 @@ class Supervisor:
                 if not self.stopping.is_set():
                     self._signal(signal.SIGTERM)
                 return
+            if code == RECYCLED:  # not a crash: a fresh process at once, which settles the timed-out message
+                child.recycles += 1
+                log.warning("worker process recycled after a sync handler ran past functionTimeout; starting a "
+                            "fresh one", process=child.index, recycles=child.recycles)
+                continue
+            if self.count == 1:  # its exit is worker run's, as without a supervisor: the platform restarts it
+                return
             ran = time.monotonic() - child.started_at
             if ran >= STABLE_AFTER:
                 delay = RESTART_DELAY
@@ -136,7 +177,9 @@ class Supervisor:
             delay = min(delay * 2, RESTART_DELAY_MAX)
 
     async def _run_once(self, child: Child) -> int:
-        env = {**self.env, "WORKER__worker__processes": "1", "WORKER_PROCESS_INDEX": str(child.index)}
+        assert self._handovers is not None
+        env = {**self.env, "WORKER__worker__processes": "1", "WORKER_PROCESS_INDEX": str(child.index),
+               SUPERVISOR_ENV: str(os.getpid()), HANDOVER_ENV: str(self._handovers / f"process-{child.index}.json")}
         env["WORKER__worker__httpPort"] = str(child.port or 0)
         child.process = await asyncio.create_subprocess_exec(*self.command, env=env)
         child.started_at = time.monotonic()
@@ -234,9 +277,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def die_with_supervisor(supervisor: int) -> None:
+    """Make this child end when its supervisor does, even by ``kill -9``: as one process would, nothing lives on.
+
+    Linux sends the parent-death signal; elsewhere a child outlives a killed
+    supervisor until it is stopped. A supervisor that died before this call
+    is seen by the parent id having changed.
+    """
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != supervisor:
+        os._exit(128 + signal.SIGKILL)
+
+
 def child_command(app: str, config: str | None, log_level: str | None, burst: bool) -> list[str]:
-    """The ``worker run`` each child runs: the same app, settings file and options, one process."""
-    command = [sys.executable, "-m", "worker", "run", "--app", app]
+    """The ``worker run`` each child runs: the same app, settings file and options, one process, no supervisor."""
+    command = [sys.executable, "-m", "worker", "run", "--no-supervisor", "--app", app]
     if log_level is not None:
         command += ["--log-level", log_level]
     if config is not None:

@@ -34,7 +34,8 @@ from worker.middleware import Chain, InvocationFailed
 from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.lease import LeaseScheduler
-from worker.runtime.threads import HandlerThreads
+from worker.runtime.recycle import Recycler
+from worker.runtime.threads import HandlerThreads, Overran, TimedOut
 from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.dispatcher")
@@ -42,14 +43,18 @@ log = structlog.get_logger("worker.runtime.dispatcher")
 LEASE_LOST = "lease lost"
 SHUTDOWN = "shutdown"
 
+
 class Dispatcher:
     def __init__(
-        self, scheduler: LeaseScheduler, completion: CompletionProcessor, middleware: Chain, threads: HandlerThreads
+        self, scheduler: LeaseScheduler, completion: CompletionProcessor, middleware: Chain, threads: HandlerThreads,
+        recycler: Recycler,
     ) -> None:
         self.scheduler = scheduler
         self.completion = completion
         self.middleware = middleware
         self.threads = threads
+        #: Takes the messages of sync handlers that ran past functionTimeout.
+        self.recycler = recycler
         #: Each invocation not yet completed, with its task (the handler, then completion).
         self.invocations: dict[Invocation, asyncio.Task[None]] = {}
         #: The tasks of the handlers running now, cancelled when the host gives up on their invocation.
@@ -133,6 +138,10 @@ class Dispatcher:
                                message_id=raw.id, dequeue_count=raw.dequeue_count)
         inv.began = time.monotonic()
         await self._execute(inv)
+        deliveries = inv.deliveries
+        if inv.overran is not None:  # settled by the next process, once this one (and the handler's thread) is gone
+            self.recycler.hold(inv, [d for d in deliveries if d.message is not None], inv.overran)
+            deliveries = [d for d in deliveries if d.message is None]
         completions = [
             self.completion.complete(
                 Finished(function.name, inv.id, inv.backend, function.queue_name, d.raw, d.lease, inv.config,
@@ -140,11 +149,11 @@ class Dispatcher:
                          else inv.log),
                 d.result or Result(Outcome.RELEASE, "no result"),
             )
-            for d in inv.deliveries
+            for d in deliveries
         ]
         if len(completions) == 1:  # the common case, without gather's task per message
             await completions[0]
-        else:
+        elif completions:
             await asyncio.gather(*completions)
 
     def _admit(self, inv: Invocation, delivery: Delivery) -> bool:
@@ -226,11 +235,12 @@ class Dispatcher:
             if inv.cancel_reason is None:
                 inv.log.error("handler cancelled itself")
                 return Result(Outcome.FAILED, "handler raised CancelledError")
-        except TimeoutError:
-            self._interrupt(inv)
-            reason = f"functionTimeout of {inv.config.function_timeout:g}s exceeded"
-            inv.log.error("handler timed out", reason=reason)
-            return Result(Outcome.FAILED, reason)
+        except Overran as exc:  # a sync handler, still running: its messages wait for the process to be recycled
+            inv.overran = str(exc)
+            return Result(Outcome.FAILED, str(exc))
+        except TimedOut as exc:
+            inv.log.error("handler timed out", reason=str(exc))
+            return Result(Outcome.FAILED, str(exc))
         except Exception as exc:
             if inv.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
                 inv.log.warning("invocation cancelled", reason=inv.cancel_reason, error=f"{type(exc).__name__}: {exc}")
@@ -249,8 +259,14 @@ class Dispatcher:
         timeout = inv.config.function_timeout
         if function.is_async:
             inv.started = True
-            async with asyncio.timeout(timeout):
-                await function.handler(**inv.kwargs)
+            try:
+                async with asyncio.timeout(timeout) as deadline:
+                    await function.handler(**inv.kwargs)
+            except TimeoutError:
+                if deadline.expired():  # the deadline cancelled it, rather than the handler's own TimeoutError
+                    self._interrupt(inv)
+                    raise TimedOut(f"functionTimeout of {timeout:g}s exceeded") from None
+                raise
             return
 
         def in_thread() -> None:
@@ -265,7 +281,7 @@ class Dispatcher:
         def started() -> None:
             inv.started = True
 
-        await self.threads.run(in_thread, timeout, on_start=started,
+        await self.threads.run(in_thread, timeout, on_start=started, on_timeout=lambda: self._interrupt(inv),
                                about={"function": function.name, "invocation_id": inv.id})
 
 

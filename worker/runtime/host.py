@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import structlog
 
@@ -39,6 +40,7 @@ from worker.runtime.endpoints import Endpoints
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
+from worker.runtime.recycle import Recycler, settle_handed_over, take
 from worker.runtime.threads import HandlerThreads
 from worker.settings.config import FunctionOptions, HostConfig
 from worker.waits import wait_set
@@ -105,10 +107,13 @@ class Host:
     """Runs the functions of one app until stopped (or, in burst mode, until their queues are empty)."""
 
     def __init__(
-        self, app: WorkerApp, config: HostConfig, *, burst: bool = False, middleware: Sequence[Middleware] = ()
+        self, app: WorkerApp, config: HostConfig, *, burst: bool = False, middleware: Sequence[Middleware] = (),
+        handover: Path | None = None,
     ) -> None:
         """``middleware`` runs after the app's and host.yaml's; one of a kind the host would make itself (Spark's)
-        replaces the host's own, e.g. to keep one Spark session across host runs."""
+        replaces the host's own, e.g. to keep one Spark session across host runs. ``handover`` is the file this
+        process and the one before it (if it was recycled) hand timed-out messages over in
+        (:mod:`worker.runtime.recycle`); the supervisor names it."""
         if not app.functions:
             raise ValueError("the app registers no functions; decorate a handler with @app.queue_trigger")
         # The start-up checks (worker.ops.preflight) ran before the host was built; what is left to refuse here is
@@ -123,6 +128,9 @@ class Host:
         self.metrics = Metrics()
         self.stopping = asyncio.Event()
         self.started_at = time.monotonic()
+        self.handover = handover
+        #: Why this process must be recycled (a sync handler ran past functionTimeout), once run() returns.
+        self.recycled: str | None = None
         self._signals = 0
 
     def request_stop(self, signum: int | None = None) -> None:
@@ -147,7 +155,8 @@ class Host:
         middleware = Chain([*builtin.standard(config, self.metrics, backends, given), *given])
         completion = CompletionProcessor(scheduler, self.metrics, middleware)
         threads = HandlerThreads(config.handler_threads)
-        dispatcher = Dispatcher(scheduler, completion, middleware, threads)
+        recycler = Recycler(scheduler, self.stopping)
+        dispatcher = Dispatcher(scheduler, completion, middleware, threads, recycler)
         capacity = Capacity(config.max_in_flight)
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -184,6 +193,10 @@ class Host:
                          handler="async" if function.is_async else "sync", **_own_settings(config, own))
             if refused:
                 raise StartupRefused(refused)
+            if self.handover is not None and (handed := take(self.handover)):
+                await settle_handed_over(handed, self.app.functions, lambda function: (
+                    backends.queues(function.connection), config.for_function(function.name, function.retry)
+                ), completion, self.metrics)
             if config.http_port:
                 endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher)
             middleware.host_started(self.app.functions)
@@ -197,6 +210,9 @@ class Host:
             self.stopping.set()
             await asyncio.gather(*listener_tasks)
             await self._drain(dispatcher)
+            if recycler.reason is not None:
+                self.recycled = recycler.reason
+                await recycler.hand_over(self.handover)
             middleware.host_stopped()
         finally:
             for task in (scheduler_task, watcher):

@@ -22,6 +22,19 @@ from worker.waits import wait_set
 log = structlog.get_logger("worker.runtime.threads")
 
 
+#: Seconds a sync handler past its timeout has to notice ``message.cancelled`` and return before it is given up on.
+TIMEOUT_GRACE = 2.0
+
+
+class TimedOut(Exception):  # noqa: N818 -- what happened, as the log says it
+    """The handler ran past functionTimeout: an async one was cancelled, a sync one returned once told to stop."""
+
+
+class Overran(TimedOut):
+    """A sync handler ran past its timeout and the grace after it, and still runs in its thread (nothing can stop
+    it)."""
+
+
 class HandlerThreads:
     def __init__(self, size: int) -> None:
         self.size = size
@@ -34,14 +47,17 @@ class HandlerThreads:
         self._abandoned: set[Future[None]] = set()
 
     async def run(
-        self, call: Callable[[], None], timeout: float | None, *, on_start: Callable[[], None], about: dict[str, str]
+        self, call: Callable[[], None], timeout: float | None, *, on_start: Callable[[], None],
+        on_timeout: Callable[[], None], about: dict[str, str],
     ) -> None:
         """Wait for a free thread, call ``on_start``, run ``call`` there (in a copy of this context) within ``timeout``.
 
-        Raises TimeoutError past ``timeout``, and whatever ``call`` raised. If
-        the caller stops waiting (timeout, cancellation), the thread is
-        recorded as abandoned until ``call`` returns; ``about`` names the
-        invocation in the warning.
+        Past ``timeout``, ``on_timeout`` tells the handler to stop, and it has
+        :data:`TIMEOUT_GRACE` to return: then :class:`TimedOut` is raised, else
+        :class:`Overran`. Otherwise raises whatever ``call`` raised. If the
+        caller stops waiting (overrun, cancellation), the thread is recorded as
+        abandoned until ``call`` returns; ``about`` names the invocation in the
+        warning.
         """
         await self._slots.acquire()
         on_start()
@@ -50,12 +66,25 @@ class HandlerThreads:
         loop = asyncio.get_running_loop()
         future = self._pool.submit(contextvars.copy_context().run, call)
         future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._free, done))
+        returned = asyncio.wrap_future(future)
         try:
-            async with asyncio.timeout(timeout):
-                await asyncio.wrap_future(future)
+            # asyncio.wait never cancels what it waits for: the thread's outcome stays to be read below.
+            await asyncio.wait({returned}, timeout=timeout)
+            if not returned.done():
+                on_timeout()
+                await asyncio.wait({returned}, timeout=TIMEOUT_GRACE)
+                reason = f"functionTimeout of {timeout:g}s exceeded"
+                if not returned.done():
+                    self._abandon(future, about)
+                    returned.add_done_callback(_retrieve)
+                    raise Overran(reason)
+                _retrieve(returned)  # whatever it raised once told to stop, the attempt failed by its timeout
+                raise TimedOut(reason)
+            returned.result()
         except BaseException:
             if not future.done():
                 self._abandon(future, about)
+                returned.add_done_callback(_retrieve)
             raise
 
     @property
@@ -99,3 +128,9 @@ class HandlerThreads:
         if self._busy == 0:
             self._idle.set()
         self._slots.release()
+
+
+def _retrieve(returned: asyncio.Future[None]) -> None:
+    """Read the outcome of a handler nobody waits for any more, so that asyncio does not report it as lost."""
+    if not returned.cancelled():
+        returned.exception()

@@ -1,0 +1,165 @@
+"""Recycling the process when a sync handler runs past functionTimeout: its side effects never outlive its attempt.
+
+Python cannot stop a thread, so a timed-out sync handler keeps running. Had
+its message been released at once, the handler could still write a file or
+call a service after the next attempt had begun, or after the message was
+poisoned. The Functions host restarts the language worker process at the
+moment of the timeout, killing every other invocation with it. Here:
+
+1. the :class:`Recycler` keeps the timed-out message's lease (renewed as any
+   other), stops the host receiving and lets the other invocations finish
+   within ``drainTimeout``;
+2. it then stops renewing that lease and writes the message to the
+   *handover file* the supervisor named for this process, and the process
+   exits with :data:`RECYCLED`;
+3. the supervisor starts a fresh process at once, which settles each handed-over
+   message (:func:`settle_handed_over`: released after the retry delay, or
+   poisoned on its last attempt) before it receives anything.
+
+The message is released only by a process started after the one running the
+handler has exited, so nothing that handler does can land after its next
+attempt began. Without a supervisor (``worker run --no-supervisor``) there is
+no handover file: the message comes back when its lease ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+import structlog
+
+from worker.backends.queues import QueueBackend, RawMessage
+from worker.invocation import Delivery, Invocation
+from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
+from worker.observability.metrics import Metrics
+from worker.runtime.completion import CompletionProcessor
+from worker.runtime.lease import LeaseScheduler
+from worker.settings.config import FunctionOptions
+
+log = structlog.get_logger("worker.runtime.recycle")
+
+#: Exit code of a ``worker run`` process recycled after a sync handler ran past functionTimeout.
+RECYCLED = 3
+#: The environment variable naming a process's handover file; set by the supervisor.
+HANDOVER_ENV = "WORKER_HANDOVER_FILE"
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOver:
+    """A timed-out message, as the next process needs it to settle the attempt: its lease, content and reason."""
+
+    function: str
+    invocation_id: str
+    message_id: str
+    pop_receipt: str
+    dequeue_count: int
+    #: The stored text, for the copy in the poison queue if this was the last attempt.
+    content: str
+    #: ISO 8601, as the message's ``{insertionTime}``.
+    insertion_time: str
+    reason: str
+    #: When the lease ends unless renewed, as wall-clock seconds: the next process has another monotonic clock.
+    lease_ends: float
+
+
+class Recycler:
+    """Holds the messages of sync handlers that ran past functionTimeout until this process exits."""
+
+    def __init__(self, scheduler: LeaseScheduler, stopping: asyncio.Event) -> None:
+        self.scheduler = scheduler
+        self.stopping = stopping
+        #: Why the process is recycled (the first timeout), or None while it is not.
+        self.reason: str | None = None
+        #: (invocation, message, why its attempt failed) for every message held for the next process.
+        self._held: list[tuple[Invocation, Delivery, str]] = []
+
+    def hold(self, inv: Invocation, deliveries: Sequence[Delivery], reason: str) -> None:
+        """Keep the leases of ``deliveries`` (the messages ``inv``'s handler had) until the process exits, and stop
+        the host receiving so that it can exit."""
+        self._held += [(inv, delivery, reason) for delivery in deliveries]
+        if self.reason is None:
+            self.reason = f"function {inv.function.name}: a sync handler ran past functionTimeout ({reason})"
+        # The other invocations finish first (drainTimeout); the next process settles this one's messages.
+        inv.log.error("sync handler ran past functionTimeout; recycling the process", reason=reason)
+        self.stopping.set()
+
+    async def hand_over(self, path: Path | None) -> int:
+        """Stop renewing the held leases and write them to ``path``; returns how many were written.
+
+        Without a path (no supervisor), the messages come back when their leases end.
+        """
+        handed: list[HandedOver] = []
+        for inv, delivery, reason in self._held:
+            lease, raw = delivery.lease, delivery.raw
+            async with lease.lock:
+                if lease.is_lost or lease.pop_receipt is None:
+                    continue
+                self.scheduler.forget(lease)
+                lease_ends = time.time() + (lease.expires_at - time.monotonic())
+                handed.append(HandedOver(inv.function.name, inv.id, raw.id, lease.pop_receipt, raw.dequeue_count,
+                                         raw.content, raw.insertion_time.isoformat(), reason, lease_ends))
+        if path is None:
+            log.warning("no supervisor to hand the timed-out messages to; they come back when their leases end",
+                        messages=len(handed))
+        elif handed:
+            write(path, handed)
+        return len(handed)
+
+
+def write(path: Path, messages: Sequence[HandedOver]) -> None:
+    """Write the handover file whole or not at all (readable by this user only: it holds message bodies)."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".handover-")
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump([asdict(m) for m in messages], out)
+    os.replace(temporary, path)
+
+
+def take(path: Path) -> list[HandedOver]:
+    """The messages a recycled process left in ``path``, removing the file; none when there is no file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    path.unlink()
+    return [HandedOver(**fields) for fields in json.loads(text)]
+
+
+async def settle_handed_over(
+    messages: Sequence[HandedOver],
+    functions: Sequence[FunctionSpec],
+    opened: Callable[[FunctionSpec], tuple[QueueBackend, FunctionOptions]],
+    completion: CompletionProcessor,
+    metrics: Metrics,
+) -> None:
+    """Complete each handed-over message as the failed attempt it was (retry or poison), now that the process that
+    ran its handler is gone. ``opened`` gives a function's backend and settings."""
+    by_name = {function.name: function for function in functions}
+    for message in messages:
+        function = by_name.get(message.function)
+        if function is None:  # the app changed between the two processes
+            log.warning("a handed-over message's function is gone; the message comes back when its lease ends",
+                        function=message.function, message_id=message.message_id)
+            continue
+        backend, config = opened(function)
+        lease = Lease(backend, function.queue_name, message.message_id, message.pop_receipt, function=function.name,
+                      dequeue_count=message.dequeue_count, invocation_id=message.invocation_id,
+                      duration=config.lease_duration)
+        lease.expires_at = time.monotonic() + (message.lease_ends - time.time())
+        raw = RawMessage(message.message_id, message.content, message.dequeue_count,
+                         datetime.fromisoformat(message.insertion_time), None, None, message.pop_receipt)
+        item_log = log.bind(function=function.name, queue=function.queue_name, invocation_id=message.invocation_id,
+                            message_id=message.message_id, dequeue_count=message.dequeue_count)
+        metrics.inc("recycles", function.name)
+        item_log.info("settling a message handed over by the recycled process", reason=message.reason)
+        item = Finished(function.name, message.invocation_id, backend, function.queue_name, raw, lease, config,
+                        item_log)
+        await completion.complete(item, Result(Outcome.FAILED, message.reason))
+
