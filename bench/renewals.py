@@ -117,10 +117,12 @@ class WatchedBackend(SqliteBackend):
         super().__init__(path)
         self.watch = watch
 
-    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+    async def update(
+        self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
+    ) -> Receipt:
         expires_at = self.watch.leases[message_id].expires_at
         try:
-            receipt = await super().update(queue, message_id, pop_receipt, visibility_timeout)
+            receipt = await super().update(queue, message_id, pop_receipt, visibility_timeout, content)
         except LeaseGone:
             self.watch.lapsed.add(message_id)
             raise

@@ -71,6 +71,10 @@ CAPABILITY_TESTS = {
         "per-message options on put (initial invisibility, time to live)",
         "test_put_options_are_refused_where_messages_have_none",
     ),
+    "updates_content": (
+        "content updates (update with content)",
+        "test_update_with_content_is_refused_where_the_service_cannot_change_content",
+    ),
 }
 
 
@@ -561,6 +565,100 @@ async def test_update_rejects_visibility_timeout_over_the_limit(backend: QueueBa
         await backend.update(queue_name, got.id, receipt_of(got), backend.limits.max_visibility + 1)
     # The rejected update changed nothing: the receipt from receive is still the current one.
     await backend.delete(queue_name, got.id, receipt_of(got))
+
+
+# -- update with content ------------------------------------------------------------------------------------------
+
+
+async def test_update_with_content_is_refused_where_the_service_cannot_change_content(
+    backend: QueueBackend, queue_name: str
+) -> None:
+    """OCI Queue's UpdateMessage sets visibility only: new content is refused with Unsupported and nothing changes,
+    the lease included. Where the service can (Azure, the embedded queue) the flag is checked the other way: the
+    same call is accepted."""
+    await backend.create_queue(queue_name)
+    await backend.put(queue_name, "original")
+    got = await receive_one(backend, queue_name, HIDDEN)
+    if backend.capabilities.updates_content:
+        receipt = await backend.update(queue_name, got.id, receipt_of(got), HIDDEN, content="replaced")
+        await backend.delete(queue_name, got.id, receipt.pop_receipt)
+        return
+    with pytest.raises(Unsupported):
+        await backend.update(queue_name, got.id, receipt_of(got), 0, content="replaced")
+    await assert_nothing_visible(backend, queue_name, "a refused update released the message")
+    await backend.update(queue_name, got.id, receipt_of(got), 0)
+    again = await receive_one(backend, queue_name, HIDDEN)
+    assert (again.content, again.dequeue_count) == ("original", 2), "a refused update changed the message"
+
+
+@pytest.mark.parametrize("ends", ["released", "expired"])
+async def test_content_updated_under_a_lease_is_read_by_the_next_receive(
+    backend: QueueBackend, queue_name: str, ends: str
+) -> None:
+    """Azure's Update Message with content: the next receive reads the last content given, whether the lease was
+    released (an update to 0 that names no content keeps it) or ran out. The dequeue count rises with each receive
+    only, never with an update."""
+    needs(backend, "updates_content")
+    await backend.create_queue(queue_name)
+    sent = await backend.put(queue_name, "step 0")
+    got = await receive_one(backend, queue_name, HIDDEN)
+    receipt = await backend.update(queue_name, got.id, receipt_of(got), HIDDEN, content="step 1")
+    receipt = await backend.update(queue_name, got.id, receipt.pop_receipt, HIDDEN, content="step 2 ✓")
+    await assert_nothing_visible(backend, queue_name, "an update with content made the message visible")
+
+    if ends == "released":
+        await backend.update(queue_name, got.id, receipt.pop_receipt, 0)
+        again = await receive_one(backend, queue_name, HIDDEN)
+    else:
+        await backend.update(queue_name, got.id, receipt.pop_receipt, SHORT, content="step 3")
+        again = await wait_for_receive(backend, queue_name, HIDDEN)
+    assert again.id == sent.id
+    assert again.content == ("step 2 ✓" if ends == "released" else "step 3")
+    assert again.dequeue_count == 2, f"dequeue count {again.dequeue_count} after two receives and three updates"
+    if backend.capabilities.peek:
+        await backend.update(queue_name, again.id, receipt_of(again), 0)
+        [peeked] = await backend.peek(queue_name)
+        assert (peeked.content, peeked.dequeue_count) == (again.content, 2)
+
+
+async def test_update_with_content_and_a_stale_receipt_changes_nothing(backend: QueueBackend, queue_name: str) -> None:
+    """A worker whose lease ran out while another received the message cannot overwrite that worker's content."""
+    needs(backend, "updates_content")
+    await backend.create_queue(queue_name)
+    await backend.put(queue_name, "original")
+    first = await receive_one(backend, queue_name, SHORT)
+    second = await wait_for_receive(backend, queue_name, HIDDEN)
+    assert second.id == first.id
+
+    with pytest.raises(PopReceiptMismatch):
+        await backend.update(queue_name, first.id, receipt_of(first), HIDDEN, content="from the stale holder")
+    receipt = await backend.update(queue_name, second.id, receipt_of(second), HIDDEN, content="from the holder")
+    if backend.capabilities.new_receipt_on_update:  # the receipt an update replaced is as stale as a receive's
+        with pytest.raises(PopReceiptMismatch):
+            await backend.update(queue_name, second.id, receipt_of(second), 0, content="from before the update")
+    await backend.update(queue_name, second.id, receipt.pop_receipt, 0)
+    third = await receive_one(backend, queue_name, HIDDEN)
+    assert (third.content, third.dequeue_count) == ("from the holder", 3)
+
+
+async def test_update_with_content_over_the_size_limit_is_refused(backend: QueueBackend, queue_name: str) -> None:
+    """Content is held to ``limits.max_message_bytes`` as a put is: one byte over is refused with MessageTooLarge
+    and changes nothing (the receipt still holds); exactly the limit is stored."""
+    needs(backend, "updates_content")
+    limit = backend.limits.max_message_bytes
+    await backend.create_queue(queue_name)
+    await put_forever(backend, queue_name, "small")
+    got = await receive_one(backend, queue_name, HIDDEN)
+
+    with pytest.raises(MessageTooLarge):
+        await backend.update(queue_name, got.id, receipt_of(got), HIDDEN, content="é" + "a" * (limit - 1))
+    fits = "é" * 1000 + "a" * (limit - 2000)  # the multi-byte characters first, as in the put test (Azurite)
+    receipt = await backend.update(queue_name, got.id, receipt_of(got), 0, content=fits)
+    again = await receive_one(backend, queue_name, HIDDEN)
+    assert again.content == fits, "content of exactly the size limit did not come back whole"
+    assert again.dequeue_count == 2
+    with pytest.raises(PopReceiptMismatch):
+        await backend.update(queue_name, got.id, receipt.pop_receipt, 0)
 
 
 # -- stale pop receipts -------------------------------------------------------------------------------------------

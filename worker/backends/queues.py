@@ -140,6 +140,9 @@ class Capabilities:
     creates_queues: bool
     #: ``update`` hands out a new receipt, so the old one stops working.
     new_receipt_on_update: bool
+    #: ``update`` can replace the message's content (Azure's Update Message); OCI Queue's sets visibility only.
+    #: Resumable work (``QueueMessage.checkpoint``) needs it.
+    updates_content: bool
     #: A queue has channels: ``put`` and ``receive`` take ``channel``.
     channels: bool = False
 
@@ -227,12 +230,19 @@ class QueueBackend(Protocol):
         nothing. Raises QueueNotFound, InvalidArgument.
         """
 
-    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+    async def update(
+        self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
+    ) -> Receipt:
         """Set the message's visibility to now + ``visibility_timeout``; the receipt it returns is the one to use next.
 
         Where ``capabilities.new_receipt_on_update`` the old receipt stops working.
+        ``content`` (wire text, held to ``limits.max_message_bytes``) replaces
+        the message's content in the same call, so that a later receive reads
+        it; the dequeue count is left alone. None leaves the content as it is.
 
-        Raises MessageNotFound, PopReceiptMismatch, InvalidArgument.
+        Raises MessageNotFound, PopReceiptMismatch, InvalidArgument,
+        MessageTooLarge, and Unsupported for content where the service cannot
+        change it (``capabilities.updates_content``).
         """
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:

@@ -37,7 +37,8 @@ AZURE_LIMITS = Limits(
     name_rule=AZURE_NAME_RULE,
 )
 AZURE_CAPABILITIES = Capabilities(
-    dead_letter=False, peek=True, message_options=True, creates_queues=True, new_receipt_on_update=True
+    dead_letter=False, peek=True, message_options=True, creates_queues=True, new_receipt_on_update=True,
+    updates_content=True,
 )
 
 

@@ -210,12 +210,16 @@ class AzureBackend:
 
         return [_raw(m) for m in await self._call(first_page, queue)]
 
-    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+    async def update(
+        self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
+    ) -> Receipt:
         self.limits.check_visibility(visibility_timeout, 0)
+        if content is not None:
+            self.limits.check_size(content)
 
         async def update() -> SdkMessage:
             return await self._queue(queue).update_message(
-                message_id, pop_receipt, visibility_timeout=_seconds(visibility_timeout)
+                message_id, pop_receipt, content, visibility_timeout=_seconds(visibility_timeout)
             )
 
         updated = await self._call(update, queue, message_id)

@@ -407,16 +407,20 @@ class SqliteBackend:
         await self._run(work, write=True)
         self._changes.written()
 
-    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
+    async def update(
+        self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
+    ) -> Receipt:
         self.limits.check_visibility(visibility_timeout, 0)
+        if content is not None:
+            self.limits.check_size(content)
 
         def work(db: sqlite3.Connection) -> Receipt:
             now = time.time()
             self._held(db, queue, message_id, pop_receipt, now)
             receipt = uuid.uuid4().hex
             db.execute(
-                "UPDATE messages SET visible = ?, pop_receipt = ? WHERE id = ?",
-                (now + visibility_timeout, receipt, message_id),
+                "UPDATE messages SET visible = ?, pop_receipt = ?, content = coalesce(?, content) WHERE id = ?",
+                (now + visibility_timeout, receipt, content, message_id),
             )
             return Receipt(receipt, _when(now + visibility_timeout))  # type: ignore[arg-type]
 

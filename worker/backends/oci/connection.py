@@ -54,7 +54,7 @@ OCI_LIMITS = Limits(
 )
 OCI_CAPABILITIES = Capabilities(
     dead_letter=True, peek=False, message_options=False, creates_queues=False, new_receipt_on_update=False,
-    channels=True,
+    updates_content=False, channels=True,
 )
 
 

@@ -418,8 +418,13 @@ class OciBackend(QueueAdmin):
                 queue_id=queue_id, count=len(messages), error=describe(exc),
             )
 
-    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float) -> Receipt:
-        """OCI keeps the receipt across updates (``capabilities.new_receipt_on_update`` is False)."""
+    async def update(
+        self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
+    ) -> Receipt:
+        """OCI keeps the receipt across updates (``capabilities.new_receipt_on_update`` is False), and its
+        UpdateMessage takes a visibility only: new content is refused before any request."""
+        if content is not None:
+            raise Unsupported("OCI Queue cannot change a message's content: its UpdateMessage sets the visibility only")
         self.limits.check_visibility(visibility_timeout, 0)
         self._check_owner(queue, message_id, pop_receipt)
         details = oci.queue.models.UpdateMessageDetails(visibility_in_seconds=_seconds(visibility_timeout))
