@@ -13,9 +13,9 @@ from worker.context import Context
 from worker.invocation import Invocation
 from worker.message import Poison, QueueMessage
 from worker.middleware import InvocationFailed, Middleware
-from worker.model import Done, Finished, FunctionSpec, Outcome, Result
+from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Outcome, Result
 
 __all__ = [
-    "Context", "Done", "Finished", "FunctionSpec", "InputStream", "Invocation", "InvocationFailed", "Middleware",
-    "Out", "Outcome", "Poison", "QueueMessage", "Result", "WorkerApp",
+    "CheckpointFailed", "Context", "Done", "Finished", "FunctionSpec", "InputStream", "Invocation", "InvocationFailed",
+    "Middleware", "Out", "Outcome", "Poison", "QueueMessage", "Result", "WorkerApp",
 ]

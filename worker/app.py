@@ -78,6 +78,7 @@ class WorkerApp:
         connection: str | None = None,
         cardinality: str = "one",
         channel: str | None = None,
+        checkpoints: bool = False,
     ) -> Callable[[F], F]:
         """Run the decorated function for each message on ``queue_name``, passed as ``arg_name``.
 
@@ -91,7 +92,10 @@ class WorkerApp:
         batch (up to batchSize) as a list instead; the handler may fail single
         messages with ``msg.fail(reason)``. ``channel`` receives from one
         channel of the queue only, where the backend has channels (OCI Queue);
-        elsewhere it is refused at start.
+        elsewhere it is refused at start. ``checkpoints=True`` lets the handler
+        replace its message's content as it works (``msg.checkpoint``), for
+        work that resumes where a crashed attempt got to; a backend that
+        cannot change content (OCI Queue) is refused at start.
         """
         if cardinality not in ("one", "many"):
             raise ValueError(f"cardinality must be 'one' or 'many', got {cardinality!r}")
@@ -105,6 +109,10 @@ class WorkerApp:
             outputs = tuple(getattr(handler, _OUTPUTS_ATTR, ()))
             if cardinality == "many" and (inputs or any(isinstance(b, BlobOutput) for b in outputs)):
                 raise ValueError(f"{handler.__qualname__}: blob bindings need cardinality 'one' (a path names one message)")
+            trigger_kind = "object" if cardinality == "many" else data_kind(handler, arg_name)
+            if checkpoints and trigger_kind != "object":
+                raise ValueError(f"{handler.__qualname__}: checkpoints=True needs the QueueMessage itself as {arg_name!r} "
+                                 f"(it is annotated {trigger_kind}, which gets the body only)")
             self._specs[handler] = FunctionSpec(
                 name=name,
                 handler=handler,
@@ -115,11 +123,12 @@ class WorkerApp:
                 outputs=outputs,
                 inputs=inputs,
                 many=cardinality == "many",
-                trigger_kind="object" if cardinality == "many" else data_kind(handler, arg_name),
+                trigger_kind=trigger_kind,
                 wants_context="context" in inspect.signature(handler).parameters and arg_name != "context",
                 directory=_directory(handler),
                 retry=getattr(handler, _RETRY_ATTR, None),
                 channel=channel,
+                checkpoints=checkpoints,
             )
             return handler
 

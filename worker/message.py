@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from worker.model import Lease
+from worker.bindings.encoding import encode
+from worker.model import CheckpointFailed, Lease, LeaseKeeper
 
 if TYPE_CHECKING:
     import threading
+
+#: What ``checkpoint`` takes: the new body as text or bytes, or a dict or list stored as JSON.
+CheckpointBody = str | bytes | bytearray | dict[str, Any] | list[Any]
 
 
 class Poison(Exception):  # noqa: N818 -- named for what the handler asks, as Functions users would say it
@@ -35,6 +41,10 @@ class QueueMessage:
     else or gone; ``cancelled`` is set whenever the host gives up on the
     invocation (lease lost, functionTimeout, shutdown past drainTimeout).
     They are ``threading.Event`` so that synchronous handlers can poll them too.
+
+    A function declared with ``checkpoints=True`` may replace its message's
+    content while it works (:meth:`checkpoint`, :meth:`checkpoint_async`), so
+    that an attempt after a crash reads where the last one got to.
     """
 
     __slots__ = (
@@ -47,6 +57,7 @@ class QueueMessage:
         "_lease",
         "_failure",
         "_poison",
+        "_checkpoint_encoding",
     )
 
     def __init__(
@@ -60,7 +71,10 @@ class QueueMessage:
         time_next_visible: datetime | None,
         pop_receipt: str | None = None,
         lease: Lease | None = None,
+        checkpoint_encoding: str | None = None,
     ) -> None:
+        """``checkpoint_encoding`` is the function's messageEncoding when it declares checkpoints (the host sets it);
+        None: :meth:`checkpoint` is refused."""
         self.id = id
         self.dequeue_count = dequeue_count
         self.insertion_time = insertion_time
@@ -70,6 +84,7 @@ class QueueMessage:
         self._lease = lease if lease is not None else Lease.detached(id, pop_receipt)
         self._failure: str | None = None
         self._poison = False
+        self._checkpoint_encoding = checkpoint_encoding
 
     @property
     def pop_receipt(self) -> str | None:
@@ -106,7 +121,76 @@ class QueueMessage:
         return self._failure
 
     def get_body(self) -> bytes:
+        """The body as received, or as last checkpointed."""
         return self._body
+
+    def checkpoint(self, content: CheckpointBody) -> None:
+        """Replace the message's content with ``content`` while the lease is held, from a sync handler; blocks until stored.
+
+        For work done in chunks: record how far it got, and an attempt after a
+        crash, a lost lease or a failure reads that instead of the original
+        (``get_body`` and ``get_json`` here show it at once). ``content`` is
+        stored as a queue output would be: text as UTF-8, bytes as they are,
+        a dict or list as JSON, under the function's messageEncoding, within
+        the backend's size limit (``MessageTooLarge`` past it). The lease is
+        extended as a renewal would; the dequeue count is unchanged (only a
+        receive counts an attempt). Needs ``checkpoints=True`` on
+        ``@app.queue_trigger``, so that a backend that cannot change a
+        message's content (OCI Queue) is refused at start.
+
+        Raises :class:`worker.CheckpointFailed` when the content was not
+        stored: the lease is lost (``lease_lost`` is set; stop, the message is
+        someone else's) or storage failed after its retries.
+        """
+        body, text, keeper = self._checkpoint_call(content)
+        loop = keeper.loop
+        assert loop is not None  # a keeper that holds a lease knows its loop
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError("msg.checkpoint() waits for storage and would block the event loop: "
+                               "in an async handler, await msg.checkpoint_async(...)")
+        call = keeper.checkpoint(self._lease, text)
+        try:
+            stored = asyncio.run_coroutine_threadsafe(call, loop)
+        except RuntimeError:  # the loop is closed: the host has stopped
+            call.close()
+            raise CheckpointFailed(f"message {self.id} was not checkpointed: the host has stopped") from None
+        try:
+            stored.result()
+        except concurrent.futures.CancelledError:
+            raise CheckpointFailed(f"message {self.id}: the host stopped during the checkpoint") from None
+        self._body = body
+
+    async def checkpoint_async(self, content: CheckpointBody) -> None:
+        """:meth:`checkpoint` for async handlers: the same, awaited on the host's event loop."""
+        body, text, keeper = self._checkpoint_call(content)
+        if asyncio.get_running_loop() is not keeper.loop:
+            raise RuntimeError("msg.checkpoint_async() runs on the host's event loop: in a sync handler, call "
+                               "msg.checkpoint(...)")
+        await keeper.checkpoint(self._lease, text)
+        self._body = body
+
+    def _checkpoint_call(self, content: CheckpointBody) -> tuple[bytes, str, LeaseKeeper]:
+        """The new body, its wire text, and what stores it; RuntimeError where checkpoints cannot be made at all."""
+        keeper = self._lease.keeper
+        if keeper is None:
+            raise RuntimeError(f"message {self.id} is not held by a running host, so it cannot be checkpointed")
+        if self._checkpoint_encoding is None:
+            raise RuntimeError("msg.checkpoint needs checkpoints=True on @app.queue_trigger, so that a backend that "
+                               "cannot change a message's content is refused at start")
+        if isinstance(content, str):
+            body = content.encode("utf-8")
+        elif isinstance(content, (bytes, bytearray)):
+            body = bytes(content)
+        elif isinstance(content, (dict, list)):
+            body = json.dumps(content).encode("utf-8")
+        else:
+            raise TypeError(f"a checkpoint takes str, bytes, or a dict or list (stored as JSON), not "
+                            f"{type(content).__name__}")
+        return body, encode(body, self._checkpoint_encoding), keeper
 
     def get_json(self) -> Any:
         """The body parsed as JSON; ValueError that says whether UTF-8 or JSON is at fault."""

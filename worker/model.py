@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -29,6 +29,17 @@ from worker.settings.config import FunctionOptions
 from worker.settings.retry import RetryPolicy
 
 log = structlog.get_logger("worker.model")
+
+
+class CheckpointFailed(Exception):  # noqa: N818 -- named for what happened, as Poison is
+    """A checkpoint (``QueueMessage.checkpoint``) did not store its content.
+
+    Either the lease is no longer held (lost to another receiver, or the
+    invocation is over: ``message.lease_lost`` tells which), and nothing was
+    written; or storage failed after its retries while the lease still
+    holds, and the content may or may not have been stored. Either way the
+    work since the last checkpoint that succeeded may be done again.
+    """
 
 
 class StartupRefused(ValueError):
@@ -66,11 +77,24 @@ class FunctionSpec:
     retry: RetryPolicy | None = None
     #: Receive from this channel of the queue only (OCI Queue); None: any.
     channel: str | None = None
+    #: The handler replaces its message's content as it goes (``msg.checkpoint``): the backend must update content.
+    checkpoints: bool = False
 
     @property
     def has_blob_bindings(self) -> bool:
         """Whether an invocation needs the message's binding data (for blob paths)."""
         return bool(self.inputs) or any(isinstance(b, BlobOutput) for b in self.outputs)
+
+
+class LeaseKeeper(Protocol):
+    """What renews a lease (the host's lease scheduler), as a lease's message sees it: the one way to change the
+    message while it is held, so that the change and the renewals take turns on one receipt."""
+
+    #: The event loop the keeper runs on; a handler's thread hands its calls to it.
+    loop: asyncio.AbstractEventLoop | None
+
+    async def checkpoint(self, lease: Lease, content: str) -> None:
+        """Replace the message's content (wire text) while ``lease`` holds it; raises :class:`CheckpointFailed`."""
 
 
 #: Guards the first creation of a lease's events, which a handler's thread and the event loop may ask for at once.
@@ -81,8 +105,9 @@ _EVENTS = threading.Lock()
 class Lease:
     """The hold one worker has on one received message.
 
-    ``pop_receipt`` changes at each renewal; whoever deletes or releases the
-    message must take ``lock`` and use the receipt current at that moment.
+    ``pop_receipt`` changes at each renewal and checkpoint; whoever deletes,
+    releases or updates the message must take ``lock`` and use the receipt
+    current at that moment.
 
     Its ``lost`` and ``cancelled`` events are made when first asked for: most
     messages end without anyone waiting on either, and two events (each a
@@ -115,6 +140,10 @@ class Lease:
     due: float = 0.0
     #: Renewed only while a completion that storage failed is retried (see :meth:`LeaseScheduler.resume`).
     completing: bool = False
+    #: What renews it (set when the scheduler takes it on); None for a lease built outside a host.
+    keeper: LeaseKeeper | None = None
+    #: The message's text as last checkpointed under this lease (what the queue now holds); None: as received.
+    content: str | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property

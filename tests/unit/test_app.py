@@ -22,7 +22,7 @@ def test_public_api_exports_app_message_and_out() -> None:
     # The types middleware hooks receive are public too, so that a middleware imports nothing from the runtime.
     assert set(worker.__all__) == {"Context", "InputStream", "InvocationFailed", "Middleware", "Out", "Poison",
                                    "QueueMessage", "WorkerApp", "Invocation", "FunctionSpec", "Result", "Outcome",
-                                   "Finished", "Done"}
+                                   "Finished", "Done", "CheckpointFailed"}
     assert all(getattr(worker, name).__module__.split(".")[1] not in {"runtime", "ops"} for name in worker.__all__)
 
 
@@ -90,6 +90,30 @@ def test_trigger_parameter_annotated_str_or_bytes_gets_the_body_kind() -> None:
     assert {s.name: s.trigger_kind for s in app.functions} == {
         "text": "str", "raw": "bytes", "whole": "object", "batch": "object",
     }
+
+
+def test_checkpoints_are_declared_on_the_trigger_and_need_the_message_itself() -> None:
+    """``checkpoints=True`` is how a function says it replaces its message's content (start-up checks the backend);
+    a parameter that gets the body alone has no message to checkpoint, so that is refused at once."""
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="chunks", checkpoints=True)
+    def chunked(msg: QueueMessage) -> None:
+        pass
+
+    @app.queue_trigger(arg_name="msgs", queue_name="batches", cardinality="many", checkpoints=True)
+    def batch(msgs: list[QueueMessage]) -> None:
+        pass
+
+    @app.queue_trigger(arg_name="msg", queue_name="plain")
+    def plain(msg: QueueMessage) -> None:
+        pass
+
+    assert {s.name: s.checkpoints for s in app.functions} == {"chunked": True, "batch": True, "plain": False}
+    with pytest.raises(ValueError, match=r"checkpoints=True needs the QueueMessage itself as 'msg' \(it is annotated str"):
+        @app.queue_trigger(arg_name="msg", queue_name="texts", checkpoints=True)
+        def text(msg: str) -> None:
+            pass
 
 
 def test_blob_bindings_stack_in_any_order_with_their_kinds() -> None:

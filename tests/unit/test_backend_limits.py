@@ -124,3 +124,24 @@ def test_a_channel_is_refused_where_queues_have_none(tmp_path: Path) -> None:
     ]
     on_oci = replace(config, connections={"AzureWebJobsStorage": OCI_CONNECTION})
     assert preflight.problems(app, on_oci, environ={"AzureWebJobsStorage": OCI_CONNECTION}) == []
+
+
+def test_checkpoints_are_refused_at_start_where_the_backend_cannot_change_content(tmp_path: Path) -> None:
+    """OCI Queue's UpdateMessage sets visibility only: a function declared with checkpoints is refused there, in the
+    same list as the function's other problems; Azure Storage and the embedded queue take it."""
+    (tmp_path / "host.yaml").write_text("version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n", encoding="utf-8")
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="orders", connection="Jobs", checkpoints=True)
+    def orders(msg: object) -> None:
+        pass
+
+    config = load_config(tmp_path / "host.yaml", environ={})
+    assert preflight.problems(app, replace(config, connections={"Jobs": OCI_CONNECTION}), environ={}) == [
+        "function orders, trigger queueTrigger (msg): checkpoints=True: OCI Queue cannot change a message's content "
+        "while it is held, so msg.checkpoint could not store anything",
+        "function orders, trigger queueTrigger (msg): extensions.queues.batchSize is 32, more than OCI Queue takes: "
+        "at most 20 messages a receive returns",
+    ]
+    for connection in ("sqlite:///q.db", "UseDevelopmentStorage=true"):
+        assert preflight.problems(app, replace(config, connections={"Jobs": connection}), environ={}) == []

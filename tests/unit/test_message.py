@@ -31,6 +31,14 @@ def make_message(body: bytes = b"{}", *, id: str = "msg-1", pop_receipt: str | N
 # QueueMessage
 
 
+def test_a_message_built_outside_a_host_cannot_be_checkpointed() -> None:
+    """A handler unit test's message has no lease a host holds: its checkpoint is refused, not pretended."""
+    message = make_message(b"step 0")
+    with pytest.raises(RuntimeError, match="not held by a running host"):
+        message.checkpoint("step 1")
+    assert message.get_body() == b"step 0"
+
+
 def test_message_attributes() -> None:
     message = make_message(b"hello")
 

@@ -111,6 +111,9 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
         found.append(f"channel {binding.channel!r}: {kind.name} has no channels")
     if not binding.trigger:
         return found
+    if spec.checkpoints and not kind.capabilities.updates_content:
+        found.append(f"checkpoints=True: {kind.name} cannot change a message's content while it is held, so "
+                     "msg.checkpoint could not store anything")
     own = config.for_function(spec.name)
     for attr, limit_attr, meaning in _BOUNDED:
         value, limit = getattr(own, attr), getattr(kind.limits, limit_attr)

@@ -171,6 +171,7 @@ class Dispatcher:
         delivery.message = QueueMessage(
             id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
             expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=delivery.lease,
+            checkpoint_encoding=inv.config.message_encoding if inv.function.checkpoints else None,
         )
         return True
 

@@ -10,6 +10,11 @@ A renewal that finds the message gone or its pop receipt changed means someone
 else owns it now: the lease is marked lost, the invocation is told, and the
 completion for it is skipped. Any other error (storage down) is retried sooner,
 never fatal: the receipt stays valid until someone else receives the message.
+
+A handler's checkpoint (new content for its message, for resumable work) is an
+update like a renewal, so it goes through here too: under the lease's lock, with
+the receipt current then, for as long as a renewal extends the lease; the
+receipt it gets back is the one the next renewal and the completion use.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from collections import deque
 
 import structlog
 
-from worker.backends.queues import LeaseGone, MessageNotFound
-from worker.model import Lease
+from worker.backends.queues import InvalidArgument, LeaseGone, MessageNotFound, MessageTooLarge, QueueError
+from worker.model import CheckpointFailed, Lease
 from worker.observability.metrics import Metrics
 from worker.waits import wait_set
 
@@ -51,6 +56,8 @@ class LeaseScheduler:
         #: Leases past their renewal time, waiting for a renewer.
         self._due: deque[Lease] = deque()
         self._renewers: set[asyncio.Task[None]] = set()
+        #: The loop the leases are held on (known from the first one held): handler threads hand checkpoints to it.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def held(self) -> frozenset[Lease]:
@@ -71,8 +78,11 @@ class LeaseScheduler:
 
     def hold(self, lease: Lease) -> None:
         """Start renewing ``lease``, which was just taken for ``duration`` seconds."""
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
         now = time.monotonic()
         lease.acquired_at = now
+        lease.keeper = self
         self._held.add(lease)
         self._extend(lease, now)
 
@@ -132,15 +142,54 @@ class LeaseScheduler:
         while self._due:
             await self._renew(self._due.popleft())
 
-    async def _renew(self, lease: Lease) -> None:
+    async def _update(self, lease: Lease, content: str | None = None) -> None:
+        """Extend ``lease`` by its duration from now (with new ``content``, if given) and take the receipt the
+        update returns; the next renewal is rescheduled from now. Caller holds ``lease.lock``."""
         assert lease.backend is not None and lease.pop_receipt is not None
+        receipt = await lease.backend.update(
+            lease.queue, lease.message_id, lease.pop_receipt, lease.duration or self.duration, content
+        )
+        lease.pop_receipt = receipt.pop_receipt
+        lease.failed_renewals = 0
+        self._extend(lease, time.monotonic())
+
+    async def checkpoint(self, lease: Lease, content: str) -> None:
+        """Replace the message's content (wire text) while ``lease`` holds it, extending the lease as a renewal does.
+
+        Refused (:class:`CheckpointFailed`, nothing written) once the lease is
+        no longer the handler's: lost, or its completion begun (a handler the
+        host gave up on may still be running in its thread). A message found
+        taken or gone is lost here just as a renewal would find it, and the
+        invocation is told. Storage trouble left after the backend's retries
+        is :class:`CheckpointFailed` too; the lease is kept and renewed as
+        before. Content the backend refuses as such (too large, or a service
+        that cannot change content) is raised as the backend raised it.
+        """
+        async with lease.lock:
+            if lease.finished or lease.completing or lease.is_lost:
+                why = "was lost to another receiver" if lease.is_lost else "is over: its completion has begun"
+                raise CheckpointFailed(f"message {lease.message_id} was not checkpointed: its lease {why}")
+            try:
+                await self._update(lease, content)
+            except LeaseGone as exc:
+                self._lose(lease, exc)
+                raise CheckpointFailed(f"message {lease.message_id} was not checkpointed: its lease was lost "
+                                       f"({type(exc).__name__})") from exc
+            except (InvalidArgument, MessageTooLarge):
+                raise
+            except QueueError as exc:
+                self.metrics.inc("storage_errors", lease.function)
+                raise CheckpointFailed(f"message {lease.message_id}: storage failed during the checkpoint, which "
+                                       f"may or may not have been stored; the lease is kept ({exc})") from exc
+            lease.content = content
+        self.metrics.inc("checkpoints", lease.function)
+
+    async def _renew(self, lease: Lease) -> None:
         async with lease.lock:
             if lease.finished:
                 return
             try:
-                receipt = await lease.backend.update(
-                    lease.queue, lease.message_id, lease.pop_receipt, lease.duration or self.duration
-                )
+                await self._update(lease)
             except LeaseGone as exc:
                 if lease.completing and isinstance(exc, MessageNotFound) and lease.holds():
                     # The retried completion's earlier attempt deleted it (see CompletionProcessor._delete): stop
@@ -162,11 +211,8 @@ class LeaseScheduler:
                 )
                 self._schedule(lease, now + retry_in)
                 return
-            lease.pop_receipt = receipt.pop_receipt
             lease.renewals += 1
-            lease.failed_renewals = 0
             self.metrics.inc("lease_renewals", lease.function)
-            self._extend(lease, time.monotonic())
 
     def _lose(self, lease: Lease, exc: Exception) -> None:
         """Someone else owns the message now: tell the invocation, skip its completion."""

@@ -4,8 +4,8 @@ The WebJobs SDK makes poison handling the replaceable processor's business;
 here it is a :class:`PoisonPolicy` chosen from the backend's capabilities
 (:func:`policy_for`):
 
-- :class:`PoisonQueue`: the host copies the message's original text to
-  ``<queue>-poison`` and deletes it (Azure Storage, the embedded queue, and OCI
+- :class:`PoisonQueue`: the host copies the message's text (as stored, its
+  last checkpoint included) to ``<queue>-poison`` and deletes it (Azure Storage, the embedded queue, and OCI
   Queue with ``poison=host``). The tools list it, move it back as a new message
   (new id, dequeue count 0, exactly as Azure's tools do: no service can move a
   message) or purge it; each one is put back before it is deleted from the
@@ -89,7 +89,8 @@ class PoisonQueue:
     async def settle(
         self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
-        """Copy the original text to ``<queue>-poison``, then delete the original.
+        """Copy the message's text to ``<queue>-poison`` (as stored: its last checkpoint, if the handler made
+        one), then delete the original.
 
         The copy never expires, so that nothing poisoned disappears unseen; the
         reason goes to the log together with the copy's id as soon as the copy
@@ -99,7 +100,8 @@ class PoisonQueue:
         # Where messages have no time to live of their own, the poison queue's retention applies.
         forever = -1 if self.backend.capabilities.message_options else None
         if memo.poison_copy_id is None:
-            copy = await put_creating(self.backend, poison, item.raw.content, time_to_live=forever)
+            text = item.raw.content if item.lease.content is None else item.lease.content  # as stored now
+            copy = await put_creating(self.backend, poison, text, time_to_live=forever)
             memo.poison_copy_id = copy.id
             # Said before the original is deleted: a process killed in between leaves the original to come
             # back and be poisoned (and logged) again, so no copy in the poison queue is ever without its reason.
