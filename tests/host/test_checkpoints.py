@@ -2,7 +2,7 @@
 that can update content (the embedded queue and Azurite; OCI Queue is refused at start, see test_backend_limits).
 
 The host runs as a task on the test's event loop; the test reads the queue through a backend of its own, as another
-process would.
+process would. The kill -9 scenario, with real processes, is tests/host/test_checkpoint_resume.py.
 """
 
 from __future__ import annotations
