@@ -123,6 +123,18 @@ def test_encrypted_local_settings_are_refused(tmp_path: Path) -> None:
     assert "c2VjcmV0" not in ran.stderr
 
 
+def test_local_settings_that_are_not_json_are_refused_with_line_and_column(tmp_path: Path) -> None:
+    folder = app_folder(tmp_path / "app", {})
+    # Comments and a trailing comma are what Core Tools accepts too; the missing comma after "a" is not.
+    (folder / "local.settings.json").write_text(
+        '{\n  // local only\n  "Values": {\n    "A": "a"\n    "B": "b",\n  },\n}\n', encoding="utf-8")
+    ran = run_cli(folder, "run")
+    assert ran.returncode == 2
+    assert f"{folder / 'local.settings.json'}: not valid JSON: " in ran.stderr
+    assert "line 5" in ran.stderr and "column 5" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
 def test_no_app_in_the_folder_names_what_was_looked_for(tmp_path: Path) -> None:
     ran = run_cli(tmp_path, "run")
     assert ran.returncode == 2

@@ -61,7 +61,7 @@ class HandedOver:
     message_id: str
     pop_receipt: str
     dequeue_count: int
-    #: The stored text, for the copy in the poison queue if this was the last attempt.
+    #: The stored text (as last checkpointed), for the copy in the poison queue if this was the last attempt.
     content: str
     #: ISO 8601, as the message's ``{insertionTime}``.
     insertion_time: str
@@ -105,7 +105,9 @@ class Recycler:
                 self.scheduler.forget(lease)
                 lease_ends = time.time() + (lease.expires_at - time.monotonic())
                 handed.append(HandedOver(inv.function.name, inv.id, raw.id, lease.pop_receipt, raw.dequeue_count,
-                                         raw.content, raw.insertion_time.isoformat(), reason, lease_ends))
+                                         raw.content if lease.content is None else lease.content,
+                                         raw.insertion_time.isoformat(), reason,
+                                         lease_ends))
         if path is None:
             log.warning("no supervisor to hand the timed-out messages to; they come back when their leases end",
                         messages=len(handed))
