@@ -9,6 +9,7 @@ import pytest
 
 from tests.azurite import ACCOUNT as AZURITE_ACCOUNT
 from tests.azurite import KEY as AZURITE_KEY
+from tests.cli import run_cli
 from worker.backends.azure.connection import (
     DEV_ACCOUNT,
     DEV_ACCOUNT_KEY,
@@ -272,3 +273,34 @@ def test_open_backend_refuses_malformed_strings_without_echoing_them(tmp_path: P
     shown = "".join(traceback.format_exception(caught.value))
     assert connection not in shown
     assert_no_secret(shown)
+
+
+# -- refused before any request ------------------------------------------------------------------------------------
+
+#: An account key that is not base64: the SDK would sign every request with garbage, and storage would look down.
+NOT_BASE64 = "not-base64!!secret"
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    (f"AccountName=myacct;AccountKey={NOT_BASE64}", "AccountKey is not base64"),
+    (f"AccountName=myacct;AccountKey={KEY};QueueEndpoint=ftp://host/myacct", "QueueEndpoint must be an http://"),
+    (f"AccountName=myacct;AccountKey={KEY};BlobEndpoint=myacct.blob", "BlobEndpoint must be an http://"),
+    (f"AccountName=myacct;AccountKey={KEY};DefaultEndpointsProtocol=tcp", "QueueEndpoint must be an http://"),
+    ("QueueEndpoint=https://;Credential=managedidentity", "QueueEndpoint must be an http://"),
+], ids=["key-not-base64", "ftp-endpoint", "no-scheme", "bad-protocol", "no-host"])
+def test_a_connection_string_that_can_never_work_is_refused_without_its_secret(text: str, problem: str) -> None:
+    with pytest.raises(ConnectionStringError) as caught:
+        parse_connection_string(text)
+    assert problem in str(caught.value)
+    assert_no_secret(str(caught.value), KEY, NOT_BASE64)
+
+
+def test_worker_run_refuses_a_key_that_is_not_base64_at_start(tmp_path: Path) -> None:
+    """Before: accepted, then every request failed to sign and the host retried for ever as if storage were down."""
+    connection = f"DefaultEndpointsProtocol=http;AccountName=myacct;AccountKey={NOT_BASE64};" \
+                 "QueueEndpoint=http://127.0.0.1:9/myacct"
+    ran = run_cli(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app",
+                  env={"AzureWebJobsStorage": connection, "RECORD_DB": str(tmp_path / "r.db")})
+    assert ran.returncode == 2, ran.stderr
+    assert "connection AzureWebJobsStorage: connection string's AccountKey is not base64" in ran.stderr
+    assert_no_secret(ran.stderr + ran.stdout, NOT_BASE64)

@@ -12,8 +12,11 @@ Nothing here puts a secret into a message: errors name the keys, never values.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from worker.backends.failures import ConnectionStringError
 from worker.backends.queues import AZURE_NAME, AZURE_NAME_RULE, Capabilities, Limits
@@ -123,6 +126,9 @@ def parse_connection_string(text: str) -> AzureConnection:
         blob = blob or f"{protocol}://{name}.blob.{suffix}"
     if not endpoint and not blob:
         raise ConnectionStringError("connection string has neither QueueEndpoint, BlobEndpoint nor AccountName")
+    for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob)):
+        if url and ((parts := urlsplit(url)).scheme not in ("http", "https") or not parts.netloc):
+            raise ConnectionStringError(f"connection string's {what} must be an http:// or https:// URL with a host")
     if settings.get("credential", "").lower() == IDENTITY_CREDENTIAL.lower():
         return AzureConnection(endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"),
                                blob_endpoint=blob)
@@ -132,4 +138,15 @@ def parse_connection_string(text: str) -> AzureConnection:
         raise ConnectionStringError("connection string has AccountKey but no AccountName")
     if not key and not sas:
         raise ConnectionStringError("connection string has no AccountKey, SharedAccessSignature or Credential")
+    if key and not _is_base64(key):  # else every request fails to sign, which looks like storage being down
+        raise ConnectionStringError("connection string's AccountKey is not base64 (an account key is base64 text, "
+                                    "as the portal and Azurite show it)")
     return AzureConnection(endpoint, name, key, sas.lstrip("?") if sas else None, blob_endpoint=blob)
+
+
+def _is_base64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
