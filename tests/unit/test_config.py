@@ -506,3 +506,38 @@ def test_unquoted_version_number_is_read_as_text(tmp_path: Path) -> None:
 def test_section_with_every_key_commented_out_is_empty(tmp_path: Path) -> None:
     config = load_config(write(tmp_path, "extensions:\n  queues:\n    # batchSize: 4\n"), environ=NO_ENV)
     assert config.batch_size == 16
+
+
+def test_every_problem_in_the_file_and_the_environment_is_listed_at_once(tmp_path: Path) -> None:
+    """One run shows all there is to fix: each problem with its key and file:line (or variable), in file order."""
+    path = write(tmp_path, """
+        version: "1.0"
+        functionTimeout: "abc"
+        extensions:
+          queues:
+            batchSize: 0
+        worker:
+          bogus: 1
+        functions:
+          resize:
+            maxDequeueCount: 0
+            nope: 1
+    """)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, {"WORKER__worker__drainTimeout": "soon"})
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "6 problems in the settings:"
+    # The file's keys, the environment's, then the functions: sections (read once the global values are known).
+    assert [line.split(": ")[1] for line in lines[1:]] == [
+        "functionTimeout", "extensions.queues.batchSize", "worker.bogus", "worker.drainTimeout",
+        "functions.resize.maxDequeueCount", "functions.resize.nope",
+    ]
+    assert lines[1].startswith(f"  {path}:2: ") and lines[4].startswith("  environment WORKER__worker__drainTimeout")
+
+
+def test_one_problem_reads_as_before(tmp_path: Path) -> None:
+    path = write(tmp_path, 'version: "1.0"\nfunctionTimeout: "abc"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, {})
+    assert_names_key_and_line(caught.value, "functionTimeout", f"{path}:2")
+    assert "problems" not in str(caught.value)

@@ -71,6 +71,25 @@ class ConfigError(ValueError):
         super().__init__(f"{prefix}{key}: {problem}")
 
 
+class ConfigErrors(ConfigError):
+    """Several settings are wrong: every one is listed, so that one run shows all there is to fix."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        first = errors[0]
+        super().__init__(first.key, first.problem, first.where)
+        self.errors = errors
+        self.args = (f"{len(errors)} problems in the settings:\n" + "\n".join(f"  {e}" for e in errors),)
+
+
+def _raise_all(errors: list[ConfigError]) -> None:
+    """Raise the one problem as it is, several together; nothing when there are none."""
+    errors = [one for error in errors for one in (error.errors if isinstance(error, ConfigErrors) else [error])]
+    if len(errors) == 1:
+        raise errors[0]
+    if errors:
+        raise ConfigErrors(errors)
+
+
 _DURATION_HMS = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
 _DURATION_UNIT = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -489,53 +508,78 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
     log_levels: dict[str, tuple[Any, str]] = {}
     function_values: dict[str, tuple[dict[str, Any], str]] = {}
     retry_fields: dict[str, Any] = {}
+    errors: list[ConfigError] = []  # every problem, not just the first: one run shows all there is to fix
     for key, (value, where) in values.items():
-        if key in IGNORED_HOST_JSON_KEYS:
-            ignored.append(key)
-            continue
-        if key == "connections" or key.startswith("connections."):
-            connections.update(_connections(key, value, where))
-            continue
-        if key.startswith("spark.conf."):  # one Spark property from the environment
-            spark_conf[key[len("spark.conf."):]] = str(value)
-            continue
-        if key.startswith("logging.logLevel."):  # one category's level from the environment
-            log_levels[key[len("logging.logLevel."):]] = (value, where)
-            continue
-        if key == "functions" and isinstance(value, list):  # host.json's list of the functions to load
-            ignored.append(key)
-            continue
-        if key == "functions" or key.startswith("functions."):
-            _function_sections(key, value, where, lambda k: line_of.get(k, ""), function_values)
-            continue
-        if key.startswith("retry."):  # one retry field from the environment
-            retry_fields[key[len("retry."):]] = value
-            continue
-        setting = _SCHEMA.get(key)
-        if setting is None:
-            inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
-            if inside:  # a known section given a scalar or a list
-                raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
-            raise ConfigError(key, f"unknown key (known keys: {', '.join(sorted(_SCHEMA))}, connections)", where)
-        settings[setting.attr] = setting.read(key, value, where)
+        try:
+            _read_key(key, value, where, settings=settings, ignored=ignored, connections=connections,
+                      spark_conf=spark_conf, log_levels=log_levels, retry_fields=retry_fields,
+                      functions=(function_values, lambda k: line_of.get(k, "")))
+        except ConfigError as exc:
+            errors.append(exc)
 
     if spark_conf:
         settings["spark_conf"] = {**settings.get("spark_conf", {}), **spark_conf}
     for category, (value, where) in log_levels.items():
-        level = _SCHEMA["logging.logLevel"].read(f"logging.logLevel.{category}", {category: value}, where)
+        try:
+            level = _SCHEMA["logging.logLevel"].read(f"logging.logLevel.{category}", {category: value}, where)
+        except ConfigError as exc:
+            errors.append(exc)
+            continue
         settings["log_levels"] = {**settings.get("log_levels", {}), **level}
     if retry_fields:
-        settings["retry"] = _SCHEMA["retry"].read("retry", retry_fields, "environment WORKER__retry__...")
+        try:
+            settings["retry"] = _SCHEMA["retry"].read("retry", retry_fields, "environment WORKER__retry__...")
+        except ConfigError as exc:
+            errors.append(exc)
     threshold_given = "new_batch_threshold" in settings
     if not threshold_given:
         settings["new_batch_threshold"] = _default_threshold(settings.get("batch_size", 16))
-    functions = {
-        name: _function_overrides(name, fields, where, derive_threshold=not threshold_given)
-        for name, (fields, where) in function_values.items()
-    }
+    functions: dict[str, FunctionOverrides] = {}
+    for name, (fields, where) in function_values.items():
+        try:
+            functions[name] = _function_overrides(name, fields, where, derive_threshold=not threshold_given)
+        except ConfigError as exc:
+            errors.append(exc)
+    _raise_all(errors)
     source = Path(path).resolve() if path is not None else None
     return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
                       ignored_keys=tuple(sorted(ignored)), source=source)
+
+
+def _read_key(
+    key: str, value: Any, where: str, *, settings: dict[str, Any], ignored: list[str], connections: dict[str, str],
+    spark_conf: dict[str, str], log_levels: dict[str, tuple[Any, str]], retry_fields: dict[str, Any],
+    functions: tuple[dict[str, tuple[dict[str, Any], str]], Callable[[str], str]],
+) -> None:
+    """Put one flattened key where it belongs: a setting read against the schema, or a section collected whole."""
+    if key in IGNORED_HOST_JSON_KEYS:
+        ignored.append(key)
+        return
+    if key == "connections" or key.startswith("connections."):
+        connections.update(_connections(key, value, where))
+        return
+    if key.startswith("spark.conf."):  # one Spark property from the environment
+        spark_conf[key[len("spark.conf."):]] = str(value)
+        return
+    if key.startswith("logging.logLevel."):  # one category's level from the environment
+        log_levels[key[len("logging.logLevel."):]] = (value, where)
+        return
+    if key == "functions" and isinstance(value, list):  # host.json's list of the functions to load
+        ignored.append(key)
+        return
+    if key == "functions" or key.startswith("functions."):
+        _function_sections(key, value, where, functions[1], functions[0])
+        return
+    if key.startswith("retry."):  # one retry field from the environment
+        retry_fields[key[len("retry."):]] = value
+        return
+    setting = _SCHEMA.get(key)
+    if setting is None:
+        inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
+        if inside:  # a known section given a scalar or a list
+            raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
+        raise ConfigError(key, f"unknown key (known keys: {', '.join(sorted(_SCHEMA))}, connections)", where)
+    settings[setting.attr] = setting.read(key, value, where)
 
 
 def _default_threshold(batch_size: int) -> int:
@@ -576,13 +620,18 @@ def _function_overrides(
 ) -> FunctionOverrides:
     """Parse one function's section against the schema of the keys a function may set."""
     settings: dict[str, Any] = {}
+    errors: list[ConfigError] = []
     for field_key, (value, at) in fields.items():
         dotted = f"functions.{name}.{field_key}"
         global_key = _FUNCTION_KEYS.get(field_key)
-        if global_key is None:
-            raise ConfigError(dotted, f"unknown key (a function may set {', '.join(sorted(_FUNCTION_KEYS))})", at)
-        setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
-        settings[setting.attr] = setting.read(dotted, value, at)
+        try:
+            if global_key is None:
+                raise ConfigError(dotted, f"unknown key (a function may set {', '.join(sorted(_FUNCTION_KEYS))})", at)
+            setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
+            settings[setting.attr] = setting.read(dotted, value, at)
+        except ConfigError as exc:
+            errors.append(exc)
+    _raise_all(errors)
     if derive_threshold and "batch_size" in settings and "new_batch_threshold" not in settings:
         settings["new_batch_threshold"] = _default_threshold(settings["batch_size"])
     return FunctionOverrides(settings, where)
