@@ -36,11 +36,20 @@ class WorkerApp:
     ``@app.queue_trigger``, ``@app.queue_output`` and ``@app.function_name`` may
     be stacked in any order; all return the handler unchanged, so it stays
     callable in tests.
+
+    A decorator used wrongly (a missing parameter, a path without a
+    container, blob bindings on a batch) does not raise at import: the
+    handler is not registered and the problem is kept in :attr:`problems`,
+    so that a module with several such mistakes has them all listed when
+    the host refuses to start, not the first one per run.
     """
 
     def __init__(self) -> None:
         self._specs: dict[Callable[..., Any], FunctionSpec] = {}
         self._middleware: list[Middleware] = []
+        self._problems: list[str] = []
+        #: Handlers with a problem: never registered, whatever decorators run on them later.
+        self._refused: set[Callable[..., Any]] = set()
 
     def add_middleware(self, middleware: Middleware) -> None:
         """Run ``middleware`` (a :class:`worker.Middleware`) in every host that runs this app, after the host's own."""
@@ -52,6 +61,11 @@ class WorkerApp:
     def middleware(self) -> list[Middleware]:
         """The middleware added with :meth:`add_middleware`, in order."""
         return list(self._middleware)
+
+    @property
+    def problems(self) -> list[str]:
+        """Why some decorated handlers cannot be functions, one line each; the host refuses to start with them."""
+        return list(self._problems)
 
     @property
     def functions(self) -> list[FunctionSpec]:
@@ -97,21 +111,25 @@ class WorkerApp:
         work that resumes where a crashed attempt got to; a backend that
         cannot change content (OCI Queue) is refused at start.
         """
-        if cardinality not in ("one", "many"):
-            raise ValueError(f"cardinality must be 'one' or 'many', got {cardinality!r}")
-        _check_named(queue_name)
+        try:
+            if cardinality not in ("one", "many"):
+                raise ValueError(f"cardinality must be 'one' or 'many', got {cardinality!r}")
+            _check_named(queue_name)
+        except ValueError as exc:
+            return self._refusing(f"queue_trigger: {exc}")
 
+        @self._checked("queue_trigger")
         def register(handler: F) -> F:
             if arg_name not in inspect.signature(handler).parameters:
-                raise TypeError(f"{handler.__qualname__} has no parameter {arg_name!r} for the queue message")
+                raise TypeError(f"has no parameter {arg_name!r} for the queue message")
             name = getattr(handler, _NAME_ATTR, handler.__name__)
             inputs = tuple(getattr(handler, _INPUTS_ATTR, ()))
             outputs = tuple(getattr(handler, _OUTPUTS_ATTR, ()))
             if cardinality == "many" and (inputs or any(isinstance(b, BlobOutput) for b in outputs)):
-                raise ValueError(f"{handler.__qualname__}: blob bindings need cardinality 'one' (a path names one message)")
+                raise ValueError("blob bindings need cardinality 'one' (a path names one message)")
             trigger_kind = "object" if cardinality == "many" else data_kind(handler, arg_name)
             if checkpoints and trigger_kind != "object":
-                raise ValueError(f"{handler.__qualname__}: checkpoints=True needs the QueueMessage itself as {arg_name!r} "
+                raise ValueError(f"checkpoints=True needs the QueueMessage itself as {arg_name!r} "
                                  f"(it is annotated {trigger_kind}, which gets the body only)")
             self._specs[handler] = FunctionSpec(
                 name=name,
@@ -150,10 +168,12 @@ class WorkerApp:
         policy's delay for its attempt; attempts are counted by
         ``maxDequeueCount``, so ``max_retry_count`` has no effect.
         """
-        policy = parse_retry({"strategy": strategy, "max_retry_count": max_retry_count,
-                              "delay_interval": delay_interval, "minimum_interval": minimum_interval,
-                              "maximum_interval": maximum_interval}, parse_duration)
-
+        try:
+            policy = parse_retry({"strategy": strategy, "max_retry_count": max_retry_count,
+                                  "delay_interval": delay_interval, "minimum_interval": minimum_interval,
+                                  "maximum_interval": maximum_interval}, parse_duration)
+        except ValueError as exc:
+            return self._refusing(f"retry: {exc}")
         return lambda handler: self._set(handler, _RETRY_ATTR, retry=policy)
 
     def queue_output(
@@ -163,7 +183,10 @@ class WorkerApp:
 
         ``channel`` puts the messages on that channel of the queue, where the backend has channels (OCI Queue).
         """
-        _check_named(queue_name)
+        try:
+            _check_named(queue_name)
+        except ValueError as exc:
+            return self._refusing(f"queue_output {arg_name!r}: {exc}")
         return self._bind(OutputBinding(arg_name, queue_name, connection, channel), "queue output")
 
     def blob_output(self, *, arg_name: str, path: str, connection: str | None = None) -> Callable[[F], F]:
@@ -174,7 +197,10 @@ class WorkerApp:
         resolved for each message. The blob is written after the handler
         returns and before the trigger message is deleted.
         """
-        check_blob_path(path)
+        try:
+            check_blob_path(path)
+        except ValueError as exc:
+            return self._refusing(f"blob_output {arg_name!r}: {exc}")
         return self._bind(BlobOutput(arg_name, path, connection), "blob output")
 
     def blob_input(
@@ -186,8 +212,12 @@ class WorkerApp:
         Python worker: ``str``, ``bytes``, else an :class:`worker.InputStream`;
         an unannotated parameter follows ``data_type`` (``"string"``/``"binary"``).
         """
-        check_blob_path(path)
+        try:
+            check_blob_path(path)
+        except ValueError as exc:
+            return self._refusing(f"blob_input {arg_name!r}: {exc}")
 
+        @self._checked(f"blob_input {arg_name!r}")
         def bind(handler: F) -> F:
             kind = input_kind(handler, arg_name, data_type)
             return self._bind(BlobInput(arg_name, path, connection, kind), "blob input")(handler)
@@ -199,14 +229,15 @@ class WorkerApp:
         inputs = isinstance(binding, BlobInput)
         attr = _INPUTS_ATTR if inputs else _OUTPUTS_ATTR
 
+        @self._checked(f"{what.replace(' ', '_')} {binding.arg_name!r}")
         def bind(handler: F) -> F:
             if binding.arg_name not in inspect.signature(handler).parameters:
-                raise TypeError(f"{handler.__qualname__} has no parameter {binding.arg_name!r} for the {what}")
+                raise TypeError(f"has no parameter {binding.arg_name!r} for the {what}")
             spec = self._specs.get(handler)
             if spec is None:
                 setattr(handler, attr, (*getattr(handler, attr, ()), binding))
             elif spec.many and not isinstance(binding, OutputBinding):
-                raise ValueError(f"{handler.__qualname__}: blob bindings need cardinality 'one' (a path names one message)")
+                raise ValueError("blob bindings need cardinality 'one' (a path names one message)")
             elif inputs:
                 self._specs[handler] = replace(spec, inputs=(*spec.inputs, binding))
             else:
@@ -219,6 +250,41 @@ class WorkerApp:
         """Name the function in logs and metrics (default: the Python function's name)."""
 
         return lambda handler: self._set(handler, _NAME_ATTR, name=name)
+
+    def _refuse(self, handler: Callable[..., Any], problem: str) -> None:
+        """Keep ``problem`` against ``handler``, which is then never registered."""
+        python_name = getattr(handler, "__name__", repr(handler))
+        name = getattr(handler, _NAME_ATTR, python_name)
+        self._problems.append(f"function {name}{f' ({python_name})' if python_name != name else ''}: {problem}")
+        self._refused.add(handler)
+        self._specs.pop(handler, None)
+
+    def _refusing(self, problem: str) -> Callable[[F], F]:
+        """A decorator for one whose arguments are wrong: it records ``problem`` against the handler it gets."""
+
+        def refuse(handler: F) -> F:
+            self._refuse(handler, problem)
+            return handler
+
+        return refuse
+
+    def _checked(self, what: str) -> Callable[[Callable[[F], F]], Callable[[F], F]]:
+        """Wrap a decorator so that what it raises for a handler is recorded as a problem (``what`` said it), and a
+        handler refused already stays out of the registry."""
+
+        def wrap(decorate: Callable[[F], F]) -> Callable[[F], F]:
+            def checked(handler: F) -> F:
+                try:
+                    decorate(handler)
+                except (TypeError, ValueError) as exc:
+                    self._refuse(handler, f"{what}: {exc}")
+                if handler in self._refused:
+                    self._specs.pop(handler, None)
+                return handler
+
+            return checked
+
+        return wrap
 
     def _set(self, handler: F, attr: str, **field: Any) -> F:
         """Set one field of the handler's function, whether ``@app.queue_trigger`` ran already or runs later (then

@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,26 @@ def test_python_script_file_name_names_the_entry_point_and_its_single_app_is_fou
 
     assert run.returncode == 0, run.stderr
     assert "job" in run.stdout  # the run summary's row of the one function
+
+
+def test_every_decorator_used_wrongly_is_listed_at_start(tmp_path: Path) -> None:
+    """Two mistakes in one app: both refused in one run (before, the import stopped at the first)."""
+    (tmp_path / "function_app.py").write_text(textwrap.dedent("""
+        from worker import Out, QueueMessage, WorkerApp
+
+        app = WorkerApp()
+
+        @app.queue_trigger(arg_name="msg", queue_name="orders")
+        def wrong_parameter(message: QueueMessage) -> None:
+            pass
+
+        @app.queue_trigger(arg_name="msg", queue_name="resize")
+        @app.blob_output(arg_name="out", path="no-container")
+        def no_container(msg: QueueMessage, out: Out[str]) -> None:
+            pass
+    """), encoding="utf-8")
+    ran = run_cli(tmp_path, "run", "--burst")
+    assert ran.returncode == 2, ran.stderr
+    assert "function wrong_parameter: queue_trigger: has no parameter 'msg' for the queue message" in ran.stderr
+    assert "function no_container: blob_output 'out': blob path 'no-container' must look like" in ran.stderr
+    assert "Traceback" not in ran.stderr

@@ -110,10 +110,14 @@ def test_checkpoints_are_declared_on_the_trigger_and_need_the_message_itself() -
         pass
 
     assert {s.name: s.checkpoints for s in app.functions} == {"chunked": True, "batch": True, "plain": False}
-    with pytest.raises(ValueError, match=r"checkpoints=True needs the QueueMessage itself as 'msg' \(it is annotated str"):
-        @app.queue_trigger(arg_name="msg", queue_name="texts", checkpoints=True)
-        def text(msg: str) -> None:
-            pass
+    @app.queue_trigger(arg_name="msg", queue_name="texts", checkpoints=True)
+    def text(msg: str) -> None:
+        pass
+
+    [problem] = app.problems
+    assert "function text: queue_trigger: checkpoints=True needs the QueueMessage itself as 'msg' (it is annotated str" \
+        in problem
+    assert "text" not in {s.name for s in app.functions}
 
 
 def test_blob_bindings_stack_in_any_order_with_their_kinds() -> None:
@@ -139,14 +143,21 @@ def test_blob_bindings_stack_in_any_order_with_their_kinds() -> None:
 def test_blob_bindings_are_refused_on_batches_and_need_a_container() -> None:
     app = WorkerApp()
 
-    with pytest.raises(ValueError, match="blob bindings need cardinality 'one'"):
-        @app.queue_trigger(arg_name="msgs", queue_name="orders", cardinality="many")
-        @app.blob_output(arg_name="out", path="out/{id}")
-        def batch(msgs: list[QueueMessage], out: Out[str]) -> None:
-            pass
+    @app.queue_trigger(arg_name="msgs", queue_name="orders", cardinality="many")
+    @app.blob_output(arg_name="out", path="out/{id}")
+    def batch(msgs: list[QueueMessage], out: Out[str]) -> None:
+        pass
 
-    with pytest.raises(ValueError, match="must look like 'container/blob'"):
-        app.blob_input(arg_name="x", path="no-container")
+    @app.queue_trigger(arg_name="msg", queue_name="orders")
+    @app.blob_input(arg_name="x", path="no-container")
+    def single(msg: QueueMessage, x: bytes) -> None:
+        pass
+
+    assert len(app.problems) == 2
+    assert "function batch: queue_trigger: blob bindings need cardinality 'one'" in app.problems[0]
+    assert "function single: blob_input 'x': blob path 'no-container' must look like 'container/blob'" \
+        in app.problems[1]
+    assert app.functions == []  # neither runs without what it declared
 
 
 def test_decorators_return_the_handler_unchanged() -> None:
@@ -240,8 +251,11 @@ def test_a_queue_name_must_be_given(queue_name: str) -> None:
     """Whether the service takes a name depends on the backend (checked at start); that there is one does not."""
     app = WorkerApp()
 
-    with pytest.raises(ValueError, match="queue_name must be a non-empty string"):
-        app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    def handle(msg: object) -> None:
+        pass
+
+    assert app.problems == [f"function handle: queue_trigger: queue_name must be a non-empty string, got {queue_name!r}"]
 
 
 @pytest.mark.parametrize("queue_name", ["abc", "a-b", "a" * 63, "0rders-2"])
@@ -262,6 +276,43 @@ def test_handler_without_the_arg_name_parameter_is_rejected() -> None:
     def handle(msg: object) -> None:
         pass
 
-    with pytest.raises(TypeError, match="'message'"):
-        trigger(handle)
+    trigger(handle)
+    assert len(app.problems) == 1 and "has no parameter 'message' for the queue message" in app.problems[0]
     assert app.functions == []
+
+
+def test_every_decorator_used_wrongly_is_kept_and_the_rest_still_register() -> None:
+    """Several mistakes in one module are all listed at start, not one per run; the import itself succeeds."""
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="a")
+    def no_such_parameter(message: QueueMessage) -> None:
+        pass
+
+    @app.function_name("renamed")
+    @app.queue_trigger(arg_name="msg", queue_name="b", cardinality="several")
+    def bad_cardinality(msg: QueueMessage) -> None:
+        pass
+
+    @app.queue_trigger(arg_name="msg", queue_name="c")
+    @app.queue_output(arg_name="out", queue_name="d")
+    def no_output_parameter(msg: QueueMessage) -> None:
+        pass
+
+    @app.retry(strategy="sometimes")
+    @app.queue_trigger(arg_name="msg", queue_name="e")
+    def bad_retry(msg: QueueMessage) -> None:
+        pass
+
+    @app.queue_trigger(arg_name="msg", queue_name="fine")
+    def fine(msg: QueueMessage) -> None:
+        pass
+
+    problems = app.problems
+    assert [p.split(":")[0] for p in problems] == [
+        "function no_such_parameter", "function bad_cardinality", "function no_output_parameter",
+        "function bad_retry",
+    ]
+    assert "queue_output 'out': has no parameter 'out'" in problems[2]
+    assert "retry:" in problems[3]
+    assert [s.name for s in app.functions] == ["fine"]

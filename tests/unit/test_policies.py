@@ -115,8 +115,14 @@ def test_app_retry_takes_function_apps_arguments() -> None:
 
     [spec] = app.functions
     assert spec.retry == RetryPolicy("fixedDelay", 2.0, 2.0)
-    with pytest.raises(ValueError, match="exponentialBackoff needs maximumInterval"):
-        app.retry(strategy="exponential_backoff", max_retry_count="2", minimum_interval="00:00:01")
+
+    @app.retry(strategy="exponential_backoff", max_retry_count="2", minimum_interval="00:00:01")
+    @app.queue_trigger(arg_name="msg", queue_name="unbounded")
+    def unbounded(msg: object) -> None: ...
+
+    [problem] = app.problems
+    assert problem.startswith("function unbounded: retry: ") and "exponentialBackoff needs maximumInterval" in problem
+    assert [s.name for s in app.functions] == ["retried"]
 
 
 def _spec(many: bool = False) -> FunctionSpec:

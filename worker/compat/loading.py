@@ -102,6 +102,7 @@ def load_app(
             app = converted.app
     if not isinstance(app, WorkerApp):
         raise AppLoadError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
+    problems.extend(app.problems)  # decorators used wrongly, every one of them
     try:
         functions = app.functions
     except ValueError as exc:

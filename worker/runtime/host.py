@@ -114,6 +114,8 @@ class Host:
         replaces the host's own, e.g. to keep one Spark session across host runs. ``handover`` is the file this
         process and the one before it (if it was recycled) hand timed-out messages over in
         (:mod:`worker.runtime.recycle`); the supervisor names it."""
+        if app.problems:  # worker run lists them at start; a host built in code refuses them too
+            raise StartupRefused(app.problems)
         if not app.functions:
             raise ValueError("the app registers no functions; decorate a handler with @app.queue_trigger")
         # The start-up checks (worker.ops.preflight) ran before the host was built; what is left to refuse here is
