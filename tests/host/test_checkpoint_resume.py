@@ -76,11 +76,11 @@ async def test_a_job_killed_mid_way_resumes_from_its_last_checkpoint(
 
     starts = [(r["pid"], r["dequeue_count"], json.loads(r["body"])) for r in rows(record_db, "start")]
     assert starts == [
-        (first.pid, 1, {"chunks": CHUNKS, "next": 0}),
-        (second.pid, 2, {"chunks": CHUNKS, "next": KILLED_AT}),
+        (first.host_pid, 1, {"chunks": CHUNKS, "next": 0}),
+        (second.host_pid, 2, {"chunks": CHUNKS, "next": KILLED_AT}),
     ], "the second attempt did not read the last checkpoint, or the dequeue count counted checkpoints"
     done = [(r["event"], r["pid"]) for r in rows(record_db, "chunk ")]
-    assert done == [(f"chunk {n}", first.pid if n < KILLED_AT else second.pid) for n in range(CHUNKS)], (
+    assert done == [(f"chunk {n}", first.host_pid if n < KILLED_AT else second.host_pid) for n in range(CHUNKS)], (
         "a chunk was done twice, or not at all"
     )
     assert {r["message_id"] for r in attempts(record_db)} == {message_id}

@@ -19,6 +19,7 @@ import pytest
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
 from worker.backends.queues import PopReceiptMismatch, QueueBackend, QueueNotFound
+from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX
 from worker.bindings.encoding import encode
 from worker.model import Lease
 from worker.observability.metrics import Metrics
@@ -348,6 +349,46 @@ async def test_queue_output_is_sent_on_success_only(config: HostConfig, queue: Q
         await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 1), 10, what="the good message")
     sent = await queue.peek("results", 32)
     assert sorted(m.content for m in sent) == sorted(encode(t, "base64") for t in ("1-a", "1-b"))
+
+
+@pytest.mark.parametrize("kind", ["worker", "functions"])
+async def test_an_output_of_a_type_no_message_carries_is_poisoned_on_the_first_attempt(
+    config: HostConfig, queue: QueueBackend, kind: str
+) -> None:
+    """A number on a WorkerApp's queue output; a dict on an azure.functions one (the Python worker would send its
+    keys): no attempt could send either, so the message goes to poison at once with the reason, and nothing is
+    sent."""
+    if kind == "worker":
+        app = WorkerApp()
+
+        @app.queue_output(arg_name="out", queue_name="results")
+        @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+        def handler(msg: QueueMessage, out: Out[int]) -> None:
+            out.set(123)
+    else:
+        import azure.functions as func
+
+        from worker.compat.functions import from_function_app
+
+        functions_app = func.FunctionApp()
+
+        @functions_app.queue_trigger(arg_name="msg", queue_name=QUEUE, connection="AzureWebJobsStorage")
+        @functions_app.queue_output(arg_name="$return", queue_name="results", connection="AzureWebJobsStorage")
+        def job(msg: func.QueueMessage) -> Any:
+            return {"n": 1}
+
+        app = from_function_app(functions_app, environ={}).app
+        # A FunctionApp always names its connection: the embedded queue's file, when that is the backend here.
+        embedded = f"{SQLITE_PREFIX}{DEFAULT_SQLITE_PATH.as_posix()}"
+        config = replace(config, connections={"AzureWebJobsStorage": embedded, **config.connections})
+    await put(queue, "one")
+    async with running(app, replace(config, max_dequeue_count=5)) as host:
+        await apoll(lambda: _ready(lambda: host.metrics.get("poisoned") == 1), 10, what="the message in poison")
+        assert host.metrics.get("retried") == 0
+    [poisoned] = await queue.peek(f"{QUEUE}-poison", 32)
+    assert poisoned.content == encode("one", "base64")
+    with pytest.raises(QueueNotFound):
+        await queue.peek("results", 32)
 
 
 # -- cardinality many ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 
 from worker.backends.blobs import BlobData
 from worker.bindings.blobs import BlobBindingError, InputStream, as_argument, content, split
+from worker.bindings.errors import UnusableOutput
 
 BLOB = BlobData(container="reports", path="2026/11/day.json", data=b'{"n": 1}', uri="http://x/reports/2026/11/day.json")
 
@@ -40,7 +41,8 @@ def test_an_output_takes_what_the_python_worker_blob_converter_takes(value: obje
 
 @pytest.mark.parametrize("value", [{"a": 1}, 17, ["a"]])
 def test_an_output_refuses_other_types_naming_them(value: object) -> None:
-    with pytest.raises(BlobBindingError, match=f"not {type(value).__name__}"):
+    """Refused as no attempt could write it: the message goes to poison at once."""
+    with pytest.raises(UnusableOutput, match=f"not {type(value).__name__}"):
         content(value)
 
 

@@ -32,7 +32,15 @@ def test_names_are_case_insensitive() -> None:
 
 def test_json_body_properties_nested_and_typed() -> None:
     data = binding_data(message(b'{"order": {"id": 17, "Region": "eu"}, "rush": true, "n": 2.5}'))
-    assert resolve("{order.id}-{order.region}-{rush}-{n}", data) == "17-eu-True-2.5"
+    assert resolve("{order.id}-{order.region}-{n}", data) == "17-eu-2.5"
+
+
+@pytest.mark.parametrize(("body", "shown"), [(b'{"name": null}', "null"), (b'{"name": true}', "true"),
+                                             (b'{"name": false}', "false")])
+def test_a_null_or_a_boolean_is_no_name(body: bytes, shown: str) -> None:
+    """Not None.txt or True.txt, which no one meant: the message cannot name a blob (it goes to poison at once)."""
+    with pytest.raises(ExpressionError, match=rf"\{{name\}} is {shown}, not a name"):
+        resolve("out/{name}.txt", binding_data(message(body)))
 
 
 def test_a_body_property_wins_over_the_message_metadata_of_the_same_name_as_in_the_sdk() -> None:

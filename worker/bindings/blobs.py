@@ -24,6 +24,8 @@ from typing import Any
 
 from worker.backends.blobs import BlobData, BlobStore, InvalidBlobName, check_container, check_names
 from worker.bindings import expressions
+from worker.bindings.errors import Unusable, UnusableOutput
+from worker.bindings.expressions import ExpressionError
 from worker.bindings.types import DataKind, annotation, data_kind
 
 
@@ -51,7 +53,7 @@ class BlobBindingError(ValueError):
     """A blob binding cannot be used as declared, or a value cannot be written to a blob."""
 
 
-class UnusableBlobPath(BlobBindingError):
+class UnusableBlobPath(BlobBindingError, Unusable):
     """A blob path that gave, for one message, what no attempt can use: a URL of another account, a name the
     service refuses. The message goes to poison at once instead of being tried again."""
 
@@ -143,19 +145,19 @@ def content(value: Any) -> bytes | None:
         return value.encode("utf-8")
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    raise BlobBindingError(f"a blob output takes str, bytes or a file-like object, not {type(value).__name__}")
+    raise UnusableOutput(f"a blob output takes str, bytes or a file-like object, not {type(value).__name__}")
 
 
 def _location(path: str, data: Mapping[str, Any], store: BlobStore) -> tuple[str, str]:
     """The container and blob a path names for one message: ``%settings%`` (checked at start), then ``{data}``;
     a value that is a URL must be one of ``store``'s blobs. UnusableBlobPath when no attempt could use it."""
-    value = expressions.resolve(expressions.resolve_settings(path, os.environ), data)
     try:
+        value = expressions.resolve(expressions.resolve_settings(path, os.environ), data)
         if "://" in value:
             return store.locate(value)
         container, blob = split(value)
         check_names(container, blob)
-    except (InvalidBlobName, BlobBindingError) as exc:
+    except (ExpressionError, InvalidBlobName, BlobBindingError) as exc:
         raise UnusableBlobPath(f"blob path {path!r}: {exc}") from None
     return container, blob
 

@@ -120,8 +120,8 @@ def resolve(template: str, data: Mapping[str, Any], now: datetime | None = None)
             return format_time(found, fmt or PATH_TIME_FORMAT)
         if isinstance(found, (dict, list)):
             raise ExpressionError(f"{template!r}: {{{expression}}} is a JSON {type(found).__name__}, not a value")
-        if isinstance(found, bool):
-            return "True" if found else "False"  # as .NET writes a JSON boolean
+        if found is None or isinstance(found, bool):  # would write None.txt or True.txt: never what was meant
+            raise ExpressionError(f"{template!r}: {{{expression}}} is {json.dumps(found)}, not a name")
         return str(found)
 
     return _TOKEN.sub(value, template)

@@ -20,6 +20,7 @@ from worker.backends.queues import put_creating
 from worker.backends.storage import Storage
 from worker.bindings.blobs import BlobOutput, write_output
 from worker.bindings.encoding import encode
+from worker.bindings.errors import UnusableOutput
 
 T = TypeVar("T")
 
@@ -51,16 +52,22 @@ class Out(Generic[T]):
 
 
 def _texts(value: Any) -> list[str | bytes]:
-    """The message bodies one output value stands for: a list sends one message per item."""
+    """The message bodies one output value stands for: a list sends one message per item.
+
+    A number or a boolean is refused rather than sent as its text: the
+    Functions Python worker refuses them too, and ``123`` on a queue is more
+    often a mistake than a message.
+    """
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
         return [body for item in value for body in _texts(item)]
     if isinstance(value, (str, bytes, bytearray)):
         return [bytes(value) if isinstance(value, bytearray) else value]
-    if isinstance(value, (dict, int, float, bool)):
+    if isinstance(value, dict):
         return [json.dumps(value)]
-    raise TypeError(f"an output binding takes str, bytes, a JSON-able dict or a list of them, not {type(value).__name__}")
+    raise UnusableOutput(f"a queue output takes str, bytes, a dict (sent as JSON) or a list of them, not "
+                         f"{type(value).__name__} {value!r:.40}")
 
 
 async def send_outputs(

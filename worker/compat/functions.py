@@ -60,6 +60,7 @@ from azure.functions.queue import QueueMessage as _FullQueueMessage
 from worker.app import WorkerApp
 from worker.bindings import blobs as blob_bindings
 from worker.bindings import expressions
+from worker.bindings.errors import UnusableOutput
 from worker.bindings.outputs import Out
 from worker.context import Context, RetryContext, TraceContext
 from worker.message import QueueMessage
@@ -399,8 +400,9 @@ def _type_name(hint: Any) -> str:
 def _queue_value(value: Any) -> Any:
     """An output value as the Python worker's queue converter takes it: str, bytes, a QueueMessage, or a list of them.
 
-    A QueueMessage (alone or in a list) becomes its body. Anything else fails
-    the invocation, as the converter's NotImplementedError does; a dict is
+    A QueueMessage (alone or in a list) becomes its body. Anything else is
+    refused, as the converter's NotImplementedError refuses it, and the
+    message goes to poison at once (no attempt could send it); a dict is
     refused rather than sent as its keys (which is what iterating it in the
     Python worker does).
     """
@@ -412,10 +414,11 @@ def _queue_value(value: Any) -> Any:
         items = list(value)
         for item in items:
             if not isinstance(item, (str, func.QueueMessage)):
-                raise TypeError(f"a queue output list takes str or func.QueueMessage items, not {type(item).__name__}")
+                raise UnusableOutput(f"a queue output list takes str or func.QueueMessage items, not "
+                                     f"{type(item).__name__}")
         return [item.get_body() if isinstance(item, func.QueueMessage) else item for item in items]
-    raise TypeError(f"a queue output takes str, bytes, func.QueueMessage or a list of str/func.QueueMessage, not "
-                    f"{type(value).__name__} (json.dumps a dict first)")
+    raise UnusableOutput(f"a queue output takes str, bytes, func.QueueMessage or a list of str/func.QueueMessage, "
+                         f"not {type(value).__name__} (json.dumps a dict first)")
 
 
 def _handler(

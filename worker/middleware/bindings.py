@@ -8,7 +8,8 @@ import structlog
 
 from worker.backends.storage import Storage
 from worker.bindings import expressions
-from worker.bindings.blobs import UnusableBlobPath, read_inputs
+from worker.bindings.blobs import read_inputs
+from worker.bindings.errors import Unusable
 from worker.bindings.outputs import Out, send_outputs
 from worker.invocation import Invocation
 from worker.message import Poison
@@ -38,7 +39,7 @@ class Bindings(Middleware):
         if function.inputs:
             try:
                 invocation.kwargs.update(await read_inputs(function.inputs, invocation.binding_data, self.storage.blobs))
-            except UnusableBlobPath as exc:
+            except Unusable as exc:
                 raise Poison(f"input binding: {exc}") from None
             except Exception as exc:
                 raise InvocationFailed(f"input binding: {type(exc).__name__}: {exc}") from exc
@@ -50,7 +51,7 @@ class Bindings(Middleware):
         values = {binding.arg_name: invocation.kwargs[binding.arg_name] for binding in function.outputs}
         try:
             await send_outputs(function.outputs, values, self.storage, self.encoding, invocation.binding_data)
-        except UnusableBlobPath as exc:
+        except Unusable as exc:  # no attempt could write it: a name the service refuses, a value of the wrong type
             log.error("output binding cannot be written for this message; it goes to the poison queue",
                       error=str(exc))
             return Result(Outcome.POISON, f"output binding: {exc}")

@@ -27,6 +27,7 @@ import structlog
 
 from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.encoding import MessageDecodeError, decode
+from worker.bindings.errors import Unusable
 from worker.context import Context, RetryContext
 from worker.invocation import Delivery, Invocation, current_invocation
 from worker.message import Poison, QueueMessage
@@ -288,12 +289,16 @@ class Dispatcher:
 
 def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
     """The result of a handler (or middleware ``where``) that raised: poison if it asked for it, else a failure."""
-    if isinstance(exc, Poison):
-        if where:  # a middleware found that no attempt can succeed (a blob path that cannot be used)
-            inv.log.error(f"message cannot be handled ({where}); it goes to the poison queue", reason=exc.reason)
-            return Result(Outcome.POISON, exc.reason)
+    if isinstance(exc, Poison) and not where:
         inv.log.error("handler asked for the poison queue", reason=exc.reason)
         return Result(Outcome.POISON, exc.reason, requested=True)
+    # No attempt can succeed: a middleware found so (a blob path that cannot be used), or a value the handler gave
+    # cannot be used (an azure.functions handler's output of a type no message can carry).
+    if isinstance(exc, (Poison, Unusable)):
+        reason = exc.reason if isinstance(exc, Poison) else str(exc)
+        inv.log.error(f"message cannot be handled{f' ({where})' if where else ''}; it goes to the poison queue",
+                      reason=reason)
+        return Result(Outcome.POISON, reason)
     error = f"{type(exc).__name__}: {exc}"
     if where:
         inv.log.error(f"invocation failed {where}; the message will be retried", error=error)
