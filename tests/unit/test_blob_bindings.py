@@ -7,7 +7,7 @@ import io
 import pytest
 
 from worker.backends.blobs import BlobData
-from worker.bindings.blobs import BlobBindingError, InputStream, as_argument, content, split
+from worker.bindings.blobs import BlobBindingError, InputStream, as_argument, check_blob_path, content, split
 from worker.bindings.errors import UnusableOutput
 
 BLOB = BlobData(container="reports", path="2026/11/day.json", data=b'{"n": 1}', uri="http://x/reports/2026/11/day.json")
@@ -50,3 +50,11 @@ def test_a_resolved_path_splits_into_container_and_blob() -> None:
     assert split("reports/2026/11/day.json") == ("reports", "2026/11/day.json")
     with pytest.raises(BlobBindingError, match="no container or no blob name"):
         split("reports/")
+
+
+@pytest.mark.parametrize("path", ["reports/a/../b.txt", "reports//b.txt", "reports/" + "x" * 1025])
+def test_a_literal_blob_name_the_service_refuses_is_refused_at_start(path: str) -> None:
+    """Nothing in it comes from a message, so every message would fail the same way."""
+    with pytest.raises(BlobBindingError, match="blob name"):
+        check_blob_path(path)
+    check_blob_path("reports/{name}/../b.txt")  # a segment from the message: checked per message, poisoned there

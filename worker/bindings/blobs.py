@@ -69,10 +69,14 @@ def check_blob_path(path: str) -> None:
     if not isinstance(path, str) or not (_CONTAINER_PART.match(path.strip()) or _ONE_EXPRESSION.match(path.strip())):
         raise BlobBindingError(f"blob path {path!r} must look like 'container/blob' (binding expressions allowed), "
                                "or be one expression that gives such a path or a blob URL ('{url}')")
-    container = path.strip().partition("/")[0]
-    if not any(mark in container for mark in "{}%"):  # a fixed container name: refused now, not at every message
+    container, _, blob = path.strip().partition("/")
+    fixed = not any(mark in path for mark in "{}%")
+    if fixed or not any(mark in container for mark in "{}%"):  # what is fixed is refused now, not at every message
         try:
-            check_container(container)
+            if fixed:
+                check_names(container, blob)
+            else:
+                check_container(container)
         except InvalidBlobName as exc:
             raise BlobBindingError(f"blob path {path!r}: {exc}") from None
 
