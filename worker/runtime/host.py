@@ -146,7 +146,11 @@ class Host:
         self.stopping.set()
 
     async def run(self) -> Dispatcher:
-        """Run until stopped; return the dispatcher so the caller can see whether handler threads still run."""
+        """Run until stopped; return the dispatcher so the caller can see whether handler threads still run.
+
+        Also returns, after draining, when a sync handler ran past functionTimeout (:attr:`recycled` says why):
+        the caller must then end the process (``worker run`` exits with code 3) so that the handler ends too.
+        """
         config = self.config
         for key in config.ignored_keys:
             log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key,
