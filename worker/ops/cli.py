@@ -39,6 +39,7 @@ from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
 from worker.ops import preflight
 from worker.ops.supervisor import SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
+from worker.ops.terminal import printable
 from worker.runtime.host import Host
 from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
@@ -215,7 +216,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         ]
 
     for sent in _with_backend(config, args.connection, work):
-        print(sent.id)
+        _say(sent.id)
     return 0
 
 
@@ -256,7 +257,12 @@ def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: boo
         print(json.dumps(rows, indent=2))
     else:
         for row in rows:
-            print(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
+            _say(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
+
+
+def _say(line: str) -> None:
+    """Print one line for people, its control characters written out: queue data must not drive the terminal."""
+    print(printable(line))
 
 
 def cmd_queues(args: argparse.Namespace) -> int:
@@ -306,10 +312,10 @@ def cmd_poison(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"action": args.action, "queue": args.queue, "deadLetterQueue": True, "messages": result}))
         elif args.action == "list":
-            print(f"{result} messages in the dead-letter queue of {args.queue} (the service's API counts them but "
-                  "cannot show them; look with the OCI Console)")
+            _say(f"{result} messages in the dead-letter queue of {args.queue} (the service's API counts them but "
+                 "cannot show them; look with the OCI Console)")
         else:
-            print(f"{result} messages purged from the dead-letter queue of {args.queue}")
+            _say(f"{result} messages purged from the dead-letter queue of {args.queue}")
     elif kind == "list":
         _print_messages(result, config, args.json)
     else:
@@ -318,7 +324,7 @@ def cmd_poison(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"action": args.action, "queue": poison, "messages": done, "before": total}))
         else:
-            print(f"{done} messages {verb}")
+            _say(f"{done} messages {verb}")
     return 0
 
 
@@ -376,17 +382,17 @@ def _print_table(rows: list[dict[str, Any]], titles: dict[str, str], as_json: bo
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    widths = {key: max([len(title), *(len(str(row[key])) for row in rows)]) for key, title in titles.items()}
+    cells = [{key: printable(str(row[key])) for key in titles} for row in rows]  # escaped first: widths as shown
+    widths = {key: max([len(title), *(len(row[key]) for row in cells)]) for key, title in titles.items()}
     first = next(iter(titles))
 
-    def line(cells: dict[str, Any]) -> str:
+    def line(cells: dict[str, str]) -> str:
         return "  ".join(
-            f"{cells[key]!s:<{widths[key]}}" if key == first else f"{cells[key]!s:>{widths[key]}}" for key in titles
+            f"{cells[key]:<{widths[key]}}" if key == first else f"{cells[key]:>{widths[key]}}" for key in titles
         )
 
-    print(line(titles))
-    for row in rows:
-        print(line(row))
+    for row in [titles, *cells]:
+        _say(line(row))
 
 
 def _parser() -> argparse.ArgumentParser:
