@@ -197,3 +197,26 @@ def test_every_decorator_used_wrongly_is_listed_at_start(tmp_path: Path) -> None
     assert "function wrong_parameter: queue_trigger: has no parameter 'msg' for the queue message" in ran.stderr
     assert "function no_container: blob_output 'out': blob path 'no-container' must look like" in ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.subprocess
+def test_worker_send_from_a_subfolder_reaches_the_queue_file_worker_run_reads(tmp_path: Path) -> None:
+    """Both commands find the app's host.json and local.settings.json, whose relative sqlite:/// path is taken from
+    host.json's folder: one queue file."""
+    results = tmp_path / "results"
+    results.mkdir()
+    folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": "sqlite:///queues/app.sqlite3",
+                                           "RESULTS": str(results)})
+    (folder / "scripts").mkdir()
+    queue_file = folder / "queues" / "app.sqlite3"
+
+    sent = worker(folder / "scripts", "send", "orders", "from a subfolder")
+
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stderr == f"creating a new embedded queue file at {queue_file}\n"
+    assert not (folder / "scripts" / "queues").exists()
+    run = worker(folder, "run", "--burst")
+    assert run.returncode == 0, run.stderr
+    assert [path.read_text(encoding="utf-8") for path in results.iterdir()] == ["from a subfolder"]
+    [opened] = [line for line in log_lines(run.stderr) if line["event"] == "queue storage opened"]
+    assert opened["storage"] == f"embedded queue {queue_file}"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.ops.cli import find_config
+from worker.ops.locate import find_config
 
 REPO = Path(__file__).resolve().parents[2]
 

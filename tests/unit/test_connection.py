@@ -170,7 +170,7 @@ def test_unusable_strings_raise_without_the_secret(text: str) -> None:
 def test_repr_and_describe_never_show_the_key_or_sas(text: str) -> None:
     parsed = parse_connection_string(text)
     assert parsed.account_key or parsed.sas_token, "the test needs a connection that holds a secret"
-    for shown in (repr(parsed), str(parsed), parsed.describe(), describe_connection(text)):
+    for shown in (repr(parsed), str(parsed), parsed.describe(), describe_connection(text, Path.cwd())):
         assert_no_secret(shown)
         assert parsed.queue_endpoint in shown
 
@@ -183,7 +183,7 @@ def test_describe_names_the_kind_of_credential() -> None:
 
 
 def test_describe_of_a_malformed_string_does_not_echo_it() -> None:
-    shown = describe_connection(f"AccountKey={KEY};nonsense")
+    shown = describe_connection(f"AccountKey={KEY};nonsense", Path.cwd())
     assert "malformed" in shown
     assert_no_secret(shown)
 

@@ -48,14 +48,19 @@ class BackendKind:
     capabilities: Capabilities
     #: Why this connection string cannot be used, or None; checked at start, before anything opens.
     problem: Callable[[str | None, Path], str | None]
-    #: A safe description for logs: the service and where it is, never a secret.
-    describe: Callable[[str | None], str]
+    #: A safe description for logs: the service and where it is (a file from the base folder), never a secret.
+    describe: Callable[[str | None, Path], str]
     open: Callable[[str | None, Path, OnRetry], QueueBackend]
 
 
 def _sqlite_path(connection: str | None, base_dir: Path) -> Path:
     """A relative PATH (``sqlite:///queues.db``) is taken from ``base_dir``; an absolute one has four slashes."""
-    return base_dir / (connection[len(SQLITE_PREFIX):] if connection else DEFAULT_SQLITE_PATH)
+    return (base_dir / (connection[len(SQLITE_PREFIX):] if connection else DEFAULT_SQLITE_PATH)).absolute()
+
+
+def _sqlite_describe(connection: str | None, base_dir: Path) -> str:
+    """The file's absolute path: which file a worker and a command use is the first thing to compare."""
+    return f"embedded queue {_sqlite_path(connection, base_dir)}"
 
 
 def _sqlite_problem(connection: str | None, base_dir: Path) -> str | None:
@@ -76,10 +81,10 @@ def _azure_problem(connection: str | None, base_dir: Path) -> str | None:
     return None
 
 
-def _describer(parse: Callable[[str], Any], service: str) -> Callable[[str | None], str]:
+def _describer(parse: Callable[[str], Any], service: str) -> Callable[[str | None, Path], str]:
     """``describe`` for a kind whose parsed connection describes itself."""
 
-    def describe(connection: str | None) -> str:
+    def describe(connection: str | None, base_dir: Path) -> str:
         try:
             return str(parse(connection or "").describe())
         except ConnectionStringError:
@@ -110,8 +115,7 @@ def _oci_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> Queu
 
 EMBEDDED = BackendKind(
     "embedded queue", EMBEDDED_LIMITS, AZURE_CAPABILITIES, _sqlite_problem,
-    lambda c: f"embedded queue {c[len(SQLITE_PREFIX):]}" if c else "embedded queue (default file)",
-    _sqlite_open,
+    _sqlite_describe, _sqlite_open,
 )
 AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem,
                     _describer(parse_connection_string, "Azure Storage"), _azure_open)
@@ -137,12 +141,18 @@ def backend_kind(connection: str | None) -> BackendKind:
     return AZURE
 
 
-def describe(connection: str | None) -> str:
+def describe(connection: str | None, base_dir: Path) -> str:
     """A safe name for a connection in logs: the backend and where it is, never a secret."""
     try:
-        return backend_kind(connection).describe(connection)
+        return backend_kind(connection).describe(connection, base_dir)
     except UnsupportedConnection:
         return "unknown backend"
+
+
+def embedded_file(connection: str | None, base_dir: Path) -> Path | None:
+    """The absolute path of the embedded queue's file ``connection`` names (None: the default file), or None for
+    another service. Raises UnsupportedConnection for a scheme nobody registered."""
+    return _sqlite_path(connection, base_dir) if backend_kind(connection) is EMBEDDED else None
 
 
 def connection_problem(connection: str | None, base_dir: Path) -> str | None:
@@ -160,7 +170,7 @@ def open_backend(connection: str | None, base_dir: Path, on_retry: OnRetry = Non
     Raises UnsupportedConnection, naming what is wrong and never the string itself.
     """
     kind = backend_kind(connection)
-    if connection and (problem := kind.problem(connection, base_dir)):
+    if problem := kind.problem(connection, base_dir):
         raise UnsupportedConnection(problem)
     return kind.open(connection, base_dir, on_retry)
 

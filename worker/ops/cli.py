@@ -31,13 +31,14 @@ from worker.backends.queues import (
     RawMessage,
     UnusableFile,
 )
-from worker.backends.registry import BackendKind, UnsupportedConnection, backend_kind, open_backend
+from worker.backends.registry import BackendKind, UnsupportedConnection, backend_kind, embedded_file, open_backend
 from worker.bindings.encoding import MessageDecodeError, decode, encode
 from worker.compat.loading import AppLoadError, app_directory, discover, load_app
 from worker.model import StartupRefused
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
 from worker.ops import preflight
+from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
 from worker.ops.supervisor import SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
 from worker.ops.terminal import printable
 from worker.runtime.host import Host
@@ -50,26 +51,11 @@ from worker.settings.local_settings import LocalSettings, LocalSettingsError
 
 T = TypeVar("T")
 
-DEFAULT_CONFIG = "host.yaml"
-HOST_JSON = "host.json"
 DEFAULT_CONNECTION = "AzureWebJobsStorage"
 
 
 class UsageError(Exception):
     """Bad arguments, configuration or app: exit code 2."""
-
-
-def find_config(app: str | None = None) -> Path | None:
-    """The settings file Functions would read: host.yaml, else host.json, beside the app; then in the current folder.
-
-    None when there is none (the defaults apply).
-    """
-    folders = [folder for folder in (app_directory(app) if app else None, Path.cwd()) if folder is not None]
-    for folder in folders:
-        for name in (DEFAULT_CONFIG, HOST_JSON):
-            if (folder / name).is_file():
-                return folder / name
-    return None
 
 
 def _config(path: str | None, app: str | None = None) -> HostConfig:
@@ -106,9 +92,14 @@ def _ttl(text: str) -> float:
 def _with_backend(config: HostConfig, connection: str | None, work: Callable[[QueueBackend], Awaitable[T]]) -> T:
     """Open the backend ``connection`` names (None: AzureWebJobsStorage, else the embedded queue), run ``work``, close it."""
     try:
-        backend = open_backend(config.connection_string(connection), config.base_dir)
+        string = config.connection_string(connection)
+        backend = open_backend(string, config.base_dir)
     except (UnsupportedConnection, ConnectionSettingError) as exc:
         raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
+    if (file := embedded_file(string, config.base_dir)) is not None:
+        # On stderr, so that stdout stays what scripts parse: which file, since a second one is easy to make by mistake.
+        print(printable(f"embedded queue: {file}" if file.exists() else
+                        f"creating a new embedded queue file at {file}"), file=sys.stderr)
 
     async def main() -> T:
         try:
@@ -164,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if config.source is not None:
             log.info("config file", path=str(config.source))
         else:
-            log.info("no config file; defaults", looked_in=str(Path.cwd()))
+            log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
     if not args.no_supervisor:
         # Even one process runs under a supervisor, which starts a fresh one when a sync handler past
         # functionTimeout makes it recycle itself (worker.runtime.recycle), and settles nothing itself.
@@ -402,8 +393,9 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
-        sub.add_argument("--config", help=f"settings file to read (default: {DEFAULT_CONFIG}, else {HOST_JSON}, in the "
-                                          "app's folder, then in the current one)")
+        sub.add_argument("--config", help=f"settings file to read (default: {' else '.join(SETTINGS_FILES)}, in the "
+                                          "app's folder, then in the current folder or the nearest one above it, up to "
+                                          f"the project's root, which holds {' or '.join(PROJECT_ROOT_MARKERS)})")
         return sub
 
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
@@ -462,9 +454,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run" and args.app is None:
             args.app = discover(Path.cwd(), os.environ)
-        # The app's local.settings.json (else the current folder's) becomes environment settings first, as
-        # Core Tools makes them: connections, %NAME% settings and WORKER__ overrides alike then see them.
-        folder = (app_directory(args.app) if getattr(args, "app", None) else None) or Path.cwd()
+        # The app's local.settings.json (found as host.yaml is) becomes environment settings first, as Core Tools
+        # makes them: connections, %NAME% settings and WORKER__ overrides alike then see them.
+        app = getattr(args, "app", None)
+        found = find((local_settings.FILE,), app)
+        folder = found.parent if found else (app_directory(app) if app else None) or Path.cwd()
         args.local_settings = local_settings.apply(folder, os.environ)
         return args.handler(args)
     except (UsageError, AppLoadError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile, StartupRefused,

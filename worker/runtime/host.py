@@ -77,7 +77,7 @@ class _Storage:
             self.by_connection[connection] = open_backend(
                 connection, self.config.base_dir, on_retry=self.metrics.retried_storage_call
             )
-            log.info("queue storage opened", connection=name, storage=describe(connection))
+            log.info("queue storage opened", connection=name, storage=describe(connection, self.config.base_dir))
         return self.by_connection[connection]
 
     def blobs(self, name: str | None) -> BlobStore:
