@@ -188,14 +188,63 @@ def test_body_over_64_kib_exits_2_naming_the_limit(tmp_path: Path, encoding: str
     assert json.loads(ok(tmp_path, "queues", "--json")) == [{"name": "big", "approximateMessageCount": 1}]
 
 
-@pytest.mark.parametrize("delay", ["soon", "10 minutes", "-5s"])
-def test_bad_delay_exits_2(app_dir: Path, delay: str) -> None:
-    result = worker(app_dir, "send", f"--delay={delay}", "later", "x")
+DELAYS = "a duration from 0s to 7d, such as 30s, 10m, 2h, 1d or hh:mm:ss"
+TTLS = "a duration of at least 1s, such as 30s, 10m, 2h, 1d or hh:mm:ss, or -1 (never expires)"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "accepted"),
+    [
+        ("--delay", "soon", DELAYS), ("--delay", "10 minutes", DELAYS), ("--delay", "-5s", DELAYS),
+        ("--delay", "8d", DELAYS), ("--delay", "7.00:00:01", DELAYS),
+        ("--ttl", "0", TTLS), ("--ttl", "0s", TTLS), ("--ttl", "500ms", TTLS), ("--ttl", "abc", TTLS),
+        ("--ttl", "-2", TTLS),
+    ],
+)
+def test_a_bad_delay_or_ttl_is_one_line_exit_2_and_makes_nothing(
+    app_dir: Path, option: str, value: str, accepted: str
+) -> None:
+    result = worker(app_dir, "send", f"{option}={value}", "later", "x")
 
     assert result.returncode == 2
-    assert "--delay" in result.stderr
-    assert "expected a duration" in result.stderr
+    assert result.stderr == f"worker send: error: argument {option}: expected {accepted}, got {value!r} " \
+                            "(see worker send --help)\n"
     assert not (app_dir / QUEUE_FILE).exists()
+
+
+@pytest.mark.parametrize("args", [("--delay", "7d"), ("--delay", "2h", "--ttl", "1h")], ids=["default-ttl", "ttl"])
+def test_a_delay_not_shorter_than_the_ttl_is_refused_before_anything_is_made(app_dir: Path, args: tuple[str, ...]) -> None:
+    result = worker(app_dir, "send", *args, "later", "x")
+
+    assert result.returncode == 2
+    assert result.stderr.startswith("worker send: error: --delay must be shorter than --ttl (default 7d)")
+    assert len(result.stderr.splitlines()) == 1
+    assert not (app_dir / QUEUE_FILE).exists()
+
+
+def test_the_longest_delay_and_the_shortest_ttl_are_taken(app_dir: Path) -> None:
+    ok(app_dir, "send", "--delay", "7d", "--ttl", "-1", "later", "x")
+    ok(app_dir, "send", "--ttl", "1s", "--delay", "0s", "brief", "y")
+
+    assert json.loads(ok(app_dir, "queues", "--json")) == [
+        {"name": "brief", "approximateMessageCount": 1}, {"name": "later", "approximateMessageCount": 1}]
+    assert peek_json(app_dir, "later") == []
+
+
+@pytest.mark.parametrize(
+    ("command", "limits"),
+    [
+        (("send",), ["64 KiB as stored", "48 KiB under base64", "256 KiB on OCI Queue", "0s to 7d", "shorter than --ttl",
+                     "1s or more", "-1 never expires", "default 7d"]),
+        (("peek",), ["1 to what one receive of the backend returns (32 on"]),
+        (("poison",), ["N at least 1", "(32 on"]),
+    ],
+)
+def test_help_states_the_limits(tmp_path: Path, command: tuple[str, ...], limits: list[str]) -> None:
+    shown = " ".join(ok(tmp_path, *command, "--help").split())  # argparse wraps lines to the terminal's width
+
+    for limit in limits:
+        assert limit in shown
 
 
 @pytest.mark.parametrize(

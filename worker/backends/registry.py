@@ -170,7 +170,7 @@ def open_backend(connection: str | None, base_dir: Path, on_retry: OnRetry = Non
     Raises UnsupportedConnection, naming what is wrong and never the string itself.
     """
     kind = backend_kind(connection)
-    if problem := kind.problem(connection, base_dir):
+    if connection and (problem := kind.problem(connection, base_dir)):
         raise UnsupportedConnection(problem)
     return kind.open(connection, base_dir, on_retry)
 

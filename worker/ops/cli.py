@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 a queue operation failed (a missing queue, storage
 trouble); 2 bad arguments (including a queue name or message the service would
-refuse), a bad host.yaml or an app that cannot be loaded; 3 (``worker run
+refuse), a bad host.yaml, an app that cannot be loaded, or an embedded queue file that
+is not SQLite or cannot be written (read-only); 3 (``worker run
 --no-supervisor``) the process was recycled because a sync handler ran past
 functionTimeout.
 """
@@ -12,16 +13,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import structlog
 
 from worker.backends.queues import (
+    DEFAULT_TTL_SECONDS,
     NEVER_EXPIRES,
     InvalidArgument,
     MessageTooLarge,
@@ -31,7 +34,15 @@ from worker.backends.queues import (
     RawMessage,
     UnusableFile,
 )
-from worker.backends.registry import BackendKind, UnsupportedConnection, backend_kind, embedded_file, open_backend
+from worker.backends.registry import (
+    EMBEDDED,
+    BackendKind,
+    UnsupportedConnection,
+    backend_kind,
+    connection_problem,
+    embedded_file,
+    open_backend,
+)
 from worker.bindings.encoding import MessageDecodeError, decode, encode
 from worker.compat.loading import AppLoadError, app_directory, discover, load_app
 from worker.model import StartupRefused
@@ -68,11 +79,25 @@ def _config(path: str | None, app: str | None = None) -> HostConfig:
     return load_config(path)
 
 
-def _duration(text: str) -> float:
+#: The longest ``send --delay``: the longest the backends that take a delay (the embedded queue, Azure Storage) hide
+#: a new message.
+MAX_DELAY = EMBEDDED.limits.max_visibility
+DURATIONS = "such as 30s, 10m, 2h, 1d or hh:mm:ss"
+
+
+def _duration_within(text: str, low: float, high: float, accepted: str) -> float:
+    """A duration from ``low`` to ``high`` seconds; anything else is one line naming what is accepted (exit 2)."""
     try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        seconds = parse_duration(text)
+    except ValueError:
+        seconds = None
+    if seconds is None or not low <= seconds <= high:
+        raise argparse.ArgumentTypeError(f"expected {accepted}, got {text!r}")
+    return seconds
+
+
+def _delay(text: str) -> float:
+    return _duration_within(text, 0, MAX_DELAY, f"a duration from 0s to {MAX_DELAY / 86400:g}d, {DURATIONS}")
 
 
 def _positive(text: str) -> int:
@@ -86,20 +111,21 @@ def _positive(text: str) -> int:
 
 
 def _ttl(text: str) -> float:
-    return NEVER_EXPIRES if text.strip() == "-1" else _duration(text)
+    """At least a second, with no upper bound (Azure Storage has none), or -1: the message never expires."""
+    if text.strip() == str(NEVER_EXPIRES):
+        return NEVER_EXPIRES
+    return _duration_within(text, 1, math.inf, f"a duration of at least 1s, {DURATIONS}, or -1 (never expires)")
 
 
 def _with_backend(config: HostConfig, connection: str | None, work: Callable[[QueueBackend], Awaitable[T]]) -> T:
     """Open the backend ``connection`` names (None: AzureWebJobsStorage, else the embedded queue), run ``work``, close it."""
     try:
         string = config.connection_string(connection)
+        if (file := embedded_file(string, config.base_dir)) is not None:
+            _announce(file, connection_problem(string, config.base_dir))
         backend = open_backend(string, config.base_dir)
     except (UnsupportedConnection, ConnectionSettingError) as exc:
         raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
-    if (file := embedded_file(string, config.base_dir)) is not None:
-        # On stderr, so that stdout stays what scripts parse: which file, since a second one is easy to make by mistake.
-        print(printable(f"embedded queue: {file}" if file.exists() else
-                        f"creating a new embedded queue file at {file}"), file=sys.stderr)
 
     async def main() -> T:
         try:
@@ -108,6 +134,15 @@ def _with_backend(config: HostConfig, connection: str | None, work: Callable[[Qu
             await backend.close()
 
     return asyncio.run(main())
+
+
+def _announce(file: Path, problem: str | None) -> None:
+    """Say which embedded queue file a command uses, on stderr (stdout stays what scripts parse): a second file is
+    easy to make by mistake. A file that cannot be used (read-only, say) is refused first, with no notice."""
+    if problem is not None:
+        raise UnusableFile(problem)
+    print(printable(f"embedded queue: {file}" if file.exists() else f"creating a new embedded queue file at {file}"),
+          file=sys.stderr)
 
 
 def _body_text(raw: RawMessage, encoding: str) -> str:
@@ -190,6 +225,10 @@ def cmd_send(args: argparse.Namespace) -> int:
             texts.append(encode(os.fsencode(body), config.message_encoding))
         except ValueError as exc:
             raise UsageError(f"message {number}: {exc}") from None
+    ttl = DEFAULT_TTL_SECONDS if args.ttl is None else args.ttl
+    if ttl != NEVER_EXPIRES and args.delay >= ttl:  # refused before the queue is made
+        raise UsageError(f"--delay must be shorter than --ttl (default {DEFAULT_TTL_SECONDS / 86400:g}d), got "
+                         f"{args.delay:g}s and {ttl:g}s")
     limit = _kind(config, args.connection).limits.max_message_bytes
     for number, text in enumerate(texts, 1):
         if (size := len(text.encode("utf-8"))) > limit:
@@ -386,8 +425,15 @@ def _print_table(rows: list[dict[str, Any]], titles: dict[str, str], as_json: bo
         _say(line(row))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), but a bad argument is one line, what is wrong, not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="worker", description="Queue-trigger worker host.")
+    parser = _Parser(prog="worker", description="Queue-trigger worker host.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
@@ -430,16 +476,23 @@ def _parser() -> argparse.ArgumentParser:
         if name not in ("queues", "stats"):
             sub.add_argument("queue")
         if name == "send":
-            sub.add_argument("bodies", nargs="+", metavar="BODY")
-            sub.add_argument("--delay", type=_duration, default=0.0, help="invisible for this long first (30s, 5m)")
-            sub.add_argument("--ttl", type=_ttl, default=None, help="time to live (default 7 days; -1 never)")
+            sub.add_argument("bodies", nargs="+", metavar="BODY",
+                             help="each at most 64 KiB as stored, after messageEncoding (so 48 KiB under base64); "
+                                  "256 KiB on OCI Queue")
+            sub.add_argument("--delay", type=_delay, default=0.0,
+                             help=f"invisible for this long first: 0s to {MAX_DELAY / 86400:g}d ({DURATIONS}); "
+                                  "shorter than --ttl; not on OCI Queue")
+            sub.add_argument("--ttl", type=_ttl, default=None,
+                             help=f"time to live: 1s or more ({DURATIONS}), or -1 never expires; default "
+                                  f"{DEFAULT_TTL_SECONDS / 86400:g}d; not on OCI Queue")
         if name == "peek":
             sub.add_argument("--max", type=_positive, default=None, metavar="N",
-                             help="at most N messages (default and most: what one receive of the backend returns, "
-                                  "32 on Azure Storage and the embedded queue)")
+                             help="at most N messages: 1 to what one receive of the backend returns (32 on Azure "
+                                  "Storage and the embedded queue), which is the default")
         if name == "poison":
             sub.add_argument("--max", type=_positive, default=None, metavar="N",
-                             help="requeue or purge at most N messages (list shows at most one receive's worth)")
+                             help="requeue or purge at most N messages, N at least 1 (default: all); list shows at "
+                                  "most one receive's worth (32 on Azure Storage and the embedded queue)")
         if name != "send":
             sub.add_argument("--json", action="store_true", help="print JSON")
     return parser

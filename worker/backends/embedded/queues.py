@@ -28,6 +28,7 @@ connection commits) while receives wait. A message that becomes visible later
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 import time
@@ -131,7 +132,8 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 def file_problem(path: Path) -> str | None:
     """Why ``path`` cannot be an embedded queue file, or None (a missing or empty file becomes a new database).
 
-    Checked before SQLite opens it, so that a file of something else is refused with its path, not written over.
+    Checked before SQLite opens it, so that a file of something else is refused with its path, not written over,
+    and a file or folder that cannot be written is refused as read-only.
     """
     if path.is_dir():
         return f"embedded queue file {path} is a directory"
@@ -139,11 +141,27 @@ def file_problem(path: Path) -> str | None:
         with path.open("rb") as file:
             head = file.read(len(SQLITE_HEADER))
     except FileNotFoundError:
-        return None
+        head = b""
     except OSError as exc:
         return f"embedded queue file {path} cannot be read: {exc.strerror or exc}"
     if head and head != SQLITE_HEADER:
         return f"embedded queue file {path} is not a SQLite database"
+    return _read_only(path)
+
+
+def _read_only(path: Path) -> str | None:
+    """Why the host could not write ``path``, or None: the file, and the folder its journal files (or the file itself,
+    or its folder) are made in, must be writable.
+
+    SQLite opens a file it cannot write without a word and fails at the first write, deep in a receive; asked here,
+    the answer names the file. ``os.access`` says no for a file on a read-only mount (or an immutable one) even to
+    root, for whom permission bits alone do not.
+    """
+    if path.exists() and not os.access(path, os.W_OK):
+        return f"embedded queue file {path} is read-only"
+    folder = next(parent for parent in path.parents if parent.exists())
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"folder {folder} of embedded queue file {path} is read-only"
     return None
 
 
