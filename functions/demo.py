@@ -110,7 +110,7 @@ def main() -> None:
     expected = (manifest.rows, manifest.quarantined, manifest.clean)
     got = (summary["rows_in"], sum(summary["quarantined"].values()), summary["rows_out"])
     print(f"rows in/quarantined/out {got}; the generator put in {expected}: {'match' if got == expected else 'MISMATCH'}")
-    print(f"tables under {root}; worker log {log_path}; poisoned messages: worker peek ingest-poison")
+    print(f"tables under {root}; worker log {log_path}; poisoned messages: .venv/bin/worker poison list ingest")
     if got != expected:
         raise SystemExit(1)
 
