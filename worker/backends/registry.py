@@ -22,6 +22,7 @@ from worker.backends.azure.connection import (
     parse_connection_string,
 )
 from worker.backends.blobs import BlobStore
+from worker.backends.embedded.files import queue_files
 from worker.backends.embedded.queues import EMBEDDED_LIMITS, SqliteBackend, file_problem
 from worker.backends.failures import ConnectionStringError
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, parse_oci_connection
@@ -177,6 +178,20 @@ def open_backend(connection: str | None, base_dir: Path, on_retry: OnRetry = Non
 
 #: The folder of blobs beside an embedded queue file: ``.worker/blobs`` for the default ``.worker/queues.sqlite3``.
 BLOBS_FOLDER = "blobs"
+
+
+def private_paths(connection: str | None, base_dir: Path) -> list[Path]:
+    """Where an embedded connection keeps messages and blobs, for start-up to report any that others can read.
+
+    The queue file with its ``-wal`` and ``-shm``, the blob folder beside it, and the folder holding them when it is
+    the default ``.worker`` (a folder named in ``sqlite:///PATH`` is the operator's, maybe shared on purpose, and
+    the app's own folder is not the worker's to close). None for the other backends, which keep nothing here.
+    """
+    if connection and not connection.startswith(SQLITE_PREFIX):
+        return []
+    queue_file = _sqlite_path(connection, base_dir)
+    own_folder = [queue_file.parent] if queue_file.parent == base_dir / DEFAULT_SQLITE_PATH.parent else []
+    return [*own_folder, *queue_files(queue_file), queue_file.parent / BLOBS_FOLDER]
 
 
 def open_blob_store(connection: str, base_dir: Path) -> BlobStore:

@@ -191,6 +191,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.info("config file", path=str(config.source))
         else:
             log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
+        for found in preflight.exposed_files(app, config):
+            log.warning("embedded queue or blob storage open to other users", path=str(found.path),
+                        mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
     if not args.no_supervisor:
         # Even one process runs under a supervisor, which starts a fresh one when a sync handler past
         # functionTimeout makes it recycle itself (worker.runtime.recycle), and settles nothing itself.

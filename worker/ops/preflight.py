@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import NamedTuple
 
 from worker.app import WorkerApp
 from worker.backends.azure.connection import parse_connection_string
+from worker.backends.embedded.files import Exposed, exposed
 from worker.backends.embedded.queues import file_problem
 from worker.backends.failures import ConnectionStringError
 from worker.backends.queues import InvalidArgument
-from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, backend_kind
+from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, backend_kind, private_paths
 from worker.backends.registry import connection_problem as queue_connection_problem
 from worker.bindings import expressions
 from worker.bindings.blobs import BlobInput, BlobOutput
@@ -121,6 +123,24 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
             found.append(f"{config.key_of(spec.name, attr)} is {value:g}, more than {kind.name} takes: "
                          f"at most {limit:g} {meaning}")
     return found
+
+
+def exposed_files(app: WorkerApp, config: HostConfig) -> list[Exposed]:
+    """The embedded queue's and blob store's files and folders, of every binding, that other users can read or write.
+
+    Reported at start and not refused: a folder may be shared by design (a volume
+    with Kubernetes' ``fsGroup``), and refusing would not take back what was read.
+    """
+    paths: dict[Path, None] = {}
+    for spec in app.functions:
+        for binding in _bindings(spec):
+            try:
+                value = config.resolve_connection(binding.connection, binding.service,
+                                                  embedded_default=binding.connection is None).value
+            except ConnectionSettingError:  # problems() refuses it
+                continue
+            paths.update(dict.fromkeys(private_paths(value, config.base_dir)))
+    return [found for path in paths if (found := exposed(path)) is not None]
 
 
 def environment_problems(environ: Mapping[str, str]) -> list[str]:

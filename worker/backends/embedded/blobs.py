@@ -3,7 +3,9 @@
 Writes go to a temporary file in the blob's folder, are flushed to disk and
 renamed over the blob, so a reader sees the old or the new blob whole, never
 half of one, and a crash mid-write leaves only a temporary file that reads
-and listings ignore. File I/O runs in a thread, off the event loop.
+and listings ignore. File I/O runs in a thread, off the event loop. Blobs are
+readable by their owner only: files 0600 (``mkstemp``'s mode), folders 0700
+(:mod:`worker.backends.embedded.files`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from worker.backends.blobs import BlobData, InvalidBlobName, check_container, check_names, locate_in, without_query
+from worker.backends.embedded.files import private_folder
 
 #: Temporary files of writes in progress start with this; no blob name segment may (they are hidden).
 _TEMP_PREFIX = ".tmp-"
@@ -88,7 +91,7 @@ class LocalBlobStore:
 
 def _write_atomically(file: Path, data: bytes) -> None:
     """Write ``data`` to a temporary file beside ``file``, flush it to disk, and rename it over ``file``."""
-    file.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(file.parent)
     descriptor, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=file.parent)
     try:
         with os.fdopen(descriptor, "wb") as out:

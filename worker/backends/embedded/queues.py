@@ -6,7 +6,9 @@ visibility timeout and rotates their pop receipts; update and delete need the
 current receipt; the dequeue count rises at each receive; expired messages are
 never delivered. Several worker processes may share one file: a receive runs
 in a ``BEGIN IMMEDIATE`` transaction, so two receivers never take the same
-visible message, and WAL mode lets readers go on meanwhile.
+visible message, and WAL mode lets readers go on meanwhile. The file, its
+``-wal`` and ``-shm`` are readable by their owner only (0600, whatever the
+umask: :mod:`worker.backends.embedded.files`).
 
 SQLite calls block, so each backend owns one thread that holds its connection
 and runs every statement; the event loop only awaits it. Writes are committed
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS
+from worker.backends.embedded.files import private_file
 from worker.backends.queues import (
     NEVER_EXPIRES,
     MessageNotFound,
@@ -191,7 +194,7 @@ class SqliteBackend:
         if self._db is None:
             if problem := file_problem(self.path):
                 raise UnusableFile(problem)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_file(self.path)  # before SQLite makes it 0644; its -wal and -shm then take its mode
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             try:
                 db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
