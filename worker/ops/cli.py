@@ -18,6 +18,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -435,8 +436,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _version() -> str:
+    """The installed distribution's version, so that pyproject.toml is the one place it is written."""
+    try:
+        return metadata.version("queueworker")
+    except metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, never installed
+        return "(not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="worker", description="Queue-trigger worker host.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
