@@ -8,15 +8,72 @@ virtualenv where the SDK is really absent.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.cli import run_cli
+from tests.unit.test_structure import MODULES
 
 REPO = Path(__file__).resolve().parents[2]
+OCI_CONNECTION = "oci://cell-1.queue.messaging.us-ashburn-1.oci.oraclecloud.com?compartment=ocid1.compartment.oc1..x"
+INSTALL = "pip install 'queueworker[oci]'"
+
+
+@pytest.fixture
+def no_oci_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OCI SDK is not installed, as far as this process can tell, for the test."""
+    monkeypatch.setitem(sys.modules, "oci", None)
+
+
+@pytest.mark.usefixtures("no_oci_sdk")
+@pytest.mark.parametrize("command", [("send", "orders", "hello"), ("peek", "orders")], ids=["send", "peek"])
+def test_a_queue_command_on_oci_without_the_sdk_says_how_to_install_it(tmp_path: Path, command: tuple[str, ...]) -> None:
+    ran = run_cli(tmp_path, *command, env={"AzureWebJobsStorage": OCI_CONNECTION})
+
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.strip() == (f"worker {command[0]}: error: connection AzureWebJobsStorage: OCI Queue needs the OCI "
+                                  f"SDK, which is not installed: {INSTALL}")
+
+
+@pytest.mark.usefixtures("no_oci_sdk")
+def test_worker_run_on_oci_without_the_sdk_is_refused_with_every_other_problem(tmp_path: Path) -> None:
+    ran = run_cli(tmp_path, "run", "--app", "tests.apps.recording:app",
+                  env={"AzureWebJobsStorage": OCI_CONNECTION, "FUNCTIONS_WORKER_RUNTIME": "node"})
+
+    assert ran.returncode == 2, ran.stderr
+    assert "FUNCTIONS_WORKER_RUNTIME is 'node'" in ran.stderr
+    assert (f"function recorder, trigger queueTrigger (msg): connection AzureWebJobsStorage: OCI Queue needs the OCI "
+            f"SDK, which is not installed: {INSTALL}") in ran.stderr
 
 
 def test_worker_version_is_the_packages(tmp_path: Path) -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
     ran = run_cli(tmp_path, "--version")
     assert (ran.returncode, ran.stdout) == (0, f"worker {version}\n")
+
+
+@pytest.mark.subprocess
+def test_no_module_of_the_core_imports_the_oci_sdk() -> None:
+    """Every module but the OCI backend's own, imported in a fresh interpreter, leaves the SDK unimported.
+
+    The registry reads OCI connection strings (``worker.backends.oci.connection``) without the SDK, so that module
+    counts as the core's.
+    """
+    core = sorted(name for name in MODULES if name != "worker.__main__"  # runs the command
+                  and (not name.startswith("worker.backends.oci.") or name == "worker.backends.oci.connection"))
+    script = ("import importlib, json, sys\n"
+              f"for name in {core!r}:\n"
+              "    importlib.import_module(name)\n"
+              "print(json.dumps(sorted(m for m in sys.modules if m == 'oci' or m.startswith('oci.'))))\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == []
+    assert "worker.backends.registry" in core and "worker.ops.cli" in core

@@ -6,11 +6,16 @@ all) is the embedded queue, ``oci://`` and ``oci+http://`` OCI Queue, and the
 :class:`BackendKind` states its service's limits and capabilities without
 opening anything, so start-up checks read them before a connection is made;
 a scheme nobody registered is refused, never taken for Azure. Blob stores are
-opened here too, from the same connection strings.
+opened here too, from the same connection strings. The OCI backend is
+imported when an ``oci://`` connection opens, never with this module (only its
+connection strings are read here, without the SDK): the SDK is an extra
+(``queueworker[oci]``), and such a connection without it is refused at start
+with the command that installs it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +105,14 @@ def _azure_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> Qu
     return AzureBackend(parse_connection_string(connection or ""), on_retry=on_retry)
 
 
+#: What installs the OCI SDK, an extra so that the embedded queue and Azure Storage install without it.
+OCI_INSTALL = "pip install 'queueworker[oci]'"
+
+
 def _oci_problem(connection: str | None, base_dir: Path) -> str | None:
+    # Looked up, not imported: the SDK is imported with the backend, when a connection opens (_oci_open).
+    if importlib.util.find_spec("oci") is None:
+        return f"OCI Queue needs the OCI SDK, which is not installed: {OCI_INSTALL}"
     try:
         parse_oci_connection(connection or "")
     except ConnectionStringError as exc:
