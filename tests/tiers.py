@@ -6,7 +6,8 @@ Markers (``-m`` selects by them; ``make check`` runs what carries none of them):
 - ``oci``: uses the OCI Queue test server (likewise);
 - ``spark``: runs Spark (the ``tests/spark`` and ``tests/pipeline`` folders, or a Spark server fixture);
 - ``slow``: the reliability scenarios (``tests/reliability``: outages, crash loops, competing workers, the
-  model check), which wait on leases and processes by design;
+  model check), which wait on leases and processes by design; and, written on the test, the install of the
+  built wheel into a fresh virtualenv (``tests/deploy/test_wheel.py``);
 - ``subprocess``: starts worker processes (or other programs: the linters). This one is written on the test,
   because only the test knows; it is checked, not trusted: a test that starts a process in its body and
   carries none of these markers fails, naming the mark.
@@ -53,7 +54,7 @@ MARKERS = {
     "azurite": "uses the Azurite emulator",
     "oci": "uses the OCI Queue test server",
     "spark": "runs Spark (local, the standalone cluster or the Connect server)",
-    "slow": "a reliability scenario: waits on leases, outages and processes by design",
+    "slow": "a reliability scenario (waits on leases, outages and processes by design), or the install of the wheel",
     "subprocess": "starts real worker processes and sends them signals",
 }
 
