@@ -156,3 +156,12 @@ def test_files_and_folders_others_can_read_are_reported_at_start_and_still_run(t
                     env={"RECORD_DB": str(record_db)})
     assert again.returncode == 0, again.stderr
     assert "open to other users" not in again.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where nobody can create a file")
+def test_a_queue_file_that_cannot_be_created_is_refused_naming_it(tmp_path: Path) -> None:
+    ran = run_cli(tmp_path, "send", "work", "hello", env={"AzureWebJobsStorage": "sqlite:////proc/queues.sqlite3"})
+
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.strip() == ("worker send: error: embedded queue file /proc/queues.sqlite3 cannot be created: "
+                                  "No such file or directory")

@@ -194,7 +194,10 @@ class SqliteBackend:
         if self._db is None:
             if problem := file_problem(self.path):
                 raise UnusableFile(problem)
-            private_file(self.path)  # before SQLite makes it 0644; its -wal and -shm then take its mode
+            try:
+                private_file(self.path)  # before SQLite makes it 0644; its -wal and -shm then take its mode
+            except OSError as exc:  # a folder this user may not write in: the operator's to fix, not a retry's
+                raise UnusableFile(f"embedded queue file {self.path} cannot be created: {exc.strerror or exc}") from None
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             try:
                 db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
