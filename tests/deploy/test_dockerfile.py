@@ -141,6 +141,11 @@ def test_runtime_runs_as_an_unprivileged_numeric_user(runtime: Stage) -> None:
     assert user.line > max(i.line for i in runtime.all("RUN")), "every RUN before USER needs root; none after"
 
 
+def test_the_workers_state_folder_is_owner_only(runtime: Stage) -> None:
+    """.worker as the worker makes it (0700): an embedded queue file in it is then unreachable for other users."""
+    assert any(re.search(r"chmod 700 /app/\.worker(\s|$)", i.value) for i in runtime.all("RUN"))
+
+
 def test_entrypoint_and_cmd_are_exec_form(runtime: Stage) -> None:
     """Exec form: the worker itself is PID 1 and gets SIGTERM (no shell in between to swallow it)."""
     entrypoint, cmd = runtime.last("ENTRYPOINT"), runtime.last("CMD")
