@@ -114,6 +114,7 @@ def test_worker_send_and_worker_run_make_owner_only_files(tmp_path: Path, record
         poll(lambda: attempts(record_db), 60, what="the message handled")
         # The running host holds the file open in WAL mode: its -wal and -shm exist now.
         found = modes(tmp_path, *queue_files(worker / "queues.sqlite3"))
+        assert running_worker.stop() == 0
     finally:
         running_worker.kill()
     assert found == {".worker/queues.sqlite3": "600", ".worker/queues.sqlite3-wal": "600",
