@@ -66,25 +66,29 @@ class HandlerThreads:
         loop = asyncio.get_running_loop()
         future = self._pool.submit(contextvars.copy_context().run, call)
         future.add_done_callback(lambda done: loop.call_soon_threadsafe(self._free, done))
-        returned = asyncio.wrap_future(future)
         try:
-            # asyncio.wait never cancels what it waits for: the thread's outcome stays to be read below.
-            await asyncio.wait({returned}, timeout=timeout)
+            try:
+                async with asyncio.timeout(timeout):
+                    await asyncio.wrap_future(future)
+                return
+            except TimeoutError:
+                if future.done():  # it returned (or raised a TimeoutError of its own) as the deadline came
+                    future.result()
+                    return
+            # Past the deadline (the rare path): tell it to stop, and give it the grace to return.
+            on_timeout()
+            returned = asyncio.wrap_future(future)
+            await asyncio.wait({returned}, timeout=TIMEOUT_GRACE)  # never cancels what it waits for
+            reason = f"functionTimeout of {timeout:g}s exceeded"
             if not returned.done():
-                on_timeout()
-                await asyncio.wait({returned}, timeout=TIMEOUT_GRACE)
-                reason = f"functionTimeout of {timeout:g}s exceeded"
-                if not returned.done():
-                    self._abandon(future, about)
-                    returned.add_done_callback(_retrieve)
-                    raise Overran(reason)
-                _retrieve(returned)  # whatever it raised once told to stop, the attempt failed by its timeout
-                raise TimedOut(reason)
-            returned.result()
-        except BaseException:
-            if not future.done():
                 self._abandon(future, about)
                 returned.add_done_callback(_retrieve)
+                raise Overran(reason)
+            _retrieve(returned)  # whatever it raised once told to stop, the attempt failed by its timeout
+            raise TimedOut(reason)
+        except BaseException:
+            if not future.done() and future not in self._abandoned:
+                self._abandon(future, about)
             raise
 
     @property
