@@ -27,6 +27,8 @@ from types import TracebackType
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from tests.oci.server import Modes
+
 REPO = Path(__file__).resolve().parents[2]
 USER = "ocid1.user.oc1..test"
 TENANCY = "ocid1.tenancy.oc1..test"
@@ -101,11 +103,14 @@ class OciTestServer:
     """One ``python -m tests.oci.server`` process on a free loopback port, and the config file to reach it.
 
     ``start()`` makes the key pair and the config in ``workdir``, starts the server with the interpreter running the
-    tests and waits for its ready line; ``stop()`` ends it. Also a context manager.
+    tests and waits for its ready line; ``stop()`` ends it. Also a context manager. ``modes`` are the server's
+    answers where the API reference is silent (:class:`tests.oci.server.Modes`; by default the ones harder on a
+    client).
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, modes: Modes | None = None) -> None:
         self.workdir = workdir
+        self.modes = modes or Modes()
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
         self._endpoint: str | None = None
@@ -151,7 +156,9 @@ class OciTestServer:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "tests.oci.server", "--port", "0", "--public-key", str(public_file),
                  "--tenancy", TENANCY, "--user", USER, "--fingerprint", self._fingerprint,
-                 "--token-issuer-key", str(issuer_file), "--ready-file", str(self.workdir / "ready")],
+                 "--token-issuer-key", str(issuer_file), "--ready-file", str(self.workdir / "ready"),
+                 "--stale-receipt", self.modes.stale_receipt, "--retention-bound", self.modes.retention_bound,
+                 "--put-answer", self.modes.put_answer],
                 cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
             )
         threading.Thread(target=self._read, daemon=True, name="oci-test-server-stdout").start()

@@ -7,8 +7,9 @@ control plane: queues and work requests) on one loopback port, keeps everything 
 request's signature the way the service does, so a client that signs wrongly fails here as it would in the cloud.
 
 Run it as ``python -m tests.oci.server --port 0 --public-key PEM --tenancy T --user U --fingerprint F
-[--token-issuer-key PEM] [--ready-file PATH]``; it prints ``OCI Queue test server listening on
-http://127.0.0.1:PORT`` when it is ready. ``tests/oci/fixture.py`` starts it for tests with a fresh key, an SDK
+[--token-issuer-key PEM] [--ready-file PATH] [--stale-receipt 400|404] [--retention-bound refuse|clamp]
+[--put-answer send|close|reset]``; it prints ``OCI Queue test server listening on http://127.0.0.1:PORT`` when it
+is ready. ``tests/oci/fixture.py`` starts it for tests with a fresh key, an SDK
 config file and a token issuer key of its own.
 
 Who may call: the one API key given on the command line (keyId ``<tenancy>/<user>/<fingerprint>``), and, with
@@ -73,11 +74,28 @@ The 7-day retention maximum is in Oracle's Queue FAQ; the other ranges are the A
 SDK-generated tooling, and the size limits come from the same secondary sources, because the reference pages
 themselves could not be read when this was written. Defaults marked "assumed" are not stated anywhere we could read.
 
-Choices where the reference is silent (each is one place in the code):
+Modes: where the reference is silent about an answer a client must handle, the server's answer is a named option
+(:class:`Modes`, one command-line flag each), and its default is the answer harder on a client:
 
-* A receipt that is not one this server could have issued is 400 InvalidParameter; a well-formed receipt that no
-  longer names the current delivery of a live message (the message was deleted, redelivered with a new receipt,
-  or moved to the dead letter queue) is 404 NotAuthorizedOrNotFound, like any path resource that is gone.
+* ``--stale-receipt``: UpdateMessage(s) and DeleteMessage(s) with a well-formed receipt that no longer names the
+  current delivery of a live message (the message was deleted, redelivered with a new receipt, or moved to the
+  dead letter queue). ``400`` (the default): 400 InvalidParameter, with a message that does not say "receipt";
+  ``404``: 404 NotAuthorizedOrNotFound, like any path resource that is gone. Oracle's API errors page
+  (https://docs.oracle.com/iaas/Content/API/References/apierrors.htm) allows both: 400 InvalidParameter ("a
+  parameter is invalid"), and 404 for a path component (the receipt is one) that is not found or not allowed.
+* ``--retention-bound``: UpdateMessage(s) asking for a visibility that ends after the message's ``expireAfter``
+  (its queue's ``retentionInSeconds`` from its creation). "The visibility timeout of a message can't extend
+  beyond the message's retention" (https://docs.oracle.com/iaas/Content/queue/update-messages.htm) does not say
+  whether such a request is refused or cut short. ``refuse`` (the default): 400 InvalidParameter, nothing changed;
+  ``clamp``: the visibility ends at ``expireAfter``. GetMessages is not bounded so (its messages have different
+  expiries); a message is gone at its ``expireAfter`` either way.
+* ``--put-answer``: not a choice of the reference but a fault a client meets: ``send`` (the default) answers
+  PutMessages; ``close`` and ``reset`` store the messages and then close (FIN) or reset (RST) the connection
+  instead of answering, as when an answer is lost on its way back, so that the client cannot know they were stored.
+
+Other choices where the reference is silent (each is one place in the code):
+
+* A receipt that is not one this server could have issued is 400 InvalidParameter.
 * A message moves to the dead letter queue when it becomes visible again with ``deliveryCount`` at the queue's
   ``deadLetterQueueDeliveryCount``; dead letters show in GetStats (``dlq``) and go with PurgeQueue DLQ/BOTH. The API
   has no way to consume them ("manually consume" in the documentation is the Console's), so neither has this.
@@ -100,6 +118,7 @@ import secrets
 import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -155,6 +174,21 @@ class ApiError(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+STALE_RECEIPT_ANSWERS = ("400", "404")
+RETENTION_BOUNDS = ("refuse", "clamp")
+PUT_ANSWERS = ("send", "close", "reset")
+
+
+@dataclass(frozen=True)
+class Modes:
+    """The server's answers where the API reference is silent (see the module's docstring); defaults are the
+    answers harder on a client."""
+
+    stale_receipt: str = "400"
+    retention_bound: str = "refuse"
+    put_answer: str = "send"
 
 
 def invalid(message: str) -> ApiError:
@@ -380,8 +414,9 @@ class QueueService:
     by :meth:`_sweep` whenever a queue is looked at, and a waiting poll wakes when the next message becomes visible.
     """
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, modes: Modes) -> None:
         self.endpoint = endpoint
+        self.modes = modes
         self._lock = threading.Condition()
         self._queues: dict[str, Queue] = {}
         self._work_requests: dict[str, WorkRequest] = {}
@@ -664,6 +699,8 @@ class QueueService:
             raise invalid(f"{receipt!r} is not a message receipt") from None
         message = queue.messages.get(number)
         if message is None or message.receipt is None or not secrets.compare_digest(message.receipt, receipt):
+            if self.modes.stale_receipt == "400":
+                raise invalid("a parameter of the request is not valid")  # said without naming the receipt
             raise not_found("the message of this receipt (deleted, redelivered with a new receipt, or dead-lettered)")
         return message
 
@@ -671,7 +708,14 @@ class QueueService:
         """UpdateMessage: hide the message for ``visibility`` seconds from now (0 makes it visible at once)."""
         seconds = int_value(visibility, "visibilityInSeconds", VISIBILITY)
         message = self._message_for(queue, receipt)
-        message.visible_after = time.time() + seconds
+        now = time.time()
+        if now + seconds > message.expire_after:
+            if self.modes.retention_bound == "refuse":
+                raise invalid(f"visibilityInSeconds {seconds} goes past the message's retention: it expires in "
+                              f"{message.expire_after - now:.3f} s")
+            message.visible_after = message.expire_after  # clamp: visible (and so gone) at its expiry
+        else:
+            message.visible_after = now + seconds
         self._lock.notify_all()
         return {"id": message.id, "visibleAfter": timestamp(message.visible_after)}
 
@@ -882,6 +926,8 @@ class Handler(BaseHTTPRequestHandler):
             return True
 
     server: Server
+    #: The operation the request being handled was routed to (None before routing, or for no route).
+    operation: str | None = None
     protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's connection pool expects
     disable_nagle_algorithm = True  # headers and body are separate writes: without this each answer waits ~40 ms
 
@@ -903,6 +949,7 @@ class Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         # The SDK sends its own opc-request-id; the answer carries it back (or a new one) on every response.
         request_id = self.headers.get("opc-request-id") or secrets.token_hex(16).upper()
+        self.operation = None
         try:
             body = self.rfile.read(int(self.headers.get("content-length") or 0))
             self.server.verifier.verify(self.command, self.path, self.headers, body)
@@ -912,6 +959,10 @@ class Handler(BaseHTTPRequestHandler):
         except Exception:  # a bug here must reach the client as the service's 500, and the log as a traceback
             traceback.print_exc()
             reply = Reply(500, {"code": "InternalServerError", "message": "the test server failed; see its stderr"})
+        hang_up = self.server.service.modes.put_answer
+        if self.operation == "put_messages" and reply.status == 200 and hang_up != "send":
+            self._hang_up(hang_up == "reset")
+            return
         data = b"" if reply.body is None else json.dumps(reply.body).encode()
         self.send_response(reply.status)
         self.send_header("opc-request-id", request_id)
@@ -922,6 +973,13 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
+
+    def _hang_up(self, reset: bool) -> None:
+        """End the connection without the answer (``--put-answer close`` or ``reset``): FIN, or RST."""
+        self.close_connection = True
+        if reset:
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.connection.close()
 
     def _dispatch(self, body: bytes) -> Reply:
         url = urlsplit(self.path)
@@ -943,6 +1001,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise ApiError(400, "CannotParseRequest", "the request body is not JSON") from None
             query = {name: values[0] for name, values in parse_qs(url.query, keep_blank_values=True).items()}
             params = {name: unquote(value) for name, value in match.groupdict().items()}
+            self.operation = operation
             reply: Reply = getattr(self.server.service, operation)(Request(params, query, parsed, self._gone))
             return reply
         if known_path:
@@ -955,11 +1014,11 @@ class Server(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, port: int, verifier: SignatureVerifier) -> None:
+    def __init__(self, port: int, verifier: SignatureVerifier, modes: Modes) -> None:
         super().__init__(("127.0.0.1", port), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
         self.verifier = verifier
-        self.service = QueueService(self.endpoint)
+        self.service = QueueService(self.endpoint, modes)
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> NoReturn:
@@ -976,6 +1035,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--token-issuer-key", type=Path,
                         help="PEM file of the public key whose session tokens (keyId ST$<token>) are accepted")
     parser.add_argument("--ready-file", type=Path, help="write the endpoint here once the server listens")
+    defaults = Modes()
+    parser.add_argument("--stale-receipt", choices=STALE_RECEIPT_ANSWERS, default=defaults.stale_receipt,
+                        help="the answer to a receipt that no longer names a current delivery: 400 InvalidParameter "
+                             "or 404 NotAuthorizedOrNotFound")
+    parser.add_argument("--retention-bound", choices=RETENTION_BOUNDS, default=defaults.retention_bound,
+                        help="an update whose visibility would end after the message expires: refused (400) or "
+                             "cut short at the expiry")
+    parser.add_argument("--put-answer", choices=PUT_ANSWERS, default=defaults.put_answer,
+                        help="after storing a PutMessages: send the answer, or close or reset the connection instead")
     args = parser.parse_args(argv)
     public_key = serialization.load_pem_public_key(args.public_key.read_bytes())
     if not isinstance(public_key, rsa.RSAPublicKey):
@@ -986,7 +1054,7 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(issuer, rsa.RSAPublicKey):
             parser.error(f"{args.token_issuer_key} is not an RSA public key")
     verifier = SignatureVerifier(f"{args.tenancy}/{args.user}/{args.fingerprint}", public_key, issuer)
-    server = Server(args.port, verifier)
+    server = Server(args.port, verifier, Modes(args.stale_receipt, args.retention_bound, args.put_answer))
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     print(READY_LINE.format(endpoint=server.endpoint), flush=True)
     if args.ready_file:

@@ -33,14 +33,31 @@ from oci.queue.models import (
 )
 
 from tests.oci.fixture import OciTestServer, new_key
+from tests.oci.server import Modes
 
 NO_SUCH_QUEUE = "ocid1.queue.oc1.iad.nosuchqueue"
+#: The answer to a receipt that no longer names a current delivery, by ``Modes.stale_receipt``.
+STALE_ANSWERS = {"400": (400, "InvalidParameter"), "404": (404, "NotAuthorizedOrNotFound")}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
+    """The server in its default modes, the answers harder on a client."""
     with OciTestServer(tmp_path_factory.mktemp("oci")) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def lenient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
+    """The server in the other modes where the reference is silent: stale receipts 404, visibility clamped."""
+    with OciTestServer(tmp_path_factory.mktemp("oci-lenient"), Modes(stale_receipt="404", retention_bound="clamp")) \
+            as running:
+        yield running
+
+
+def stale(server: OciTestServer) -> tuple[int, str]:
+    """The status and code ``server`` answers a receipt that no longer names a current delivery with."""
+    return STALE_ANSWERS[server.modes.stale_receipt]
 
 
 def client_options(server: OciTestServer, **extra: Any) -> dict[str, Any]:
@@ -210,7 +227,7 @@ def test_batches_report_each_entry(client: QueueClient, queue_id: str) -> None:
     assert (stats.visible_messages, stats.in_flight_messages, stats.size_in_bytes) == (0, 2, 2)
 
 
-def test_a_message_returns_when_its_visibility_passes(client: QueueClient, queue_id: str) -> None:
+def test_a_message_returns_when_its_visibility_passes(client: QueueClient, queue_id: str, server: OciTestServer) -> None:
     put(client, queue_id, "comes back")
     [first] = get(client, queue_id, visibility_in_seconds=1)
     assert get(client, queue_id) == []
@@ -220,7 +237,7 @@ def test_a_message_returns_when_its_visibility_passes(client: QueueClient, queue
     assert time.time() >= first.visible_after.timestamp() - 0.01
     assert second.id == first.id and second.delivery_count == 2
     error = service_error(client.delete_message, queue_id, first.receipt)
-    assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound"), "a redelivery invalidates earlier receipts"
+    assert (error.status, error.code) == stale(server), "a redelivery invalidates earlier receipts"
     client.delete_message(queue_id, second.receipt)
 
 
@@ -276,7 +293,7 @@ def test_dead_letter_after_the_delivery_count(admin: QueueAdminClient, client: Q
     assert (stats.queue.visible_messages, stats.queue.in_flight_messages) == (0, 0)
     assert (stats.dlq.visible_messages, stats.dlq.size_in_bytes) == (1, len("poison"))
     error = service_error(client.delete_message, queue_id, message.receipt)
-    assert error.status == 404
+    assert (error.status, error.code) == stale(server)
 
 
 def test_purge_normal_dlq_and_both(admin: QueueAdminClient, client: QueueClient, server: OciTestServer) -> None:
@@ -312,16 +329,57 @@ def test_purge_normal_dlq_and_both(admin: QueueAdminClient, client: QueueClient,
 # -- errors ---------------------------------------------------------------------------------------------------------
 
 
-def test_receipts_that_do_not_name_a_current_delivery(client: QueueClient, queue_id: str) -> None:
+@pytest.mark.parametrize("mode", ["400", "404"])
+def test_receipts_that_do_not_name_a_current_delivery(
+    mode: str, server: OciTestServer, lenient: OciTestServer, request: pytest.FixtureRequest
+) -> None:
+    """Answered as ``--stale-receipt`` says; the 400 does not say "receipt" (nothing says the service would)."""
+    chosen = server if mode == server.modes.stale_receipt else lenient
+    assert chosen.modes.stale_receipt == mode
+    config = oci.config.from_file(str(chosen.config_file))
+    admin, client = QueueAdminClient(config, **client_options(chosen)), QueueClient(config, **client_options(chosen))
+    queue_id = create_queue(admin, chosen, request.node.name, timeout_in_seconds=0)
     put(client, queue_id, "x")
     [message] = get(client, queue_id, visibility_in_seconds=60)
     client.delete_message(queue_id, message.receipt)
-    error = service_error(client.delete_message, queue_id, message.receipt)
-    assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound")
+    errors = [service_error(client.delete_message, queue_id, message.receipt),
+              service_error(client.update_message, queue_id, message.receipt,
+                            UpdateMessageDetails(visibility_in_seconds=5))]
+    assert [(error.status, error.code) for error in errors] == [STALE_ANSWERS[mode]] * 2
+    assert not any("receipt" in error.message.lower() for error in errors if error.status == 400)
     error = service_error(client.delete_message, queue_id, "not-a-receipt")
     assert (error.status, error.code) == (400, "InvalidParameter")
-    error = service_error(client.update_message, queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=5))
-    assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound")
+
+
+@pytest.mark.parametrize("mode", ["refuse", "clamp"])
+def test_an_update_past_the_retention_is_refused_or_clamped(
+    mode: str, server: OciTestServer, lenient: OciTestServer, request: pytest.FixtureRequest
+) -> None:
+    """``--retention-bound``: a visibility that would end after the message expires is refused (nothing changes)
+    or ends at the expiry; one that ends before it is kept as asked."""
+    chosen = server if mode == server.modes.retention_bound else lenient
+    assert chosen.modes.retention_bound == mode
+    config = oci.config.from_file(str(chosen.config_file))
+    admin, client = QueueAdminClient(config, **client_options(chosen)), QueueClient(config, **client_options(chosen))
+    queue_id = create_queue(admin, chosen, request.node.name, timeout_in_seconds=0, retention_in_seconds=60)
+    put(client, queue_id, "short-lived")
+    [message] = get(client, queue_id, visibility_in_seconds=30)
+    expires = message.expire_after.timestamp()
+
+    kept = client.update_message(queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=50)).data
+    assert kept.visible_after.timestamp() < expires
+    if mode == "refuse":
+        client.update_message(queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=0))
+        error = service_error(client.update_message, queue_id, message.receipt,
+                              UpdateMessageDetails(visibility_in_seconds=120))
+        assert (error.status, error.code) == (400, "InvalidParameter")
+        batch = client.update_messages(queue_id, UpdateMessagesDetails(entries=[
+            UpdateMessagesDetailsEntry(receipt=message.receipt, visibility_in_seconds=120)])).data
+        assert batch.entries[0].error_code == 400
+        assert [m.id for m in get(client, queue_id)] == [message.id], "a refused update hid the message"
+    else:
+        clamped = client.update_message(queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=120))
+        assert clamped.data.visible_after == message.expire_after
 
 
 def test_an_unknown_queue_is_not_found(admin: QueueAdminClient, client: QueueClient) -> None:

@@ -44,6 +44,18 @@ _PERMANENT_REQUEST_ERRORS: tuple[type[BaseException], ...] = tuple(
 _TOO_LARGE_CODES = frozenset({"RequestEntityTooLarge", "PayloadTooLarge", "MessageTooLarge"})
 
 
+def receipt_refused(exc: oci.exceptions.ServiceError) -> bool:
+    """Whether an UpdateMessage or DeleteMessage answer says its receipt names no current delivery.
+
+    Oracle documents no answer for a stale or foreign receipt. Its API errors page
+    (https://docs.oracle.com/iaas/Content/API/References/apierrors.htm) has two that fit: 404 (a path
+    component, as the receipt is, not found, NotAuthorizedOrNotFound, or not allowed, InvalidParameter) and
+    400 InvalidParameter ("a parameter is invalid"), whose message need not name the receipt. The backend
+    checks every other parameter of these calls before sending, so either answer means the lease is gone.
+    """
+    return exc.status == 404 or (exc.status == 400 and exc.code == "InvalidParameter")
+
+
 def _inner(exc: BaseException) -> BaseException:
     """The ``requests`` error an ``oci.exceptions.RequestException`` wraps (the SDK passes it as its argument)."""
     if isinstance(exc, (oci.exceptions.RequestException, oci.exceptions.ConnectTimeout)) and exc.args:
@@ -91,8 +103,9 @@ def answer_error(
 ) -> QueueError:
     """The protocol's error for a service answer that is not transient.
 
-    ``stale_receipt``: a later delivery of the message replaced the receipt the call used, so a 404 means
-    the lease was lost, not that the message is gone.
+    ``message_id`` is given for the calls that take a receipt (update, delete): a refused receipt
+    (:func:`receipt_refused`) is a lost lease, PopReceiptMismatch where ``stale_receipt`` (a later delivery of
+    the message replaced the receipt the call used), else MessageNotFound.
     """
     status, code = exc.status, str(exc.code or "")
     text = f"{code} {exc.message or ''}".lower()
@@ -102,11 +115,11 @@ def answer_error(
         answer += f": {first_line(exc.message)}"
     if status == 401:
         return QueueError(f"sign-in was refused by {endpoint} ({identity}): {answer}")
-    if status == 404:
-        if message_id and stale_receipt:
+    if message_id and receipt_refused(exc):
+        if stale_receipt:
             return PopReceiptMismatch(f"receipt for {subject} is stale: it was delivered again since ({answer})")
-        if message_id:
-            return MessageNotFound(f"{subject} is gone ({answer})")
+        return MessageNotFound(f"{subject} is gone, or its receipt is no longer current ({answer})")
+    if status == 404:
         return QueueNotFound(
             f"queue {queue!r} does not exist in compartment {compartment}, or this identity may not use it ({answer})"
         )

@@ -45,7 +45,7 @@ from worker.backends.oci.admin import QueueAdmin
 from worker.backends.oci.auth import client_kwargs, identity, sign_in
 from worker.backends.oci.calls import DaemonThreads, cut, long_poll_starts, track_sockets
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, OciConnection
-from worker.backends.oci.errors import answer_error, describe, failure_kind, is_transient, origin
+from worker.backends.oci.errors import answer_error, describe, failure_kind, is_transient, origin, receipt_refused
 from worker.backends.queues import (
     MessageNotFound,
     QueueError,
@@ -94,12 +94,12 @@ def _raw(message: Any) -> RawMessage:
 class _Receipts:
     """Which message each receipt this backend handed out belongs to, and each message's latest receipt.
 
-    OCI's update and delete take a receipt alone, and answer 404 both for a message that is gone and for a
-    receipt a later delivery has replaced; the protocol names the message too and tells the two apart. So a
-    receipt of another message than the one named is refused here (MessageNotFound, as the named message has
-    no such delivery), and a 404 for a receipt older than the latest one received is a stale receipt
-    (PopReceiptMismatch). What this process never saw (another worker's deliveries) reads as MessageNotFound.
-    Used on the event loop only.
+    OCI's update and delete take a receipt alone, and answer alike (404, or 400 InvalidParameter: see
+    :func:`worker.backends.oci.errors.receipt_refused`) for a message that is gone and for a receipt a later
+    delivery has replaced; the protocol names the message too and tells the two apart. So a receipt of another
+    message than the one named is refused here (MessageNotFound, as the named message has no such delivery), and
+    a refusal of a receipt older than the latest one received is a stale receipt (PopReceiptMismatch). What this
+    process never saw (another worker's deliveries) reads as MessageNotFound. Used on the event loop only.
     """
 
     def __init__(self, size: int = RECEIPT_BOOK_SIZE) -> None:
@@ -445,8 +445,8 @@ class OciBackend(QueueAdmin):
             try:
                 self._messages().delete_message(self._resolve(queue), pop_receipt)
             except oci.exceptions.ServiceError as exc:
-                # A retried delete that finds nothing: the first attempt deleted it and its answer was lost.
-                if attempts == 1 or exc.status != 404:
+                # A retried delete whose receipt is refused: the first attempt deleted it and its answer was lost.
+                if attempts == 1 or not receipt_refused(exc):
                     raise
 
         await self._call(delete, queue, message_id=message_id, receipt=pop_receipt)
