@@ -62,6 +62,12 @@ class TransientError(QueueError):
     """Storage could not be reached or answered 5xx/408/429; the same call may succeed later."""
 
 
+class OutcomeUnknown(TransientError):
+    """A call that must not be made twice (a put) failed after its request had left for the service: it may have
+    taken effect. The backend does not send it again, since that could store the message twice; the caller
+    decides (a failed queue output fails its attempt, which is retried as a whole: outputs are at-least-once)."""
+
+
 def _seconds(value: float) -> str:
     """A duration as a person reads it in a limit: 7 days, 12 hours, 30 seconds."""
     for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):

@@ -8,6 +8,14 @@ bounded time, logged once per incident rather than once per call, and counted
 (``on_retry``). What still fails surfaces as :class:`TransientError`, which
 the host treats as "try later", never as fatal; every other failure is mapped
 onto the protocol's errors by the backend.
+
+A call that is not idempotent (a put: neither OCI's PutMessages nor Azure's Put
+Message takes a retry token, and the OCI SDK does not retry PutMessages by
+default for that reason) is retried only after a failure whose request never
+left this machine (refused, not resolved, a TLS handshake that failed, a
+connect timeout). Any other failure may have come after the service did the
+work, so it surfaces at once as :class:`OutcomeUnknown` instead of being sent
+again and done twice.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any, TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 from tenacity.wait import wait_random_exponential
 
-from worker.backends.queues import QueueError, TransientError
+from worker.backends.queues import OutcomeUnknown, QueueError, TransientError
 
 T = TypeVar("T")
 
@@ -71,7 +79,9 @@ class Retrier:
     """Runs a backend's storage calls under the retry policy; one per backend, as its outage state is shared.
 
     ``is_transient`` says which failures the same call may get past later;
-    ``failure_kind`` names a failure for ``on_retry`` and the log (``HTTP 503 ServerBusy``, ``ConnectionError``).
+    ``failure_kind`` names a failure for ``on_retry`` and the log (``HTTP 503 ServerBusy``, ``ConnectionError``);
+    ``request_left`` whether a failed call's request may have reached the service (False only where it provably
+    did not: nothing of it was sent), which decides whether a call that is not idempotent may be retried.
     """
 
     def __init__(
@@ -79,10 +89,12 @@ class Retrier:
         *,
         is_transient: Callable[[BaseException], bool],
         failure_kind: Callable[[BaseException], str],
+        request_left: Callable[[BaseException], bool],
         on_retry: Callable[[str], None] | None,
         log: Any,
     ) -> None:
         self.is_transient = is_transient
+        self.request_left = request_left
         self.incident = Incident(on_retry, failure_kind, log)
 
     async def call(
@@ -91,6 +103,7 @@ class Retrier:
         *,
         unreachable: Callable[[BaseException], str],
         protocol_error: Callable[[BaseException], QueueError | None],
+        unsure: Callable[[BaseException], str] | None = None,
     ) -> T:
         """Run one storage call with the retry policy; map what still fails onto the protocol's errors.
 
@@ -98,20 +111,29 @@ class Retrier:
         (the endpoint and the cause); anything else becomes ``protocol_error``'s error, or is raised as it
         is when that gives None (not a service's answer: the backend's own errors, bugs).
 
+        ``unsure`` marks a call that is not idempotent: a transient failure whose request may have reached the
+        service is not retried but raised at once as OutcomeUnknown with ``unsure``'s text.
+
         The first attempt is made directly: building a retry loop costs more than a no-op message's
         whole handling, and almost every call succeeds at once.
         """
         started = time.monotonic()
+
+        def may_retry(exc: BaseException) -> bool:
+            return self.is_transient(exc) and (unsure is None or not self.request_left(exc))
+
         try:
             try:
                 result = await call()
             except Exception as exc:
-                if not self.is_transient(exc):
+                if not may_retry(exc):
                     raise
                 self.incident.failed(exc)
-                result = await self._retry(call, started)
+                result = await self._retry(call, started, may_retry)
         except Exception as exc:
             if self.is_transient(exc):
+                if unsure is not None and self.request_left(exc):
+                    raise OutcomeUnknown(unsure(exc)) from None
                 raise TransientError(unreachable(exc)) from None
             error = protocol_error(exc)
             if error is None:
@@ -120,11 +142,13 @@ class Retrier:
         self.incident.succeeded()
         return result
 
-    async def _retry(self, call: Callable[[], Awaitable[T]], started: float) -> T:
+    async def _retry(
+        self, call: Callable[[], Awaitable[T]], started: float, may_retry: Callable[[BaseException], bool]
+    ) -> T:
         """Attempts 2 to RETRY_ATTEMPTS of a call whose first attempt failed transiently, with back-off before each."""
         await asyncio.sleep(random.uniform(0, RETRY_FIRST_WAIT))
         retrying = AsyncRetrying(
-            retry=retry_if_exception(self.is_transient),
+            retry=retry_if_exception(may_retry),
             # The n-th retry waits up to RETRY_FIRST_WAIT * 2**n, doubling on from the wait above.
             wait=wait_random_exponential(multiplier=2 * RETRY_FIRST_WAIT, max=RETRY_MAX_WAIT),
             stop=stop_after_attempt(RETRY_ATTEMPTS - 1)

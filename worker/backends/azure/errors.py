@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+import aiohttp
 from azure.core.exceptions import (
     ClientAuthenticationError,
     HttpResponseError,
@@ -20,7 +21,7 @@ from azure.core.exceptions import (
 )
 from azure.core.pipeline.transport import AioHttpTransport
 
-from worker.backends.failures import describe_network_failure, first_line, network_cause, timed_out
+from worker.backends.failures import causes, describe_network_failure, first_line, network_cause, timed_out
 
 #: Seconds to wait for an answer (a receive returns at once, even when empty).
 READ_TIMEOUT = 30
@@ -52,6 +53,22 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, HttpResponseError):
         return exc.status_code in _TRANSIENT_STATUS or error_code(exc) in _TRANSIENT_CODES
     return False
+
+
+def request_left(exc: BaseException) -> bool:
+    """Whether the request of a failed call may have reached storage.
+
+    Not where it provably did not: the sign-in failed before it, or aiohttp could not open the connection
+    (refused, name not resolved, TLS handshake or certificate, connect timeout), which it reports before sending
+    anything. azure-core's own ServiceRequestError ("no request was sent") is no proof: it also wraps a
+    connection reset while the answer was awaited.
+    """
+    if isinstance(exc, ClientAuthenticationError) and exc.status_code is None:
+        return False
+    if isinstance(exc, HttpResponseError) and exc.status_code is not None:
+        return True
+    return not any(isinstance(cause, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError))
+                   for cause in causes(exc))
 
 
 def failure_kind(exc: BaseException) -> str:

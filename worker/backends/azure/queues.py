@@ -39,6 +39,7 @@ from worker.backends.azure.errors import (
     error_code,
     failure_kind,
     is_transient,
+    request_left,
 )
 from worker.backends.failures import CONNECT_TIMEOUT
 from worker.backends.queues import (
@@ -114,7 +115,9 @@ class AzureBackend:
             ),
         )
         self._queues: dict[str, QueueClient] = {}
-        self._retrier = Retrier(is_transient=is_transient, failure_kind=failure_kind, on_retry=on_retry, log=log)
+        self._retrier = Retrier(
+            is_transient=is_transient, failure_kind=failure_kind, request_left=request_left, on_retry=on_retry, log=log
+        )
 
     def __repr__(self) -> str:
         return f"AzureBackend({self.connection.describe()})"
@@ -126,13 +129,25 @@ class AzureBackend:
         return client
 
     async def _call(
-        self, call: Callable[[], Awaitable[T]], queue: str, message_id: str | None = None
+        self, call: Callable[[], Awaitable[T]], queue: str, message_id: str | None = None, *, put: bool = False
     ) -> T:
-        """Run one storage call with the shared retry policy; map what still fails onto the protocol's errors."""
+        """Run one storage call with the shared retry policy; map what still fails onto the protocol's errors.
+
+        ``put``: the call stores a message (Put Message has no retry token); it is sent again only after a
+        failure that sent nothing of it.
+        """
         return await self._retrier.call(
             call,
             unreachable=lambda exc: self._unreachable(queue, exc),
             protocol_error=lambda exc: _protocol_error(exc, queue, message_id) if isinstance(exc, AzureError) else None,
+            unsure=(lambda exc: self._unsure_put(queue, exc)) if put else None,
+        )
+
+    def _unsure_put(self, queue: str, exc: BaseException) -> str:
+        return (
+            f"put to queue {queue!r} on storage {self.connection.queue_endpoint} failed after its request was sent "
+            f"({describe_failure(exc)}): the message may have been stored, so it is not sent again (Put Message "
+            "takes no retry token)"
         )
 
     def _unreachable(self, queue: str, exc: BaseException) -> str:
@@ -188,7 +203,7 @@ class AzureBackend:
                 content, visibility_timeout=_seconds(visibility_timeout) or None, time_to_live=ttl
             )
 
-        return _raw(await self._call(send, queue), content)
+        return _raw(await self._call(send, queue, put=True), content)
 
     async def receive(
         self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,

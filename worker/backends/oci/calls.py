@@ -8,6 +8,11 @@ caller that has gone (each one a delivery counted, and hidden for its whole
 visibility). So every connection records its socket in the thread that opens
 it (:func:`track_sockets`), and a cancelled poll's sockets are shut down
 (:func:`cut`): the request fails at once and the service sees the caller hang up.
+
+The same connections note when a request's first byte goes out (:func:`sending`),
+so that a put that failed can be told apart: one that never sent anything (the
+connection was refused, the name did not resolve, the TLS handshake failed) may
+be sent again; any other may have been stored, and is not.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from __future__ import annotations
 import queue as jobs_queue
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -40,6 +46,12 @@ def tracked(pool_class: type) -> type:
     base = pool_class.ConnectionCls
 
     class Connection(base):  # type: ignore[misc, valid-type]
+        def send(self, data: Any) -> None:
+            if self.sock is None:  # http.client would connect here: a failure to connect sends nothing
+                self.connect()
+            THREAD_SOCKETS.sent = True
+            super().send(data)
+
         def connect(self) -> None:
             super().connect()
             sockets = thread_sockets()
@@ -61,8 +73,24 @@ def long_poll_starts(cancelled: threading.Event) -> list[socket.socket]:
     return thread_sockets()
 
 
+@contextmanager
+def sending() -> Iterator[None]:
+    """Around one SDK call in this thread: an exception out of it gets ``request_sent``, whether any byte of the
+    request left for the service (on a tracked connection, see :func:`track_sockets`).
+
+    False proves the service never saw the request; True means it may have, and may have done it.
+    """
+    THREAD_SOCKETS.sent = False
+    try:
+        yield
+    except Exception as exc:
+        exc.request_sent = THREAD_SOCKETS.sent  # type: ignore[attr-defined]
+        raise
+
+
 def track_sockets(client: Any) -> None:
-    """Make ``client``'s connections record their sockets (see :func:`thread_sockets`)."""
+    """Make ``client``'s connections record their sockets (see :func:`thread_sockets`) and the sending of each
+    request (see :func:`sending`)."""
     for adapter in client.base_client.session.adapters.values():
         manager = adapter.poolmanager
         manager.pool_classes_by_scheme = {scheme: tracked(cls) for scheme, cls in manager.pool_classes_by_scheme.items()}

@@ -75,6 +75,17 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(inner, (*_REQUEST_ERRORS, TimeoutError, ConnectionError))
 
 
+def request_left(exc: BaseException) -> bool:
+    """Whether the request of a failed call may have reached the service: an answer did; for a network failure,
+    whether any byte of it was sent (``request_sent``, noted by :func:`worker.backends.oci.calls.sending`).
+
+    A failure without that note came before the request was made (looking the queue up, signing in).
+    """
+    if isinstance(exc, oci.exceptions.ServiceError):
+        return True
+    return bool(getattr(exc, "request_sent", False))
+
+
 def failure_kind(exc: BaseException) -> str:
     """A short name for a failure, for counters' labels: status and code, or the exception's type."""
     if isinstance(exc, oci.exceptions.ServiceError):

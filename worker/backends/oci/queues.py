@@ -43,9 +43,17 @@ import structlog
 from worker.backends.failures import first_line
 from worker.backends.oci.admin import QueueAdmin
 from worker.backends.oci.auth import client_kwargs, identity, sign_in
-from worker.backends.oci.calls import DaemonThreads, cut, long_poll_starts, track_sockets
+from worker.backends.oci.calls import DaemonThreads, cut, long_poll_starts, sending, track_sockets
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, OciConnection
-from worker.backends.oci.errors import answer_error, describe, failure_kind, is_transient, origin, receipt_refused
+from worker.backends.oci.errors import (
+    answer_error,
+    describe,
+    failure_kind,
+    is_transient,
+    origin,
+    receipt_refused,
+    request_left,
+)
 from worker.backends.queues import (
     MessageNotFound,
     QueueError,
@@ -140,7 +148,9 @@ class OciBackend(QueueAdmin):
         self.connection = connection
         #: ``poison=service`` leaves poison to the queue's own dead-letter queue.
         self.service_dead_letters = connection.poison == "service"
-        self._retrier = Retrier(is_transient=is_transient, failure_kind=failure_kind, on_retry=on_retry, log=log)
+        self._retrier = Retrier(
+            is_transient=is_transient, failure_kind=failure_kind, request_left=request_left, on_retry=on_retry, log=log
+        )
         self._executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="oci-queue")
         self._long_polls = DaemonThreads("oci-queue-long-poll", LONG_POLL_IDLE_SECONDS, self._drop_thread_clients)
         self._local = threading.local()
@@ -311,11 +321,16 @@ class OciBackend(QueueAdmin):
         long: bool = False,
         release: Callable[[T], None] | None = None,
     ) -> T:
-        """Run one blocking SDK call in a thread under the shared retry policy; map failures onto the protocol's."""
+        """Run one blocking SDK call in a thread under the shared retry policy; map failures onto the protocol's.
+
+        ``put``: the call stores a message, which no retry token makes safe to repeat; it is sent again only
+        after a failure that sent nothing of it.
+        """
         return await self._retrier.call(
             lambda: self._in_thread(fn, long=long, release=release),
             unreachable=lambda exc: self._unreachable(queue, exc),
             protocol_error=lambda exc: self._protocol_error(exc, queue, message_id, receipt, put),
+            unsure=(lambda exc: self._unsure_put(queue, exc)) if put else None,
         )
 
     def _protocol_error(
@@ -341,6 +356,13 @@ class OciBackend(QueueAdmin):
             or self.connection.messages_endpoint
         )
 
+    def _unsure_put(self, queue: str, exc: BaseException) -> str:
+        return (
+            f"put to queue {queue!r} on OCI Queue {self._endpoint(exc)} failed after its request was sent "
+            f"({describe(exc)}): the message may have been stored, so it is not sent again (PutMessages takes no "
+            "retry token)"
+        )
+
     def _unreachable(self, queue: str, exc: BaseException) -> str:
         """Why OCI Queue could not be used: its endpoint and the cause (refused, not resolved, TLS, 503 ...)."""
         return f"OCI Queue {self._endpoint(exc)} unreachable for queue {queue!r}: {describe(exc)}"
@@ -364,7 +386,9 @@ class OciBackend(QueueAdmin):
         )
 
         def send() -> Any:
-            return self._messages().put_messages(self._resolve(queue), details).data.messages[0]
+            queue_id = self._resolve(queue)
+            with sending():
+                return self._messages().put_messages(queue_id, details).data.messages[0]
 
         sent = await self._call(send, queue, put=True)
         now = datetime.now(UTC)
