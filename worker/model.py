@@ -126,6 +126,9 @@ class Lease:
     duration: float = 0.0
     #: time.monotonic() at which the lease ends unless renewed.
     expires_at: float = 0.0
+    #: time.time() at which the service drops the message (its time to live; on OCI Queue its queue's retention):
+    #: no update may hide it past then. None: never, or not known.
+    message_expires: float | None = None
     acquired_at: float = field(default_factory=time.monotonic)
     renewals: int = 0
     #: Renewals failed in a row (storage trouble); only the first of a run is logged as a warning.

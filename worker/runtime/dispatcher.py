@@ -78,7 +78,8 @@ class Dispatcher:
         inv.deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
                                 dequeue_count=raw.dequeue_count, invocation_id=inv.id,
-                                duration=config.lease_duration))
+                                duration=config.lease_duration,
+                                message_expires=raw.expiration_time.timestamp() if raw.expiration_time else None))
             for raw in raws
         ]
         for delivery in inv.deliveries:

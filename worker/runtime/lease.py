@@ -15,6 +15,11 @@ A handler's checkpoint (new content for its message, for resumable work) is an
 update like a renewal, so it goes through here too: under the lease's lock, with
 the receipt current then, for as long as a renewal extends the lease; the
 receipt it gets back is the one the next renewal and the completion use.
+
+No update hides a message past its expiry (:meth:`LeaseScheduler.within_expiry`):
+OCI Queue's visibility "can't extend beyond the message's retention", and Azure
+refuses a visibility past a message's time to live. A renewal that reaches the
+expiry is the last one: the message is gone then, whoever holds it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from collections import deque
 
@@ -40,6 +46,9 @@ MIN_RETRY = 0.25
 MAX_CONCURRENT_RENEWALS = 64
 #: Heap entries of finished leases tolerated beyond the held ones before the heap is rebuilt.
 COMPACT_SLACK = 64
+#: Seconds kept between the end of a visibility asked for and the message's expiry: the service counts from when
+#: it reads the request, a little after this clock.
+EXPIRY_MARGIN = 0.5
 
 
 class LeaseScheduler:
@@ -75,6 +84,22 @@ class LeaseScheduler:
         lasts = max(duration - resolution, duration * self.fraction / 2)
         lease.expires_at = now + lasts
         self._schedule(lease, now + lasts * self.fraction)
+
+    @staticmethod
+    def within_expiry(lease: Lease, seconds: float) -> float:
+        """``seconds``, or what the lease's message has left before it expires if that is less (never below 0).
+
+        What is left is taken short by :data:`EXPIRY_MARGIN` and down to a whole number of the backend's
+        ``visibility_resolution`` (a whole-second service rounds a visibility up), so that the service never sees
+        a visibility past the expiry. The message may so show again up to that much before it expires.
+        """
+        if lease.message_expires is None:
+            return seconds
+        resolution = lease.backend.limits.visibility_resolution if lease.backend is not None else 0.0
+        left = lease.message_expires - time.time() - EXPIRY_MARGIN
+        if resolution > 0:
+            left = math.floor(left / resolution) * resolution
+        return max(0.0, min(seconds, left))
 
     def hold(self, lease: Lease) -> None:
         """Start renewing ``lease``, which was just taken for ``duration`` seconds."""
@@ -142,16 +167,30 @@ class LeaseScheduler:
         while self._due:
             await self._renew(self._due.popleft())
 
-    async def _update(self, lease: Lease, content: str | None = None) -> None:
+    async def _update(self, lease: Lease, content: str | None = None) -> bool:
         """Extend ``lease`` by its duration from now (with new ``content``, if given) and take the receipt the
-        update returns; the next renewal is rescheduled from now. Caller holds ``lease.lock``."""
+        update returns; the next renewal is rescheduled from now. Caller holds ``lease.lock``.
+
+        Where the message expires sooner, the lease is extended to its expiry and not renewed again; with
+        nothing left to extend by, a renewal sends nothing (an update to 0 would show the message to others) and
+        this returns False.
+        """
         assert lease.backend is not None and lease.pop_receipt is not None
-        receipt = await lease.backend.update(
-            lease.queue, lease.message_id, lease.pop_receipt, lease.duration or self.duration, content
-        )
+        duration = lease.duration or self.duration
+        visibility = self.within_expiry(lease, duration)
+        if visibility <= 0 and content is None:
+            return False
+        receipt = await lease.backend.update(lease.queue, lease.message_id, lease.pop_receipt, visibility, content)
         lease.pop_receipt = receipt.pop_receipt
         lease.failed_renewals = 0
-        self._extend(lease, time.monotonic())
+        now = time.monotonic()
+        if visibility < duration:
+            lease.expires_at = now + max(0.0, visibility - lease.backend.limits.visibility_resolution)
+            log.info("lease held to the message's expiry; no further renewal", **lease.log_fields(),
+                     seconds_left=round(visibility, 3))
+            return True
+        self._extend(lease, now)
+        return True
 
     async def checkpoint(self, lease: Lease, content: str) -> None:
         """Replace the message's content (wire text) while ``lease`` holds it, extending the lease as a renewal does.
@@ -169,6 +208,8 @@ class LeaseScheduler:
             if lease.finished or lease.completing or lease.is_lost:
                 why = "was lost to another receiver" if lease.is_lost else "is over: its completion has begun"
                 raise CheckpointFailed(f"message {lease.message_id} was not checkpointed: its lease {why}")
+            if self.within_expiry(lease, lease.duration or self.duration) <= 0:
+                raise CheckpointFailed(f"message {lease.message_id} was not checkpointed: it expires now")
             try:
                 await self._update(lease, content)
             except LeaseGone as exc:
@@ -189,7 +230,8 @@ class LeaseScheduler:
             if lease.finished:
                 return
             try:
-                await self._update(lease)
+                if not await self._update(lease):
+                    return
             except LeaseGone as exc:
                 if lease.completing and isinstance(exc, MessageNotFound) and lease.holds():
                     # The retried completion's earlier attempt deleted it (see CompletionProcessor._delete): stop
