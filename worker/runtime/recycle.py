@@ -65,6 +65,8 @@ class HandedOver:
     content: str
     #: ISO 8601, as the message's ``{insertionTime}``.
     insertion_time: str
+    #: When the message expires (Unix seconds), which bounds its retry delay; None: never.
+    message_expires: float | None
     reason: str
     #: When the lease ends unless renewed, as wall-clock seconds: the next process has another monotonic clock.
     lease_ends: float
@@ -106,7 +108,7 @@ class Recycler:
                 lease_ends = time.time() + (lease.expires_at - time.monotonic())
                 handed.append(HandedOver(inv.function.name, inv.id, raw.id, lease.pop_receipt, raw.dequeue_count,
                                          raw.content if lease.content is None else lease.content,
-                                         raw.insertion_time.isoformat(), reason,
+                                         raw.insertion_time.isoformat(), lease.message_expires, reason,
                                          lease_ends))
         if path is None:
             log.warning("no supervisor to hand the timed-out messages to; they come back when their leases end",
@@ -153,7 +155,7 @@ async def settle_handed_over(
         backend, config = opened(function)
         lease = Lease(backend, function.queue_name, message.message_id, message.pop_receipt, function=function.name,
                       dequeue_count=message.dequeue_count, invocation_id=message.invocation_id,
-                      duration=config.lease_duration)
+                      duration=config.lease_duration, message_expires=message.message_expires)
         lease.expires_at = time.monotonic() + (message.lease_ends - time.time())
         raw = RawMessage(message.message_id, message.content, message.dequeue_count,
                          datetime.fromisoformat(message.insertion_time), None, None, message.pop_receipt)
