@@ -18,6 +18,7 @@ list of the functions to load) is accepted and ignored, as before.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -196,6 +197,20 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def parse_http_host(value: Any) -> str:
+    """``worker.httpHost``: an address of this machine to listen on, or a host name that resolves to one."""
+    host = _text(value).strip()
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if not re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
+                        host):
+        raise ValueError(f"expected an address to listen on (0.0.0.0, 127.0.0.1, ::) or a host name, got {value!r}")
+    return host
+
+
 def _spark_master(value: Any) -> str:
     master = _text(value)
     if not re.match(r"^(local(\[(\*|\d+)\])?|local-cluster\[.*\]|spark://.+|sc://.+|yarn|k8s://.+|mesos://.+)$", master):
@@ -246,6 +261,8 @@ _SCHEMA: dict[str, _Setting] = {
     "worker.maxInFlight": _Setting("max_in_flight", _integer, _between(1, 100_000)),
     "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
     "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
+    "worker.httpHost": _Setting("http_host", parse_http_host),
+    "worker.httpTokenFile": _Setting("http_token_file", _text),
     "worker.invocationLogs": _Setting("invocation_logs", _boolean),
     "worker.middleware": _Setting("middleware", _names),
     "worker.processes": _Setting("processes", _integer, _between(1, 256)),
@@ -337,6 +354,11 @@ class HostConfig:
     handler_threads: int = 16
     #: Port of /healthz, /readyz, /metrics and /leases; 0 (the default) turns the server off.
     http_port: int = 0
+    #: Address the endpoints listen on: every interface, because probes and scrapes come to the pod's address.
+    http_host: str = "0.0.0.0"
+    #: File holding the bearer token that guards /metrics and /leases (relative to host.yaml's folder); the token
+    #: itself is read at start (:mod:`worker.settings.http_token`), never kept here.
+    http_token_file: str | None = None
     #: An INFO line when each invocation starts (Executing) and ends (Executed), as Functions logs them.
     invocation_logs: bool = True
     #: Middleware to add, as ``module:attribute`` names, after the host's own and the app's.
@@ -573,6 +595,9 @@ def _read_key(
     if key.startswith("retry."):  # one retry field from the environment
         retry_fields[key[len("retry."):]] = value
         return
+    if key == "worker.httpToken":  # a secret in a settings file ends up in images, repositories and logs
+        raise ConfigError(key, "the token does not belong in the settings: set the environment variable "
+                               "WORKER_HTTP_TOKEN, or worker.httpTokenFile to a file holding it", where)
     setting = _SCHEMA.get(key)
     if setting is None:
         inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
