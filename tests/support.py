@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from email.message import Message
 from typing import TypeVar
 
 from worker import WorkerApp
@@ -63,8 +64,21 @@ def free_port() -> int:
 
 def get(port: int, path: str, timeout: float = 10) -> tuple[int, str]:
     """GET a worker endpoint on loopback: the status and the body, also for 4xx and 5xx answers."""
+    status, _, body = fetch(port, path, timeout=timeout)
+    return status, body
+
+
+def fetch(
+    port: int, path: str, *, host: str = "127.0.0.1", token: str | None = None, scheme: str = "Bearer",
+    timeout: float = 10,
+) -> tuple[int, Message, str]:
+    """GET ``path`` from ``host:port``, with ``token`` in an Authorization header when given: the status, the
+    headers and the body, also for 4xx and 5xx answers."""
+    request = urllib.request.Request(f"http://{host}:{port}{path}")
+    if token is not None:
+        request.add_header("Authorization", f"{scheme} {token}")
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as response:
-            return response.status, response.read().decode()
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.headers, response.read().decode()
     except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+        return error.code, error.headers, error.read().decode()

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
-from tests.support import apoll, free_port, get, poll
+from tests.support import apoll, fetch, free_port, get, poll
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
 
@@ -123,3 +124,71 @@ def _started(record_db: Path) -> bool:
             return bool(db.execute("SELECT 1 FROM calls WHERE event = 'block-start'").fetchall())
     except sqlite3.OperationalError:  # no call yet
         return False
+
+
+#: A token as an operator would make one (``openssl rand -hex 24``); found nowhere in a log if all is well.
+TOKEN = "9f2c4e7a1b3d5f60718293a4b5c6d7e8f9a0b1c2d3e4f5a6"
+
+
+def test_a_token_guards_metrics_and_leases_and_leaves_the_probes_open(tmp_path: Path, record_db: Path) -> None:
+    port = free_port()
+    config = write_host_yaml(tmp_path, worker={"httpPort": port})
+    worker = WorkerProcess(config, {"RECORD_DB": str(record_db), "WORKER_HTTP_TOKEN": TOKEN}).start()
+    try:
+        worker.wait_for_log("host started")
+        for path in ("/healthz", "/readyz"):
+            assert fetch(port, path)[0] == 200, path
+        for path in ("/metrics", "/leases"):
+            status, headers, _ = fetch(port, path)
+            assert (status, headers["WWW-Authenticate"].split()[0]) == (401, "Bearer"), path
+            assert fetch(port, path, token=TOKEN[:-1] + "0")[0] == 401, path
+            assert fetch(port, path, token=TOKEN, scheme="Basic")[0] == 401, path
+            assert fetch(port, path, token=TOKEN)[0] == 200, path
+        assert worker.stop(signal.SIGTERM) == 0
+        log = worker.log_path.read_text()
+        assert '"token": true' in log and TOKEN not in log
+    finally:
+        worker.kill()
+
+
+def test_without_a_token_every_path_is_open(tmp_path: Path, record_db: Path) -> None:
+    port = free_port()
+    config = write_host_yaml(tmp_path, worker={"httpPort": port})
+    worker = WorkerProcess(config, {"RECORD_DB": str(record_db)}).start()
+    try:
+        worker.wait_for_log("host started")
+        assert [fetch(port, path)[0] for path in ("/healthz", "/readyz", "/metrics", "/leases")] == [200] * 4
+    finally:
+        worker.kill()
+
+
+def test_the_endpoints_listen_on_http_host_only(tmp_path: Path, record_db: Path) -> None:
+    """Linux routes all of 127.0.0.0/8 to loopback, so 127.0.0.2 is a second local address on any machine."""
+    port = free_port()
+    config = write_host_yaml(tmp_path, worker={"httpPort": port})
+    worker = WorkerProcess(config, {"RECORD_DB": str(record_db)}, args=("--http-host", "127.0.0.2")).start()
+    try:
+        listening = worker.wait_for_log("endpoints listening")
+        assert (listening["host"], listening["port"]) == ("127.0.0.2", port)
+        worker.wait_for_log("host started")
+        assert fetch(port, "/healthz", host="127.0.0.2")[0] == 200
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        worker.kill()
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path: Path, record_db: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = write_host_yaml(tmp_path, worker={"httpPort": port, "httpHost": "127.0.0.1"})
+        worker = WorkerProcess(config, {"RECORD_DB": str(record_db)}).start()
+        try:
+            assert worker.wait(60) == 2
+        finally:
+            worker.kill()
+    stderr = worker.log_path.read_text()
+    assert f"worker run: error: cannot listen on 127.0.0.1:{port}: address already in use\n" in stderr, stderr
+    assert "Traceback" not in stderr, stderr

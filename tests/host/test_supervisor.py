@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
-from tests.support import apoll, free_port
+from tests.support import apoll, fetch, free_port
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
 
@@ -135,3 +136,52 @@ async def _arows(record_db: Path, event: str) -> list[dict[str, Any]]:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+#: A token as an operator would make one; found nowhere in a log if all is well.
+TOKEN = "Zm9yIHRoZSBzdXBlcnZpc29yJ3MgZW5kcG9pbnRz"
+
+
+async def test_the_aggregate_listens_on_http_host_asks_for_the_token_and_hands_it_to_the_processes(
+    supervised: Any, queue: QueueBackend, record_db: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "token").write_text(TOKEN + "\n", encoding="utf-8")  # as a mounted Secret ends
+    port = free_port()
+    process = supervised(mode="hold", hold=60, httpPort=port, httpHost="127.0.0.2", httpTokenFile="token",
+                         drainTimeout="1s")
+    await _send(queue, *[f"m{i}" for i in range(4)])
+    await apoll(lambda: _true(len({row["pid"] for row in attempts(record_db)}) == 2), 30, what="both processes busy")
+    held = len(_rows(record_db, "start"))
+
+    assert [fetch(port, path, host="127.0.0.2")[0] for path in ("/healthz", "/readyz", "/leases", "/metrics")] == [
+        200, 200, 401, 401]
+    status, _, body = fetch(port, "/leases", host="127.0.0.2", token=TOKEN)
+    # Every process's leases: the supervisor asked each process with the token.
+    assert status == 200 and {lease["process"] for lease in json.loads(body)} == {0, 1}, body
+    assert len(json.loads(body)) == held
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    children = [line for line in _events(process, "endpoints listening") if line.get("processes") is None]
+    assert len(children) == 2 and {line["host"] for line in children} == {"127.0.0.1"}
+    assert [fetch(line["port"], "/leases")[0] for line in children] == [401, 401]
+    assert process.stop(signal.SIGTERM, timeout=90) == 0
+    assert TOKEN not in process.log_path.read_text()
+
+
+def test_a_port_in_use_stops_the_supervisor_with_one_line_and_exit_2(
+    tmp_path: Path, record_db: Path, connection: str | None
+) -> None:
+    env = {"RECORD_DB": str(record_db)} | ({"AzureWebJobsStorage": connection} if connection else {})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = write_host_yaml(tmp_path, worker={"httpPort": port, "httpHost": "127.0.0.1"})
+        process = WorkerProcess(config, env, name="supervisor", args=("--processes", "2"))
+        try:
+            assert process.start().wait(60) == 2
+        finally:
+            process.kill()
+    stderr = process.log_path.read_text()
+    assert f"worker run: error: cannot listen on 127.0.0.1:{port}: address already in use\n" in stderr, stderr
+    assert "Traceback" not in stderr and not _events(process, "worker process started"), stderr

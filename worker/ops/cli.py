@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -57,8 +58,9 @@ from worker.runtime.host import Host
 from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.settings import local_settings
-from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration
+from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration, parse_http_host
 from worker.settings.connections import ConnectionSettingError
+from worker.settings.http_token import http_token
 from worker.settings.local_settings import LocalSettings, LocalSettingsError
 
 T = TypeVar("T")
@@ -109,6 +111,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
     return value
+
+
+def _host(text: str) -> str:
+    try:
+        return parse_http_host(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _ttl(text: str) -> float:
@@ -171,6 +180,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.no_supervisor and (args.processes or 1) > 1:
         raise UsageError("--no-supervisor runs one process; --processes needs the supervisor")
     config = _config(args.config, args.app)
+    if args.http_host is not None:
+        config = dataclasses.replace(config, http_host=args.http_host)
+    token = http_token(config, os.environ) if config.http_port else None  # read now: a bad one is refused at once
     # --log-level, when given, sets one level for all; else host.json's logging.logLevel sets each category's.
     configure_logging(args.log_level, categories=config.log_levels)
     log = structlog.get_logger("worker.ops.cli")
@@ -200,7 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # functionTimeout makes it recycle itself (worker.runtime.recycle), and settles nothing itself.
         command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
         supervisor = Supervisor(command, args.processes or config.processes, http_port=config.http_port,
-                                burst=args.burst)
+                                http_host=config.http_host, token=token, burst=args.burst)
         return asyncio.run(supervisor.run())
     handover = os.environ.get(HANDOVER_ENV)
     host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None)
@@ -468,6 +480,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the host in this process, without a supervisor (what the supervisor runs); a sync "
                           f"handler past functionTimeout then ends it with exit code {RECYCLED}, and its message "
                           "comes back when its lease ends")
+    run.add_argument("--http-host", type=_host, default=None, metavar="ADDRESS",
+                     help="address the endpoints listen on (default: worker.httpHost, 0.0.0.0: every interface)")
     run.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                      help="one level for every line (default: host.json's logging.logLevel by category, else INFO)")
 

@@ -23,10 +23,12 @@ Signals are forwarded: the first SIGTERM or SIGINT makes every child drain
 and exit, and the supervisor exits 0 once all have; a second one is passed on
 too (the children then exit at once, and so does the supervisor, with 128 +
 the signal's number). With ``worker.httpPort`` and one process, the child
-serves the port itself; with several, the supervisor serves the endpoints for
-all of them: each child listens on a port of its own on loopback, and
-``/metrics`` sums the children's series, ``/leases`` lists every child's
-leases, ``/healthz`` and ``/readyz`` are fine only when every child's are.
+serves the port itself (on ``worker.httpHost``); with several, the supervisor
+serves the endpoints for all of them on ``worker.httpHost``: each child
+listens on a port of its own on loopback, and ``/metrics`` sums the children's
+series, ``/leases`` lists every child's leases, ``/healthz`` and ``/readyz``
+are fine only when every child's are. With a token set, the supervisor asks
+for it as its children do, and hands it to them when it asks them.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.runtime.endpoints import guarded, listen
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
+from worker.settings.http_token import BearerToken
 from worker.waits import wait_set
 
 log = structlog.get_logger("worker.ops.supervisor")
@@ -67,6 +71,8 @@ REFUSED = 2
 CHILD_TIMEOUT = 5.0
 #: The environment variable that tells a child its supervisor's process id.
 SUPERVISOR_ENV = "WORKER_SUPERVISOR_PID"
+#: Where the children listen when the supervisor serves the endpoints for them: reachable from this machine only.
+CHILD_HOST = "127.0.0.1"
 #: prctl(2)'s option for the signal a process gets when its parent dies (Linux).
 _PR_SET_PDEATHSIG = 1
 
@@ -89,12 +95,14 @@ class Supervisor:
     """Runs ``count`` copies of ``command`` (a ``worker run`` without ``--processes``) until stopped."""
 
     def __init__(
-        self, command: Sequence[str], count: int, *, http_port: int = 0, burst: bool = False,
-        env: dict[str, str] | None = None,
+        self, command: Sequence[str], count: int, *, http_port: int = 0, http_host: str = "0.0.0.0",
+        token: BearerToken | None = None, burst: bool = False, env: dict[str, str] | None = None,
     ) -> None:
         self.command = list(command)
         self.count = count
         self.http_port = http_port
+        self.http_host = http_host
+        self.token = token
         self.burst = burst
         self.env = dict(os.environ if env is None else env)
         # One child serves the port itself; several each get a loopback port of their own behind the supervisor's.
@@ -108,10 +116,10 @@ class Supervisor:
 
     async def run(self) -> int:
         """Start the children, keep them running, and return the exit code once all have stopped."""
+        runner = await self._serve() if self.http_port and self.count > 1 else None  # CannotListen: nothing started
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._signal, signum)
-        runner = await self._serve() if self.http_port and self.count > 1 else None
         # Holds message bodies for a moment: readable by this user only (mkdtemp makes it 0700).
         self._handovers = Path(tempfile.mkdtemp(prefix="worker-handover-"))
         log.info("supervisor started", processes=self.count, pid=os.getpid(), burst=self.burst)
@@ -181,7 +189,8 @@ class Supervisor:
         env = {**self.env, "WORKER__worker__processes": "1", "WORKER_PROCESS_INDEX": str(child.index),
                SUPERVISOR_ENV: str(os.getpid()), HANDOVER_ENV: str(self._handovers / f"process-{child.index}.json")}
         env["WORKER__worker__httpPort"] = str(child.port or 0)
-        child.process = await asyncio.create_subprocess_exec(*self.command, env=env)
+        host = self.http_host if self.count == 1 else CHILD_HOST
+        child.process = await asyncio.create_subprocess_exec(*self.command, "--http-host", host, env=env)
         child.started_at = time.monotonic()
         log.info("worker process started", process=child.index, pid=child.process.pid)
         code = await child.process.wait()
@@ -191,13 +200,14 @@ class Supervisor:
     # -- endpoints --------------------------------------------------------------------------------------------
 
     async def _serve(self) -> web.AppRunner:
-        app = web.Application()
+        app = web.Application(middlewares=guarded(self.token))
         app.add_routes([web.get("/healthz", self._healthz), web.get("/readyz", self._readyz),
                         web.get("/metrics", self._metrics), web.get("/leases", self._leases)])
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "0.0.0.0", self.http_port).start()
-        log.info("endpoints listening", port=self.http_port, processes=self.count)
+        await listen(runner, self.http_host, self.http_port)
+        log.info("endpoints listening", host=self.http_host, port=self.http_port, processes=self.count,
+                 token=self.token is not None)
         return runner
 
     async def _ask(self, path: str) -> list[tuple[Child, int, str]]:
@@ -205,13 +215,14 @@ class Supervisor:
 
         async def one(session: aiohttp.ClientSession, child: Child) -> tuple[Child, int, str]:
             try:
-                async with session.get(f"http://127.0.0.1:{child.port}{path}") as response:
+                async with session.get(f"http://{CHILD_HOST}:{child.port}{path}") as response:
                     return child, response.status, await response.text()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 return child, 0, f"{type(exc).__name__}: {exc}"
 
         timeout = aiohttp.ClientTimeout(total=CHILD_TIMEOUT)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        headers = self.token.header() if self.token is not None else None  # the children ask for it too
+        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
             return list(await asyncio.gather(*(one(session, child) for child in self.children)))
 
     async def _healthz(self, _: web.Request) -> web.Response:
@@ -273,7 +284,7 @@ def _alive(child: Child) -> bool:
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((CHILD_HOST, 0))
         return int(s.getsockname()[1])
 
 

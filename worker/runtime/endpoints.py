@@ -9,12 +9,15 @@
               lease expiry and elapsed time. Azure Storage Queues cannot list invisible messages; the worker
               can list its own.
 
-It runs on the host's event loop (aiohttp), and only when ``worker.httpPort`` is set.
+It runs on the host's event loop (aiohttp), and only when ``worker.httpPort`` is set, on ``worker.httpHost``.
+With a token set (:mod:`worker.settings.http_token`), ``/metrics`` and ``/leases`` answer 401 to a request
+without it; the probes stay open, because the kubelet sends none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -23,13 +26,54 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
 from worker.runtime.lease import LeaseScheduler
+from worker.settings.http_token import BearerToken
 
 log = structlog.get_logger("worker.runtime.endpoints")
 
 #: Longest a readiness check waits for storage, in seconds.
 READY_TIMEOUT = 3.0
+#: Paths a probe must reach without a token; every other path needs it when one is set.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def guarded(token: BearerToken | None) -> list[Callable[..., Awaitable[web.StreamResponse]]]:
+    """aiohttp middleware that answers 401 on every path but the probes' to a request without ``token``."""
+    if token is None:
+        return []
+
+    @web.middleware
+    async def require_token(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                            ) -> web.StreamResponse:
+        if request.path in OPEN_PATHS or token.accepts(request.headers.get("Authorization")):
+            return await handler(request)
+        return web.json_response({"error": "a bearer token is required"}, status=401,
+                                 headers={"WWW-Authenticate": 'Bearer realm="worker"'})
+
+    return [require_token]
+
+
+async def listen(runner: web.AppRunner, host: str, port: int) -> None:
+    """Serve ``runner`` on ``host:port``; a port that cannot be had refuses the start with one line naming it."""
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise CannotListen(f"cannot listen on {address}: {reason}") from None
+
+
+class CannotListen(StartupRefused):
+    """The endpoints' address is taken or not this machine's: restarting cannot help (exit 2)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__([problem])
+
+    def __str__(self) -> str:
+        return self.problems[0]
 
 
 class Endpoints:
@@ -55,8 +99,9 @@ class Endpoints:
         self.draining = draining
         self._runner: web.AppRunner | None = None
 
-    async def start(self, port: int, host: str = "0.0.0.0") -> None:
-        app = web.Application()
+    async def start(self, port: int, host: str, token: BearerToken | None) -> None:
+        """Listen on ``host:port``; CannotListen when the address cannot be had."""
+        app = web.Application(middlewares=guarded(token))
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/readyz", self.readyz),
@@ -65,8 +110,9 @@ class Endpoints:
         ])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
-        log.info("endpoints listening", port=port, paths=["/healthz", "/readyz", "/metrics", "/leases"])
+        await listen(self._runner, host, port)
+        log.info("endpoints listening", host=host, port=port, paths=["/healthz", "/readyz", "/metrics", "/leases"],
+                 token=token is not None)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -43,6 +43,7 @@ from worker.runtime.poison import policy_for
 from worker.runtime.recycle import Recycler, settle_handed_over, take
 from worker.runtime.threads import HandlerThreads
 from worker.settings.config import FunctionOptions, HostConfig
+from worker.settings.http_token import BearerToken, http_token
 from worker.waits import wait_set
 
 log = structlog.get_logger("worker.runtime.host")
@@ -155,6 +156,7 @@ class Host:
         for key in config.ignored_keys:
             log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key,
                         file=str(config.source) if config.source else None)
+        token = http_token(config, os.environ) if config.http_port else None  # a bad one refuses the start (exit 2)
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         backends = _Storage(config, self.metrics)
         given = [*self.app.middleware, *self._extra_middleware, *self._given]
@@ -204,7 +206,7 @@ class Host:
                     backends.queues(function.connection), config.for_function(function.name, function.retry)
                 ), completion, self.metrics)
             if config.http_port:
-                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher)
+                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token)
             middleware.host_started(self.app.functions)
             log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst,
                      middleware=[type(m).__name__ for m in middleware.middleware])
@@ -235,7 +237,7 @@ class Host:
         return dispatcher
 
     async def _serve_endpoints(
-        self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher
+        self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher, token: BearerToken | None
     ) -> tuple[Endpoints, asyncio.Task[None]]:
         """Start the HTTP endpoints, with gauges for in-flight messages, queue lengths, threads and tasks."""
         lengths: dict[str, float] = {}
@@ -272,7 +274,7 @@ class Host:
         endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
                               draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
                               last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None))
-        await endpoints.start(self.config.http_port)
+        await endpoints.start(self.config.http_port, self.config.http_host, token)
         return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
 
     @property
