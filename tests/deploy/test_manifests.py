@@ -438,6 +438,15 @@ def test_compose_azurite_runs_the_queue_service_like_the_tests() -> None:
     assert set(named) <= set(compose().get("volumes", {})), "Azurite's volume is not a declared named volume"
 
 
+def test_compose_publishes_every_port_on_loopback_only() -> None:
+    """Azurite's key is public and /leases names the messages in flight: nothing reaches past this machine."""
+    published = [(name, port) for name, service in compose()["services"].items() for port in service.get("ports", [])]
+    assert published, "compose.yaml publishes no port"
+    for name, port in published:
+        host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).rpartition(":")[0].rpartition(":")[0]
+        assert host_ip == "127.0.0.1", f"{name} publishes {port!r} on every interface of the host"
+
+
 def test_compose_stop_grace_period_is_longer_than_the_drain_timeout() -> None:
     worker = compose()["services"]["worker"]
     env = service_env(worker)
