@@ -9,7 +9,9 @@ backend's poison policy (:mod:`worker.runtime.poison`: a copy in
 ``<queue>-poison``, or the service's dead-letter queue). A shutdown releases
 it at once so another worker takes it without waiting for the lease to run
 out. A lost lease means the message is someone else's: nothing is done to it.
-What was done is announced to the middleware (``after_completion``).
+What was done is announced to the middleware (``after_completion``). While a
+completion fails for storage, receives from that storage are held back
+(:mod:`worker.runtime.backpressure`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from worker.backends.queues import LeaseGone, MessageNotFound, RawMessage, Trans
 from worker.middleware import Chain
 from worker.model import Done, Finished, Outcome, Result
 from worker.observability.metrics import Metrics
+from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.poison import is_poison_queue, policy_for
 from worker.settings.config import FunctionOptions
@@ -30,10 +33,12 @@ COMPLETION_RETRY_INTERVAL = 2.0
 
 
 class CompletionProcessor:
-    def __init__(self, scheduler: LeaseScheduler, metrics: Metrics, middleware: Chain) -> None:
+    def __init__(self, scheduler: LeaseScheduler, metrics: Metrics, middleware: Chain, trouble: StoreTrouble) -> None:
+        """``trouble`` hears of every completion storage fails, and of its end, to hold receives back meanwhile."""
         self.scheduler = scheduler
         self.metrics = metrics
         self.middleware = middleware
+        self.trouble = trouble
 
     @staticmethod
     def begin(raw: RawMessage, config: FunctionOptions) -> Result | None:
@@ -59,6 +64,12 @@ class CompletionProcessor:
         Any other error is logged and counted; the message then comes back when
         its lease ends, which is the safe direction.
         """
+        try:
+            await self._complete(item, result)
+        finally:  # however it ends (settled, lease lost, cancelled at shutdown), it no longer holds receives back
+            self.trouble.settled(item.backend, item.lease)
+
+    async def _complete(self, item: Finished, result: Result) -> None:
         lease = item.lease
         log = item.log
         progress = _Progress()
@@ -81,6 +92,7 @@ class CompletionProcessor:
                     return
                 except TransientError as exc:
                     self.metrics.inc("storage_errors", item.function)
+                    self.trouble.failed(item.backend, lease, str(exc) or type(exc).__name__)
                     progress.failed_attempts += 1
                     if progress.failed_attempts == 1:
                         log.error(

@@ -34,6 +34,7 @@ from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describ
 from worker.middleware import Chain, Middleware, builtin
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
+from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
 from worker.runtime.endpoints import Endpoints
@@ -161,7 +162,8 @@ class Host:
         backends = _Storage(config, self.metrics)
         given = [*self.app.middleware, *self._extra_middleware, *self._given]
         middleware = Chain([*builtin.standard(config, self.metrics, backends, given), *given])
-        completion = CompletionProcessor(scheduler, self.metrics, middleware)
+        trouble = StoreTrouble()
+        completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble)
         threads = HandlerThreads(config.handler_threads)
         recycler = Recycler(scheduler, self.stopping)
         dispatcher = Dispatcher(scheduler, completion, middleware, threads, recycler)
@@ -193,7 +195,8 @@ class Host:
                 if refused:
                     continue
                 listeners.append(
-                    Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware)
+                    Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware,
+                             trouble)
                 )
                 listeners[-1].last_error = unreachable
                 backends.listen(listeners[-1])
@@ -206,7 +209,7 @@ class Host:
                     backends.queues(function.connection), config.for_function(function.name, function.retry)
                 ), completion, self.metrics)
             if config.http_port:
-                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token)
+                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble)
             middleware.host_started(self.app.functions)
             log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst,
                      middleware=[type(m).__name__ for m in middleware.middleware])
@@ -237,7 +240,8 @@ class Host:
         return dispatcher
 
     async def _serve_endpoints(
-        self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher, token: BearerToken | None
+        self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher, token: BearerToken | None,
+        trouble: StoreTrouble,
     ) -> tuple[Endpoints, asyncio.Task[None]]:
         """Start the HTTP endpoints, with gauges for in-flight messages, queue lengths, threads and tasks."""
         lengths: dict[str, float] = {}
@@ -273,7 +277,8 @@ class Host:
                            lambda: {"host": len(asyncio.all_tasks(loop))})
         endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
                               draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
-                              last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None))
+                              last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
+                              held_back=trouble.problems)
         await endpoints.start(self.config.http_port, self.config.http_host, token)
         return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
 

@@ -15,6 +15,11 @@ follows the storage's bandwidth rather than its round-trip time; a partial
 batch brings it back to one. Each receive reserves its room first, so
 ``maxInFlight`` holds however many run; a long poll holds one place, and is
 cut short if another function has none left.
+
+While completions on its storage fail (:mod:`worker.runtime.backpressure`), a
+listener starts no receive. A long poll already waiting is not cut short: it
+holds one place, so at most one message per function comes in after the
+trouble began (and on the embedded queue a receive is a write, which fails too).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
 from worker.middleware import Chain
 from worker.model import FunctionSpec
 from worker.observability.metrics import Metrics
+from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.dispatcher import Dispatcher
 from worker.settings.config import FunctionOptions
 
@@ -161,9 +167,12 @@ class Listener:
         metrics: Metrics,
         stopping: asyncio.Event,
         middleware: Chain,
+        trouble: StoreTrouble,
     ) -> None:
-        """``config`` is the function's own settings (:meth:`HostConfig.for_function`)."""
+        """``config`` is the function's own settings (:meth:`HostConfig.for_function`); ``trouble`` says when
+        completions on ``backend`` fail, and receiving must wait."""
         self.function = function
+        self.trouble = trouble
         self.middleware = middleware
         self.backend = backend
         self.config = config
@@ -324,6 +333,32 @@ class Listener:
         return lambda: self.capacity.give_back(self.function.name, count, invocations=1)
 
     async def _wait_for_room(self, want: int) -> int:
+        """Room for the next receive (at most ``want``) while no completion on this storage fails; 0 when stopping.
+
+        Trouble that begins while the room is awaited sends the room back: the receive would follow at once.
+        """
+        while True:
+            if not await self._wait_until_settled():
+                return 0
+            room = await self._reserve(want)
+            if room == 0 or not self.trouble.holding(self.backend):
+                return room
+            self.capacity.received(self.function.name, room)
+            self.capacity.give_back(self.function.name, room)
+
+    async def _wait_until_settled(self) -> bool:
+        """Wait while completions on this listener's storage fail; False when the host stops meanwhile."""
+        cleared = self.trouble.cleared(self.backend)
+        if cleared.is_set():
+            return True
+        settled = asyncio.ensure_future(cleared.wait())
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({settled, stop}, return_when=asyncio.FIRST_COMPLETED)
+        settled.cancel()
+        stop.cancel()
+        return not self.stopping.is_set()
+
+    async def _reserve(self, want: int) -> int:
         """Room for the next receive (at most ``want``), or 0 when the host is stopping."""
         room = asyncio.ensure_future(
             self.capacity.reserve(self.function.name, self.config.new_batch_threshold, want, self._allowed)
