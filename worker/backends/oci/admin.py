@@ -1,10 +1,16 @@
-"""OCI Queue's control plane for the backend: queue names to OCIDs, create, delete, list, the dead-letter queue.
+"""OCI Queue's control plane for the backend: queue names to OCIDs and messages endpoints, create, delete, list, the
+dead-letter queue.
 
 These calls go to the admin endpoint (``QueueAdminClient``) and, for
 creating, deleting and purging, wait on OCI work requests. They are mixed into
 :class:`worker.backends.oci.queues.OciBackend`, whose threads, clients and
-retry policy (``_call``, ``_admin``, ``_messages``) they run on; the messages
+retry policy (``_call``, ``_admin``, ``_on_queue``) they run on; the messages
 themselves (put, receive, update, delete) stay in that module.
+
+Each queue's messages are served at its own messages endpoint, which "may be
+different for different queues" (the SDK's ``QueueClient.get_messages``): the
+one GetQueue gives as ``messagesEndpoint``, looked up once per queue and again
+when the data plane no longer knows the queue there (:meth:`QueueAdmin._messages_endpoint`).
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class QueueAdmin:
     connection: OciConnection
     #: Queue OCIDs by display name (the backend's; dropped when a call finds the queue gone).
     _ids: dict[str, str]
+    #: Messages endpoints by queue OCID (GetQueue's ``messagesEndpoint``).
+    _endpoints: dict[str, str]
 
     async def _call(self, fn: Callable[[], T], queue: str, **kwargs: Any) -> T:
         raise NotImplementedError
@@ -47,7 +55,7 @@ class QueueAdmin:
     def _admin(self) -> Any:
         raise NotImplementedError
 
-    def _messages(self) -> Any:
+    def _on_queue(self, queue: str, call: Callable[[Any, str], T]) -> T:
         raise NotImplementedError
 
     def _list(self, **filters: Any) -> list[Any]:
@@ -82,6 +90,13 @@ class QueueAdmin:
                 )
             queue_id = self._ids[queue] = matches[0].id
         return queue_id
+
+    def _messages_endpoint(self, queue_id: str, *, refresh: bool = False) -> str:
+        """Where the queue's messages are served: GetQueue's ``messagesEndpoint``, cached unless ``refresh`` (blocking)."""
+        endpoint = None if refresh else self._endpoints.get(queue_id)
+        if endpoint is None:
+            endpoint = self._endpoints[queue_id] = str(self._admin().get_queue(queue_id).data.messages_endpoint)
+        return endpoint
 
     # -- queues -------------------------------------------------------------------------------------------------
 
@@ -165,7 +180,7 @@ class QueueAdmin:
         except QueueNotFound:
             return
         finally:
-            self._ids.pop(queue, None)
+            self._endpoints.pop(self._ids.pop(queue, queue), None)
         work_request = response.headers.get("opc-work-request-id")
         if work_request:
             await self._wait_for(work_request, queue, "deleting")
@@ -191,7 +206,7 @@ class QueueAdmin:
         """Messages in the queue's dead-letter queue, visible or not."""
 
         def count() -> int:
-            stats = self._messages().get_stats(self._resolve(queue)).data.dlq
+            stats = self._on_queue(queue, lambda client, queue_id: client.get_stats(queue_id)).data.dlq
             if stats is None:
                 return 0
             return int(stats.visible_messages or 0) + int(stats.in_flight_messages or 0)

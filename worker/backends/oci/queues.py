@@ -18,7 +18,9 @@ released at once (visibility 0): cancelling a receive loses nothing.
 
 Queue names: a trigger's ``queueName`` is the display name of an ACTIVE
 queue in the connection's compartment (resolved once and cached), or a queue
-OCID, used as is. OCI Queue has no per-message time to live or initial
+OCID, used as is. Its messages go to its own messages endpoint (GetQueue's
+``messagesEndpoint``, see :mod:`worker.backends.oci.admin`), not the
+connection's, which may be another cell's: :meth:`OciBackend._on_queue`. OCI Queue has no per-message time to live or initial
 invisibility (the queue's retention applies) and no peek that is not a
 delivery; it has a dead-letter queue of its own, with
 :meth:`OciBackend.dead_letter_limit`, :meth:`OciBackend.dead_letter_count`
@@ -160,6 +162,8 @@ class OciBackend(QueueAdmin):
         self._admin_endpoint = connection.admin_endpoint
         #: Queue OCIDs by display name.
         self._ids: dict[str, str] = {}
+        #: Messages endpoints by queue OCID.
+        self._endpoints: dict[str, str] = {}
         self._receipts = _Receipts()
         self._closed = False
 
@@ -177,19 +181,41 @@ class OciBackend(QueueAdmin):
                 self._auth = sign_in(self.connection)
             return self._auth
 
-    def _messages(self) -> Any:
-        """This thread's data-plane client (messages endpoint)."""
-        client = getattr(self._local, "messages", None)
+    def _messages(self, endpoint: str) -> Any:
+        """This thread's data-plane client for one messages endpoint."""
+        clients = getattr(self._local, "messages", None)
+        if clients is None:
+            clients = self._local.messages = {}
+        client = clients.get(endpoint)
         if client is None:
             config, signer = self._sign_in()
             client = oci.queue.QueueClient(
-                config, service_endpoint=self.connection.messages_endpoint, **client_kwargs(signer, self.limits.long_poll)
+                config, service_endpoint=endpoint, **client_kwargs(signer, self.limits.long_poll)
             )
             track_sockets(client)
             self._keep(client)
-            self._local.messages = client
-        self._local.endpoint = self.connection.messages_endpoint
+            clients[endpoint] = client
+        self._local.endpoint = endpoint
         return client
+
+    def _on_queue(self, queue: str, call: Callable[[Any, str], T]) -> T:
+        """``call(client, queue_id)``: one data-plane call at the queue's own messages endpoint (blocking).
+
+        A 404 there may mean the queue is served elsewhere now (the endpoint cached was another cell's): the
+        endpoint is looked up again, and if it moved the call is made once more at the new one. Otherwise the 404
+        stands (a queue GetQueue no longer finds answers its own 404 from there).
+        """
+        queue_id = self._resolve(queue)
+        endpoint = self._messages_endpoint(queue_id)
+        try:
+            return call(self._messages(endpoint), queue_id)
+        except oci.exceptions.ServiceError as exc:
+            if exc.status != 404:
+                raise
+            moved = self._messages_endpoint(queue_id, refresh=True)
+            if moved == endpoint:
+                raise
+        return call(self._messages(moved), queue_id)
 
     def _admin(self) -> Any:
         """This thread's control-plane client (queues: list, create, delete, purge, work requests)."""
@@ -216,14 +242,14 @@ class OciBackend(QueueAdmin):
 
     def _drop_thread_clients(self) -> None:
         """Close this thread's clients (a long-poll thread that ends)."""
-        for attribute in ("messages", "admin"):
-            client = getattr(self._local, attribute, None)
-            if client is not None:
-                setattr(self._local, attribute, None)
-                with self._lock:
-                    if client in self._clients:
-                        self._clients.remove(client)
-                _close_client(client)
+        messages = getattr(self._local, "messages", None) or {}
+        admin = getattr(self._local, "admin", None)
+        self._local.messages = self._local.admin = None
+        for client in [*messages.values(), *([admin] if admin is not None else [])]:
+            with self._lock:
+                if client in self._clients:
+                    self._clients.remove(client)
+            _close_client(client)
 
     # -- running calls ------------------------------------------------------------------------------------------
 
@@ -339,8 +365,8 @@ class OciBackend(QueueAdmin):
         """The protocol's error for a service answer that is not transient; None for what is not an answer."""
         if not isinstance(exc, oci.exceptions.ServiceError):
             return None
-        if exc.status == 404:
-            self._ids.pop(queue, None)  # it may have been deleted and made again under the same name
+        if exc.status == 404:  # it may have been deleted and made again under the same name, elsewhere
+            self._endpoints.pop(self._ids.pop(queue, queue), None)
         stale = bool(message_id and receipt and self._receipts.replaced(queue, message_id, receipt))
         return answer_error(
             exc, queue, message_id, put=put, stale_receipt=stale, endpoint=self._endpoint(exc),
@@ -386,9 +412,9 @@ class OciBackend(QueueAdmin):
         )
 
         def send() -> Any:
-            queue_id = self._resolve(queue)
             with sending():
-                return self._messages().put_messages(queue_id, details).data.messages[0]
+                return self._on_queue(queue, lambda client, queue_id: client.put_messages(queue_id, details)) \
+                    .data.messages[0]
 
         sent = await self._call(send, queue, put=True)
         now = datetime.now(UTC)
@@ -412,12 +438,10 @@ class OciBackend(QueueAdmin):
         timeout = int(min(max(wait, 0), self.limits.long_poll))
 
         def get() -> tuple[str, list[Any]]:
-            queue_id = self._resolve(queue)
-            got = self._messages().get_messages(
+            return self._on_queue(queue, lambda client, queue_id: (queue_id, list(client.get_messages(
                 queue_id, visibility_in_seconds=visibility, timeout_in_seconds=timeout, limit=max_messages,
                 **({"channel_filter": channel} if channel is not None else {}),
-            )
-            return queue_id, list(got.data.messages or [])
+            ).data.messages or [])))
 
         _, messages = await self._call(get, queue, long=timeout > 0, release=self._release)
         received = [_raw(m) for m in messages]
@@ -434,7 +458,9 @@ class OciBackend(QueueAdmin):
         entries = [oci.queue.models.UpdateMessagesDetailsEntry(receipt=m.receipt, visibility_in_seconds=0)
                    for m in messages]
         try:
-            self._messages().update_messages(queue_id, oci.queue.models.UpdateMessagesDetails(entries=entries))
+            self._messages(self._messages_endpoint(queue_id)).update_messages(
+                queue_id, oci.queue.models.UpdateMessagesDetails(entries=entries)
+            )
             log.info("messages of a cancelled receive released", queue_id=queue_id, count=len(messages))
         except Exception as exc:
             log.warning(
@@ -454,7 +480,8 @@ class OciBackend(QueueAdmin):
         details = oci.queue.models.UpdateMessageDetails(visibility_in_seconds=_seconds(visibility_timeout))
 
         def update() -> Any:
-            return self._messages().update_message(self._resolve(queue), pop_receipt, details).data
+            return self._on_queue(queue, lambda client, queue_id: client.update_message(queue_id, pop_receipt, details)) \
+                .data
 
         updated = await self._call(update, queue, message_id=message_id, receipt=pop_receipt)
         return Receipt(pop_receipt, _utc(updated.visible_after) or datetime.now(UTC))
@@ -467,7 +494,7 @@ class OciBackend(QueueAdmin):
             nonlocal attempts
             attempts += 1
             try:
-                self._messages().delete_message(self._resolve(queue), pop_receipt)
+                self._on_queue(queue, lambda client, queue_id: client.delete_message(queue_id, pop_receipt))
             except oci.exceptions.ServiceError as exc:
                 # A retried delete whose receipt is refused: the first attempt deleted it and its answer was lost.
                 if attempts == 1 or not receipt_refused(exc):
@@ -491,7 +518,7 @@ class OciBackend(QueueAdmin):
 
     async def approximate_count(self, queue: str) -> int:
         def count() -> int:
-            stats = self._messages().get_stats(self._resolve(queue)).data.queue
+            stats = self._on_queue(queue, lambda client, queue_id: client.get_stats(queue_id)).data.queue
             return int(stats.visible_messages or 0) + int(stats.in_flight_messages or 0)
 
         return await self._call(count, queue)
