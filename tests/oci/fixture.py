@@ -16,6 +16,7 @@ import base64
 import hashlib
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -38,7 +39,7 @@ REGION = "us-ashburn-1"
 RESOURCE = "ocid1.fnfunc.oc1.iad.test"
 #: How long a minted session token is valid (OCI's last 20 minutes to an hour; the tests need less).
 TOKEN_LIFETIME = 3600
-_LISTENING = re.compile(r"^OCI Queue test server listening on (http://127\.0\.0\.1:\d+)$")
+_LISTENING = re.compile(r"^OCI Queue test server listening on (http://127\.0\.0\.1:\d+), messages endpoints (.+)$")
 
 
 def new_key() -> rsa.RSAPrivateKey:
@@ -114,6 +115,7 @@ class OciTestServer:
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []
         self._endpoint: str | None = None
+        self._cells: list[str] = []
         self._fingerprint: str | None = None
         #: Signs the session tokens the server accepts (the server knows its public half).
         self._issuer: rsa.RSAPrivateKey | None = None
@@ -121,10 +123,17 @@ class OciTestServer:
 
     @property
     def endpoint(self) -> str:
-        """``http://127.0.0.1:PORT``: the service endpoint for both clients (and every queue's messagesEndpoint)."""
+        """``http://127.0.0.1:PORT``: the control plane's endpoint, and the first cell's messages endpoint."""
         if self._endpoint is None:
             raise RuntimeError("the OCI test server is not started")
         return self._endpoint
+
+    @property
+    def messages_endpoints(self) -> list[str]:
+        """Every cell's messages endpoint: queues are placed on them in turn (a queue's is its ``messagesEndpoint``)."""
+        if not self._cells:
+            raise RuntimeError("the OCI test server is not started")
+        return self._cells
 
     @property
     def config_file(self) -> Path:
@@ -158,7 +167,7 @@ class OciTestServer:
                  "--tenancy", TENANCY, "--user", USER, "--fingerprint", self._fingerprint,
                  "--token-issuer-key", str(issuer_file), "--ready-file", str(self.workdir / "ready"),
                  "--stale-receipt", self.modes.stale_receipt, "--retention-bound", self.modes.retention_bound,
-                 "--put-answer", self.modes.put_answer],
+                 "--put-answer", self.modes.put_answer, "--other-cell", self.modes.other_cell],
                 cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
             )
         threading.Thread(target=self._read, daemon=True, name="oci-test-server-stdout").start()
@@ -232,6 +241,21 @@ class OciTestServer:
         partial.write_text(self.session_token(key.public_key(), valid=valid, lifetime=lifetime))  # no newline: the
         partial.replace(token_file)  # SDK would keep it in the keyId; and a reader never sees half a token
 
+    def move_queues(self) -> None:
+        """Move every queue to the next cell's messages endpoint (the server's SIGUSR1); returns once GetQueue
+        says so."""
+        import oci
+
+        assert self.proc is not None
+        admin = oci.queue.QueueAdminClient(oci.config.from_file(str(self.config_file)), service_endpoint=self.endpoint)
+        before = {q.id: q.messages_endpoint for q in admin.list_queues(compartment_id=self.compartment_id).data.items}
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 10
+        while any(admin.get_queue(queue_id).data.messages_endpoint == endpoint for queue_id, endpoint in before.items()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the OCI test server did not move its queues within 10 s")
+            time.sleep(0.02)
+
     def set_delivery_limit(self, queue: str, limit: int) -> None:
         """Set a queue's deadLetterQueueDeliveryCount as an operator would, with the SDK's admin client."""
         import oci
@@ -254,7 +278,7 @@ class OciTestServer:
             for line in self.proc.stdout:
                 self.output.append(line)
                 if self._endpoint is None and (match := _LISTENING.match(line.strip())):
-                    self._endpoint = match.group(1)
+                    self._endpoint, self._cells = match.group(1), match.group(2).split()
                     self._ready.set()
         except ValueError:  # stdout closed by stop()
             pass

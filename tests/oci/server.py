@@ -3,14 +3,15 @@
 Why it exists: OCI has no emulator for its Queue service, yet code that uses the service through the official
 ``oci`` SDK has to be tested against the protocol the SDK really speaks. This server answers the SDK's
 ``oci.queue.QueueClient`` (the data plane: messages) and the queue parts of ``oci.queue.QueueAdminClient`` (the
-control plane: queues and work requests) on one loopback port, keeps everything in memory, and checks every
+control plane: queues and work requests) on two loopback ports (each a cell of the data plane, see
+``--other-cell``), keeps everything in memory, and checks every
 request's signature the way the service does, so a client that signs wrongly fails here as it would in the cloud.
 
 Run it as ``python -m tests.oci.server --port 0 --public-key PEM --tenancy T --user U --fingerprint F
 [--token-issuer-key PEM] [--ready-file PATH] [--stale-receipt 400|404] [--retention-bound refuse|clamp]
-[--put-answer send|close|reset]``; it prints ``OCI Queue test server listening on http://127.0.0.1:PORT`` when it
-is ready. ``tests/oci/fixture.py`` starts it for tests with a fresh key, an SDK
-config file and a token issuer key of its own.
+[--put-answer send|close|reset] [--other-cell 404|serve]``; it prints ``OCI Queue test server listening on
+http://127.0.0.1:PORT, messages endpoints URL URL`` when it is ready. ``tests/oci/fixture.py`` starts it for tests
+with a fresh key, an SDK config file and a token issuer key of its own.
 
 Who may call: the one API key given on the command line (keyId ``<tenancy>/<user>/<fingerprint>``), and, with
 ``--token-issuer-key``, any holder of a session token from that issuer (keyId ``ST$<token>``), which is how
@@ -44,7 +45,9 @@ Where the facts come from:
   letter message is kept until its retention period has passed).
 * GetMessages: the SDK's parameter documentation (long polling until a message is visible or ``timeoutInSeconds``
   passes; 0 is a short poll; ``visibilityInSeconds`` 0 is a peek that still counts a delivery; ``channelFilter``
-  matches a channel ID exactly).
+  matches a channel ID exactly; without it, "messages will be returned from a random non-empty channel within a
+  queue": one channel's messages an answer, the channel picked at random among those with messages ready, and
+  messages put without a channel count as one channel).
 * Error statuses and codes: https://docs.oracle.com/iaas/Content/API/References/apierrors.htm.
 * Signatures: https://docs.oracle.com/iaas/Content/API/Concepts/signingrequests.htm and the SDK's own signer
   (``oci/signer.py`` with ``oci/_vendor/httpsig_cffi``), whose signing string this server rebuilds.
@@ -89,6 +92,13 @@ Modes: where the reference is silent about an answer a client must handle, the s
   whether such a request is refused or cut short. ``refuse`` (the default): 400 InvalidParameter, nothing changed;
   ``clamp``: the visibility ends at ``expireAfter``. GetMessages is not bounded so (its messages have different
   expiries); a message is gone at its ``expireAfter`` either way.
+* ``--other-cell``: the data plane is served by two listeners (cells); each new queue goes to the next one in turn,
+  and GetQueue and ListQueues give it as the queue's ``messagesEndpoint``. The SDK says only that "the messages
+  endpoint may be different for different queues. Use GetQueue to find the queue's messagesEndpoint"
+  (``oci/queue/queue_client.py``, ``get_messages``), not what another endpoint answers. ``404`` (the default): 404
+  NotAuthorizedOrNotFound, as for a queue that does not exist; ``serve``: any listener serves any queue.
+  SIGUSR1 moves every queue to the next cell, as a region may move a queue: a client that cached its endpoint
+  then meets the other cell's answer.
 * ``--put-answer``: not a choice of the reference but a fault a client meets: ``send`` (the default) answers
   PutMessages; ``close`` and ``reset`` store the messages and then close (FIN) or reset (RST) the connection
   instead of answering, as when an answer is lost on its way back, so that the client cannot know they were stored.
@@ -113,6 +123,7 @@ import email.message
 import email.utils
 import hashlib
 import json
+import random
 import re
 import secrets
 import select
@@ -136,7 +147,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 API_VERSION = "20210201"
-READY_LINE = "OCI Queue test server listening on {endpoint}"
+READY_LINE = "OCI Queue test server listening on {endpoint}, messages endpoints {cells}"
 
 GET_LIMIT = (1, 20)
 DEFAULT_GET_LIMIT = 1
@@ -179,6 +190,9 @@ class ApiError(Exception):
 STALE_RECEIPT_ANSWERS = ("400", "404")
 RETENTION_BOUNDS = ("refuse", "clamp")
 PUT_ANSWERS = ("send", "close", "reset")
+OTHER_CELL_ANSWERS = ("404", "serve")
+#: Listeners serving the data plane: queues are placed on them in turn, as a region spreads queues over cells.
+CELLS = 2
 
 
 @dataclass(frozen=True)
@@ -189,6 +203,7 @@ class Modes:
     stale_receipt: str = "400"
     retention_bound: str = "refuse"
     put_answer: str = "send"
+    other_cell: str = "404"
 
 
 def invalid(message: str) -> ApiError:
@@ -292,6 +307,8 @@ class Request:
     body: Any
     #: Whether the client has hung up (a long poll whose caller died must not take messages with it).
     gone: Callable[[], bool] = lambda: False
+    #: The listener that took the request (``http://127.0.0.1:PORT``): a queue's messages are served at its own.
+    endpoint: str = ""
 
 
 @dataclass
@@ -339,6 +356,8 @@ class Queue:
     capabilities: list[str]
     freeform_tags: dict[str, str]
     defined_tags: dict[str, Any]
+    #: The listener (cell) serving this queue's messages: its ``messagesEndpoint``.
+    messages_endpoint: str
     lifecycle_state: str = "ACTIVE"
     #: Messages by id, in the order they were put (ids only grow), so deliveries are oldest first.
     messages: dict[int, Message] = field(default_factory=dict)
@@ -348,19 +367,19 @@ class Queue:
     def max_content_bytes(self) -> int:
         return MAX_LARGE_CONTENT_BYTES if "LARGE_MESSAGES" in self.capabilities else MAX_CONTENT_BYTES
 
-    def summary_json(self, endpoint: str) -> dict[str, Any]:
+    def summary_json(self) -> dict[str, Any]:
         """The ``QueueSummary`` model (ListQueues)."""
         return {
             "id": self.id, "displayName": self.display_name, "compartmentId": self.compartment_id,
             "timeCreated": timestamp(self.time_created), "timeUpdated": timestamp(self.time_updated),
-            "lifecycleState": self.lifecycle_state, "messagesEndpoint": endpoint,
+            "lifecycleState": self.lifecycle_state, "messagesEndpoint": self.messages_endpoint,
             "freeformTags": self.freeform_tags, "definedTags": self.defined_tags, "systemTags": {},
             "capabilities": self.capabilities,
         }
 
-    def to_json(self, endpoint: str) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         """The ``Queue`` model (GetQueue)."""
-        out = self.summary_json(endpoint) | {
+        out = self.summary_json() | {
             "retentionInSeconds": self.retention, "visibilityInSeconds": self.visibility,
             "timeoutInSeconds": self.timeout, "deadLetterQueueDeliveryCount": self.dlq_delivery_count,
             "channelConsumptionLimit": self.channel_consumption_limit,
@@ -398,6 +417,14 @@ def stats(messages: list[Message], now: float) -> dict[str, int]:
             "sizeInBytes": sum(message.size for message in messages)}
 
 
+def one_channel(ready: list[Message]) -> list[Message]:
+    """The messages of one channel, picked at random among those with messages ready: what an unfiltered
+    GetMessages returns ("from a random non-empty channel within a queue", the SDK's ``get_messages``). Messages
+    put without a channel are one channel of their own."""
+    chosen = random.choice(sorted({message.channel_id or "" for message in ready}))
+    return [message for message in ready if (message.channel_id or "") == chosen]
+
+
 def page(items: list[Any], query: dict[str, str]) -> tuple[list[Any], dict[str, str]]:
     """List pagination: ``limit`` items from the offset in ``page``, and ``opc-next-page`` if more remain."""
     limit = int_value(query.get("limit"), "limit", (1, 1000), 1000)
@@ -414,13 +441,15 @@ class QueueService:
     by :meth:`_sweep` whenever a queue is looked at, and a waiting poll wakes when the next message becomes visible.
     """
 
-    def __init__(self, endpoint: str, modes: Modes) -> None:
-        self.endpoint = endpoint
+    def __init__(self, cells: list[str], modes: Modes) -> None:
+        #: The data plane's listeners; a new queue goes to the next one in turn.
+        self.cells = cells
         self.modes = modes
         self._lock = threading.Condition()
         self._queues: dict[str, Queue] = {}
         self._work_requests: dict[str, WorkRequest] = {}
         self._next_message_id = 1
+        self._queues_created = 0
 
     # -- control plane ------------------------------------------------------------------------------------------
 
@@ -444,14 +473,17 @@ class QueueService:
             custom_encryption_key_id=str_value(body, "customEncryptionKeyId"),
             capabilities=self._capabilities(body.get("capabilities")),
             freeform_tags=self._tags(body, "freeformTags"), defined_tags=self._tags(body, "definedTags"),
+            messages_endpoint="",
         )
         with self._lock:
+            queue.messages_endpoint = self.cells[self._queues_created % len(self.cells)]
+            self._queues_created += 1
             self._queues[queue.id] = queue
             return self._accepted("CREATE_QUEUE", "CREATED", queue)
 
     def get_queue(self, request: Request) -> Reply:
         with self._lock:
-            return Reply(200, self._queue(request.path["queueId"]).to_json(self.endpoint))
+            return Reply(200, self._queue(request.path["queueId"]).to_json())
 
     def list_queues(self, request: Request) -> Reply:
         query = request.query
@@ -473,7 +505,7 @@ class QueueService:
             queues.sort(key=lambda q: q.time_created if sort_by == "timeCreated" else q.display_name,
                         reverse=order == "DESC")
             items, headers = page(queues, query)
-            return Reply(200, {"items": [queue.summary_json(self.endpoint) for queue in items]}, headers)
+            return Reply(200, {"items": [queue.summary_json() for queue in items]}, headers)
 
     def update_queue(self, request: Request) -> Reply:
         body = json_object(request.body)
@@ -535,14 +567,21 @@ class QueueService:
                 raise not_found(f"work request {request.path['workRequestId']}")
             return Reply(200, work_request.to_json())
 
+    def move_queues(self) -> None:
+        """Move every queue to the next cell (SIGUSR1): a client's cached messages endpoint is then another cell's."""
+        with self._lock:
+            for queue in self._queues.values():
+                queue.messages_endpoint = self.cells[(self.cells.index(queue.messages_endpoint) + 1) % len(self.cells)]
+            self._lock.notify_all()  # long polls at the old cell end with 404 (``--other-cell 404``)
+
     # -- data plane ---------------------------------------------------------------------------------------------
 
     def get_messages(self, request: Request) -> Reply:
-        query, queue_id = request.query, request.path["queueId"]
+        query = request.query
         reject_consumer_group(query.get("consumerGroupId"))
         channel = query.get("channelFilter")
         with self._lock:
-            queue = self._active(queue_id)
+            queue = self._served(request)
             visibility = int_value(query.get("visibilityInSeconds"), "visibilityInSeconds", VISIBILITY, queue.visibility)
             timeout = int_value(query.get("timeoutInSeconds"), "timeoutInSeconds", TIMEOUT, queue.timeout)
             limit = int_value(query.get("limit"), "limit", GET_LIMIT, DEFAULT_GET_LIMIT)
@@ -561,7 +600,9 @@ class QueueService:
                 # Long poll: a put or an update notifies; a visibility that lapses does not, so wake for it.
                 lapses = [m.visible_after - now for m in queue.messages.values() if m.visible_after > now]
                 self._lock.wait(min([left, *lapses]))
-                queue = self._active(queue_id)  # deleted while we waited: 404
+                queue = self._served(request)  # deleted while we waited: 404
+            if channel is None and ready:
+                ready = one_channel(ready)
             delivered = []
             for message in ready[:limit]:
                 message.delivery_count += 1
@@ -573,7 +614,7 @@ class QueueService:
     def put_messages(self, request: Request) -> Reply:
         entries = entries_of(request.body, "messages")
         with self._lock:
-            queue = self._active(request.path["queueId"])
+            queue = self._served(request)
             checked = [self._checked_entry(entry, f"messages[{i}]", queue) for i, entry in enumerate(entries)]
             total = sum(size for _, size, _ in checked)
             if total > MAX_PUT_BYTES:
@@ -594,21 +635,21 @@ class QueueService:
         reject_consumer_group(request.query.get("consumerGroupId"))
         body = json_object(request.body)
         with self._lock:
-            queue = self._active(request.path["queueId"])
+            queue = self._served(request)
             return Reply(200, self._update(queue, request.path["messageReceipt"], body.get("visibilityInSeconds")))
 
     def update_messages(self, request: Request) -> Reply:
         reject_consumer_group(request.query.get("consumerGroupId"))
         entries = entries_of(request.body, "entries")
         with self._lock:
-            queue = self._active(request.path["queueId"])
+            queue = self._served(request)
             return Reply(200, self._batch(entries, lambda entry: self._update(
                 queue, entry.get("receipt"), entry.get("visibilityInSeconds"))))
 
     def delete_message(self, request: Request) -> Reply:
         reject_consumer_group(request.query.get("consumerGroupId"))
         with self._lock:
-            queue = self._active(request.path["queueId"])
+            queue = self._served(request)
             self._delete(queue, request.path["messageReceipt"])
             return Reply(204)
 
@@ -616,14 +657,14 @@ class QueueService:
         reject_consumer_group(request.query.get("consumerGroupId"))
         entries = entries_of(request.body, "entries")
         with self._lock:
-            queue = self._active(request.path["queueId"])
+            queue = self._served(request)
             return Reply(200, self._batch(entries, lambda entry: self._delete(queue, entry.get("receipt"))))
 
     def get_stats(self, request: Request) -> Reply:
         reject_consumer_group(request.query.get("consumerGroupId"))
         channel = request.query.get("channelId")
         with self._lock:
-            queue = self._active(request.path["queueId"])
+            queue = self._served(request)
             now = time.time()
             self._sweep(queue, now)
 
@@ -640,7 +681,7 @@ class QueueService:
         reject_consumer_group(request.query.get("consumerGroupId"))
         wanted = request.query.get("channelFilter")
         with self._lock:
-            queue = self._active(request.path["queueId"])
+            queue = self._served(request)
             self._sweep(queue, time.time())
             channels = sorted({m.channel_id for m in queue.messages.values() if m.channel_id is not None})
             channels = [c for c in channels if wanted is None or c == wanted]
@@ -653,6 +694,16 @@ class QueueService:
         queue = self._queues.get(queue_id)
         if queue is None:
             raise not_found(f"queue {queue_id}")
+        return queue
+
+    def _served(self, request: Request) -> Queue:
+        """The active queue of a data-plane request; 404 at another cell's listener (``--other-cell 404``).
+
+        The SDK says a queue's messages endpoint "may be different for different queues" (``get_messages``); what
+        another endpoint answers is not documented, so the default is that it does not know the queue."""
+        queue = self._active(request.path["queueId"])
+        if self.modes.other_cell == "404" and request.endpoint != queue.messages_endpoint:
+            raise not_found(f"queue {queue.id}")
         return queue
 
     def _active(self, queue_id: str) -> Queue:
@@ -1002,7 +1053,8 @@ class Handler(BaseHTTPRequestHandler):
             query = {name: values[0] for name, values in parse_qs(url.query, keep_blank_values=True).items()}
             params = {name: unquote(value) for name, value in match.groupdict().items()}
             self.operation = operation
-            reply: Reply = getattr(self.server.service, operation)(Request(params, query, parsed, self._gone))
+            reply: Reply = getattr(self.server.service, operation)(
+                Request(params, query, parsed, self._gone, self.server.endpoint))
             return reply
         if known_path:
             raise ApiError(405, "MethodNotAllowed", f"{self.command} is not supported on {url.path}")
@@ -1010,15 +1062,18 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server(ThreadingHTTPServer):
-    """The HTTP server on 127.0.0.1, one daemon thread per connection (long polls block only their own)."""
+    """One listener on 127.0.0.1, one daemon thread per connection (long polls block only their own).
+
+    Every listener serves the control plane and is one cell of the data plane; all share one :class:`QueueService`.
+    """
 
     daemon_threads = True
 
-    def __init__(self, port: int, verifier: SignatureVerifier, modes: Modes) -> None:
+    def __init__(self, port: int, verifier: SignatureVerifier) -> None:
         super().__init__(("127.0.0.1", port), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
         self.verifier = verifier
-        self.service = QueueService(self.endpoint, modes)
+        self.service: QueueService
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> NoReturn:
@@ -1044,6 +1099,9 @@ def main(argv: list[str] | None = None) -> None:
                              "cut short at the expiry")
     parser.add_argument("--put-answer", choices=PUT_ANSWERS, default=defaults.put_answer,
                         help="after storing a PutMessages: send the answer, or close or reset the connection instead")
+    parser.add_argument("--other-cell", choices=OTHER_CELL_ANSWERS, default=defaults.other_cell,
+                        help="a data-plane request for a queue at another cell's listener: 404 NotAuthorizedOrNotFound, "
+                             "or served as at the queue's own")
     args = parser.parse_args(argv)
     public_key = serialization.load_pem_public_key(args.public_key.read_bytes())
     if not isinstance(public_key, rsa.RSAPublicKey):
@@ -1054,9 +1112,17 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(issuer, rsa.RSAPublicKey):
             parser.error(f"{args.token_issuer_key} is not an RSA public key")
     verifier = SignatureVerifier(f"{args.tenancy}/{args.user}/{args.fingerprint}", public_key, issuer)
-    server = Server(args.port, verifier, Modes(args.stale_receipt, args.retention_bound, args.put_answer))
+    servers = [Server(args.port if cell == 0 else 0, verifier) for cell in range(CELLS)]
+    service = QueueService([server.endpoint for server in servers],
+                           Modes(args.stale_receipt, args.retention_bound, args.put_answer, args.other_cell))
+    for server in servers:
+        server.service = service
+    server, *others = servers
+    for other in others:
+        threading.Thread(target=other.serve_forever, daemon=True, name=f"cell {other.endpoint}").start()
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    print(READY_LINE.format(endpoint=server.endpoint), flush=True)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: service.move_queues())
+    print(READY_LINE.format(endpoint=server.endpoint, cells=" ".join(service.cells)), flush=True)
     if args.ready_file:
         partial = args.ready_file.with_name(args.ready_file.name + ".partial")
         partial.write_text(server.endpoint + "\n")
@@ -1064,7 +1130,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         server.serve_forever()
     finally:
-        server.server_close()
+        for each in servers:
+            each.server_close()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ sent (the connection refused), every attempt is made.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -27,6 +26,13 @@ from worker.backends.retrying import RETRY_ATTEMPTS
 def hanging_up(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
     """A test server that stores every put and then closes or resets the connection instead of answering."""
     with OciTestServer(tmp_path_factory.mktemp(f"oci-put-{request.param}"), Modes(put_answer=request.param)) as server:
+        yield server
+
+
+@pytest.fixture
+def stopping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
+    """A server of the test's own, which it stops."""
+    with OciTestServer(tmp_path_factory.mktemp("oci-stopping")) as server:
         yield server
 
 
@@ -52,23 +58,18 @@ async def test_a_put_whose_answer_is_lost_is_stored_once_and_the_caller_is_told(
     assert await queue.approximate_count(queue_name) == 1
 
 
-async def test_a_put_that_could_not_connect_is_tried_again(oci_server: OciTestServer, tmp_path: Path,
+async def test_a_put_that_could_not_connect_is_tried_again(stopping: OciTestServer, tmp_path: Path,
                                                            queue_name: str) -> None:
     """Refused: nothing was sent, so every attempt is made; what is left is "unreachable", not "may be stored"."""
-    admin = open_backend(oci_connection(oci_server), tmp_path)
-    await admin.create_queue(queue_name)
-    await admin.close()
-    with socket.socket() as placeholder:  # bound, never listening: connections to it are refused
-        placeholder.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{placeholder.getsockname()[1]}"
-        retries: list[str] = []
-        # The queue is looked up on the admin endpoint (the server); messages go to the dead one.
-        backend = open_backend(oci_connection(oci_server).replace(oci_server.endpoint.split("://")[1], dead, 1),
-                               tmp_path, on_retry=retries.append)
-        try:
-            with pytest.raises(TransientError, match="connection refused") as caught:
-                await backend.put(queue_name, "never sent")
-        finally:
-            await backend.close()
+    retries: list[str] = []
+    backend = open_backend(oci_connection(stopping), tmp_path, on_retry=retries.append)
+    try:
+        await backend.create_queue(queue_name)
+        await backend.put(queue_name, "sent")  # the queue and its messages endpoint are looked up and kept
+        stopping.stop()  # its ports are closed: connections to them are refused
+        with pytest.raises(TransientError, match="connection refused") as caught:
+            await backend.put(queue_name, "never sent")
+    finally:
+        await backend.close()
     assert not isinstance(caught.value, OutcomeUnknown)
     assert len(retries) == RETRY_ATTEMPTS, f"every attempt is made and reported: {retries}"

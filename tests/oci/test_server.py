@@ -49,9 +49,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
 
 @pytest.fixture(scope="module")
 def lenient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
-    """The server in the other modes where the reference is silent: stale receipts 404, visibility clamped."""
-    with OciTestServer(tmp_path_factory.mktemp("oci-lenient"), Modes(stale_receipt="404", retention_bound="clamp")) \
-            as running:
+    """The server in the other modes where the reference is silent: stale receipts 404, visibility clamped, a queue
+    served at any cell's endpoint."""
+    modes = Modes(stale_receipt="404", retention_bound="clamp", other_cell="serve")
+    with OciTestServer(tmp_path_factory.mktemp("oci-lenient"), modes) as running:
         yield running
 
 
@@ -75,9 +76,10 @@ def admin(server: OciTestServer, config: dict[str, Any]) -> QueueAdminClient:
     return QueueAdminClient(config, **client_options(server))
 
 
-@pytest.fixture(scope="module")
-def client(server: OciTestServer, config: dict[str, Any]) -> QueueClient:
-    return QueueClient(config, **client_options(server))
+def messages_client(server: OciTestServer, config: dict[str, Any], queue_id: str, **extra: Any) -> QueueClient:
+    """A data-plane client at the queue's own messages endpoint, found with GetQueue as the SDK says to."""
+    endpoint = QueueAdminClient(config, **client_options(server, **extra)).get_queue(queue_id).data.messages_endpoint
+    return QueueClient(config, **client_options(server, service_endpoint=endpoint, **extra))
 
 
 def create_queue(admin: QueueAdminClient, server: OciTestServer, name: str, **settings: Any) -> str:
@@ -97,6 +99,18 @@ def create_queue(admin: QueueAdminClient, server: OciTestServer, name: str, **se
 def queue_id(admin: QueueAdminClient, server: OciTestServer, request: pytest.FixtureRequest) -> str:
     """A fresh queue for one test, with a short default poll so a test never waits 30 s by accident."""
     return create_queue(admin, server, request.node.name, timeout_in_seconds=1)
+
+
+@pytest.fixture
+def messages_endpoint(admin: QueueAdminClient, queue_id: str) -> str:
+    """``queue_id``'s messages endpoint (its cell), from GetQueue."""
+    return str(admin.get_queue(queue_id).data.messages_endpoint)
+
+
+@pytest.fixture
+def client(server: OciTestServer, config: dict[str, Any], messages_endpoint: str) -> QueueClient:
+    """The data-plane client for ``queue_id``."""
+    return QueueClient(config, **client_options(server, service_endpoint=messages_endpoint))
 
 
 def put(client: QueueClient, queue_id: str, *contents: str, channel: str | None = None) -> list[int]:
@@ -125,7 +139,7 @@ def test_a_created_queue_is_active_with_the_documented_defaults(admin: QueueAdmi
     queue = admin.get_queue(queue_id).data
     assert queue.lifecycle_state == "ACTIVE"
     assert (queue.display_name, queue.compartment_id) == ("defaults", server.compartment_id)
-    assert queue.messages_endpoint == server.endpoint
+    assert queue.messages_endpoint in server.messages_endpoints
     assert (queue.visibility_in_seconds, queue.timeout_in_seconds, queue.dead_letter_queue_delivery_count) == (30, 30, 0)
     assert queue.retention_in_seconds == 86400
 
@@ -135,7 +149,8 @@ def test_queues_are_listed_by_display_name_and_compartment(admin: QueueAdminClie
     second = create_queue(admin, server, "listed")
     named = admin.list_queues(compartment_id=server.compartment_id, display_name="listed").data.items
     assert {q.id for q in named} == {first, second}
-    assert all(q.messages_endpoint == server.endpoint and q.lifecycle_state == "ACTIVE" for q in named)
+    assert all(q.lifecycle_state == "ACTIVE" for q in named)
+    assert {q.messages_endpoint for q in named} == set(server.messages_endpoints), "queues go to each cell in turn"
     assert admin.list_queues(compartment_id="ocid1.compartment.oc1..other", display_name="listed").data.items == []
     assert [q.id for q in admin.list_queues(id=first).data.items] == [first]
 
@@ -244,7 +259,7 @@ def test_a_message_returns_when_its_visibility_passes(client: QueueClient, queue
 def test_a_long_poll_returns_as_soon_as_a_message_is_put(
     server: OciTestServer, config: dict[str, Any], client: QueueClient, queue_id: str
 ) -> None:
-    producer = QueueClient(config, **client_options(server))
+    producer = messages_client(server, config, queue_id)
     received: list[tuple[float, list[Any]]] = []
 
     def poll() -> None:
@@ -280,8 +295,45 @@ def test_channels(client: QueueClient, queue_id: str) -> None:
     assert message.metadata.channel_id == "a"
 
 
-def test_dead_letter_after_the_delivery_count(admin: QueueAdminClient, client: QueueClient, server: OciTestServer) -> None:
+def test_an_unfiltered_get_returns_one_random_channel_at_a_time(client: QueueClient, queue_id: str) -> None:
+    """Without ``channelFilter``, "messages will be returned from a random non-empty channel": never a mix."""
+    for channel in ("a", "b", "c"):
+        put(client, queue_id, *(f"{channel}{i}" for i in range(3)), channel=channel)
+    put(client, queue_id, "no channel")
+    answers = []
+    while batch := get(client, queue_id, limit=20, visibility_in_seconds=60):
+        answers.append({m.metadata.channel_id if m.metadata else None for m in batch})
+        assert len(answers[-1]) == 1, f"one answer mixed channels {answers[-1]}"
+        assert len(batch) == (1 if answers[-1] == {None} else 3), "an answer holds all its channel's ready messages"
+    assert sorted(str(channel) for [channel] in answers) == ["None", "a", "b", "c"]
+
+
+@pytest.mark.parametrize("mode", ["404", "serve"])
+def test_a_queue_is_served_at_its_own_messages_endpoint(
+    mode: str, server: OciTestServer, lenient: OciTestServer, request: pytest.FixtureRequest
+) -> None:
+    """``--other-cell``: a queue's messages at another cell's endpoint are 404 (as an unknown queue) or served."""
+    chosen = server if mode == server.modes.other_cell else lenient
+    assert chosen.modes.other_cell == mode
+    config = oci.config.from_file(str(chosen.config_file))
+    admin = QueueAdminClient(config, **client_options(chosen))
+    queue_id = create_queue(admin, chosen, request.node.name, timeout_in_seconds=0)
+    own = admin.get_queue(queue_id).data.messages_endpoint
+    [other] = [endpoint for endpoint in chosen.messages_endpoints if endpoint != own]
+    put(QueueClient(config, **client_options(chosen, service_endpoint=own)), queue_id, "in its own cell")
+    elsewhere = QueueClient(config, **client_options(chosen, service_endpoint=other))
+    if mode == "404":
+        for error in (service_error(elsewhere.get_stats, queue_id), service_error(get, elsewhere, queue_id)):
+            assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound")
+    else:
+        assert [m.content for m in get(elsewhere, queue_id)] == ["in its own cell"]
+
+
+def test_dead_letter_after_the_delivery_count(
+    admin: QueueAdminClient, config: dict[str, Any], server: OciTestServer
+) -> None:
     queue_id = create_queue(admin, server, "dlq", dead_letter_queue_delivery_count=2, timeout_in_seconds=0)
+    client = messages_client(server, config, queue_id)
     put(client, queue_id, "poison")
     for delivery in (1, 2):
         [message] = get(client, queue_id, visibility_in_seconds=60)
@@ -296,8 +348,9 @@ def test_dead_letter_after_the_delivery_count(admin: QueueAdminClient, client: Q
     assert (error.status, error.code) == stale(server)
 
 
-def test_purge_normal_dlq_and_both(admin: QueueAdminClient, client: QueueClient, server: OciTestServer) -> None:
+def test_purge_normal_dlq_and_both(admin: QueueAdminClient, config: dict[str, Any], server: OciTestServer) -> None:
     queue_id = create_queue(admin, server, "purge", dead_letter_queue_delivery_count=1, timeout_in_seconds=0)
+    client = messages_client(server, config, queue_id)
 
     def fill() -> None:
         """One dead letter and one normal message."""
@@ -337,8 +390,9 @@ def test_receipts_that_do_not_name_a_current_delivery(
     chosen = server if mode == server.modes.stale_receipt else lenient
     assert chosen.modes.stale_receipt == mode
     config = oci.config.from_file(str(chosen.config_file))
-    admin, client = QueueAdminClient(config, **client_options(chosen)), QueueClient(config, **client_options(chosen))
+    admin = QueueAdminClient(config, **client_options(chosen))
     queue_id = create_queue(admin, chosen, request.node.name, timeout_in_seconds=0)
+    client = messages_client(chosen, config, queue_id)
     put(client, queue_id, "x")
     [message] = get(client, queue_id, visibility_in_seconds=60)
     client.delete_message(queue_id, message.receipt)
@@ -360,8 +414,9 @@ def test_an_update_past_the_retention_is_refused_or_clamped(
     chosen = server if mode == server.modes.retention_bound else lenient
     assert chosen.modes.retention_bound == mode
     config = oci.config.from_file(str(chosen.config_file))
-    admin, client = QueueAdminClient(config, **client_options(chosen)), QueueClient(config, **client_options(chosen))
+    admin = QueueAdminClient(config, **client_options(chosen))
     queue_id = create_queue(admin, chosen, request.node.name, timeout_in_seconds=0, retention_in_seconds=60)
+    client = messages_client(chosen, config, queue_id)
     put(client, queue_id, "short-lived")
     [message] = get(client, queue_id, visibility_in_seconds=30)
     expires = message.expire_after.timestamp()
@@ -451,16 +506,17 @@ def test_requests_without_a_valid_signature_are_refused(
 # -- resource principals (session tokens) ---------------------------------------------------------------------------
 
 
-def resource_principal_clients(server: OciTestServer) -> tuple[QueueAdminClient, QueueClient]:
-    """Both clients signed in as the resource principal the environment describes, as an OCI Function would be."""
+def resource_principal_clients(server: OciTestServer, messages_endpoint: str) -> tuple[QueueAdminClient, QueueClient]:
+    """Both clients signed in as the resource principal the environment describes, as an OCI Function would be;
+    the data-plane one at ``messages_endpoint``."""
     signer = oci.auth.signers.get_resource_principals_signer()
     config = {"region": signer.region}
     return (QueueAdminClient(config, **client_options(server, signer=signer)),
-            QueueClient(config, **client_options(server, signer=signer)))
+            QueueClient(config, **client_options(server, service_endpoint=messages_endpoint, signer=signer)))
 
 
 def test_a_resource_principal_lists_queues_and_puts_and_gets_messages(
-    server: OciTestServer, queue_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: OciTestServer, queue_id: str, messages_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in server.resource_principal_env(tmp_path).items():
         monkeypatch.setenv(name, value)
@@ -470,7 +526,7 @@ def test_a_resource_principal_lists_queues_and_puts_and_gets_messages(
         "us-ashburn-1", "ocid1.tenancy.oc1..test", server.compartment_id)
     assert signer.api_key.startswith("ST$")  # the keyId: the token itself
 
-    admin, client = resource_principal_clients(server)
+    admin, client = resource_principal_clients(server, messages_endpoint)
     listed = admin.list_queues(compartment_id=server.compartment_id).data.items
     assert queue_id in {q.id for q in listed}
     [message_id] = put(client, queue_id, "from a function")
@@ -481,11 +537,11 @@ def test_a_resource_principal_lists_queues_and_puts_and_gets_messages(
 
 
 def test_a_session_token_from_another_issuer_is_not_authenticated(
-    server: OciTestServer, queue_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: OciTestServer, queue_id: str, messages_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in server.resource_principal_env(tmp_path, valid=False).items():
         monkeypatch.setenv(name, value)
-    admin, client = resource_principal_clients(server)
+    admin, client = resource_principal_clients(server, messages_endpoint)
     error = service_error(admin.list_queues, compartment_id=server.compartment_id)
     assert (error.status, error.code) == (401, "NotAuthenticated")
     assert "not issued by this server's token issuer" in error.message
@@ -515,13 +571,13 @@ def test_an_expired_token_or_a_signature_by_another_key_is_not_authenticated(
 
 
 def test_after_a_401_the_sdk_reads_the_token_file_again(
-    server: OciTestServer, queue_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: OciTestServer, queue_id: str, messages_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Why the fixture gives paths: the platform replaces the token in its file, and the SDK picks it up on a 401."""
     env = server.resource_principal_env(tmp_path, valid=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    _, client = resource_principal_clients(server)
+    _, client = resource_principal_clients(server, messages_endpoint)
     assert service_error(client.get_stats, queue_id).status == 401
 
     server.renew_resource_principal_token(env)
