@@ -42,5 +42,30 @@ async def test_each_function_takes_its_own_channel_and_an_output_writes_to_one(
     assert sorted(seen["us"]) == ["eu-1 forwarded", "eu-2 forwarded"]
 
 
+@pytest.mark.parametrize("backend_kind", ["oci"])
+async def test_one_function_takes_every_channel_one_channel_a_receive(
+    tmp_path: Path, connection: str | None, queue: QueueBackend
+) -> None:
+    """Without ``channel=``, a receive is an unfiltered GetMessages: one channel's messages each time, never a mix."""
+    batches: list[list[str]] = []
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msgs", queue_name=QUEUE, cardinality="many")
+    async def everything(msgs: list[QueueMessage]) -> None:
+        batches.append([msg.get_body().decode() for msg in msgs])
+
+    for channel in ("eu", "us", "ap"):
+        for n in range(3):
+            await queue.put(QUEUE, encode(f"{channel}-{n}", "base64"), channel=channel)
+    config = HostConfig(base_dir=tmp_path, drain_timeout=1, batch_size=16,
+                        connections={"AzureWebJobsStorage": connection or ""})
+    async with running(app, config):
+        await apoll(lambda: _true(sum(map(len, batches)) == 9), 30, what="all nine messages handled")
+    assert sorted(body for batch in batches for body in batch) == sorted(
+        f"{channel}-{n}" for channel in ("eu", "us", "ap") for n in range(3))
+    for batch in batches:
+        assert len({body.split("-")[0] for body in batch}) == 1, f"a receive mixed channels: {batch}"
+
+
 async def _true(value: bool) -> bool:
     return value
