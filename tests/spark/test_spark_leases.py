@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import subprocess
 import sys
 import threading
@@ -298,7 +299,9 @@ def test_spark_log_stays_out_of_the_worker_log(tmp_path: Path) -> None:
     not_json = [line for line in lines if not _is_json(line)]
     assert not not_json, f"lines on the worker's stderr that are not its JSON log: {not_json[:5]}"
     assert any(json.loads(line)["event"] == "starting Spark" for line in lines)
-    assert "WARN" in (tmp_path / ".worker" / "spark.log").read_text()
+    spark_log = tmp_path / ".worker" / "spark.log"
+    assert "WARN" in spark_log.read_text()
+    assert stat.S_IMODE(spark_log.stat().st_mode) == 0o600  # owner-only, as the queue file beside it
 
 
 def _is_json(line: str) -> bool:

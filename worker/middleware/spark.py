@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from worker.backends.embedded.files import private_file
 from worker.invocation import Invocation, current_invocation
 from worker.middleware import Middleware
 
@@ -137,7 +138,7 @@ class SparkProvider:
         with SparkContext._lock:
             if SparkContext._gateway is not None:
                 return
-            log_file.parent.mkdir(parents=True, exist_ok=True)
+            private_file(log_file)  # owner-only, as every file the host keeps under .worker/
             spark_conf = SparkConf(loadDefaults=False).setAll(
                 [("spark.master", self.settings.master), ("spark.app.name", self.settings.app_name), *conf.items()]
             )
