@@ -287,3 +287,16 @@ def test_run_with_a_bad_app_exits_2(tmp_path: Path, app: str, expected: str) -> 
     assert result.returncode == 2
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [("queues",), ("stats", "--json"), ("peek", "orders"), ("poison", "list", "orders")],
+                         ids=lambda a: a[0])
+def test_a_command_that_only_looks_makes_no_queue_file(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """Looking where nothing was sent says so and leaves no empty file behind (before, one appeared, often in the
+    wrong folder: a second queue file the worker never reads)."""
+    (tmp_path / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
+    ran = run_cli(tmp_path, *args)
+    queue_file = tmp_path / ".worker" / "queues.sqlite3"
+    assert f"no embedded queue file at {queue_file}: nothing has been sent to it yet" in ran.stderr
+    assert not (tmp_path / ".worker").exists()
+    assert ran.returncode == (1 if args[0] == "peek" else 0), ran.stderr  # peek names a queue that does not exist

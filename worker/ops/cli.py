@@ -17,6 +17,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from importlib import metadata
@@ -38,6 +39,7 @@ from worker.backends.queues import (
 )
 from worker.backends.registry import (
     EMBEDDED,
+    SQLITE_PREFIX,
     BackendKind,
     UnsupportedConnection,
     backend_kind,
@@ -127,23 +129,36 @@ def _ttl(text: str) -> float:
     return _duration_within(text, 1, math.inf, f"a duration of at least 1s, {DURATIONS}, or -1 (never expires)")
 
 
-def _with_backend(config: HostConfig, connection: str | None, work: Callable[[QueueBackend], Awaitable[T]]) -> T:
-    """Open the backend ``connection`` names (None: AzureWebJobsStorage, else the embedded queue), run ``work``, close it."""
-    try:
-        string = config.connection_string(connection)
-        if (file := embedded_file(string, config.base_dir)) is not None:
-            _announce(file, connection_problem(string, config.base_dir))
-        backend = open_backend(string, config.base_dir)
-    except (UnsupportedConnection, ConnectionSettingError) as exc:
-        raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
+def _with_backend(
+    config: HostConfig, connection: str | None, work: Callable[[QueueBackend], Awaitable[T]], *, writes: bool = False
+) -> T:
+    """Open the backend ``connection`` names (None: AzureWebJobsStorage, else the embedded queue), run ``work``, close it.
 
-    async def main() -> T:
+    Only a command that ``writes`` makes an embedded queue file that is not there. One that only reads sees an
+    empty store instead (a throwaway file), so that looking never leaves an empty file behind, often a second
+    one in the wrong folder; it says there is none.
+    """
+    with tempfile.TemporaryDirectory(prefix="worker-") as scratch:
         try:
-            return await work(backend)
-        finally:
-            await backend.close()
+            string = config.connection_string(connection)
+            if (file := embedded_file(string, config.base_dir)) is not None:
+                if not writes and not file.exists():
+                    print(printable(f"no embedded queue file at {file}: nothing has been sent to it yet"),
+                          file=sys.stderr)
+                    string = f"{SQLITE_PREFIX}{Path(scratch, 'empty.sqlite3').as_posix()}"
+                else:
+                    _announce(file, connection_problem(string, config.base_dir))
+            backend = open_backend(string, config.base_dir)
+        except (UnsupportedConnection, ConnectionSettingError) as exc:
+            raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
 
-    return asyncio.run(main())
+        async def main() -> T:
+            try:
+                return await work(backend)
+            finally:
+                await backend.close()
+
+        return asyncio.run(main())
 
 
 def _announce(file: Path, problem: str | None) -> None:
@@ -261,7 +276,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             for text in texts
         ]
 
-    for sent in _with_backend(config, args.connection, work):
+    for sent in _with_backend(config, args.connection, work, writes=True):
         _say(sent.id)
     return 0
 
