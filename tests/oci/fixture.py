@@ -167,7 +167,8 @@ class OciTestServer:
                  "--tenancy", TENANCY, "--user", USER, "--fingerprint", self._fingerprint,
                  "--token-issuer-key", str(issuer_file), "--ready-file", str(self.workdir / "ready"),
                  "--stale-receipt", self.modes.stale_receipt, "--retention-bound", self.modes.retention_bound,
-                 "--put-answer", self.modes.put_answer, "--other-cell", self.modes.other_cell],
+                 "--put-answer", self.modes.put_answer, "--other-cell", self.modes.other_cell,
+                 "--hung-up-poll", self.modes.hung_up_poll],
                 cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
             )
         threading.Thread(target=self._read, daemon=True, name="oci-test-server-stdout").start()

@@ -9,7 +9,8 @@ request's signature the way the service does, so a client that signs wrongly fai
 
 Run it as ``python -m tests.oci.server --port 0 --public-key PEM --tenancy T --user U --fingerprint F
 [--token-issuer-key PEM] [--ready-file PATH] [--stale-receipt 400|404] [--retention-bound refuse|clamp]
-[--put-answer send|close|reset] [--other-cell 404|serve]``; it prints ``OCI Queue test server listening on
+[--put-answer send|close|reset] [--other-cell 404|serve]
+[--hung-up-poll deliver|withhold]``; it prints ``OCI Queue test server listening on
 http://127.0.0.1:PORT, messages endpoints URL URL`` when it is ready. ``tests/oci/fixture.py`` starts it for tests
 with a fresh key, an SDK config file and a token issuer key of its own.
 
@@ -102,6 +103,11 @@ Modes: where the reference is silent about an answer a client must handle, the s
 * ``--put-answer``: not a choice of the reference but a fault a client meets: ``send`` (the default) answers
   PutMessages; ``close`` and ``reset`` store the messages and then close (FIN) or reset (RST) the connection
   instead of answering, as when an answer is lost on its way back, so that the client cannot know they were stored.
+* ``--hung-up-poll``: a long poll (GetMessages with ``timeoutInSeconds``) whose client closed its connection before
+  a message came. Oracle's documentation of long polling (https://docs.oracle.com/iaas/Content/queue/messages.htm,
+  "Long polling") does not say the service notices; an HTTP server commonly learns of a hang-up only when it writes
+  the answer. ``deliver`` (the default): the messages are delivered all the same (delivery count up, hidden for the
+  request's visibility, receipts nobody reads); ``withhold``: the server sees the hang-up and delivers nothing.
 
 Other choices where the reference is silent (each is one place in the code):
 
@@ -193,6 +199,7 @@ PUT_ANSWERS = ("send", "close", "reset")
 OTHER_CELL_ANSWERS = ("404", "serve")
 #: Listeners serving the data plane: queues are placed on them in turn, as a region spreads queues over cells.
 CELLS = 2
+HUNG_UP_POLLS = ("deliver", "withhold")
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,7 @@ class Modes:
     retention_bound: str = "refuse"
     put_answer: str = "send"
     other_cell: str = "404"
+    hung_up_poll: str = "deliver"
 
 
 def invalid(message: str) -> ApiError:
@@ -305,7 +313,7 @@ class Request:
     path: dict[str, str]
     query: dict[str, str]
     body: Any
-    #: Whether the client has hung up (a long poll whose caller died must not take messages with it).
+    #: Whether the client has hung up (``--hung-up-poll withhold`` then delivers nothing to it).
     gone: Callable[[], bool] = lambda: False
     #: The listener that took the request (``http://127.0.0.1:PORT``): a queue's messages are served at its own.
     endpoint: str = ""
@@ -592,7 +600,7 @@ class QueueService:
                 ready = [m for m in queue.messages.values()
                          if m.visible_after <= now and (channel is None or m.channel_id == channel)]
                 left = deadline - time.monotonic()
-                if request.gone():  # nobody would read the answer: deliver nothing
+                if request.gone() and self.modes.hung_up_poll == "withhold":  # nobody would read the answer
                     ready = []
                     break
                 if ready or left <= 0:
@@ -1102,6 +1110,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--other-cell", choices=OTHER_CELL_ANSWERS, default=defaults.other_cell,
                         help="a data-plane request for a queue at another cell's listener: 404 NotAuthorizedOrNotFound, "
                              "or served as at the queue's own")
+    parser.add_argument("--hung-up-poll", choices=HUNG_UP_POLLS, default=defaults.hung_up_poll,
+                        help="a long poll whose client hung up before a message came: deliver to it all the same, "
+                             "or withhold")
     args = parser.parse_args(argv)
     public_key = serialization.load_pem_public_key(args.public_key.read_bytes())
     if not isinstance(public_key, rsa.RSAPublicKey):
@@ -1114,7 +1125,8 @@ def main(argv: list[str] | None = None) -> None:
     verifier = SignatureVerifier(f"{args.tenancy}/{args.user}/{args.fingerprint}", public_key, issuer)
     servers = [Server(args.port if cell == 0 else 0, verifier) for cell in range(CELLS)]
     service = QueueService([server.endpoint for server in servers],
-                           Modes(args.stale_receipt, args.retention_bound, args.put_answer, args.other_cell))
+                           Modes(args.stale_receipt, args.retention_bound, args.put_answer, args.other_cell,
+                                 args.hung_up_poll))
     for server in servers:
         server.service = service
     server, *others = servers
