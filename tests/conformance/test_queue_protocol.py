@@ -30,6 +30,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,7 @@ from worker.backends.queues import (
     RawMessage,
     Unsupported,
 )
+from worker.backends.registry import open_backend
 
 #: A visibility timeout long enough that a message stays hidden for the whole test.
 HIDDEN = 30
@@ -491,6 +493,44 @@ async def test_receive_rejects_visibility_timeout_over_the_limit(backend: QueueB
         await backend.receive(queue_name, 1, backend.limits.max_visibility + 1)
     got = await receive_one(backend, queue_name)
     assert got.dequeue_count == 1, "a rejected receive must not have taken the message"
+
+
+#: Rounds of :func:`test_long_polls_cancelled_as_messages_arrive_hide_none_of_them`, and how long each poll is left to
+#: reach the service before the round goes on. That is a stimulus, not a wait for a condition: no service shows a
+#: receive waiting on it, so a test cannot learn that one is.
+CANCELLED_POLL_ROUNDS = 6
+REACH_SERVICE = 0.3
+
+
+async def test_long_polls_cancelled_as_messages_arrive_hide_none_of_them(
+    backend: QueueBackend, queue_name: str, connection: str | None, tmp_path: Path
+) -> None:
+    """A long poll is cancelled (as the host does at stop) just before, or just after, a message arrives for it.
+    Whatever the service does with a request whose client has gone, once the cancelling backend is closed every
+    message is visible again, none hidden for the poll's visibility (HIDDEN, past this test's deadline)."""
+    if backend.limits.long_poll <= 0:
+        pytest.skip(f"{backend!r} cannot wait, so the host never cancels its receives")
+    await backend.create_queue(queue_name)
+    worker = open_backend(connection, tmp_path)
+    held: list[RawMessage] = []
+    try:
+        for index in range(CANCELLED_POLL_ROUNDS):
+            poll = asyncio.ensure_future(worker.receive(queue_name, 1, HIDDEN, wait=worker.limits.long_poll))
+            await asyncio.sleep(REACH_SERVICE)
+            if index % 2:
+                poll.cancel()
+                await backend.put(queue_name, f"m{index}")
+            else:
+                await backend.put(queue_name, f"m{index}")
+                poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                held += await poll  # it answered before the cancel: the test holds what it took
+        for message in held:
+            await worker.update(queue_name, message.id, receipt_of(message), 0)
+    finally:
+        await worker.close()
+    got = await wait_for_all(backend, queue_name, CANCELLED_POLL_ROUNDS)
+    assert sorted(m.content for m in got) == sorted(f"m{index}" for index in range(CANCELLED_POLL_ROUNDS))
 
 
 async def test_messages_put_in_turn_all_come_back(backend: QueueBackend, queue_name: str) -> None:

@@ -233,7 +233,9 @@ class QueueBackend(Protocol):
         Expired messages are never returned. With ``wait`` (up to ``limits.long_poll``
         seconds), an empty queue is waited on: the call returns as soon as a
         message is visible, or empty when the wait ends; cancelling it loses
-        nothing. Raises QueueNotFound, InvalidArgument.
+        nothing and hides nothing once ``close`` has returned (what it took is
+        given back, or released as a service that still answers the request
+        hands it over). Raises QueueNotFound, InvalidArgument.
         """
 
     async def update(

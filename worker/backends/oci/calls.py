@@ -1,15 +1,15 @@
-"""How the OCI backend's blocking SDK calls run: daemon threads for long polls, and cutting a cancelled one.
+"""How the OCI backend's blocking SDK calls run: daemon threads for long polls, and telling sent requests apart.
 
-The SDK is synchronous. A long poll holds a thread for up to 20 s; nobody may
-wait for it, neither a cancelled caller nor interpreter exit, so long polls run
-on daemon threads (:class:`DaemonThreads`). Cancelling the awaiting task does
-not stop the HTTP request, and a request left open would take messages for a
-caller that has gone (each one a delivery counted, and hidden for its whole
-visibility). So every connection records its socket in the thread that opens
-it (:func:`track_sockets`), and a cancelled poll's sockets are shut down
-(:func:`cut`): the request fails at once and the service sees the caller hang up.
+The SDK is synchronous. A long poll holds a thread for up to 20 s; a cancelled
+caller does not wait for it, so long polls run on daemon threads
+(:class:`DaemonThreads`). Cancelling the awaiting task does not stop the HTTP
+request, and is not meant to: the service may hand messages to a request whose
+client has hung up (Oracle does not say it will not), and those would stay
+hidden for their whole visibility with a delivery counted. So a cancelled poll
+runs to its end and the backend releases what it brings
+(:mod:`worker.backends.oci.queues`).
 
-The same connections note when a request's first byte goes out (:func:`sending`),
+Every connection notes when a request's first byte goes out (:func:`sending`),
 so that a put that failed can be told apart: one that never sent anything (the
 connection was refused, the name did not resolve, the TLS handshake failed) may
 be sent again; any other may have been stored, and is not.
@@ -18,7 +18,6 @@ be sent again; any other may have been stored, and is not.
 from __future__ import annotations
 
 import queue as jobs_queue
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,80 +28,44 @@ import structlog
 log = structlog.get_logger("worker.backends.oci.queues")
 
 
-#: Each thread's open sockets to the service, recorded as connections open, so that a cancelled long poll can be cut.
-THREAD_SOCKETS = threading.local()
-
-
-def thread_sockets() -> list[socket.socket]:
-    """This thread's list of sockets (a long-poll thread's connections are its own: its clients are per thread)."""
-    sockets = getattr(THREAD_SOCKETS, "sockets", None)
-    if sockets is None:
-        sockets = THREAD_SOCKETS.sockets = []
-    return sockets
+#: Per thread: whether the request of the call under way (see :func:`sending`) has sent anything.
+SENDING = threading.local()
 
 
 def tracked(pool_class: type) -> type:
-    """``pool_class`` whose connections record their sockets in the thread that opens them."""
+    """``pool_class`` whose connections note, in the sending thread, that a request's first byte went out."""
     base = pool_class.ConnectionCls
 
     class Connection(base):  # type: ignore[misc, valid-type]
         def send(self, data: Any) -> None:
             if self.sock is None:  # http.client would connect here: a failure to connect sends nothing
                 self.connect()
-            THREAD_SOCKETS.sent = True
+            SENDING.sent = True
             super().send(data)
 
-        def connect(self) -> None:
-            super().connect()
-            sockets = thread_sockets()
-            sockets[:] = [s for s in sockets if s.fileno() != -1]
-            sockets.append(self.sock)
-            cancelled = getattr(THREAD_SOCKETS, "cancelled", None)
-            if cancelled is not None and cancelled.is_set():  # cancelled while connecting: after the cut
-                cut([self.sock])
-
     return type(f"Tracked{pool_class.__name__}", (pool_class,), {"ConnectionCls": Connection})
-
-
-def long_poll_starts(cancelled: threading.Event) -> list[socket.socket]:
-    """Called in the thread about to long-poll: its sockets list, to :func:`cut` if ``cancelled`` is set.
-
-    A connection opened after the cancel (the cut found nothing yet) cuts itself as it connects.
-    """
-    THREAD_SOCKETS.cancelled = cancelled
-    return thread_sockets()
 
 
 @contextmanager
 def sending() -> Iterator[None]:
     """Around one SDK call in this thread: an exception out of it gets ``request_sent``, whether any byte of the
-    request left for the service (on a tracked connection, see :func:`track_sockets`).
+    request left for the service (on a tracked connection, see :func:`track_sending`).
 
     False proves the service never saw the request; True means it may have, and may have done it.
     """
-    THREAD_SOCKETS.sent = False
+    SENDING.sent = False
     try:
         yield
     except Exception as exc:
-        exc.request_sent = THREAD_SOCKETS.sent  # type: ignore[attr-defined]
+        exc.request_sent = SENDING.sent  # type: ignore[attr-defined]
         raise
 
 
-def track_sockets(client: Any) -> None:
-    """Make ``client``'s connections record their sockets (see :func:`thread_sockets`) and the sending of each
-    request (see :func:`sending`)."""
+def track_sending(client: Any) -> None:
+    """Make ``client``'s connections record the sending of each request (see :func:`sending`)."""
     for adapter in client.base_client.session.adapters.values():
         manager = adapter.poolmanager
         manager.pool_classes_by_scheme = {scheme: tracked(cls) for scheme, cls in manager.pool_classes_by_scheme.items()}
-
-
-def cut(sockets: list[socket.socket]) -> None:
-    """Shut the sockets down: a request waiting on one fails at once, and the service sees the caller hang up."""
-    for sock in list(sockets):
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 class DaemonThreads:
@@ -163,3 +126,25 @@ class DaemonThreads:
             idle, self._idle = self._idle, 0
         for _ in range(idle):
             self._jobs.put(None)
+
+
+class Unsettled:
+    """A count of calls whose result may still have to be released, and a wait for it to reach zero (any thread)."""
+
+    def __init__(self) -> None:
+        self._zero = threading.Condition()
+        self.pending = 0
+
+    def hold(self) -> None:
+        with self._zero:
+            self.pending += 1
+
+    def settle(self) -> None:
+        with self._zero:
+            self.pending -= 1
+            self._zero.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the count reached zero within ``timeout`` seconds."""
+        with self._zero:
+            return self._zero.wait_for(lambda: self.pending == 0, timeout)

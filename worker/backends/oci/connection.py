@@ -52,6 +52,9 @@ OCI_LIMITS = Limits(
     name_pattern=re.compile(r"[A-Za-z0-9._-]{1,255}"),
     name_rule="1-255 letters, digits, '.', '_' and '-' (the queue's display name), or a queue OCID",
 )
+#: Longest the backend's ``close`` waits for receives cancelled under way (at stop): a long poll's whole wait, and
+#: time to release what it brought.
+RELEASE_WAIT = OCI_LIMITS.long_poll + 5.0
 OCI_CAPABILITIES = Capabilities(
     dead_letter=True, peek=False, message_options=False, creates_queues=False, new_receipt_on_update=False,
     updates_content=False, channels=True,

@@ -12,9 +12,11 @@ the clients and the messages.
 Threads: the SDK sends with ``requests``, whose sessions are not meant to be
 shared across threads, so each thread has its own clients. Ordinary calls run
 on a small pool; a long poll (a receive that waits) runs on a daemon thread of
-its own, and cancelling it cuts its request at the socket (:mod:`worker.backends.oci.calls`),
-so the service ends it without delivering; messages that arrive anyway are
-released at once (visibility 0): cancelling a receive loses nothing.
+its own. Cancelling a receive does not end its request: the service may still
+hand it messages (Oracle does not say it will not deliver to a client that hung
+up), so the request runs to its end and what it brings is released at once
+(visibility 0; each such message has had a delivery counted). :meth:`OciBackend.close`
+waits for those releases, so that cancelling a receive loses nothing and hides nothing.
 
 Queue names: a trigger's ``queueName`` is the display name of an ACTIVE
 queue in the connection's compartment (resolved once and cached), or a queue
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future as ThreadFuture
@@ -45,8 +46,8 @@ import structlog
 from worker.backends.failures import first_line
 from worker.backends.oci.admin import QueueAdmin
 from worker.backends.oci.auth import client_kwargs, identity, sign_in
-from worker.backends.oci.calls import DaemonThreads, cut, long_poll_starts, sending, track_sockets
-from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, OciConnection
+from worker.backends.oci.calls import DaemonThreads, Unsettled, sending, track_sending
+from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, RELEASE_WAIT, OciConnection
 from worker.backends.oci.errors import (
     answer_error,
     describe,
@@ -165,6 +166,8 @@ class OciBackend(QueueAdmin):
         #: Messages endpoints by queue OCID.
         self._endpoints: dict[str, str] = {}
         self._receipts = _Receipts()
+        #: Calls whose result, if their caller has gone, is still to be released.
+        self._unsettled = Unsettled()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -192,7 +195,7 @@ class OciBackend(QueueAdmin):
             client = oci.queue.QueueClient(
                 config, service_endpoint=endpoint, **client_kwargs(signer, self.limits.long_poll)
             )
-            track_sockets(client)
+            track_sending(client)
             self._keep(client)
             clients[endpoint] = client
         self._local.endpoint = endpoint
@@ -258,40 +261,42 @@ class OciBackend(QueueAdmin):
     ) -> asyncio.Future[T]:
         """Run ``fn`` on the pool (or a long-poll thread); its result as an asyncio future.
 
-        If the awaiting task is cancelled, a call not yet started is skipped, and the result of one that
-        was under way goes to ``release`` (in a thread) instead of being dropped.
+        If the awaiting task is cancelled, a call not yet started is skipped, and one under way runs to its end (its
+        request is not cut: the service may answer it anyway) and its result goes to ``release`` (in a thread)
+        instead of being dropped. :meth:`close` waits for such releases.
         """
         if self._closed:
             raise QueueError(f"{self!r} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         abandoned = threading.Event()
-        #: A long poll's thread's sockets: cut on cancel, so the service ends the request rather than hand
-        #: messages to nobody (they would count a delivery, and wait out their visibility).
-        sockets: list[list[socket.socket]] = []
+        future.add_done_callback(lambda done: abandoned.set() if done.cancelled() else None)
+        if release is not None:
+            self._unsettled.hold()
 
-        def on_done(done: asyncio.Future[T]) -> None:
-            if done.cancelled():
-                abandoned.set()
-                for held in sockets:
-                    cut(held)
-
-        future.add_done_callback(on_done)
+        def released(value: T) -> None:
+            try:
+                if release is not None:
+                    release(value)
+            finally:
+                self._unsettled.settle()
 
         def deliver(ok: bool, value: Any) -> None:  # on the loop
             if future.done():  # the caller is gone
                 if ok and release is not None:
-                    self._release_later(release, value)
-                return
-            if ok:
+                    self._release_later(released, value)
+                    return
+            elif ok:
                 future.set_result(value)
             else:
                 future.set_exception(value)
+            if release is not None:
+                self._unsettled.settle()
 
         def run() -> None:  # in a thread
-            if long:
-                sockets.append(long_poll_starts(abandoned))
             if abandoned.is_set():
+                if release is not None:
+                    self._unsettled.settle()
                 return
             try:
                 ok, value = True, fn()
@@ -306,14 +311,17 @@ class OciBackend(QueueAdmin):
                 loop.call_soon_threadsafe(deliver, ok, value)
             except RuntimeError:  # the loop is closed: nobody will take these messages
                 if ok and release is not None:
-                    release(value)
+                    released(value)
+                elif release is not None:
+                    self._unsettled.settle()
 
         def skipped(job: ThreadFuture[None]) -> None:  # close() dropped the call before it ran
             if job.cancelled():
                 try:
                     loop.call_soon_threadsafe(deliver, False, QueueError(f"{self!r} was closed during the call"))
                 except RuntimeError:
-                    pass
+                    if release is not None:
+                        self._unsettled.settle()
 
         try:
             if long:
@@ -321,6 +329,8 @@ class OciBackend(QueueAdmin):
             else:
                 self._executor.submit(run).add_done_callback(skipped)
         except RuntimeError:
+            if release is not None:
+                self._unsettled.settle()
             raise QueueError(f"{self!r} is closed") from None
         return future
 
@@ -524,7 +534,19 @@ class OciBackend(QueueAdmin):
         return await self._call(count, queue)
 
     async def close(self) -> None:
+        """Refuse new calls; wait (up to :data:`RELEASE_WAIT`) until every cancelled receive has ended and its messages
+        are released; then drop the threads and clients.
+
+        A long poll cancelled at shutdown is still open at the service, which may hand it messages up to its
+        end; closing before it answers would leave them hidden for their whole visibility, a delivery counted.
+        """
         self._closed = True
+        if self._unsettled.pending:
+            log.info("waiting for cancelled receives to end, to release what they bring", receives=self._unsettled.pending,
+                     at_most_seconds=RELEASE_WAIT)
+            if not await asyncio.to_thread(self._unsettled.wait, RELEASE_WAIT):
+                log.warning("cancelled receives did not end in time; what they bring stays hidden for its lease",
+                            receives=self._unsettled.pending)
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._long_polls.close()
         with self._lock:
