@@ -7,20 +7,31 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.conftest import oci_connection
+from tests.host.conftest import DELIVERY_LIMIT
 from tests.host.processes import REPO, WorkerProcess, write_host_yaml
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
+from worker.backends.oci.connection import RELEASE_WAIT
 from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
 from worker.bindings.encoding import encode
 from worker.runtime.host import Host
 from worker.settings.config import HostConfig
 
+if TYPE_CHECKING:
+    from tests.oci.fixture import OciTestServer
+
 QUEUE = "pickup"
+#: The queue of the second-signal test: not one the ``queue`` fixture clears, which it does not use.
+QUEUE_SECOND_SIGNAL = "pickup-second-signal"
 
 
 @pytest.fixture
@@ -67,16 +78,19 @@ async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_pro
     finally:
         host.request_stop()
         stopping = time.monotonic()
-        await asyncio.wait_for(task, 10)
-    assert time.monotonic() - stopping < 2  # the waiting receive is cancelled at once, not waited out
+        await asyncio.wait_for(task, 10 + RELEASE_WAIT)
+    # The embedded queue's receive is cancelled at once (it gives back what it took); OCI Queue's is left to end.
+    assert time.monotonic() - stopping < (2 if connection is None else RELEASE_WAIT + 2)
 
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize("backend_kind", ["sqlite", "oci"])
-async def test_sigterm_ends_an_idle_workers_long_poll_at_once(
+async def test_sigterm_ends_an_idle_worker_at_once_or_when_its_long_poll_ends(
     tmp_path: Path, queue: QueueBackend, connection: str | None
 ) -> None:
-    """A waiting receive is cancelled, not waited out: the worker exits 0 well inside the 20 s poll."""
+    """The embedded queue's waiting receive is cancelled: the worker exits 0 well inside the 20 s poll. OCI Queue's
+    may be answered after its client has gone, so the worker waits for its end (20 s at most) and exits 0; a
+    message arriving meanwhile ends it at once and is released, visible again for the next worker."""
     env = {"RECORD_DB": str(tmp_path / "attempts.sqlite3"), "TRIGGER_QUEUE": QUEUE}
     if connection is not None:
         env["AzureWebJobsStorage"] = connection
@@ -86,10 +100,45 @@ async def test_sigterm_ends_an_idle_workers_long_poll_at_once(
         await asyncio.sleep(2)  # past the first receive: the long poll is waiting now
         worker.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        assert worker.wait(30) == 0
-        assert time.monotonic() - signalled < 5, "the long poll was waited out"
+        if connection is None:
+            assert worker.wait(30) == 0
+            assert time.monotonic() - signalled < 5, "the long poll was waited out"
+            return
+        worker.wait_for_log("waiting for cancelled receives to end, to release what they bring")
+        sent = await queue.put(QUEUE, encode("during the stop", "base64"))
+        assert worker.wait(RELEASE_WAIT + 5) == 0
+        assert time.monotonic() - signalled < 5, "the poll that took the message was not released at once"
+        [again] = await apoll(lambda: queue.receive(QUEUE, 1, 30), 5, what="the released message")
+        assert (again.id, again.dequeue_count) == (sent.id, 2)  # one delivery counted for the poll at stop
     finally:
         worker.kill()
+
+
+@pytest.mark.subprocess
+async def test_a_second_sigterm_ends_an_oci_worker_waiting_for_its_long_poll_at_once(
+    tmp_path: Path, oci_server: OciTestServer
+) -> None:
+    """While the worker waits for its cancelled poll (it would release what it brings), a second signal exits at
+    once, leaving that poll to the service (a message it takes waits out its lease, as after kill -9)."""
+    backend = open_backend(oci_connection(oci_server), tmp_path)
+    await backend.create_queue(QUEUE_SECOND_SIGNAL)
+    env = {"RECORD_DB": str(tmp_path / "attempts.sqlite3"), "TRIGGER_QUEUE": QUEUE_SECOND_SIGNAL,
+           "AzureWebJobsStorage": oci_connection(oci_server)}
+    oci_server.set_delivery_limit(QUEUE_SECOND_SIGNAL, DELIVERY_LIMIT)
+    worker = WorkerProcess(write_host_yaml(tmp_path), env).start()
+    try:
+        worker.wait_for_log("host started")
+        await asyncio.sleep(2)  # past the first receive: the long poll is waiting now
+        worker.send_signal(signal.SIGTERM)
+        worker.wait_for_log("waiting for cancelled receives to end, to release what they bring")
+        worker.send_signal(signal.SIGTERM)
+        signalled = time.monotonic()
+        assert worker.wait(RELEASE_WAIT) == 128 + signal.SIGTERM
+        assert time.monotonic() - signalled < 5
+    finally:
+        worker.kill()
+        await backend.delete_queue(QUEUE_SECOND_SIGNAL)
+        await backend.close()
 
 
 async def test_a_queue_output_to_a_queue_this_host_listens_on_wakes_that_listener(
@@ -140,3 +189,69 @@ async def test_a_long_poll_holding_the_room_gives_it_back_to_a_function_that_has
 
 async def _true(value: bool) -> bool:
     return value
+
+
+#: Host runs stopped while messages arrive, and messages per queue put during each stop.
+STOP_CYCLES = 4
+PER_CYCLE = 6
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite", "oci"])
+async def test_stops_and_room_changes_while_messages_arrive_lose_none_and_dead_letter_none(
+    config: HostConfig, queue: QueueBackend, connection: str | None, request: pytest.FixtureRequest
+) -> None:
+    """maxInFlight 1 and two functions: each time one has messages, the other's long poll gives its place back (a
+    room change); and each host is stopped while both long-poll, with messages put as it stops. On OCI Queue the
+    test server delivers to polls whose client hung up (its default). Every message is handled exactly once by
+    the next host (the last ones are left visible for the next worker), and none reaches a dead-letter or poison
+    queue."""
+    sparse = f"{QUEUE}-sparse"
+    await queue.create_queue(sparse)
+    if queue.service_dead_letters:
+        request.getfixturevalue("oci_server").set_delivery_limit(sparse, DELIVERY_LIMIT)
+    handled: Counter[str] = Counter()
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    async def steady(msg: QueueMessage) -> None:
+        await asyncio.sleep(0.05)  # work that holds the one place a while, so the other function has to ask for it
+        handled[msg.get_body().decode()] += 1
+
+    @app.queue_trigger(arg_name="msg", queue_name=sparse)
+    async def occasional(msg: QueueMessage) -> None:
+        handled[msg.get_body().decode()] += 1
+
+    sent: list[str] = []
+
+    async def put_batch(cycle: int) -> None:
+        for index in range(PER_CYCLE):
+            for name in (QUEUE, sparse):
+                sent.append(f"{name}-{cycle}-{index}")
+                await queue.put(name, encode(sent[-1], "base64"))
+
+    tight = replace(config, max_in_flight=1, batch_size=1, new_batch_threshold=0, max_polling_interval=1)
+    await put_batch(0)
+    for cycle in range(1, STOP_CYCLES + 1):
+        host = Host(app, tight)
+        task = asyncio.create_task(host.run())
+        await apoll(lambda: _true(len(handled) == len(sent)), 60, what="the messages sent so far handled")
+        await asyncio.sleep(0.5)  # stimulus: both queues empty, so both listeners long-poll when the stop comes
+        host.request_stop()
+        await put_batch(cycle)  # meets the polls the stop cancels
+        await asyncio.wait_for(task, 60)
+    last = sent[-2 * PER_CYCLE:]
+    assert handled == Counter(sent[:-2 * PER_CYCLE])  # each once
+    left: list[str] = []
+
+    async def take_left() -> bool:
+        for name in (QUEUE, sparse):
+            left.extend(m.content for m in await queue.receive(name, queue.limits.max_batch, 60))
+        return len(left) >= len(last)
+
+    await apoll(take_left, 10, what="the messages put during the last stop to be visible")
+    assert sorted(left) == sorted(encode(body, "base64") for body in last)
+    for name in (QUEUE, sparse):
+        if queue.service_dead_letters:
+            assert await queue.dead_letter_count(name) == 0
+        else:
+            assert f"{name}-poison" not in await queue.list_queues()

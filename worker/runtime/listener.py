@@ -13,8 +13,10 @@ While the queue keeps returning full batches, more receives run at once (one
 more per full batch, up to ``maxInFlight / batchSize``), so that throughput
 follows the storage's bandwidth rather than its round-trip time; a partial
 batch brings it back to one. Each receive reserves its room first, so
-``maxInFlight`` holds however many run; a long poll holds one place, and is
-cut short if another function has none left.
+``maxInFlight`` holds however many run; a long poll holds one place, and
+gives it back at once if another function has none left. The poll itself goes
+on: cancelling it could not stop the service from handing it messages (see
+:meth:`Listener._call`).
 
 While completions on its storage fail (:mod:`worker.runtime.backpressure`), a
 listener starts no receive. A long poll already waiting is not cut short: it
@@ -29,6 +31,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 
@@ -140,6 +143,14 @@ class Capacity:
             preempt.set()  # another function already waits for room: do not hold it
         return preempt
 
+    def take(self, function: str, want: int, allowed: Callable[[], int]) -> int:
+        """Room for up to ``want`` messages now, without waiting (0 if there is none): for what a long poll brings
+        after it gave its place back."""
+        room = max(0, min(want, self.limit - self.total, allowed()))
+        self._per_function[function] += room
+        self.total += room
+        return room
+
     def long_poll_done(self, preempt: asyncio.Event) -> None:
         self._long_polls.pop(preempt, None)
 
@@ -154,6 +165,13 @@ class Capacity:
             self._invocations[function] -= invocations
             self.total -= count
             self._changed.set()
+
+
+@dataclass
+class _Held:
+    """The room a receive holds: what it reserved, or 0 once a long poll gave its place back."""
+
+    room: int
 
 
 class Listener:
@@ -242,18 +260,14 @@ class Listener:
             await self._receive(room, 0)
 
     async def _receive(self, room: int, wait: float) -> tuple[list[RawMessage], bool]:
-        """One receive of up to ``room`` (reserved) messages, dispatched; returns them and whether storage failed.
-
-        A long poll (``wait`` > 0) is cut short when the host stops or another
-        function needs the room it holds; nothing is lost (the backend gives
-        back what it took).
-        """
+        """One receive of up to ``room`` (reserved) messages, dispatched; returns them and whether storage failed."""
         name = self.function.name
         messages: list[RawMessage] = []
         failed = False
         started = time.monotonic()
+        held = _Held(room)
         try:
-            messages = await self._call(room, wait)
+            messages = await self._call(held, wait)
             self.last_error = None
             if messages or wait <= 0:
                 self.metrics.receive_seconds.observe(name, time.monotonic() - started)
@@ -272,8 +286,13 @@ class Listener:
             self.last_error = str(exc) or type(exc).__name__
             self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
             failed = True
-        self.capacity.received(name, room)
-        self.capacity.give_back(name, room - len(messages))
+        if held.room:
+            self.capacity.received(name, held.room)
+        elif messages:  # the poll gave its place back meanwhile: what fits now is used, the rest released
+            held.room = self.capacity.take(name, len(messages), self._allowed)
+            await self._release(messages[held.room:])
+            messages = messages[:held.room]
+        self.capacity.give_back(name, held.room - len(messages))
         if messages:
             self.middleware.after_receive(self.function, len(messages))
             batches = [messages] if self.function.many else [[raw] for raw in messages]
@@ -284,18 +303,30 @@ class Listener:
             await self._pace(full=len(messages) >= room)
         return messages, failed
 
-    async def _call(self, room: int, wait: float) -> list[RawMessage]:
-        """The backend's receive; a long poll ends early (empty) on stop or when its room is asked back."""
-        receive = self.backend.receive(self.function.queue_name, room, self.config.lease_duration, wait=wait,
+    async def _call(self, held: _Held, wait: float) -> list[RawMessage]:
+        """The backend's receive of up to ``held.room`` messages.
+
+        A long poll (``wait`` > 0) that another function asks its room back from gives it back at once
+        (``held.room`` becomes 0) and is not cancelled: the service may hand messages to a request whose client
+        has hung up, and those would stay hidden for the whole lease with a delivery counted. Only stopping
+        cancels a long poll; the backend then gives back what the poll takes (``QueueBackend.receive``).
+        """
+        receive = self.backend.receive(self.function.queue_name, held.room, self.config.lease_duration, wait=wait,
                                        channel=self.function.channel)
         if wait <= 0:
             return await receive
+        name = self.function.name
         call = asyncio.ensure_future(receive)
-        preempt = self.capacity.long_poll(self.function.name)
+        preempt = self.capacity.long_poll(name)
         stop = asyncio.ensure_future(self.stopping.wait())
         asked = asyncio.ensure_future(preempt.wait())
         try:
             await asyncio.wait({call, stop, asked}, return_when=asyncio.FIRST_COMPLETED)
+            if asked.done() and not call.done() and not stop.done():
+                self.capacity.received(name, held.room)
+                self.capacity.give_back(name, held.room)
+                held.room = 0
+                await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.capacity.long_poll_done(preempt)
             stop.cancel()
@@ -306,6 +337,24 @@ class Listener:
             await asyncio.gather(call, return_exceptions=True)
             return []
         return call.result()
+
+    async def _release(self, messages: list[RawMessage]) -> None:
+        """Make messages this host has no room for visible again at once (visibility 0), for any worker to take.
+
+        Their delivery has been counted (toward ``maxDequeueCount`` and a dead-letter limit); a failed release
+        leaves a message hidden until its lease ends.
+        """
+        if not messages:
+            return
+        queue = self.function.queue_name
+        results = await asyncio.gather(
+            *(self.backend.update(queue, m.id, m.pop_receipt or "", 0) for m in messages), return_exceptions=True
+        )
+        failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+        self._log.info("messages a long poll brought after giving its room away were released",
+                       count=len(messages) - len(failures))
+        if failures:
+            self._log.warning("releasing messages failed; they come back when their lease ends", errors=failures)
 
     async def _pace(self, *, full: bool) -> None:
         """One more receiver after a full batch (up to the most), back to one after a partial one."""
