@@ -211,6 +211,27 @@ class OciTestServer:
             raise RuntimeError("the OCI test server is not started")
         return session_token(self._issuer if valid else new_key(), session_key, lifetime=lifetime)
 
+    def session_profile(self, workdir: Path, profile: str = "SESSION") -> Path:
+        """A config file with one session profile, as ``oci session authenticate`` writes it: no ``user``, the
+        session's key in ``key_file`` and its token in ``security_token_file`` (in ``workdir``/sessions/PROFILE)."""
+        folder = workdir / "sessions" / profile
+        folder.mkdir(parents=True, exist_ok=True)
+        key = new_key()
+        key_file = write_key(folder / "oci_api_key.pem", key)
+        token_file = folder / "token"
+        self.write_session_token(token_file)
+        config = workdir / "session_config"
+        config.write_text(f"[{profile}]\nfingerprint={fingerprint(key.public_key())}\nkey_file={key_file}\n"
+                          f"tenancy={TENANCY}\nregion={REGION}\nsecurity_token_file={token_file}\n")
+        return config
+
+    def write_session_token(self, token_file: Path, *, valid: bool = True) -> None:
+        """Write a token for the session key beside ``token_file`` into it, in place, as ``oci session refresh``
+        does (``valid=False``: from another issuer)."""
+        key = serialization.load_pem_private_key((token_file.parent / "oci_api_key.pem").read_bytes(), None)
+        assert isinstance(key, rsa.RSAPrivateKey)
+        token_file.write_text(self.session_token(key.public_key(), valid=valid))
+
     def resource_principal_env(self, workdir: Path, *, valid: bool = True,
                                lifetime: float = TOKEN_LIFETIME) -> dict[str, str]:
         """The environment of a resource principal (version 2.2) that signs in to this server.

@@ -10,10 +10,13 @@ The form, chosen to read as a URL an OCI user can fill in from the Console::
   ``oci+http://`` speaks plain HTTP, for a local test server only.
 - ``compartment``: where the queues are; a trigger's ``queueName`` is a
   queue's display name there (or a queue OCID, used as is).
-- ``auth``: ``config`` (default: the API key of ``profile`` in ``config``,
-  ``~/.oci/config`` and ``DEFAULT`` unless given), ``instance_principal``
-  (a compute instance's identity) or ``resource_principal`` (OKE workload
-  identity, Functions and Data Flow).
+- ``auth``: the OCI CLI's names. ``api_key`` (default; ``config`` is read as
+  it) signs with the API key of ``profile`` in ``config`` (``~/.oci/config``
+  and ``DEFAULT`` unless given); ``security_token`` with the session of such a
+  profile, as ``oci session authenticate`` writes it; ``instance_principal``
+  (a compute instance's identity); ``resource_principal`` (OCI Functions, Data
+  Flow, and any environment of resource principal version 2.2 or 3.0);
+  ``oke_workload_identity`` (a pod of an OKE enhanced cluster).
 - ``adminEndpoint``: where queues are listed and created; by default the
   SDK's own, from the region.
 - ``poison``: ``service`` (default) leaves poison messages to the queue's own
@@ -36,7 +39,12 @@ from worker.backends.failures import ConnectionStringError
 from worker.backends.queues import Capabilities, Limits
 
 SCHEMES = ("oci", "oci+http")
-AUTH_KINDS = ("config", "instance_principal", "resource_principal")
+#: Sign-ins by the names the OCI CLI's ``--auth`` and the SDKs give them. The first two read a profile of ``config``.
+AUTH_KINDS = ("api_key", "security_token", "instance_principal", "resource_principal", "oke_workload_identity")
+#: Sign-ins that read a profile of the config file.
+PROFILE_AUTH = ("api_key", "security_token")
+#: What earlier connection strings wrote for ``api_key``; still read.
+AUTH_ALIASES = {"config": "api_key"}
 POISON_MODES = ("service", "host")
 #: Where the OCI CLI and SDKs keep API-key profiles.
 DEFAULT_CONFIG_FILE = "~/.oci/config"
@@ -67,7 +75,7 @@ class OciConnection:
 
     messages_endpoint: str
     compartment_id: str
-    auth: str = "config"
+    auth: str = "api_key"
     config_file: str = DEFAULT_CONFIG_FILE
     profile: str = "DEFAULT"
     admin_endpoint: str | None = None
@@ -75,7 +83,9 @@ class OciConnection:
 
     def describe(self) -> str:
         """For logs: the endpoint and how it signs in, never a key."""
-        how = f"API key, profile {self.profile}" if self.auth == "config" else self.auth.replace("_", " ")
+        how = self.auth.replace("_", " ")
+        if self.auth in PROFILE_AUTH:
+            how = f"{how.replace('api key', 'API key')}, profile {self.profile}"
         return f"OCI Queue {self.messages_endpoint} ({how})"
 
 
@@ -99,7 +109,8 @@ def parse_oci_connection(text: str) -> OciConnection:
     compartment = query.get("compartment", "")
     if not compartment:
         problems.append("compartment=<compartment OCID> is missing")
-    auth = query.get("auth", "config")
+    auth = query.get("auth", "api_key")
+    auth = AUTH_ALIASES.get(auth, auth)
     if auth not in AUTH_KINDS:
         problems.append(f"auth must be one of {', '.join(AUTH_KINDS)}")
     poison = query.get("poison", "service")

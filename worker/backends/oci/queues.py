@@ -47,7 +47,7 @@ from worker.backends.failures import first_line
 from worker.backends.oci.admin import QueueAdmin
 from worker.backends.oci.auth import client_kwargs, identity, sign_in
 from worker.backends.oci.calls import DaemonThreads, Unsettled, sending, track_sending
-from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, RELEASE_WAIT, OciConnection
+from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, PROFILE_AUTH, RELEASE_WAIT, OciConnection
 from worker.backends.oci.errors import (
     answer_error,
     describe,
@@ -179,7 +179,7 @@ class OciBackend(QueueAdmin):
         """The SDK config and signer, made once: reading the key, or asking the instance or resource for a token."""
         with self._lock:
             if self._auth is None:
-                if self.connection.auth != "config":  # a failure names where it signed in
+                if self.connection.auth not in PROFILE_AUTH:  # a failure names where it signed in
                     self._local.endpoint = f"OCI sign-in ({self.connection.auth.replace('_', ' ')})"
                 self._auth = sign_in(self.connection)
             return self._auth
