@@ -100,7 +100,7 @@ def test_names_azure_takes_are_accepted(tmp_path: Path, queue: str) -> None:
 
 @pytest.mark.parametrize(("suffix", "problem"), [
     ("", "compartment=<compartment OCID> is missing"),
-    ("?compartment=c&auth=password", "auth must be one of config, instance_principal, resource_principal"),
+    ("?compartment=c&auth=password", "auth must be one of api_key, security_token, instance_principal"),
     ("?compartment=c&poison=never", "poison must be one of service, host"),
     ("?compartment=c&region=x", "unknown keys region"),
 ])
