@@ -183,7 +183,7 @@ async def test_with_poison_host_on_oci_a_failing_message_is_copied_to_the_existi
 
 
 async def test_kill_9_mid_handler_then_redelivery_once_the_lease_ends(
-    start_worker: StartWorker, queue: QueueBackend, record_db: Path
+    start_worker: StartWorker, queue: QueueBackend, record_db: Path, backend_kind: str
 ) -> None:
     settings = {"worker": {"leaseDuration": "2s"}}
     doomed = start_worker("doomed", mode="hold-first", **settings)
@@ -197,41 +197,46 @@ async def test_kill_9_mid_handler_then_redelivery_once_the_lease_ends(
 
     heir = start_worker("heir", mode="hold-first", **settings)
     done = poll(lambda: events(record_db, "done"), 30, what="the redelivered message to be handled")
-    assert [(d["message_id"], d["dequeue_count"], d["pid"]) for d in done] == [(message_id, 2, heir.host_pid)]
+    # On OCI Queue the dead worker's long poll may still be open at the service and take the message when the
+    # lease ends (the test server's pessimistic --hung-up-poll deliver): one more delivery, hidden for its lease.
+    counts = (2, 3) if backend_kind == "oci" else (2,)
+    assert [(d["message_id"], d["pid"]) for d in done] == [(message_id, heir.host_pid)]
+    assert done[0]["dequeue_count"] in counts, done
     await apoll(lambda: _empty(queue), 10, what="the message to be deleted")
     assert heir.stop() == 0
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 async def test_signal_drains_the_running_handler_and_releases_the_prefetched_rest(
-    start_worker: StartWorker, queue: QueueBackend, record_db: Path, signum: int
+    start_worker: StartWorker, queue: QueueBackend, record_db: Path, signum: int, backend_kind: str
 ) -> None:
     """One handler thread and a batch of four: one runs, three wait; the signal must not lose or delay them."""
     ids = await send(queue, "a", "b", "c", "d")
     worker = start_worker(mode="hold", hold=2, queues={"batchSize": 4}, worker={"handlerThreads": 1})
     [first] = poll(lambda: events(record_db, "start"), 20, what="the first handler to start")
 
-    assert worker.stop(signum) == 0
+    assert worker.stop(signum, timeout=60) == 0
 
     assert [(d["message_id"], d["event"]) for d in events(record_db, "done")] == [(first["message_id"], "done")]
     assert len(events(record_db, "start")) == 1
     released = await visible(queue)
     assert sorted(i for i, _ in released) == sorted(set(ids) - {first["message_id"]})
-    assert all(deliveries == 1 for _, deliveries in released)
+    assert sorted(deliveries for _, deliveries in released) in _released_at_stop(3, backend_kind)
     totals = worker.totals()
     assert (totals["succeeded"], totals["released"]) == (1, 3)
 
 
 async def test_drain_timeout_cancels_and_releases_the_unfinished_handler(
-    start_worker: StartWorker, queue: QueueBackend, record_db: Path
+    start_worker: StartWorker, queue: QueueBackend, record_db: Path, backend_kind: str
 ) -> None:
     [message_id] = await send(queue, "too slow to drain")
     worker = start_worker(mode="hold", hold=120, worker={"drainTimeout": "1s"})
     poll(lambda: events(record_db, "start"), 20, what="the handler to start")
 
-    assert worker.stop(timeout=30) == 0
+    assert worker.stop(timeout=60) == 0
 
-    assert await visible(queue) == [(message_id, 1)]
+    [(visible_id, deliveries)] = await visible(queue)
+    assert visible_id == message_id and [deliveries] in _released_at_stop(1, backend_kind)
     assert worker.totals()["released"] == 1
     poll(lambda: events(record_db, "cancelled"), 10, what="the handler to see the cancellation")
 
@@ -244,3 +249,11 @@ async def test_second_signal_exits_at_once(start_worker: StartWorker, queue: Que
     worker.send_signal(signal.SIGTERM)
     worker.wait_for_log("draining")
     assert worker.stop(signal.SIGINT, timeout=10) == 128 + signal.SIGINT
+
+
+def _released_at_stop(count: int, backend_kind: str) -> list[list[int]]:
+    """The delivery counts ``count`` messages released at stop may show, in order. On OCI Queue the stopping host's
+    long poll is left to end rather than cancelled (the service may still hand it messages), so it can take one
+    message just released, which the backend releases again: one more delivery of at most one message."""
+    once = [1] * count
+    return [once, [*once[:-1], 2]] if backend_kind == "oci" else [once]
