@@ -5,7 +5,8 @@ trouble); 2 bad arguments (including a queue name or message the service would
 refuse), a bad host.yaml, an app that cannot be loaded, or an embedded queue file that
 is not SQLite or cannot be written (read-only); 3 (``worker run
 --no-supervisor``) the process was recycled because a sync handler ran past
-functionTimeout.
+functionTimeout. ``worker spark`` exits 1 when a server cannot be started (a port
+taken, pyspark missing, a server that exited or was not ready in time).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import ipaddress
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,8 +55,9 @@ from worker.compat.loading import AppLoadError, app_directory, discover, load_ap
 from worker.model import StartupRefused
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
-from worker.ops import preflight
+from worker.ops import preflight, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
+from worker.ops.spark_cluster import SparkServerError
 from worker.ops.supervisor import SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
 from worker.ops.terminal import printable
 from worker.runtime.host import Host
@@ -456,6 +460,87 @@ def _print_table(rows: list[dict[str, Any]], titles: dict[str, str], as_json: bo
         _say(line(row))
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 1 to 65535, got {text!r}")
+    return value
+
+
+def _spark_host(text: str) -> str:
+    """An address of this machine that Spark's servers bind and put in their URLs: not 0.0.0.0 or ::, which a URL
+    cannot point at."""
+    host = _host(text)
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            raise argparse.ArgumentTypeError(f"expected an address of this machine that clients reach it at (it goes "
+                                             f"into the spark:// or sc:// URL), got {text!r}")
+    except ValueError:  # a host name
+        pass
+    return host
+
+
+def _memory(text: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]*[mMgGtT]", text):
+        raise argparse.ArgumentTypeError(f"expected an amount such as 512m or 4g, got {text!r}")
+    return text
+
+
+def _startup_timeout(text: str) -> float:
+    return _duration_within(text, 1, 3600, f"a duration from 1s to 1h, {DURATIONS}")
+
+
+def _spark_state(args: argparse.Namespace) -> Path:
+    """``--state``, else ``.worker/spark`` beside the settings file every command finds (else in the current folder),
+    so that ``worker spark stop`` from any folder of the project finds what ``start-cluster`` started."""
+    if args.state is not None:
+        return Path(args.state).resolve()
+    found = find_config()
+    return (found.parent if found else Path.cwd()) / ".worker" / "spark"
+
+
+def cmd_spark(args: argparse.Namespace) -> int:
+    state = _spark_state(args)
+    if args.action == "start-cluster":
+        master, worker = spark_cluster.start_cluster(state, host=args.host, port=args.port or 0, cores=args.cores,
+                                                     memory=args.memory, timeout=args.timeout)
+        _tell(f"master {master.url} (pid {master.pid}, web UI {master.web_ui}, log {master.log})")
+        _tell(f"worker registered (pid {worker.pid}, log {worker.log})")
+        _started(master.url)
+    elif args.action == "start-connect":
+        server = spark_cluster.start_connect(state, host=args.host, port=args.port or 0, master=args.master,
+                                             timeout=args.timeout)
+        _tell(f"Spark Connect server {server.url} on {args.master} (pid {server.pid}, log {server.log})")
+        _started(server.url)
+    elif args.action == "status":
+        servers = spark_cluster.running(state)
+        if not servers:
+            _say(f"no Spark servers started from {state} are running")
+        for server in servers:
+            _say(f"{server.kind:<8} {server.url}  pid {server.pid}  log {server.log}")
+    else:
+        stopped = spark_cluster.stop(state, timeout=args.timeout)
+        if not stopped:
+            _say(f"nothing to stop: no Spark servers started from {state} are running")
+        for server in stopped:
+            _say(f"stopped the {server.kind} (pid {server.pid})")
+    return 0
+
+
+def _tell(line: str) -> None:
+    """A line for people on stderr: stdout of ``start-*`` is the URL alone, for scripts."""
+    print(printable(line), file=sys.stderr)
+
+
+def _started(url: str) -> None:
+    _tell(f"use spark.master: {url} in host.yaml (or python -m functions.demo --master {url}); "
+          "worker spark stop stops it")
+    print(url, flush=True)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser (its subcommands' too), but a bad argument is one line, what is wrong, not the usage block."""
 
@@ -537,6 +622,39 @@ def _parser() -> argparse.ArgumentParser:
                                   "most one receive's worth (32 on Azure Storage and the embedded queue)")
         if name != "send":
             sub.add_argument("--json", action="store_true", help="print JSON")
+
+    spark = commands.add_parser("spark", help="start, look at and stop Spark servers on this machine, from the "
+                                              "installed pyspark", description="start, look at and stop Spark servers "
+                                              "on this machine, from the installed pyspark")
+    actions = spark.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action, help in (
+        ("start-cluster", "start a standalone master and one worker, detached; print the spark:// URL once ready"),
+        ("start-connect", "start a Spark Connect server, detached; print the sc:// URL once ready"),
+        ("status", "say which servers started here run"),
+        ("stop", "stop the servers started here (SIGTERM, then SIGKILL after --timeout)"),
+    ):
+        sub = actions.add_parser(action, help=help, description=help)
+        sub.set_defaults(handler=cmd_spark)
+        sub.add_argument("--state", default=None, metavar="FOLDER",
+                         help="where the servers' pids, logs and work folders are kept (default: .worker/spark beside "
+                              "the settings file every command finds, else in the current folder)")
+        if action.startswith("start-"):
+            sub.add_argument("--host", type=_spark_host, default="127.0.0.1", metavar="ADDRESS",
+                             help="address to listen on and to put in the URL (default 127.0.0.1: this machine only)")
+            sub.add_argument("--port", type=_port, default=None,
+                             help="port of the master or the Connect server (default: a free one)")
+        if action == "start-cluster":
+            sub.add_argument("--cores", type=_positive, default=None, metavar="N",
+                             help="cores the worker offers (default: every core)")
+            sub.add_argument("--memory", type=_memory, default=None, metavar="AMOUNT",
+                             help="memory the worker offers executors, such as 4g (default: the machine's less 1g)")
+        if action == "start-connect":
+            sub.add_argument("--master", default="local[*]",
+                             help="where the server runs its jobs: local[*] (default), or the spark:// URL of a "
+                                  "cluster (start-cluster's)")
+        sub.add_argument("--timeout", type=_startup_timeout, default=120.0 if action.startswith("start-") else 20.0,
+                         help="how long a server may take to be ready (start-*: default 2m), or to stop after "
+                              "SIGTERM before it is killed (stop: default 20s)")
     return parser
 
 
@@ -560,7 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             LocalSettingsError) as exc:
         print(f"worker {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except QueueError as exc:
+    except (QueueError, SparkServerError) as exc:
         print(f"worker {args.command}: error: {exc}", file=sys.stderr)
         return 1
 
