@@ -65,6 +65,37 @@ def _use_this_interpreter(conf: dict[str, str]) -> None:
     log.info("Spark's Python workers use this interpreter", python=chosen)
 
 
+#: What a Spark Connect server answers a session that sets one of its own settings.
+_SERVER_SETTINGS = ("CANNOT_MODIFY_CONFIG", "CANNOT_MODIFY_STATIC_CONFIG")
+
+
+def _set_on_connect(session: SparkSession, conf: dict[str, str]) -> None:
+    """Set ``spark.conf`` on a Connect session, leaving to the server the settings it keeps for itself.
+
+    A settings file shared by local runs and Connect runs (the sample's
+    host.yaml) holds settings of a driver (``spark.ui.enabled``,
+    ``spark.executor.memory``) or static ones (``spark.sql.warehouse.dir``)
+    that a Connect server refuses from a session. Given through the session
+    builder, each such refusal became a warning with the server's error on
+    every run; which keys are refused only the server knows (an unknown key of
+    the app's own is taken), so each key is set on its own, and the refused
+    ones are named in one line saying where they belong.
+    """
+    from pyspark.errors import AnalysisException
+
+    left: list[str] = []
+    for key, value in conf.items():
+        try:
+            session.conf.set(key, value)
+        except AnalysisException as exc:
+            if exc.getCondition() not in _SERVER_SETTINGS:
+                raise
+            left.append(key)
+    if left:
+        log.info("Spark settings left to the Connect server: a session cannot set them; give them to the server "
+                 "where it starts", keys=left)
+
+
 def tag_for(invocation: Invocation) -> str:
     """The Spark job tag of an invocation (tags may not contain commas)."""
     return f"worker-invocation-{invocation.id}"
@@ -108,21 +139,21 @@ class SparkProvider:
         from pyspark.sql import SparkSession
 
         settings = self.settings
+        log.info("starting Spark", master=settings.master, app_name=settings.app_name)
         if self.remote:
-            # A Connect session takes runtime settings only: the app name and the console progress bar belong to
-            # the server, and asking for them only draws warnings.
-            builder = SparkSession.builder.remote(settings.master)
-            conf = dict(settings.conf)
+            # A Connect session takes runtime settings only: the app name, the console progress bar and static
+            # settings belong to the server, and are set here only as far as the server takes them.
+            session = SparkSession.builder.remote(settings.master).getOrCreate()
+            _set_on_connect(session, settings.conf)
         else:
             _use_this_interpreter(settings.conf)
             builder = SparkSession.builder.appName(settings.app_name).master(settings.master)
             conf = {"spark.ui.showConsoleProgress": "false", **settings.conf}
-        for key, value in conf.items():
-            builder = builder.config(key, value)
-        if settings.log_file is not None and not self.remote:
-            self._launch_jvm(conf, settings.log_file)
-        log.info("starting Spark", master=settings.master, app_name=settings.app_name)
-        session = builder.getOrCreate()
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            if settings.log_file is not None:
+                self._launch_jvm(conf, settings.log_file)
+            session = builder.getOrCreate()
         _quiet_pyspark_loggers()
         return session
 
