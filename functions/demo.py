@@ -3,7 +3,10 @@
 ``make run`` runs it. It writes under .worker/pipeline (landing files and the
 warehouse), puts one ``ingest`` message per landed file (plus one naming a
 file that does not exist, to show the poison path), runs the worker until
-every queue has drained, and prints what happened.
+every queue has drained, and prints what happened. ``--master`` runs the
+steps on another Spark than host.yaml's ``local[*]``: a standalone cluster's
+``spark://`` URL or a Spark Connect ``sc://`` URL (``worker spark
+start-cluster`` and ``start-connect`` start either on this machine).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from functions import data
 from functions.function_app import app, warehouse
@@ -29,6 +33,23 @@ from worker.settings.config import HostConfig, load_config
 HOME = Path(".worker/pipeline")
 QUEUES = ["ingest", "aggregate", "report"]
 PROGRESS_EVERY = 3.0
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def settings(master: str | None) -> HostConfig:
+    """host.yaml, with ``master`` as spark.master when given (checked as host.yaml's would be).
+
+    A standalone master on loopback has its executors on this machine: the
+    driver then listens on loopback too (``SPARK_LOCAL_IP``), instead of on
+    the machine's external address, where its executors would have to reach
+    it and so could anyone else.
+    """
+    environ = dict(os.environ)
+    if master is not None:
+        environ["WORKER__spark__master"] = master
+        if master.startswith("spark://") and urlsplit(master).hostname in LOOPBACK:
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return load_config("host.yaml", environ=environ)
 
 
 def backend(config: HostConfig) -> QueueBackend:
@@ -77,6 +98,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=2.0, help="size of the generated data set (1 to 1000)")
     parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--master", default=None,
+                        help="spark.master for the pipeline (default: host.yaml's, local[*]): spark://host:port (a "
+                             "standalone cluster) or sc://host:port (Spark Connect)")
     args = parser.parse_args()
 
     shutil.rmtree(HOME, ignore_errors=True)
@@ -85,7 +109,7 @@ def main() -> None:
     log_path = HOME / "worker.log"
     log_file = log_path.open("w", encoding="utf-8")
     configure_logging("INFO", json_lines=True, stream=log_file)
-    config = load_config("host.yaml")
+    config = settings(args.master)
 
     started = time.monotonic()
     manifest = data.generate(HOME / "landing", int(args.size_mb * 1e6), files=args.files)
@@ -94,7 +118,8 @@ def main() -> None:
           f"({time.monotonic() - started:.1f}s)")
     asyncio.run(enqueue(config, manifest.files))
     print(f"enqueued {len(manifest.files)} ingest messages, and one for a file that does not exist")
-    print("running the worker until the queues drain (Spark starts on the first message):", flush=True)
+    print(f"running the worker until the queues drain (Spark on {config.spark_master} starts on the first message):",
+          flush=True)
     host = Host(app, config, burst=True)
     asyncio.run(run_with_progress(host, config))
     log_file.close()
