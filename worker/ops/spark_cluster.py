@@ -18,9 +18,11 @@ command line still names that class (where ``/proc`` shows it).
 
 Everything binds the given host (loopback by default) through
 ``SPARK_LOCAL_IP``, which also keeps the web UIs there; without it a JVM binds
-and advertises the machine's external address. The servers' Python workers
-(a Python function in a job runs there) use this interpreter, so that they
-can import what the worker imports.
+and advertises the machine's external address. The Connect server's Python
+workers (a Python function in a job runs there) use this interpreter, so that
+they can import what the worker imports; on the standalone cluster the driver
+names the interpreter, and it is set there only for whatever the driver leaves
+unset.
 """
 
 from __future__ import annotations
