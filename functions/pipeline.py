@@ -2,14 +2,15 @@
 
 ``ingest`` reads landed files with an explicit schema, quarantines rows that
 fail validation with their reason, drops duplicate event ids and writes
-partitioned Parquet. Every write overwrites exactly the partitions of the
-batch it comes from (dynamic partition overwrite), so processing the same
-message twice leaves the same tables. ``aggregate`` recomputes the daily
-sales of the days a batch touched, and ``report`` writes what a reader of the
-data wants to know, as JSON and as text.
+partitioned Parquet. Every write replaces exactly the partitions of the batch
+it comes from, so processing the same message twice leaves the same tables.
+``aggregate`` recomputes the daily sales of the days a batch touched, and
+``report`` writes what a reader of the data wants to know, as JSON and as text.
 
-Tables live under one warehouse folder: ``events``, ``quarantine``,
-``daily_sales``, ``reports`` and ``_stats`` (one JSON file per batch and step).
+Tables live under one warehouse folder: ``events``, ``quarantine`` and
+``daily_sales``, each written and read through :mod:`functions.tables` (a new
+version per write, published at once), and the files ``reports`` and
+``_stats`` (one JSON file per batch and step), each replaced whole.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+from functions import tables
 from functions.data import COLUMNS
 
 REQUIRED = ["event_id", "order_id", "sku", "quantity", "unit_price", "event_time"]
@@ -166,10 +168,6 @@ def _validated(raw: DataFrame, sources: Column) -> DataFrame:
     )
 
 
-def _overwrite(frame: DataFrame, path: Path, *partitions: str) -> None:
-    frame.write.mode("overwrite").partitionBy(*partitions).parquet(str(path))
-
-
 def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[IngestStats]:
     """Validate, quarantine, de-duplicate and store the landed files; one job for all of them.
 
@@ -182,7 +180,6 @@ def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[Inges
     from pyspark.sql.window import Window
 
     started = time.monotonic()
-    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
     sources = F.create_map(*[F.lit(value) for path in paths for value in (batch_id(path), path)])
     frames = [_validated(raw, sources) for raw in _read(spark, paths)]
     rows = frames[0]
@@ -203,8 +200,8 @@ def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[Inges
         "event_id", "order_id", "customer_id", "sku", "quantity", "unit_price", "country", "event_time",
         "late", "source", "event_date", "batch_id",
     )
-    _overwrite(rejected, warehouse / "quarantine", "batch_id")
-    _overwrite(clean, warehouse / "events", "event_date", "batch_id")
+    tables.publish(warehouse / "quarantine", lambda: rejected, ["batch_id"])
+    tables.publish(warehouse / "events", lambda: clean, ["event_date", "batch_id"])
 
     counts = {r["batch_id"]: r.asDict() for r in rows.groupBy("batch_id").agg(
         F.count(F.lit(1)).alias("rows_in"),
@@ -240,19 +237,20 @@ def aggregate(spark: SparkSession, warehouse: Path, days: list[str]) -> int:
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    spark.conf.set("spark.sql.sources.partitionOverwriteMode", "dynamic")
-    events = spark.read.parquet(str(warehouse / "events")).where(F.col("event_date").cast("string").isin(days))
-    daily = events.groupBy("event_date", "sku", "country").agg(
-        F.countDistinct("order_id").alias("orders"),
-        F.count(F.lit(1)).alias("events"),
-        F.sum("quantity").alias("units"),
-        F.round(F.sum(F.col("quantity") * F.col("unit_price")), 2).cast("decimal(14, 2)").alias("revenue"),
-        F.sum(F.col("late").cast("int")).alias("late_events"),
-    )
-    _overwrite(daily, warehouse / "daily_sales", "event_date")
-    rows = spark.read.parquet(str(warehouse / "daily_sales")).where(
-        F.col("event_date").cast("string").isin(days)
-    ).count()
+
+    def daily() -> DataFrame:
+        """Computed once daily_sales' writer lock is held, so the aggregate that publishes last read the newest events."""
+        events = tables.read(spark, warehouse / "events").where(F.col("event_date").cast("string").isin(days))
+        return events.groupBy("event_date", "sku", "country").agg(
+            F.countDistinct("order_id").alias("orders"),
+            F.count(F.lit(1)).alias("events"),
+            F.sum("quantity").alias("units"),
+            F.round(F.sum(F.col("quantity") * F.col("unit_price")), 2).cast("decimal(14, 2)").alias("revenue"),
+            F.sum(F.col("late").cast("int")).alias("late_events"),
+        )
+
+    version = tables.publish(warehouse / "daily_sales", daily, ["event_date"])
+    rows = spark.read.parquet(str(version)).where(F.col("event_date").cast("string").isin(days)).count()  # as written
     write_stats(warehouse, "aggregate", "-".join(sorted(days)), {"days": days, "rows": rows,
                                                                   "seconds": round(time.monotonic() - started, 3)})
     return rows
@@ -263,7 +261,7 @@ def report(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     started = time.monotonic()
-    daily = spark.read.parquet(str(warehouse / "daily_sales"))
+    daily = tables.read(spark, warehouse / "daily_sales")  # one version for every figure below
     per_day = [
         {"day": str(r["event_date"]), "orders": r["orders"], "units": r["units"], "revenue": float(r["revenue"]),
          "late_events": r["late_events"]}
@@ -294,8 +292,8 @@ def report(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
     }
     out = warehouse / "reports"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    (out / "report.txt").write_text(render_report(summary), encoding="utf-8")
+    tables.write_atomic(out / "report.json", json.dumps(summary, indent=2))
+    tables.write_atomic(out / "report.txt", render_report(summary))
     write_stats(warehouse, "report", "latest", {"seconds": round(time.monotonic() - started, 3)})
     return summary
 
@@ -318,7 +316,7 @@ def render_report(summary: dict[str, Any]) -> str:
 
 
 def write_stats(warehouse: Path, step: str, key: str, stats: dict[str, Any]) -> None:
-    """One JSON file per step and key, overwritten when the same work is done again."""
+    """One JSON file per step and key, replaced whole when the same work is done again (report reads them)."""
     folder = warehouse / "_stats" / step
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{key}.json").write_text(json.dumps(stats, default=str), encoding="utf-8")
+    tables.write_atomic(folder / f"{key}.json", json.dumps(stats, default=str))

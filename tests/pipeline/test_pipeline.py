@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from functions import data
+from functions import data, tables
 from functions.function_app import app
 from tests.host.processes import REPO
 from tests.spark.sessions import SparkSessions, master_and_conf, process_env
@@ -126,13 +126,13 @@ async def test_the_same_ingest_message_twice_gives_identical_tables(
 
 
 def snapshot(warehouse: Path, provider: SparkProvider) -> dict[str, Any]:
-    """Every table's rows, sorted, and its partition folders: what a reader of the tables sees."""
+    """Every table's rows, sorted, and its current version's partition folders: what a reader of the tables sees."""
     session = provider.session()
-    tables: dict[str, Any] = {}
+    seen: dict[str, Any] = {}
     for table in ("events", "quarantine", "daily_sales"):
-        rows = session.read.parquet(str(warehouse / table)).collect()
-        tables[table] = sorted(json.dumps(r.asDict(), default=str, sort_keys=True) for r in rows)
-        tables[f"{table} partitions"] = sorted(
-            str(p.relative_to(warehouse)) for p in (warehouse / table).rglob("*=*") if p.is_dir()
-        )
-    return tables
+        rows = tables.read(session, warehouse / table).collect()
+        seen[table] = sorted(json.dumps(r.asDict(), default=str, sort_keys=True) for r in rows)
+        version = tables.current(warehouse / table)
+        assert version is not None
+        seen[f"{table} partitions"] = sorted(str(p.relative_to(version)) for p in version.rglob("*=*") if p.is_dir())
+    return seen
