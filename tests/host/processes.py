@@ -50,6 +50,8 @@ class WorkerProcess:
     app: str = APP
     #: More arguments of ``worker run`` (``--processes 2``).
     args: tuple[str, ...] = ()
+    #: A command prefix the worker runs under (a mount namespace that shows it a pod's files, say).
+    wrapper: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
 
@@ -65,7 +67,8 @@ class WorkerProcess:
         env = self.merged_env()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config), *self.args],
+                [*self.wrapper, sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config),
+                 *self.args],
                 cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
             )
         return self

@@ -24,11 +24,12 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tests.oci.server import Modes
+from tests.oci.server import Modes, SignatureVerifier
 
 REPO = Path(__file__).resolve().parents[2]
 USER = "ocid1.user.oc1..test"
@@ -210,6 +211,13 @@ class OciTestServer:
         if self._issuer is None:
             raise RuntimeError("the OCI test server is not started")
         return session_token(self._issuer if valid else new_key(), session_key, lifetime=lifetime)
+
+    def token_verifier(self, **kwargs: Any) -> SignatureVerifier:
+        """A verifier of requests signed with this server's session tokens only, as the services a signer asks for
+        its token check the caller (``kwargs``: :class:`SignatureVerifier`'s, e.g. ``always``)."""
+        if self._issuer is None:
+            raise RuntimeError("the OCI test server is not started")
+        return SignatureVerifier(None, None, self._issuer.public_key(), **kwargs)
 
     def session_profile(self, workdir: Path, profile: str = "SESSION") -> Path:
         """A config file with one session profile, as ``oci session authenticate`` writes it: no ``user``, the

@@ -849,11 +849,15 @@ class SignatureVerifier:
     docstring). Any failure is 401 NotAuthenticated, as the service answers.
     """
 
-    def __init__(self, key_id: str, public_key: rsa.RSAPublicKey, token_issuer: rsa.RSAPublicKey | None = None) -> None:
+    def __init__(self, key_id: str | None, public_key: rsa.RSAPublicKey | None,
+                 token_issuer: rsa.RSAPublicKey | None = None, always: tuple[str, ...] = SIGNED_ALWAYS) -> None:
+        #: The one key that is not a session token's (None: session tokens only, as the auth service's stubs take).
         self.key_id = key_id
         self.public_key = public_key
         #: The public key whose session tokens are accepted; None accepts none.
         self.token_issuer = token_issuer
+        #: The headers every request must sign: the SDK's clients sign ``host`` too, its X.509 federation client not.
+        self.always = always
 
     def verify(self, method: str, target: str, headers: email.message.Message, body: bytes) -> None:
         authorization = headers.get("authorization")
@@ -868,7 +872,7 @@ class SignatureVerifier:
         key_id = params.get("keyId") or ""
         if key_id.startswith(SESSION_TOKEN_PREFIX):
             public_key, whose = self.session_key(key_id[len(SESSION_TOKEN_PREFIX):]), "the key of the session token"
-        elif key_id == self.key_id:
+        elif key_id == self.key_id and self.public_key is not None:
             public_key, whose = self.public_key, "the API key"
         else:
             raise not_authenticated(f"keyId {key_id[:200]!r} is not a known API key")
@@ -876,7 +880,7 @@ class SignatureVerifier:
             raise not_authenticated(f"algorithm {params.get('algorithm')!r} is not rsa-sha256")
         signed = params.get("headers", "date").lower().split()
         has_body = method in ("POST", "PUT", "PATCH")
-        unsigned = [name for name in (*SIGNED_ALWAYS, *(SIGNED_WITH_BODY if has_body else ())) if name not in signed]
+        unsigned = [name for name in (*self.always, *(SIGNED_WITH_BODY if has_body else ())) if name not in signed]
         if unsigned:
             raise not_authenticated(f"the signature does not cover {', '.join(unsigned)}")
         self._check_date(headers.get("date"))
