@@ -1,10 +1,16 @@
-"""A real worker signs in to OCI Queue as a resource principal (OCI Functions, OKE workload identity), no config file.
+"""A real worker signs in to OCI Queue as a resource principal (OCI Functions), an OKE workload identity or an instance
+principal, with no config file.
 
 The worker gets ``auth=resource_principal`` in its connection and the environment the platform would give it
 (``OCI_RESOURCE_PRINCIPAL_VERSION=2.2`` with a session token and its private key in files, see
 ``OciTestServer.resource_principal_env``); the SDK's own ``get_resource_principals_signer()`` reads it and signs every
 request with the token, which the test server checks against its token issuer. The test's side of the queue signs in
 with the server's API key.
+
+An OKE pod and a compute instance get their session token from endpoints of OCI (``tests/oci/stubs.py``) at
+addresses and paths the SDK fixes: the worker runs in a mount namespace of its own that shows it a pod's service
+account files under /var/run/secrets, or an /etc/hosts naming the auth service's stub, as the machine it stands for
+would have them.
 
 A token the service refuses (HTTP 401) is treated as any refused credential: at start it ends ``worker run`` with
 one line naming it (exit 1), as a wrong account key does; once running, the worker stays up, backs off, /readyz
@@ -14,6 +20,7 @@ says why, and it goes on when the platform writes a good token (the SDK reads th
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,7 +30,17 @@ import pytest
 
 from tests.conftest import oci_connection
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
-from tests.oci.fixture import OciTestServer
+from tests.oci.fixture import REGION, OciTestServer, new_key
+from tests.oci.stubs import (
+    AUTH_HOST,
+    InstanceIdentity,
+    Proxymux,
+    hosts_file,
+    in_mount_namespace,
+    mount_namespaces_refused,
+    pod_files,
+    signed_jwt,
+)
 from tests.support import apoll, free_port, get, poll
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
@@ -53,14 +70,15 @@ def start_worker(oci_server: OciTestServer, tmp_path: Path, queue_name: str) -> 
     """Start ``worker run`` signed in as a resource principal; it is killed at the end if still running."""
     started: list[WorkerProcess] = []
 
-    def start(rp_env: dict[str, str], *, port: int | None = None) -> WorkerProcess:
+    def start(rp_env: dict[str, str], *, port: int | None = None, auth: str = "resource_principal",
+              wrapper: tuple[str, ...] = ()) -> WorkerProcess:
         host = oci_server.endpoint.partition("://")[2]
-        connection = (f"oci+http://{host}?compartment={oci_server.compartment_id}&auth=resource_principal"
+        connection = (f"oci+http://{host}?compartment={oci_server.compartment_id}&auth={auth}"
                       f"&adminEndpoint={oci_server.endpoint}")
         env = {"AzureWebJobsStorage": connection, "RECORD_DB": str(tmp_path / "attempts.sqlite3"),
                "TRIGGER_QUEUE": queue_name, "HANDLER_MODE": "ok", **rp_env}
         config = write_host_yaml(tmp_path, worker={"drainTimeout": "2s", **({"httpPort": port} if port else {})})
-        worker = WorkerProcess(config, env).start()
+        worker = WorkerProcess(config, env, wrapper=wrapper).start()
         started.append(worker)
         return worker
 
@@ -149,3 +167,132 @@ def _refused_at_a_cell(server: OciTestServer, text: str) -> bool:
     endpoint (another cell's, for half the queues) or the control plane's."""
     return any(f"sign-in was refused by {endpoint} (resource principal): HTTP 401 NotAuthenticated" in text
                for endpoint in {server.endpoint, *server.messages_endpoints})
+
+
+def _refused_at_start(worker: WorkerProcess, oci_server: OciTestServer, who: str) -> None:
+    """The worker ended at start with one line: the test server refused the session token its sign-in brought."""
+    assert worker.wait(30) == 1
+    log = worker.log_path.read_text()
+    assert "Traceback" not in log, log
+    [line] = [line for line in log.splitlines() if line.startswith("worker run: error:")]
+    assert any(f"sign-in was refused by {endpoint} ({who}): HTTP 401 NotAuthenticated" in line
+               for endpoint in {oci_server.endpoint, *oci_server.messages_endpoints}), line
+    assert "not issued by this server's token issuer" in line
+    assert "ST$" not in log and "eyJ" not in log  # tokens are credentials: never logged
+
+
+def _skip_without_mount_namespaces() -> None:
+    if why := mount_namespaces_refused():
+        pytest.skip(f"the worker must see a pod's or an instance's files in a mount namespace of its own: {why}")
+
+
+@pytest.fixture
+def proxymux(oci_server: OciTestServer, tmp_path: Path) -> Iterator[Proxymux]:
+    _skip_without_mount_namespaces()
+    try:
+        stub = Proxymux(oci_server, tmp_path / "cluster-ca")
+    except OSError as exc:
+        pytest.skip(f"cannot listen on the proxymux port {Proxymux.PORT} of a loopback address: {exc}")
+    yield stub
+    stub.close()
+
+
+def pod(proxymux: Proxymux, folder: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What a pod of an OKE enhanced cluster has: the API server's address (the proxymux answers on it), the region
+    the workload's deployment sets, and the service account's token and CA where Kubernetes mounts them."""
+    env = {"KUBERNETES_SERVICE_HOST": proxymux.stub.host, "OCI_RESOURCE_PRINCIPAL_REGION": REGION}
+    return env, in_mount_namespace({"/var/run": pod_files(folder, proxymux)})
+
+
+async def test_a_worker_in_an_oke_pod_signs_in_with_its_workload_identity_and_handles_a_message(
+    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, queue_name: str, proxymux: Proxymux,
+    tmp_path: Path
+) -> None:
+    env, wrapper = pod(proxymux, tmp_path / "pod-run")
+    worker = start_worker(env, auth="oke_workload_identity", wrapper=wrapper)
+    worker.wait_for_log("host started", timeout=20)
+    message = await queue.put(queue_name, encode("signed as a workload", "base64"))
+
+    assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [(message.id, "signed as a workload")]
+    await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
+    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll (20 s) at stop
+    assert worker.totals()["succeeded"] == 1
+    assert proxymux.stub.requests, "the worker never asked the proxymux"
+    for request in proxymux.stub.requests:  # each one the stub answered with a token, as it checked its shape
+        assert request.headers["authorization"] == f"Bearer {proxymux.service_account_token}"
+        assert set(request.json()) == {"podKey"}
+    assert "Traceback" not in worker.log_path.read_text()
+
+
+async def test_an_oke_workload_token_from_another_issuer_ends_the_worker_with_one_line(
+    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, proxymux: Proxymux, tmp_path: Path
+) -> None:
+    proxymux.valid = False
+    env, wrapper = pod(proxymux, tmp_path / "pod-run")
+    _refused_at_start(start_worker(env, auth="oke_workload_identity", wrapper=wrapper), oci_server,
+                      "oke workload identity")
+
+
+async def test_a_service_account_token_the_proxymux_does_not_know_ends_the_worker_naming_the_sign_in(
+    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, proxymux: Proxymux, tmp_path: Path
+) -> None:
+    env, wrapper = pod(proxymux, tmp_path / "pod-run")
+    other = signed_jwt({"sub": "system:serviceaccount:queues:other", "exp": int(time.time()) + 3600}, new_key())
+    (tmp_path / "pod-run" / "secrets" / "kubernetes.io" / "serviceaccount" / "token").write_text(other)
+    worker = start_worker(env, auth="oke_workload_identity", wrapper=wrapper)
+    assert worker.wait(30) == 1
+    log = worker.log_path.read_text()
+    [line] = [line for line in log.splitlines() if line.startswith("worker run: error:")]
+    assert "cannot sign in to OCI Queue as an OKE workload identity: ServiceError:" in line
+    assert "Failed to get RPST token from proxymux" in line
+    assert "Traceback" not in log and other not in log
+    assert [request.headers["authorization"] for request in proxymux.stub.requests] == [f"Bearer {other}"]
+
+
+@pytest.fixture
+def instance(oci_server: OciTestServer, tmp_path: Path) -> Iterator[InstanceIdentity]:
+    _skip_without_mount_namespaces()
+    try:
+        stub = InstanceIdentity(oci_server, tmp_path / "auth-tls")
+    except OSError as exc:
+        pytest.skip(f"cannot listen on port 443 of a loopback address for the auth service: {exc}")
+    yield stub
+    stub.close()
+
+
+def compute_instance(instance: InstanceIdentity, folder: Path) -> tuple[dict[str, str], tuple[str, ...]]:
+    """What the worker sees on a compute instance: its metadata service (at the SDK's own override,
+    ``OCI_METADATA_BASE_URL``), and the auth service of its region by name, with a certificate it trusts (requests'
+    ``REQUESTS_CA_BUNDLE``, which the SDK's federation client honours)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {"OCI_METADATA_BASE_URL": instance.metadata_url, "REQUESTS_CA_BUNDLE": str(instance.tls.ca_file)}
+    hosts = hosts_file(folder / "hosts", {AUTH_HOST: instance.federation.host})
+    return env, in_mount_namespace({"/etc/hosts": hosts})
+
+
+async def test_a_worker_on_a_compute_instance_signs_in_as_an_instance_principal_and_handles_a_message(
+    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, queue_name: str, instance: InstanceIdentity,
+    tmp_path: Path
+) -> None:
+    env, wrapper = compute_instance(instance, tmp_path / "instance")
+    worker = start_worker(env, auth="instance_principal", wrapper=wrapper)
+    worker.wait_for_log("host started", timeout=20)
+    message = await queue.put(queue_name, encode("signed as an instance", "base64"))
+
+    assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [(message.id, "signed as an instance")]
+    await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
+    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll (20 s) at stop
+    assert worker.totals()["succeeded"] == 1
+    asked = {request.target for request in instance.metadata.requests}
+    assert asked == {"/opc/v2/instance/region", "/opc/v2/identity/cert.pem", "/opc/v2/identity/key.pem",
+                     "/opc/v2/identity/intermediate.pem"}, asked
+    assert {(r.method, r.target) for r in instance.federation.requests} == {("POST", "/v1/x509")}
+    assert "Traceback" not in worker.log_path.read_text()
+
+
+async def test_an_instance_principal_token_from_another_issuer_ends_the_worker_with_one_line(
+    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, instance: InstanceIdentity, tmp_path: Path
+) -> None:
+    instance.valid = False
+    env, wrapper = compute_instance(instance, tmp_path / "instance")
+    _refused_at_start(start_worker(env, auth="instance_principal", wrapper=wrapper), oci_server, "instance principal")
