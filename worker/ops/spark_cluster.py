@@ -90,6 +90,9 @@ def claim_port(host: str, port: int) -> int:
     """
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            # As the JVM binds: a port whose last server just stopped (its connections in TIME_WAIT) can be had
+            # again at once; one something listens on cannot.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
             return int(probe.getsockname()[1])
     except OSError as exc:
