@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -258,12 +258,13 @@ class OciBackend(QueueAdmin):
 
     def _in_thread(
         self, fn: Callable[[], T], *, long: bool = False, release: Callable[[T], None] | None = None
-    ) -> asyncio.Future[T]:
-        """Run ``fn`` on the pool (or a long-poll thread); its result as an asyncio future.
+    ) -> Coroutine[Any, Any, T]:
+        """Run ``fn`` on the pool (or a long-poll thread); await its result.
 
         If the awaiting task is cancelled, a call not yet started is skipped, and one under way runs to its end (its
         request is not cut: the service may answer it anyway) and its result goes to ``release`` (in a thread)
-        instead of being dropped. :meth:`close` waits for such releases.
+        instead of being dropped; so does a result that came just before the cancellation, which the task never
+        read. :meth:`close` waits for such releases.
         """
         if self._closed:
             raise QueueError(f"{self!r} is closed")
@@ -332,7 +333,18 @@ class OciBackend(QueueAdmin):
             if release is not None:
                 self._unsettled.settle()
             raise QueueError(f"{self!r} is closed") from None
-        return future
+
+        async def taken() -> T:
+            try:
+                return await future
+            except asyncio.CancelledError:
+                # The answer was set, but the task was cancelled before it resumed to read it: release what it brought.
+                if release is not None and future.done() and not future.cancelled() and future.exception() is None:
+                    self._unsettled.hold()
+                    self._release_later(released, future.result())
+                raise
+
+        return taken()
 
     def _release_later(self, release: Callable[[Any], None], value: Any) -> None:
         try:
