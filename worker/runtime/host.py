@@ -209,8 +209,7 @@ class Host:
                     backends.queues(function.connection), config.for_function(function.name, function.retry)
                 ), completion, self.metrics)
             if config.http_port:
-                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble,
-                                                                 middleware)
+                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble)
             middleware.host_started(self.app.functions)
             log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst,
                      middleware=[type(m).__name__ for m in middleware.middleware])
@@ -242,7 +241,7 @@ class Host:
 
     async def _serve_endpoints(
         self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher, token: BearerToken | None,
-        trouble: StoreTrouble, middleware: Chain,
+        trouble: StoreTrouble,
     ) -> tuple[Endpoints, asyncio.Task[None]]:
         """Start the HTTP endpoints, with gauges for in-flight messages, queue lengths, threads and tasks."""
         lengths: dict[str, float] = {}
@@ -279,7 +278,7 @@ class Host:
         endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
                               draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
                               last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
-                              held_back=trouble.problems, not_ready=middleware.not_ready)
+                              held_back=trouble.problems)
         await endpoints.start(self.config.http_port, self.config.http_host, token)
         return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
 
