@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from worker.bindings.encoding import encode
 from worker.invocation import Invocation
 from worker.model import Done, Finished, FunctionSpec, Result, StartupRefused
 from worker.ops import preflight
+from worker.runtime.host import Host
 from worker.settings.config import HostConfig
 
 
@@ -154,3 +156,60 @@ def test_middleware_that_cannot_be_loaded_and_unknown_function_sections_are_refu
 
 async def _true(value: bool) -> bool:
     return value
+
+
+class Gate(Middleware):
+    """Holds every invocation in ``before_invocation`` until the test opens the gate (as a slow input read would)."""
+
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()
+        self.open = asyncio.Event()
+        self.done: list[str] = []
+        self.held: list[Invocation] = []
+
+    async def before_invocation(self, invocation: Invocation) -> None:
+        self.held.append(invocation)
+        self.waiting.set()
+        await self.open.wait()
+
+    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+        self.done.append(done.value)
+
+
+async def test_a_message_given_back_at_shutdown_while_middleware_ran_before_it_never_reaches_the_handler(
+    tmp_path: Path,
+) -> None:
+    """Shutdown releases every message whose handler has not started; one held in a ``before_invocation`` hook at
+    that moment has not started, so its handler must not start afterwards (it would run to the end and then see its
+    message released, and run again elsewhere)."""
+    app = WorkerApp()
+    gate = Gate()
+    app.add_middleware(gate)
+    ran: list[str] = []
+
+    @app.queue_trigger(arg_name="msg", queue_name="gated")
+    def gated(msg: QueueMessage) -> None:
+        ran.append(msg.id)
+
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.1, drain_timeout=5)
+    queue = open_backend(None, tmp_path)
+    await queue.create_queue("gated")
+    await queue.put("gated", encode("x", "base64"))
+    host = Host(app, config)
+    task = asyncio.create_task(host.run())
+    try:
+        await asyncio.wait_for(gate.waiting.wait(), 30)
+        host.request_stop()
+        # The host gives the message up while the hook still runs; it is released once the hook returns.
+        await apoll(lambda: _true(gate.held[0].cancel_reason is not None), 10, what="the unstarted message given up")
+        gate.open.set()
+        await asyncio.wait_for(task, 30)
+    finally:
+        gate.open.set()
+        host.request_stop()
+        await asyncio.wait_for(task, 60)
+    assert ran == []
+    assert gate.done == ["released"]
+    [message] = await queue.peek("gated", 1)
+    assert message.dequeue_count == 1
+    await queue.close()

@@ -223,6 +223,11 @@ class Dispatcher:
 
     async def _call(self, inv: Invocation) -> Result:
         """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
+        if inv.cancel_reason is not None:
+            # Given up while a before_invocation hook ran (shutdown releases what has not started): the handler
+            # must not start now, or it would run to its end and then see its message released.
+            return Result(Outcome.RELEASE, inv.cancel_reason)
+        # From here the handler's task is known to _give_up, which cancels it (before it starts, if it has not).
         handler = self._handlers[inv] = asyncio.create_task(self._invoke(inv))
         started = time.monotonic()
         try:
