@@ -29,6 +29,9 @@ QUEUE = os.environ.get("TRIGGER_QUEUE", "intake")
 def record(message: QueueMessage, event: str) -> None:
     """One row per step, written at once so that a step of a thread still blocked is visible to the test."""
     with sqlite3.connect(os.environ["RECORD_DB"], timeout=30) as db:
+        # WAL: the test reads this file while handlers write it; readers then never hold a writer back past the
+        # short functionTimeout these tests use.
+        db.execute("PRAGMA journal_mode=WAL")
         db.execute(
             "CREATE TABLE IF NOT EXISTS calls (message_id TEXT, dequeue_count INTEGER, event TEXT, at REAL, "
             "thread TEXT, body BLOB)"

@@ -258,9 +258,13 @@ async def test_bad_messages_end_in_poison_with_their_reason_while_every_good_one
     assert [line["message_id"] for line in timed_out] == [blocker_id] * MAX_DEQUEUE
     assert all(BLOCKER.reason in line["reason"] for line in timed_out)
 
-    # Every good message handled once and deleted; nothing of the refused command ever reached the queue.
+    # Every good message handled once and deleted; nothing of the refused command ever reached the queue. With a
+    # functionTimeout of 1 s, a loaded machine can hold a good handler past it: that attempt failed by its timeout
+    # (logged, and retried like any failure), so the message is handled once more, and only then.
     done_ids = Counter(r["message_id"] for r in records if r["event"] == "done")
-    assert done_ids == Counter(good_ids.keys()), "a good message was not handled exactly once"
+    timed_out_good = Counter(line["message_id"] for line in lines if line.get("event") == "message failed; it will be "
+                             "retried" and line["message_id"] in good_ids and BLOCKER.reason in line["reason"])
+    assert done_ids == Counter(good_ids.keys()) + timed_out_good, "a good message was not handled exactly once"
     assert not [r for r in records if b"refused" in r["body"] or b'"pad"' in r["body"]]
 
     # The host's own counters agree, and the host.json-only key was accepted with a warning, not an error.
