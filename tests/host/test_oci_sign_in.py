@@ -74,7 +74,7 @@ def start_worker(oci_server: OciTestServer, tmp_path: Path, queue_name: str) -> 
               wrapper: tuple[str, ...] = ()) -> WorkerProcess:
         host = oci_server.endpoint.partition("://")[2]
         connection = (f"oci+http://{host}?compartment={oci_server.compartment_id}&auth={auth}"
-                      f"&adminEndpoint={oci_server.endpoint}")
+                      f"&adminEndpoint={oci_server.endpoint}&longPoll=2")  # an idle worker waits out its poll at stop
         env = {"AzureWebJobsStorage": connection, "RECORD_DB": str(tmp_path / "attempts.sqlite3"),
                "TRIGGER_QUEUE": queue_name, "HANDLER_MODE": "ok", **rp_env}
         config = write_host_yaml(tmp_path, worker={"drainTimeout": "2s", **({"httpPort": port} if port else {})})
@@ -101,7 +101,7 @@ async def test_a_worker_signed_in_as_a_resource_principal_handles_a_message(
     assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [
         (message.id, "signed with a session token")]
     await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
-    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll (20 s) at stop
+    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll at stop
     assert worker.totals()["succeeded"] == 1
     opened = [line for line in worker.lines() if line.get("event") == "queue storage opened"]
     assert opened and opened[0]["storage"].endswith("(resource principal)"), opened
@@ -153,7 +153,7 @@ async def test_a_token_rotated_to_another_issuer_keeps_the_worker_up_not_ready_u
     poll(lambda: get(port, "/readyz")[0] == 200, 10, interval=0.2, what="/readyz once a good token is written")
     message = await queue.put(queue_name, encode("after the rotation", "base64"))
     assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [(message.id, "after the rotation")]
-    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll (20 s) at stop
+    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll at stop
     log = worker.log_path.read_text()
     assert "Traceback" not in log, log
 
@@ -215,7 +215,7 @@ async def test_a_worker_in_an_oke_pod_signs_in_with_its_workload_identity_and_ha
 
     assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [(message.id, "signed as a workload")]
     await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
-    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll (20 s) at stop
+    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll at stop
     assert worker.totals()["succeeded"] == 1
     assert proxymux.stub.requests, "the worker never asked the proxymux"
     for request in proxymux.stub.requests:  # each one the stub answered with a token, as it checked its shape
@@ -281,7 +281,7 @@ async def test_a_worker_on_a_compute_instance_signs_in_as_an_instance_principal_
 
     assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [(message.id, "signed as an instance")]
     await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
-    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll (20 s) at stop
+    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll at stop
     assert worker.totals()["succeeded"] == 1
     asked = {request.target for request in instance.metadata.requests}
     assert asked == {"/opc/v2/instance/region", "/opc/v2/identity/cert.pem", "/opc/v2/identity/key.pem",

@@ -19,7 +19,7 @@ from tests.host.conftest import DELIVERY_LIMIT
 from tests.host.processes import REPO, WorkerProcess, write_host_yaml
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
-from worker.backends.oci.connection import RELEASE_WAIT
+from worker.backends.oci.connection import OCI_LIMITS, RELEASE_WAIT
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import encode
@@ -30,8 +30,18 @@ if TYPE_CHECKING:
     from tests.oci.fixture import OciTestServer
 
 QUEUE = "pickup"
+#: The service's long poll, which these tests are about (the suite's OCI connections use a shorter one).
+DEFAULT_LONG_POLL = int(OCI_LIMITS.long_poll)
 #: The queue of the second-signal test: not one the ``queue`` fixture clears, which it does not use.
 QUEUE_SECOND_SIGNAL = "pickup-second-signal"
+
+
+@pytest.fixture
+def connection(backend_kind: str, request: pytest.FixtureRequest) -> str | None:
+    """As the suite's, but with OCI Queue's default long poll of 20 s: these tests are about that wait."""
+    if backend_kind == "oci":
+        return oci_connection(request.getfixturevalue("oci_server"), long_poll=DEFAULT_LONG_POLL)
+    return None
 
 
 @pytest.fixture
@@ -123,7 +133,7 @@ async def test_a_second_sigterm_ends_an_oci_worker_waiting_for_its_long_poll_at_
     backend = open_backend(oci_connection(oci_server), tmp_path)
     await backend.create_queue(QUEUE_SECOND_SIGNAL)
     env = {"RECORD_DB": str(tmp_path / "attempts.sqlite3"), "TRIGGER_QUEUE": QUEUE_SECOND_SIGNAL,
-           "AzureWebJobsStorage": oci_connection(oci_server)}
+           "AzureWebJobsStorage": oci_connection(oci_server, long_poll=DEFAULT_LONG_POLL)}
     oci_server.set_delivery_limit(QUEUE_SECOND_SIGNAL, DELIVERY_LIMIT)
     worker = WorkerProcess(write_host_yaml(tmp_path), env).start()
     try:

@@ -103,10 +103,22 @@ def test_names_azure_takes_are_accepted(tmp_path: Path, queue: str) -> None:
     ("?compartment=c&auth=password", "auth must be one of api_key, security_token, instance_principal"),
     ("?compartment=c&poison=never", "poison must be one of service, host"),
     ("?compartment=c&region=x", "unknown keys region"),
+    ("?compartment=c&longPoll=31", "longPoll must be whole seconds from 0 to 30, got '31'"),
+    ("?compartment=c&longPoll=2.5", "longPoll must be whole seconds from 0 to 30, got '2.5'"),
+    ("?compartment=c&longPoll=-1", "longPoll must be whole seconds from 0 to 30, got '-1'"),
 ])
 def test_a_wrong_oci_connection_is_refused_naming_the_key(tmp_path: Path, suffix: str, problem: str) -> None:
     found = _problems(tmp_path, "version: '2.0'\n", connection="oci://cell-1.example.com" + suffix)
     assert len(found) == 1 and problem in found[0], found
+
+
+@pytest.mark.parametrize(("query", "seconds"), [("", 20.0), ("&longPoll=2", 2.0), ("&longPoll=0", 0.0)])
+def test_an_oci_long_poll_is_the_services_20_s_unless_the_connection_says(tmp_path: Path, query: str,
+                                                                          seconds: float) -> None:
+    """The receive's wait at the service, and with it how long an idle worker takes to stop (0: it polls)."""
+    backend = open_backend(f"oci+http://127.0.0.1:1?compartment=c{query}", tmp_path)
+    assert backend.limits.long_poll == seconds
+    assert backend.limits.max_batch == OCI.limits.max_batch  # the rest of the service's limits stay
 
 
 def test_a_channel_is_refused_where_queues_have_none(tmp_path: Path) -> None:

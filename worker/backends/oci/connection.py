@@ -60,9 +60,13 @@ OCI_LIMITS = Limits(
     name_pattern=re.compile(r"[A-Za-z0-9._-]{1,255}"),
     name_rule="1-255 letters, digits, '.', '_' and '-' (the queue's display name), or a queue OCID",
 )
-#: Longest the backend's ``close`` waits for receives cancelled under way (at stop): a long poll's whole wait, and
-#: time to release what it brought.
-RELEASE_WAIT = OCI_LIMITS.long_poll + 5.0
+#: The longest long poll the service takes (GetMessages ``timeoutInSeconds``); ``longPoll=`` chooses up to it.
+MAX_LONG_POLL = 30
+#: What the backend's ``close`` waits beyond a long poll's whole wait for receives cancelled under way (at stop):
+#: time to release what the poll brought.
+RELEASE_MARGIN = 5.0
+#: Longest the backend's ``close`` waits at the default long poll.
+RELEASE_WAIT = OCI_LIMITS.long_poll + RELEASE_MARGIN
 OCI_CAPABILITIES = Capabilities(
     dead_letter=True, peek=False, message_options=False, creates_queues=False, new_receipt_on_update=False,
     updates_content=False, channels=True,
@@ -80,6 +84,9 @@ class OciConnection:
     profile: str = "DEFAULT"
     admin_endpoint: str | None = None
     poison: str = "service"
+    #: Seconds a receive waits at the service for a message (0: none, the listener polls with back-off). It also
+    #: bounds how much longer an idle worker takes to stop, since a poll under way is never walked away from.
+    long_poll: int = int(OCI_LIMITS.long_poll)
 
     def describe(self) -> str:
         """For logs: the endpoint and how it signs in, never a key."""
@@ -103,7 +110,7 @@ def parse_oci_connection(text: str) -> OciConnection:
         raise ConnectionStringError("an OCI Queue connection names the messages endpoint: oci://<host>?compartment=...")
     query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
     problems = []
-    known = {"compartment", "auth", "config", "profile", "adminEndpoint", "poison"}
+    known = {"compartment", "auth", "config", "profile", "adminEndpoint", "poison", "longPoll"}
     if unknown := sorted(set(query) - known):
         problems.append(f"unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     compartment = query.get("compartment", "")
@@ -116,6 +123,9 @@ def parse_oci_connection(text: str) -> OciConnection:
     poison = query.get("poison", "service")
     if poison not in POISON_MODES:
         problems.append(f"poison must be one of {', '.join(POISON_MODES)}")
+    long_poll = query.get("longPoll", str(int(OCI_LIMITS.long_poll)))
+    if not (long_poll.isascii() and long_poll.isdigit() and int(long_poll) <= MAX_LONG_POLL):
+        problems.append(f"longPoll must be whole seconds from 0 to {MAX_LONG_POLL}, got {long_poll!r}")
     if problems:
         raise ConnectionStringError("OCI Queue connection: " + "; ".join(problems))
     http = "http" if parts.scheme.lower() == "oci+http" else "https"
@@ -127,4 +137,5 @@ def parse_oci_connection(text: str) -> OciConnection:
         profile=query.get("profile") or "DEFAULT",
         admin_endpoint=query.get("adminEndpoint") or None,
         poison=poison,
+        long_poll=int(long_poll),
     )

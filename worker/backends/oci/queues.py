@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -47,7 +48,7 @@ from worker.backends.failures import first_line
 from worker.backends.oci.admin import QueueAdmin
 from worker.backends.oci.auth import client_kwargs, identity, sign_in
 from worker.backends.oci.calls import DaemonThreads, Unsettled, sending, track_sending
-from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, PROFILE_AUTH, RELEASE_WAIT, OciConnection
+from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, PROFILE_AUTH, RELEASE_MARGIN, OciConnection
 from worker.backends.oci.errors import (
     answer_error,
     describe,
@@ -149,6 +150,8 @@ class OciBackend(QueueAdmin):
 
     def __init__(self, connection: OciConnection, on_retry: Callable[[str], None] | None = None) -> None:
         self.connection = connection
+        if connection.long_poll != OCI_LIMITS.long_poll:
+            self.limits = replace(OCI_LIMITS, long_poll=float(connection.long_poll))
         #: ``poison=service`` leaves poison to the queue's own dead-letter queue.
         self.service_dead_letters = connection.poison == "service"
         self._retrier = Retrier(
@@ -546,17 +549,18 @@ class OciBackend(QueueAdmin):
         return await self._call(count, queue)
 
     async def close(self) -> None:
-        """Refuse new calls; wait (up to :data:`RELEASE_WAIT`) until every cancelled receive has ended and its messages
-        are released; then drop the threads and clients.
+        """Refuse new calls; wait (up to a long poll's whole wait and :data:`RELEASE_MARGIN`) until every cancelled
+        receive has ended and its messages are released; then drop the threads and clients.
 
         A long poll cancelled at shutdown is still open at the service, which may hand it messages up to its
         end; closing before it answers would leave them hidden for their whole visibility, a delivery counted.
         """
         self._closed = True
         if self._unsettled.pending:
+            wait = self.limits.long_poll + RELEASE_MARGIN
             log.info("waiting for cancelled receives to end, to release what they bring", receives=self._unsettled.pending,
-                     at_most_seconds=RELEASE_WAIT)
-            if not await asyncio.to_thread(self._unsettled.wait, RELEASE_WAIT):
+                     at_most_seconds=wait)
+            if not await asyncio.to_thread(self._unsettled.wait, wait):
                 log.warning("cancelled receives did not end in time; what they bring stays hidden for its lease",
                             receives=self._unsettled.pending)
         self._executor.shutdown(wait=False, cancel_futures=True)
