@@ -76,7 +76,9 @@ extensions:
     maxDequeueCount: {MAX_DEQUEUE}
 worker:
   handlerThreads: {HANDLER_THREADS}
-  drainTimeout: 2s
+  # Each recycle drains the good handlers still running, which take milliseconds; on a loaded machine a cut-off
+  # drain would cancel one that then finishes in its thread, and its released message would run again.
+  drainTimeout: 10s
   leaseDuration: 30s
 """
 
