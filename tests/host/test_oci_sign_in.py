@@ -91,18 +91,22 @@ def handled(tmp_path: Path) -> list[tuple[str, str]]:
     return [(r["message_id"], r["body"]) for r in attempts(tmp_path / "attempts.sqlite3") if r["event"] == "done"]
 
 
+async def handles_one_message(worker: WorkerProcess, queue: QueueBackend, queue_name: str, tmp_path: Path,
+                              text: str) -> None:
+    """The signed-in worker takes a message, its handler sees it, it is deleted, and the worker stops cleanly."""
+    worker.wait_for_log("host started", timeout=20)
+    message = await queue.put(queue_name, encode(text, "base64"))
+    assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [(message.id, text)]
+    await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
+    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll at stop
+    assert worker.totals()["succeeded"] == 1
+
+
 async def test_a_worker_signed_in_as_a_resource_principal_handles_a_message(
     oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, queue_name: str, tmp_path: Path
 ) -> None:
     worker = start_worker(oci_server.resource_principal_env(tmp_path / "rp"))
-    worker.wait_for_log("host started", timeout=20)
-    message = await queue.put(queue_name, encode("signed with a session token", "base64"))
-
-    assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [
-        (message.id, "signed with a session token")]
-    await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
-    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll at stop
-    assert worker.totals()["succeeded"] == 1
+    await handles_one_message(worker, queue, queue_name, tmp_path, "signed with a session token")
     opened = [line for line in worker.lines() if line.get("event") == "queue storage opened"]
     assert opened and opened[0]["storage"].endswith("(resource principal)"), opened
     assert "Traceback" not in worker.log_path.read_text()
@@ -210,13 +214,7 @@ async def test_a_worker_in_an_oke_pod_signs_in_with_its_workload_identity_and_ha
 ) -> None:
     env, wrapper = pod(proxymux, tmp_path / "pod-run")
     worker = start_worker(env, auth="oke_workload_identity", wrapper=wrapper)
-    worker.wait_for_log("host started", timeout=20)
-    message = await queue.put(queue_name, encode("signed as a workload", "base64"))
-
-    assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [(message.id, "signed as a workload")]
-    await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
-    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll at stop
-    assert worker.totals()["succeeded"] == 1
+    await handles_one_message(worker, queue, queue_name, tmp_path, "signed as a workload")
     assert proxymux.stub.requests, "the worker never asked the proxymux"
     for request in proxymux.stub.requests:  # each one the stub answered with a token, as it checked its shape
         assert request.headers["authorization"] == f"Bearer {proxymux.service_account_token}"
@@ -276,13 +274,7 @@ async def test_a_worker_on_a_compute_instance_signs_in_as_an_instance_principal_
 ) -> None:
     env, wrapper = compute_instance(instance, tmp_path / "instance")
     worker = start_worker(env, auth="instance_principal", wrapper=wrapper)
-    worker.wait_for_log("host started", timeout=20)
-    message = await queue.put(queue_name, encode("signed as an instance", "base64"))
-
-    assert poll(lambda: handled(tmp_path), 15, what="the handler to finish") == [(message.id, "signed as an instance")]
-    await apoll(lambda: _count_is(queue, queue_name, 0), 10, what="the message to be deleted")
-    assert worker.stop(timeout=45) == 0  # an idle OCI worker waits out its long poll at stop
-    assert worker.totals()["succeeded"] == 1
+    await handles_one_message(worker, queue, queue_name, tmp_path, "signed as an instance")
     asked = {request.target for request in instance.metadata.requests}
     assert asked == {"/opc/v2/instance/region", "/opc/v2/identity/cert.pem", "/opc/v2/identity/key.pem",
                      "/opc/v2/identity/intermediate.pem"}, asked
