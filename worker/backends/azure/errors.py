@@ -108,8 +108,17 @@ def env_settings_wanted() -> bool:
                                                   "https_proxy", "all_proxy"))
 
 
+#: A kept-alive connection idle for longer is closed rather than reused. Servers close idle connections on their
+#: own clock (Azurite, as any Node.js server, after 5 s): a request written to a connection just as the server
+#: closes it fails with "Server disconnected", which for a put is an unknown outcome rather than a retry. Reusing
+#: only connections idle for less than the shortest such limit ends that race, at the price of a new connection
+#: after a pause (a busy worker keeps its connections in use).
+IDLE_CONNECTION_SECONDS = 4.0
+
+
 class Transport(AioHttpTransport):
-    """aiohttp's transport without aiohttp's own hidden retry.
+    """aiohttp's transport without aiohttp's own hidden retry, and without connections idle past
+    :data:`IDLE_CONNECTION_SECONDS`.
 
     aiohttp sends an idempotent request (GET, PUT, DELETE) a second time,
     silently, when a kept-alive connection drops or resets under it. Our retry
@@ -120,6 +129,12 @@ class Transport(AioHttpTransport):
     """
 
     async def open(self) -> None:
+        if self.session is None and self._session_owner and not self._has_been_opened:
+            # The session azure-core would make, with a connector that does not reuse long-idle connections.
+            self.session = aiohttp.ClientSession(
+                trust_env=self._use_env_settings, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+                connector=aiohttp.TCPConnector(keepalive_timeout=IDLE_CONNECTION_SECONDS),
+            )
         await super().open()
         if self.session is not None:
             self.session._retry_connection = False  # no public switch (aiohttp 3.x)
