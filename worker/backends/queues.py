@@ -283,6 +283,24 @@ class DeadLetters(Protocol):
         """Delete every message of the queue's dead-letter queue."""
 
 
+@dataclass(frozen=True, slots=True)
+class MessageCounts:
+    """A queue's messages split as the service can tell: visible to a receive now, and held invisible (in flight or
+    delayed)."""
+
+    visible: int
+    invisible: int
+
+
+@runtime_checkable
+class CountsByVisibility(Protocol):
+    """A backend that can tell a queue's visible messages from its invisible ones (the embedded queue, OCI Queue);
+    Azure Storage's count is one number."""
+
+    async def message_counts(self, queue: str) -> MessageCounts:
+        """The queue's messages, visible and invisible. Raises QueueNotFound."""
+
+
 def check_no_channel(channel: str | None, service: str) -> None:
     """Raise Unsupported for a channel on a service whose queues have none."""
     if channel is not None:

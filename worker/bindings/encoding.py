@@ -35,3 +35,12 @@ def decode(text: str, encoding: str) -> bytes:
         return base64.b64decode("".join(text.split()).encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError) as exc:
         raise MessageDecodeError(f"message is not valid base64 (messageEncoding is base64): {exc}") from None
+
+
+def body_text(text: str, encoding: str) -> str:
+    """A message's body as text for people (the CLI, the console): decoded when it decodes, the stored text
+    otherwise."""
+    try:
+        return decode(text, encoding).decode("utf-8", errors="replace")
+    except MessageDecodeError:
+        return text

@@ -50,7 +50,7 @@ from worker.backends.registry import (
     embedded_file,
     open_backend,
 )
-from worker.bindings.encoding import MessageDecodeError, decode, encode
+from worker.bindings.encoding import body_text, encode
 from worker.compat.loading import AppLoadError, app_directory, discover, load_app
 from worker.model import StartupRefused
 from worker.observability.logs import configure_logging
@@ -60,6 +60,7 @@ from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_c
 from worker.ops.spark_cluster import SparkServerError
 from worker.ops.supervisor import SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
 from worker.ops.terminal import printable
+from worker.runtime.console.state import StartFacts
 from worker.runtime.host import Host
 from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
@@ -174,14 +175,6 @@ def _announce(file: Path, problem: str | None) -> None:
           file=sys.stderr)
 
 
-def _body_text(raw: RawMessage, encoding: str) -> str:
-    """A message's body as text for people: decoded when it decodes, the stored text otherwise."""
-    try:
-        return decode(raw.content, encoding).decode("utf-8", errors="replace")
-    except MessageDecodeError:
-        return raw.content
-
-
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
@@ -234,7 +227,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 http_host=config.http_host, token=token, burst=args.burst)
         return asyncio.run(supervisor.run())
     handover = os.environ.get(HANDOVER_ENV)
-    host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None)
+    facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)
+    host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None, facts=facts)
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)
     if host.recycled is not None:
@@ -314,7 +308,7 @@ def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: boo
             "dequeueCount": m.dequeue_count,
             "insertionTime": _iso(m.insertion_time),
             "expirationTime": _iso(m.expiration_time),
-            "body": _body_text(m, config.message_encoding),
+            "body": body_text(m.content, config.message_encoding),
         }
         for m in messages
     ]

@@ -46,6 +46,7 @@ from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS
 from worker.backends.embedded.files import private_file
 from worker.backends.queues import (
     NEVER_EXPIRES,
+    MessageCounts,
     MessageNotFound,
     PopReceiptMismatch,
     QueueNotFound,
@@ -483,6 +484,19 @@ class SqliteBackend:
                 (queue, time.time()),
             ).fetchone()
             return int(row[0])
+
+        return await self._run(work)
+
+    async def message_counts(self, queue: str) -> MessageCounts:
+        def work(db: sqlite3.Connection) -> MessageCounts:
+            self._require_queue(db, queue)
+            now = time.time()
+            row = db.execute(
+                "SELECT count(*), coalesce(sum(visible > ?), 0) FROM messages WHERE queue = ? "
+                "AND (expires IS NULL OR expires > ?)",
+                (now, queue, now),
+            ).fetchone()
+            return MessageCounts(visible=int(row[0]) - int(row[1]), invisible=int(row[1]))
 
         return await self._run(work)
 

@@ -59,6 +59,7 @@ from worker.backends.oci.errors import (
     request_left,
 )
 from worker.backends.queues import (
+    MessageCounts,
     MessageNotFound,
     QueueError,
     RawMessage,
@@ -545,6 +546,13 @@ class OciBackend(QueueAdmin):
         def count() -> int:
             stats = self._on_queue(queue, lambda client, queue_id: client.get_stats(queue_id)).data.queue
             return int(stats.visible_messages or 0) + int(stats.in_flight_messages or 0)
+
+        return await self._call(count, queue)
+
+    async def message_counts(self, queue: str) -> MessageCounts:
+        def count() -> MessageCounts:
+            stats = self._on_queue(queue, lambda client, queue_id: client.get_stats(queue_id)).data.queue
+            return MessageCounts(visible=int(stats.visible_messages or 0), invisible=int(stats.in_flight_messages or 0))
 
         return await self._call(count, queue)
 
