@@ -50,6 +50,9 @@ class WorkerApp:
         self._problems: list[str] = []
         #: Handlers with a problem: never registered, whatever decorators run on them later.
         self._refused: set[Callable[..., Any]] = set()
+        #: Functions of the app's source that this host does not run, one line each with why (another trigger,
+        #: switched off with ``AzureWebJobs.<name>.Disabled``); the loader fills it, the console shows it.
+        self.not_run: tuple[str, ...] = ()
 
     def add_middleware(self, middleware: Middleware) -> None:
         """Run ``middleware`` (a :class:`worker.Middleware`) in every host that runs this app, after the host's own."""

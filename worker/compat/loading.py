@@ -100,6 +100,7 @@ def load_app(
                     + (f":{listed}" if listed else " (it has no functions)")
                 )
             app = converted.app
+            app.not_run = tuple(not_run)
     if not isinstance(app, WorkerApp):
         raise AppLoadError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
     problems.extend(app.problems)  # decorators used wrongly, every one of them

@@ -210,6 +210,11 @@ class SparkProvider:
 
         invocation.thread_cleanup.append(returned)
 
+    def job_tags(self, invocation_id: str) -> list[str]:
+        """The Spark job tags the invocation's handler threads have set now (what the console shows by its lease)."""
+        with self._lock:
+            return [tag for _, tag, _ in self._tagged.get(invocation_id, ())]
+
     def interrupt(self, invocation: Invocation) -> None:
         """Cancel the Spark jobs the invocation's handler started, until it returns (see :func:`_cancel_until`)."""
         with self._lock:

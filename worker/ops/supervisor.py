@@ -27,7 +27,9 @@ serves the port itself (on ``worker.httpHost``); with several, the supervisor
 serves the endpoints for all of them on ``worker.httpHost``: each child
 listens on a port of its own on loopback, and ``/metrics`` sums the children's
 series, ``/leases`` lists every child's leases, ``/healthz`` and ``/readyz``
-are fine only when every child's are. With a token set, the supervisor asks
+are fine only when every child's are, and the console at ``/`` shows them as
+one (:mod:`worker.runtime.console.merge`); its poison actions are handed to
+the first child that answers, as they act on storage all share. With a token set, the supervisor asks
 for it as its children do, and hands it to them when it asks them.
 """
 
@@ -53,6 +55,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.runtime.console.merge import merge_history, merge_state
+from worker.runtime.console.web import static_routes, who
 from worker.runtime.endpoints import guarded, listen
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.settings.http_token import BearerToken
@@ -202,7 +206,10 @@ class Supervisor:
     async def _serve(self) -> web.AppRunner:
         app = web.Application(middlewares=guarded(self.token))
         app.add_routes([web.get("/healthz", self._healthz), web.get("/readyz", self._readyz),
-                        web.get("/metrics", self._metrics), web.get("/leases", self._leases)])
+                        web.get("/metrics", self._metrics), web.get("/leases", self._leases),
+                        *static_routes(), web.get("/console/api/state", self._console_state),
+                        web.get("/console/api/history", self._console_history),
+                        web.post("/console/api/poison/{function}/{action}", self._console_action)])
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await listen(runner, self.http_host, self.http_port)
@@ -244,6 +251,35 @@ class Supervisor:
             if status == 200:
                 leases += [{**lease, "process": child.index} for lease in json.loads(body)]
         return web.json_response(leases)
+
+    async def _console_state(self, _: web.Request) -> web.Response:
+        answers = await self._ask("/console/api/state")
+        return web.json_response(merge_state([(child.index, json.loads(body))
+                                              for child, status, body in answers if status == 200]))
+
+    async def _console_history(self, _: web.Request) -> web.Response:
+        answers = await self._ask("/console/api/history")
+        return web.json_response(merge_history([json.loads(body) for _, status, body in answers if status == 200]))
+
+    async def _console_action(self, request: web.Request) -> web.Response:
+        """Hand a poison action to the first child that answers (the token, checked here, goes along as the
+        supervisor's own; who asked goes in X-Forwarded-For), and log who asked."""
+        body = await request.read()
+        headers = {"Content-Type": "application/json", "X-Forwarded-For": str(request.remote)}
+        if self.token is not None:
+            headers |= self.token.header()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CHILD_TIMEOUT)  # requeue all may take a while
+        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+            for child in self.children:
+                try:
+                    async with session.post(f"http://{CHILD_HOST}:{child.port}{request.path}", data=body) as answer:
+                        text = await answer.text()
+                except (aiohttp.ClientError, TimeoutError):
+                    continue
+                log.info("poison action from the console handed to a worker process", process=child.index,
+                         path=request.path, status=answer.status, **who(request))
+                return web.Response(body=text, status=answer.status, content_type="application/json")
+        return web.json_response({"error": "no worker process answers"}, status=503)
 
     async def _metrics(self, _: web.Request) -> web.Response:
         texts = [body for _, status, body in await self._ask("/metrics") if status == 200]

@@ -9,10 +9,12 @@
 ``/leases``   JSON: every message this worker holds invisible, with function, queue, id, dequeue count,
               lease expiry and elapsed time. Azure Storage Queues cannot list invisible messages; the worker
               can list its own.
+``/``         the web console (:mod:`worker.runtime.console`): its shell, and its data under ``/console/api/``.
 
 It runs on the host's event loop (aiohttp), and only when ``worker.httpPort`` is set, on ``worker.httpHost``.
-With a token set (:mod:`worker.settings.http_token`), ``/metrics`` and ``/leases`` answer 401 to a request
-without it; the probes stay open, because the kubelet sends none.
+With a token set (:mod:`worker.settings.http_token`), ``/metrics``, ``/leases`` and the console's data answer 401
+to a request without it; the probes stay open, because the kubelet sends none, and so does the console's shell,
+which holds no data (its script asks for the token and sends it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
+from worker.runtime.console.state import Console
+from worker.runtime.console.web import STATIC, routes
 from worker.runtime.lease import LeaseScheduler
 from worker.settings.http_token import BearerToken
 
@@ -37,7 +41,7 @@ log = structlog.get_logger("worker.runtime.endpoints")
 #: Longest a readiness check waits for storage, in seconds.
 READY_TIMEOUT = 3.0
 #: Paths a probe must reach without a token; every other path needs it when one is set.
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", *STATIC})
 
 
 def guarded(token: BearerToken | None) -> list[Callable[..., Awaitable[web.StreamResponse]]]:
@@ -103,19 +107,22 @@ class Endpoints:
         self.draining = draining
         self._runner: web.AppRunner | None = None
 
-    async def start(self, port: int, host: str, token: BearerToken | None) -> None:
-        """Listen on ``host:port``; CannotListen when the address cannot be had."""
+    async def start(self, port: int, host: str, token: BearerToken | None, console: Console | None = None) -> None:
+        """Listen on ``host:port`` (with the console at ``/`` when given); CannotListen when the address cannot be
+        had."""
         app = web.Application(middlewares=guarded(token))
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/readyz", self.readyz),
             web.get("/metrics", self.metrics_text),
             web.get("/leases", self.leases),
+            *(routes(console) if console is not None else ()),
         ])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await listen(self._runner, host, port)
-        log.info("endpoints listening", host=host, port=port, paths=["/healthz", "/readyz", "/metrics", "/leases"],
+        log.info("endpoints listening", host=host, port=port,
+                 paths=["/healthz", "/readyz", "/metrics", "/leases", *(["/"] if console is not None else [])],
                  token=token is not None)
 
     async def stop(self) -> None:
@@ -128,6 +135,12 @@ class Endpoints:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, _: web.Request) -> web.Response:
+        problems = await self.readiness()
+        body = {"ready": not problems, "problems": problems, "functions": self.functions}
+        return web.json_response(body, status=200 if not problems else 503)
+
+    async def readiness(self) -> list[str]:
+        """Why the host is not ready, one line each; empty when it is (asks storage: up to READY_TIMEOUT)."""
         problems = []
         if not self.functions:
             problems.append("no functions loaded")
@@ -145,8 +158,7 @@ class Endpoints:
             problems.append(f"{problem}; last: {last}" if last else problem)
         except Exception as exc:  # a TransientError names the endpoint and the cause (refused, sign-in, TLS ...)
             problems.append(f"storage unreachable: {exc}" if str(exc) else f"storage unreachable: {type(exc).__name__}")
-        body = {"ready": not problems, "problems": problems, "functions": self.functions}
-        return web.json_response(body, status=200 if not problems else 503)
+        return problems
 
     async def metrics_text(self, _: web.Request) -> web.Response:
         output = await asyncio.to_thread(generate_latest, self.metrics.registry)

@@ -32,10 +32,13 @@ from worker.backends.blobs import BlobStore
 from worker.backends.queues import QueueBackend, QueueNotFound, TransientError
 from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend, open_blob_store
 from worker.middleware import Chain, Middleware, builtin
+from worker.middleware.spark import Spark
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
 from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.completion import CompletionProcessor
+from worker.runtime.console.recorder import ConsoleRecorder
+from worker.runtime.console.state import Console, HostParts, StartFacts, Watched
 from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
 from worker.runtime.endpoints import Endpoints
 from worker.runtime.lease import LeaseScheduler
@@ -110,12 +113,13 @@ class Host:
 
     def __init__(
         self, app: WorkerApp, config: HostConfig, *, burst: bool = False, middleware: Sequence[Middleware] = (),
-        handover: Path | None = None,
+        handover: Path | None = None, facts: StartFacts | None = None,
     ) -> None:
         """``middleware`` runs after the app's and host.yaml's; one of a kind the host would make itself (Spark's)
         replaces the host's own, e.g. to keep one Spark session across host runs. ``handover`` is the file this
         process and the one before it (if it was recycled) hand timed-out messages over in
-        (:mod:`worker.runtime.recycle`); the supervisor names it."""
+        (:mod:`worker.runtime.recycle`); the supervisor names it. ``facts``: what ``worker run`` knows of the start
+        that the host does not, for the console."""
         if app.problems:  # worker run lists them at start; a host built in code refuses them too
             raise StartupRefused(app.problems)
         if not app.functions:
@@ -133,6 +137,7 @@ class Host:
         self.stopping = asyncio.Event()
         self.started_at = time.monotonic()
         self.handover = handover
+        self.facts = facts or StartFacts()
         #: Why this process must be recycled (a sync handler ran past functionTimeout), once run() returns.
         self.recycled: str | None = None
         self._signals = 0
@@ -161,7 +166,9 @@ class Host:
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         backends = _Storage(config, self.metrics)
         given = [*self.app.middleware, *self._extra_middleware, *self._given]
-        middleware = Chain([*builtin.standard(config, self.metrics, backends, given), *given])
+        # The console's recorder goes first: its after-hooks run last, so it sees each final result.
+        recorder = [ConsoleRecorder()] if config.http_port else []
+        middleware = Chain([*recorder, *builtin.standard(config, self.metrics, backends, given), *given])
         trouble = StoreTrouble()
         completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble)
         threads = HandlerThreads(config.handler_threads)
@@ -209,7 +216,8 @@ class Host:
                     backends.queues(function.connection), config.for_function(function.name, function.retry)
                 ), completion, self.metrics)
             if config.http_port:
-                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble)
+                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble,
+                                                                 middleware)
             middleware.host_started(self.app.functions)
             log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst,
                      middleware=[type(m).__name__ for m in middleware.middleware])
@@ -241,9 +249,10 @@ class Host:
 
     async def _serve_endpoints(
         self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher, token: BearerToken | None,
-        trouble: StoreTrouble,
+        trouble: StoreTrouble, middleware: Chain,
     ) -> tuple[Endpoints, asyncio.Task[None]]:
-        """Start the HTTP endpoints, with gauges for in-flight messages, queue lengths, threads and tasks."""
+        """Start the HTTP endpoints and the console, with gauges for in-flight messages, queue lengths, threads and
+        tasks; the task returned keeps the gauge's queue lengths and the console's history."""
         lengths: dict[str, float] = {}
 
         async def storage_check() -> None:
@@ -279,8 +288,37 @@ class Host:
                               draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
                               last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
                               held_back=trouble.problems)
-        await endpoints.start(self.config.http_port, self.config.http_host, token)
-        return endpoints, asyncio.create_task(watch_lengths(), name="queue-lengths")
+        console = self._console(listeners, scheduler, dispatcher, endpoints, middleware, actions=token is not None)
+        await endpoints.start(self.config.http_port, self.config.http_host, token, console)
+
+        async def watch() -> None:
+            await asyncio.gather(watch_lengths(), console.sample_forever())
+
+        return endpoints, asyncio.create_task(watch(), name="queue-lengths")
+
+    def _console(self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher,
+                 endpoints: Endpoints, middleware: Chain, *, actions: bool) -> Console:
+        config = self.config
+
+        def running() -> dict[str, tuple[int, int]]:
+            """Invocations and messages held per function."""
+            found: dict[str, tuple[int, int]] = {}
+            for inv in list(dispatcher.invocations):
+                invocations, messages = found.get(inv.function.name, (0, 0))
+                found[inv.function.name] = (invocations + 1, messages + len(inv.deliveries))
+            return found
+
+        spark = next((m for m in middleware.middleware if isinstance(m, Spark)), None)
+        recorder = next(m for m in middleware.middleware if isinstance(m, ConsoleRecorder))
+        watched = [
+            Watched(lst.function, lst.config, lst.backend,
+                    describe(config.connection_string(lst.function.connection), config.base_dir),
+                    _own_settings(config, lst.config))
+            for lst in listeners
+        ]
+        parts = HostParts(self.metrics, scheduler, config, running, endpoints.readiness,
+                          spark.provider.job_tags if spark is not None else lambda _: [], self.app.not_run)
+        return Console(watched, parts, recorder, self.facts, actions=actions)
 
     @property
     def elapsed(self) -> float:

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import structlog
 
-from worker.backends.queues import DeadLetters, QueueBackend, QueueNotFound, put_creating
+from worker.backends.queues import DeadLetters, LeaseGone, QueueBackend, QueueNotFound, RawMessage, put_creating
 from worker.model import Done, Finished
 
 POISON_SUFFIX = "-poison"
@@ -138,6 +138,43 @@ class PoisonQueue:
                 if progress is not None:
                     progress(done)
         return done
+
+
+    async def requeue_one(self, queue: str, message_id: str, *, scan: int = 1000) -> bool:
+        """Move the message ``message_id`` of ``<queue>-poison`` back to ``queue``; False when it is not found.
+
+        No service receives one message by id, so the poison queue is received in batches (up to ``scan``
+        messages) until it turns up; the others are held meanwhile, so that none is looked at twice, and released
+        at once after. As in :meth:`drain`, it is put back before it is deleted from the poison queue.
+        """
+        backend = self.backend
+        poison = poison_queue(queue)
+        source = poison[: -len(POISON_SUFFIX)]
+        passed: list[RawMessage] = []
+        found = False
+        try:
+            while not found and len(passed) < scan:
+                batch = await backend.receive(poison, backend.limits.max_batch, HOLD_SECONDS)
+                if not batch:
+                    break
+                for message in batch:
+                    if message.id == message_id and not found:
+                        if backend.capabilities.creates_queues:
+                            await backend.create_queue(source)
+                        await backend.put(source, message.content)
+                        assert message.pop_receipt is not None
+                        await backend.delete(poison, message.id, message.pop_receipt)
+                        found = True
+                    else:
+                        passed.append(message)
+        finally:
+            for message in passed:
+                assert message.pop_receipt is not None
+                try:
+                    await backend.update(poison, message.id, message.pop_receipt, 0)
+                except LeaseGone:  # someone else took it meanwhile
+                    pass
+        return found
 
 
 class DeadLetterQueue:

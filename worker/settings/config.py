@@ -18,6 +18,7 @@ list of the functions to load) is accepted and ignored, as before.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -386,6 +387,34 @@ class HostConfig:
     ignored_keys: tuple[str, ...] = ()
     #: The file the settings were read from (host.yaml or host.json); None for the defaults.
     source: Path | None = None
+
+    def differences(self) -> dict[str, str]:
+        """The settings that differ from the defaults, by host.yaml key, as text for people (the console).
+
+        Connection strings and Spark properties may hold secrets: only their names are given. Where the files
+        are and the ``functions:`` sections (shown with each function) are left out.
+        """
+        default = HostConfig()
+        keys = {setting.attr: key for key, setting in _SCHEMA.items()}
+        found: dict[str, str] = {}
+        for item in dataclasses.fields(self):
+            if item.name in ("base_dir", "source", "ignored_keys", "functions"):
+                continue
+            value = getattr(self, item.name)
+            if value == getattr(default, item.name):
+                continue
+            if item.name in ("connections", "spark_conf"):
+                text = ", ".join(sorted(value))
+            elif isinstance(value, RetryPolicy):
+                text = value.describe()
+            elif isinstance(value, Mapping):
+                text = ", ".join(f"{k}={v}" for k, v in sorted(value.items()))
+            elif isinstance(value, tuple):
+                text = ", ".join(map(str, value))
+            else:
+                text = "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+            found[keys.get(item.name, item.name)] = text
+        return found
 
     def for_function(self, name: str, code_retry: RetryPolicy | None = None) -> FunctionOptions:
         """The settings function ``name`` runs with: its ``functions:`` section over the global ones.
