@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 NODE_INSTALLED := node_modules/.installed
 
-.PHONY: run test check clean
+.PHONY: run test check clean browser
 
 # The whole suite in parallel processes: most tests wait (on leases, processes, servers) rather than compute, so
 # four processes share two cores. The Spark tests, and the reliability scenarios, each run as a group on one
@@ -19,7 +19,7 @@ FAST_TIER := not (azurite or oci or spark or subprocess or slow)
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect,oci]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect,oci,browser]'
 	touch $@
 
 # Azurite, the Azure Storage emulator the tests run against, pinned in package-lock.json.
@@ -27,10 +27,22 @@ $(NODE_INSTALLED): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# Chromium and its driver (Debian's packages), which the console's browser tests drive: installed with apt-get when
+# missing and this runs as root; otherwise make test stops here, naming the command.
+BROWSER_INSTALL := apt-get update && apt-get install -y chromium chromium-driver
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else \
+		echo "make test: the console's browser tests need Chromium and its driver; run as root: $(BROWSER_INSTALL)" >&2; \
+		exit 1; \
+	fi
+
 run: $(INSTALLED)
 	$(PY) -m functions.demo
 
-test: $(INSTALLED) $(NODE_INSTALLED)
+test: $(INSTALLED) $(NODE_INSTALLED) browser
 	@start=$$(date +%s); status=0; $(PY) -m pytest $(PYTEST_PARALLEL) || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s wall time"; exit $$status
 

@@ -24,6 +24,8 @@ renames the node ids, which pytest 9 no longer lets it do):
   cores, and end-to-end runs passed their timeouts.
 - ``timing`` (``tests/reliability``): the reliability scenarios, whose deadlines assume a share of the machine they keep for
   themselves rather than three other processes' worth of neighbours each.
+- ``browser`` (``tests/console``): the console's tests, which share one worker process and one Chromium per module
+  (module-scoped fixtures): split over processes, each would start its own.
 """
 
 from __future__ import annotations
@@ -47,8 +49,9 @@ FIXTURES = {
 FOLDERS = {"spark": {"spark", "pipeline"}, "slow": {"reliability"}}
 #: A parameter value that names a backend: the fixtures resolve it to the server (``connection``, ``backend``).
 PARAMETERS = {"azurite": "azurite", "oci": "oci"}
-#: xdist group -> the folders (under tests/) whose tests run in it: the Spark tests, the reliability scenarios.
-GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"]}
+#: xdist group -> the folders (under tests/) whose tests run in it: the Spark tests, the reliability scenarios, the
+#: console's tests.
+GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"console"}}
 
 MARKERS = {
     "azurite": "uses the Azurite emulator",

@@ -40,6 +40,7 @@ from worker.backends.queues import (
     AZURE_NAME,
     DEFAULT_TTL_SECONDS,
     NEVER_EXPIRES,
+    CountsByVisibility,
     InvalidArgument,
     MessageNotFound,
     MessageTooLarge,
@@ -299,6 +300,22 @@ async def test_approximate_count_on_missing_queue_raises_queue_not_found(
 ) -> None:
     with pytest.raises(QueueNotFound):
         await backend.approximate_count(queue_name)
+
+
+async def test_counts_by_visibility_tell_held_messages_from_visible_ones(backend: QueueBackend, queue_name: str) -> None:
+    """Where a backend splits its count (the console shows it), the two parts add up to the count."""
+    await backend.create_queue(queue_name)
+    if not isinstance(backend, CountsByVisibility):
+        assert await backend.approximate_count(queue_name) == 0  # Azure Storage: one number only
+        return
+    for body in ("one", "two", "three"):
+        await backend.put(queue_name, body)
+    await backend.receive(queue_name, 1, HIDDEN)
+    counts = await backend.message_counts(queue_name)
+    assert (counts.visible, counts.invisible) == (2, 1)
+    assert await backend.approximate_count(queue_name) == 3
+    with pytest.raises(QueueNotFound):
+        await backend.message_counts(queue_name + "-missing")
 
 
 # -- put ----------------------------------------------------------------------------------------------------------

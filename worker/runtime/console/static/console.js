@@ -199,7 +199,8 @@ function drawPoison(state) {
     const note = !actions ? "actions need the endpoint token (WORKER_HTTP_TOKEN or worker.httpTokenFile)"
       : p.deadLetter ? "the service's dead-letter queue: its API counts it but cannot show or requeue it" : null;
     let list = null;
-    if (p.messages) {
+    if (p.messages && !p.messages.length) list = el("div", { class: "muted", text: "no poison messages" });
+    else if (p.messages) {
       list = el("div", { class: "scroll" }, el("table", {},
         el("thead", {}, el("tr", {}, ...["message id", "dequeues", "inserted", "body", ""].map((h) => el("th", { text: h })))),
         el("tbody", {}, ...p.messages.map((m) => el("tr", { "data-message-id": m.id },
