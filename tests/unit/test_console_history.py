@@ -1,10 +1,11 @@
-"""The console's history ring: a fixed footprint however long the host runs, rates from cumulative counters, and
-the processes' samples lined up by time."""
+"""The console's history ring: a fixed footprint however long the host runs, rates from cumulative counters, the
+processes' samples lined up by time; and its handler-time percentiles."""
 
 from __future__ import annotations
 
 from worker.runtime.console.history import FIELDS, INTERVAL, RATE_SPAN, SLOTS, History
 from worker.runtime.console.merge import merge_history
+from worker.runtime.console.recorder import percentile
 
 
 def sample(received: int, depth: float | None = 0) -> dict[str, float | None]:
@@ -49,3 +50,10 @@ def test_processes_samples_line_up_by_time_counters_add_and_depth_does_not() -> 
     assert merged["received"] == [None, 1.0, 1.0 + 2.0, 2.0]
     assert merged["depth"] == [4.0, 4.0, 4.0, 4.0]
     assert merged["inFlight"] == [1.0, 2.0, 2.0, 1.0]
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    ordered = [float(n) for n in range(1, 7)]
+    assert [percentile(ordered, f) for f in (0.5, 0.95, 0.99)] == [3.0, 6.0, 6.0]
+    assert percentile(list(range(1, 101)), 0.95) == 95
+    assert percentile([], 0.5) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ def percentile(ordered: list[float], fraction: float) -> float | None:
     """The nearest-rank percentile of ``ordered`` (sorted); None when empty."""
     if not ordered:
         return None
-    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered) + 0.5) - 1))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
 
 
 @dataclass
