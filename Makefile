@@ -59,7 +59,7 @@ clean:
 # (directly, then at the host's default settings with 10 and 25 ms added to every request as a storage
 # account's round trip), idle pick-up on the embedded queue and on OCI Queue's test server, CPU-bound
 # handlers on one process and two, lease renewal at scale on the embedded SQLite queue, then the pipeline
-# one message per file versus batched. See the docstrings in bench/.
+# one message per file versus batched, then the web console at 10,000 leases in flight. See the docstrings in bench/.
 .PHONY: bench
 bench: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) bench/throughput.py
@@ -70,3 +70,4 @@ bench: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) bench/processes.py
 	$(PY) bench/renewals.py
 	$(PY) bench/pipeline.py
+	$(PY) bench/console.py
