@@ -152,3 +152,12 @@ def test_a_poisoned_message_is_shown_and_requeued_from_the_page_only_with_the_to
     [logged] = host.worker.wait_for_events("poison action from the console", 1, 10)
     assert (logged["action"], logged["function"], logged["messages"], logged["message_id"], logged["peer"]) == (
         "requeue", "fragile", 1, message_id, "127.0.0.1")
+
+
+def test_the_charts_draw_the_hosts_samples(page: WebDriver, host: ConsoleHost) -> None:
+    """Last: by now the host has taken samples every ten seconds, and the quick message of an earlier test counts."""
+    chart = 'article[data-function="quick"] [data-chart="{}"] svg'
+    for name in ("depth", "rate"):
+        poll(lambda name=name: page.find_elements("css selector", f"{chart.format(name)} polyline"), 30,
+             what=f"a line in the {name} chart")
+    screenshot(page, "#functions", "functions-with-charts")

@@ -86,14 +86,17 @@ function chart(name, fields, unit, series) {
   let top = 0;
   const times = series ? series.t : [];
   for (const field of fields) for (const v of (series && series[field]) || []) if (v !== null && v > top) top = v;
-  const start = times.length ? times[times.length - 1] - 3600 : 0;
+  // The last hour, or what there is of it: a host up for a minute draws its minute across the chart.
+  const end = times.length ? times[times.length - 1] : 0;
+  const start = times.length ? Math.max(times[0], end - 3600) : 0;
+  const span = Math.max(end - start, 1);
   for (const field of fields) {
     const values = (series && series[field]) || [];
     let points = [];
     const lines = [];
     values.forEach((v, i) => {
       if (v === null || times[i] < start) { if (points.length) lines.push(points); points = []; return; }
-      const x = ((times[i] - start) / 3600) * 300;
+      const x = ((times[i] - start) / span) * 300;
       const y = 54 - (top > 0 ? (v / top) * 50 : 0);
       points.push(x.toFixed(1) + "," + y.toFixed(1));
     });
@@ -117,7 +120,8 @@ function chart(name, fields, unit, series) {
   const legend = el("span", { class: "legend" }, ...fields.flatMap((f) => [el("i", { style: null }), f]));
   legend.querySelectorAll("i").forEach((i, n) => { i.style.background = COLORS[fields[n]]; });
   return el("div", { class: "chart", "data-chart": name },
-    el("div", { class: "label" }, el("span", {}, name, legend), el("span", { text: "max " + number(top) + unit })),
+    el("div", { class: "label" }, el("span", {}, name, legend),
+       el("span", { text: "max " + number(top) + unit + " · last " + seconds(span) })),
     svg);
 }
 
@@ -282,5 +286,7 @@ document.getElementById("token-form").addEventListener("submit", (event) => {
 });
 
 refreshHistory().then(refresh);
-setInterval(refresh, STATE_EVERY);
-setInterval(refreshHistory, HISTORY_EVERY);
+// A tab out of sight asks nothing; it catches up as soon as it is looked at again.
+setInterval(() => { if (!document.hidden) refresh(); }, STATE_EVERY);
+setInterval(() => { if (!document.hidden) refreshHistory(); }, HISTORY_EVERY);
+document.addEventListener("visibilitychange", () => { if (!document.hidden) refreshHistory().then(refresh); });
