@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.subprocess
 
 
 @pytest.fixture
-def host(tmp_path: Any) -> Iterator[ConsoleHost]:
+def host(tmp_path: Path) -> Iterator[ConsoleHost]:
     """Two worker processes under one supervisor, with no token set (so the console is read-only)."""
     port = free_port()
     config = write_host_yaml(tmp_path, queues={"batchSize": 1},

@@ -27,6 +27,8 @@ log = structlog.get_logger("worker.runtime.console")
 #: Longest a look at storage (depths, poison, readiness) is reused for, in seconds: a page polled by any number
 #: of people costs storage at most this often.
 LOOK_TTL = 3.0
+#: Longest the look waits for one queue's answer, in seconds.
+LOOK_TIMEOUT = 3.0
 #: Leases listed, oldest first (the total is always given).
 LEASES_SHOWN = 200
 
@@ -103,22 +105,27 @@ class Console:
         self._looked_at = -LOOK_TTL
 
     async def _take_look(self) -> dict[str, Any]:
+        """Each trigger queue's depth, each function's poison and the readiness problems, asked at once; storage
+        that does not answer within :data:`LOOK_TIMEOUT` is shown as such (a backend's retries can take minutes)."""
+
         async def depth(w: Watched) -> dict[str, Any]:
             try:
-                if isinstance(w.backend, CountsByVisibility):
-                    counts = await w.backend.message_counts(w.spec.queue_name)
-                    return {"total": counts.visible + counts.invisible, "visible": counts.visible,
-                            "invisible": counts.invisible}
-                return {"total": await w.backend.approximate_count(w.spec.queue_name), "visible": None,
-                        "invisible": None}
+                async with asyncio.timeout(LOOK_TIMEOUT):
+                    if isinstance(w.backend, CountsByVisibility):
+                        counts = await w.backend.message_counts(w.spec.queue_name)
+                        return {"total": counts.visible + counts.invisible, "visible": counts.visible,
+                                "invisible": counts.invisible}
+                    return {"total": await w.backend.approximate_count(w.spec.queue_name), "visible": None,
+                            "invisible": None}
             except Exception as exc:  # shown with the function; readiness says it too
-                return {"total": None, "error": f"{type(exc).__name__}: {exc}"}
+                return {"total": None, "error": _why(exc)}
 
         async def poison(of: PoisonOf) -> dict[str, Any]:
             try:
-                return await of.look()
+                async with asyncio.timeout(LOOK_TIMEOUT):
+                    return await of.look()
             except Exception as exc:
-                return {"function": of.function, "queue": of.queue, "error": f"{type(exc).__name__}: {exc}"}
+                return {"function": of.function, "queue": of.queue, "error": _why(exc)}
 
         names = list(self.functions)
         depths = await asyncio.gather(*(depth(self.functions[name]) for name in names))
@@ -149,7 +156,7 @@ class Console:
                                 "limitFrom": "maxConcurrency" if limit is not None else "maxInFlight (shared)"},
                 "rates": self.history.rates(name, now, totals), "totals": totals,
                 "times": self.recorder.percentiles(name),
-                "leaseSeconds": w.options.lease_duration, "own": {k: str(v) for k, v in w.own.items()},
+                "own": {k: str(v) for k, v in w.own.items()},
             })
         return {
             "functions": functions,
@@ -225,3 +232,9 @@ class Console:
             except Exception as exc:  # the look keeps its errors per queue; readiness trouble shows on the page
                 log.debug("console look at storage failed", error=f"{type(exc).__name__}: {exc}")
             self.sample(boundary)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {LOOK_TIMEOUT:g}s"
+    return f"{type(exc).__name__}: {exc}"

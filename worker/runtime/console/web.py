@@ -9,7 +9,6 @@ send that header here (no CORS is answered) nor read the answers. With no token 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from typing import Any
 
@@ -29,8 +28,6 @@ ACTIONS = ("requeue", "requeue-all", "purge")
 #: What the page is allowed to do: its own script and style, nothing from elsewhere (there is no CDN to reach).
 CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " \
       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def static_routes() -> list[web.RouteDef]:
