@@ -29,8 +29,9 @@ listens on a port of its own on loopback, and ``/metrics`` sums the children's
 series, ``/leases`` lists every child's leases, ``/healthz`` and ``/readyz``
 are fine only when every child's are, and the console at ``/`` shows them as
 one (:mod:`worker.runtime.console.merge`); its poison actions are handed to
-the first child that answers, as they act on storage all share. With a token set, the supervisor asks
-for it as its children do, and hands it to them when it asks them.
+the first child that answers, as they act on storage all share. With a token
+set, the supervisor asks for it as its children do, and hands it to them when
+it asks them.
 """
 
 from __future__ import annotations
