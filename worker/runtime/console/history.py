@@ -2,7 +2,7 @@
 
 Each sample is a row of numbers in one preallocated ``array`` per function: the time, the queue's depth, the
 messages held, the cumulative counters and the window's handler-time percentiles. So the footprint is
-``SLOTS * len(FIELDS) * 8`` bytes per function (about 26 KiB) from the first sample on, whatever the traffic.
+``SLOTS * (1 + len(FIELDS)) * 8`` bytes per function (about 25 KiB) from the first sample on, whatever the traffic.
 Counters are kept cumulative, so that a rate over any span is two reads, and a missed sample loses nothing.
 """
 
