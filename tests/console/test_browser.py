@@ -7,8 +7,8 @@ its own function's queue. Screenshots of each view go to test-artifacts/console/
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
@@ -19,10 +19,12 @@ from tests.support import free_port, poll
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.remote.webelement import WebElement
 
 pytestmark = pytest.mark.subprocess
 
 TOKEN = "console-test-token"
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +55,26 @@ def page(host: ConsoleHost) -> Iterator[WebDriver]:
         yield driver
 
 
-def text(driver: WebDriver, selector: str) -> str:
-    """The text of the first element ``selector`` finds (the page redraws every few seconds: read it fresh)."""
+def read(driver: WebDriver, selector: str, how: Callable[[WebElement], T]) -> list[T]:
+    """``how`` of every element ``selector`` finds. The page redraws every few seconds, which can replace an
+    element between finding and reading it: they are then found again."""
     from selenium.common.exceptions import StaleElementReferenceException
 
-    try:
-        found = driver.find_elements("css selector", selector)
-        return found[0].text if found else ""
-    except StaleElementReferenceException:
-        return ""
+    for _ in range(5):
+        try:
+            return [how(element) for element in driver.find_elements("css selector", selector)]
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"{selector} was redrawn under every read")
+
+
+def text(driver: WebDriver, selector: str) -> str:
+    """The text of the first element ``selector`` finds; "" when none does."""
+    return next(iter(read(driver, selector, lambda element: element.text)), "")
+
+
+def attributes(driver: WebDriver, selector: str, name: str) -> list[str]:
+    return [value or "" for value in read(driver, selector, lambda element: element.get_attribute(name))]
 
 
 def field(driver: WebDriver, function: str, name: str) -> str:
@@ -75,8 +88,7 @@ def test_the_page_loads_without_errors_and_shows_the_start_up_facts(page: WebDri
     assert text(page, "#ready") == "ready"
     assert "worker.leaseDuration: 2" in text(page, '[data-fact="settings not at their defaults"]')
     assert str(host.folder / "host.yaml") in text(page, '[data-fact="settings file"]')
-    assert {e.get_attribute("data-function") for e in page.find_elements("css selector", "article[data-function]")} \
-        == {"quick", "slow", "fragile"}
+    assert set(attributes(page, "article[data-function]", "data-function")) == {"quick", "slow", "fragile"}
     screenshot(page, "#facts", "start-up")
     page.set_window_size(390, 844)  # a phone
     try:
@@ -110,7 +122,7 @@ def test_a_long_handlers_lease_shows_with_its_renewals_growing(page: WebDriver, 
 
     first = poll(lambda: renewals() is not None and (renewals(),), 20, what="the lease to show")[0]
     poll(lambda: (renewals() or 0) > first, 15, what=f"its renewals to grow past {first}")
-    poll(lambda: "long" in (page.find_element("css selector", row).get_attribute("class") or ""), 10,
+    poll(lambda: "long" in attributes(page, row, "class"), 10,
          what="the lease to stand out as long")
     assert text(page, f'{row} [data-field="dequeueCount"]') == "1"
     assert "slow" in text(page, row)
@@ -124,8 +136,7 @@ def test_a_poisoned_message_is_shown_and_requeued_from_the_page_only_with_the_to
     host.send("console-fragile", body)
     row = 'article[data-poison="fragile"] tr'
     poll(lambda: body in text(page, 'article[data-poison="fragile"] pre.body'), 20, what="the poison message")
-    [message_id] = [e.get_attribute("data-message-id")
-                    for e in page.find_elements("css selector", f"{row}[data-message-id]")]
+    [message_id] = attributes(page, f"{row}[data-message-id]", "data-message-id")
     assert page.execute_script("return window.pwned") is None  # shown as text, never parsed as HTML
     poll(lambda: "the mended file is not there" in text(page, "#failure-table"), 15, what="the failure's reason")
     assert "poisoned" in text(page, "#failure-table tr[data-message-id]")
@@ -142,7 +153,8 @@ def test_a_poisoned_message_is_shown_and_requeued_from_the_page_only_with_the_to
     assert [p["count"] for p in host.state()["poison"] if p["function"] == "fragile"] == [1]
 
     (host.folder / "mended").touch()
-    page.find_element("css selector", f'{row}[data-message-id="{message_id}"] button[data-action="requeue"]').click()
+    button = f'{row}[data-message-id="{message_id}"] button[data-action="requeue"]'
+    assert read(page, button, lambda element: element.click()) == [None]
     alert = page.switch_to.alert
     assert message_id in alert.text
     alert.accept()
