@@ -88,7 +88,10 @@ class Console:
         self.started = time.time()
         self._looked_at = -LOOK_TTL
         self._look: dict[str, Any] = {"depths": {}, "poison": {}, "problems": []}
+        self._taken = False
         self._looking = asyncio.Lock()
+        #: The look being taken for a view that did not wait for it.
+        self._behind: asyncio.Task[dict[str, Any]] | None = None
 
     # -- storage, cached ------------------------------------------------------------------------------------
 
@@ -98,11 +101,22 @@ class Console:
             if time.monotonic() - self._looked_at >= max_age:
                 self._look = await self._take_look()
                 self._looked_at = time.monotonic()
+                self._taken = True
             return self._look
 
-    def forget_look(self) -> None:
-        """The next view looks at storage again (after an action changed it)."""
-        self._looked_at = -LOOK_TTL
+    async def current_look(self) -> dict[str, Any]:
+        """The last look at storage, at once: one older than :data:`LOOK_TTL` is taken again behind the answer,
+        so that no view waits for storage (but the first, which has nothing to show before)."""
+        if not self._taken:
+            return await self.refresh()
+        if time.monotonic() - self._looked_at >= LOOK_TTL and (self._behind is None or self._behind.done()):
+            self._behind = asyncio.create_task(self.refresh(), name="console-look")
+        return self._look
+
+    def stop(self) -> None:
+        """Cancel a look still being taken (the host is stopping)."""
+        if self._behind is not None:
+            self._behind.cancel()
 
     async def _take_look(self) -> dict[str, Any]:
         """Each trigger queue's depth, each function's poison and the readiness problems, asked at once; storage
@@ -138,7 +152,7 @@ class Console:
 
     async def state(self) -> dict[str, Any]:
         """Every view but the history: functions, leases, failures, poison, start-up facts."""
-        look = await self.refresh()
+        look = await self.current_look()
         now = time.time()
         counts = self.parts.metrics.by_function()
         running = self.parts.running()
@@ -223,15 +237,18 @@ class Console:
         """One sample now (so that rates have a base from the start), then one on every multiple of
         :data:`INTERVAL` seconds; until cancelled."""
         self.sample(time.time())
-        while True:
-            now = time.time()
-            boundary = (now // INTERVAL + 1) * INTERVAL
-            await asyncio.sleep(boundary - now)
-            try:
-                await self.refresh(INTERVAL / 2)
-            except Exception as exc:  # the look keeps its errors per queue; readiness trouble shows on the page
-                log.debug("console look at storage failed", error=f"{type(exc).__name__}: {exc}")
-            self.sample(boundary)
+        try:
+            while True:
+                now = time.time()
+                boundary = (now // INTERVAL + 1) * INTERVAL
+                await asyncio.sleep(boundary - now)
+                try:
+                    await self.refresh(INTERVAL / 2)
+                except Exception as exc:  # the look keeps its errors per queue; readiness trouble shows on the page
+                    log.debug("console look at storage failed", error=f"{type(exc).__name__}: {exc}")
+                self.sample(boundary)
+        finally:
+            self.stop()
 
 
 def _why(exc: Exception) -> str:

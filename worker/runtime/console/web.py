@@ -70,7 +70,7 @@ def routes(console: Console) -> list[web.RouteDef]:
         except ActionRefused as exc:
             return refused(exc.status, str(exc))
         finally:
-            console.forget_look()
+            await console.refresh(0)  # the page's next view shows what the action did
         log.warning("poison action from the console", action=action, function=function, queue=poison.queue,
                     messages=moved, message_id=message_id, **who(request))
         return web.json_response({"action": action, "function": function, "messages": moved})
