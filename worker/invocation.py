@@ -69,6 +69,8 @@ class Invocation:
     began: float = 0.0
     #: The invocation's logger, bound to function, queue and ids.
     log: Any = None
+    #: Tags that name the invocation's work elsewhere (its Spark jobs'), added by the middleware that tags it.
+    job_tags: list[str] = field(default_factory=list)
 
     @property
     def interrupted(self) -> bool:

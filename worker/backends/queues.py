@@ -16,7 +16,8 @@ Azure SDKs, so the size limit applies to what is stored.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -151,6 +152,9 @@ class Capabilities:
     updates_content: bool
     #: A queue has channels: ``put`` and ``receive`` take ``channel``.
     channels: bool = False
+    #: A message carries string properties beside its content (``put``'s ``properties``, ``RawMessage.properties``):
+    #: where a producer's trace context travels. Azure Storage queue messages have none.
+    message_properties: bool = False
 
 
 #: Azure's queue name rule: 3-63 of lowercase letters, digits and single hyphens, alphanumeric at both ends.
@@ -172,6 +176,8 @@ class RawMessage:
     expiration_time: datetime | None
     time_next_visible: datetime | None
     pop_receipt: str | None
+    #: What the sender put beside the content (``Capabilities.message_properties``); empty elsewhere.
+    properties: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,14 +219,16 @@ class QueueBackend(Protocol):
         visibility_timeout: float = 0,
         time_to_live: float | None = None,
         channel: str | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> RawMessage:
         """Add a message, invisible for ``visibility_timeout`` seconds, expiring after ``time_to_live``.
 
         ``time_to_live`` None means :data:`DEFAULT_TTL_SECONDS` (or the queue's own
         retention where messages have no options); -1 means never.
-        ``channel`` puts it on that channel of the queue. Raises QueueNotFound,
-        MessageTooLarge, InvalidArgument, and Unsupported for options the
-        service lacks (``capabilities.message_options``, ``capabilities.channels``).
+        ``channel`` puts it on that channel of the queue; ``properties`` go beside
+        the content. Raises QueueNotFound, MessageTooLarge, InvalidArgument, and
+        Unsupported for options the service lacks (``capabilities.message_options``,
+        ``capabilities.channels``, ``capabilities.message_properties``).
         """
 
     async def receive(
@@ -305,6 +313,12 @@ def check_no_channel(channel: str | None, service: str) -> None:
     """Raise Unsupported for a channel on a service whose queues have none."""
     if channel is not None:
         raise Unsupported(f"{service} queues have no channels (asked for channel {channel!r})")
+
+
+def check_no_properties(properties: Mapping[str, str] | None, service: str) -> None:
+    """Raise Unsupported for message properties on a service whose messages have none."""
+    if properties:
+        raise Unsupported(f"{service} messages have no properties (asked for {', '.join(sorted(properties))})")
 
 
 async def put_creating(backend: QueueBackend, queue: str, content: str, **options: Any) -> RawMessage:

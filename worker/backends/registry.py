@@ -28,7 +28,7 @@ from worker.backends.azure.connection import (
 )
 from worker.backends.blobs import BlobStore
 from worker.backends.embedded.files import queue_files
-from worker.backends.embedded.queues import EMBEDDED_LIMITS, SqliteBackend, file_problem
+from worker.backends.embedded.queues import EMBEDDED_CAPABILITIES, EMBEDDED_LIMITS, SqliteBackend, file_problem
 from worker.backends.failures import ConnectionStringError
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, parse_oci_connection
 from worker.backends.queues import Capabilities, Limits, QueueBackend
@@ -127,7 +127,7 @@ def _oci_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> Queu
 
 
 EMBEDDED = BackendKind(
-    "embedded queue", EMBEDDED_LIMITS, AZURE_CAPABILITIES, _sqlite_problem,
+    "embedded queue", EMBEDDED_LIMITS, EMBEDDED_CAPABILITIES, _sqlite_problem,
     _sqlite_describe, _sqlite_open,
 )
 AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from worker.backends.storage import Storage
 from worker.middleware import Middleware
@@ -16,17 +17,28 @@ from worker.middleware.spark import Spark, SparkSettings
 from worker.observability.metrics import Metrics
 from worker.settings.config import HostConfig
 
+if TYPE_CHECKING:
+    from worker.observability.otel import Telemetry
+
 
 def standard(
-    config: HostConfig, metrics: Metrics, storage: Storage, given: Sequence[Middleware] = ()
+    config: HostConfig, metrics: Metrics, storage: Storage, given: Sequence[Middleware] = (),
+    telemetry: Telemetry | None = None,
 ) -> list[Middleware]:
-    """Counting outermost (it sees every final result), then logs, bindings, the concurrency cap, the retry delay, Spark.
+    """Tracing first when on (its span is current for everything after it), counting (it sees every final result),
+    then logs, bindings, the concurrency cap, the retry delay, Spark.
 
     Spark's middleware is made from host.yaml's ``spark:`` section (its session is made only when a handler asks
     for one) unless ``given`` (the app's and host.yaml's middleware) already has one: a caller that keeps one
-    session across host runs hands it in that way.
+    session across host runs hands it in that way. ``telemetry``: the OpenTelemetry SDK the ``OTEL_*`` variables
+    asked for (:mod:`worker.observability.tracing`), whose module is imported only then.
     """
-    found: list[Middleware] = [Counting(metrics)]
+    found: list[Middleware] = []
+    if telemetry is not None:
+        from worker.middleware.tracing import Tracing
+
+        found.append(Tracing(telemetry))
+    found.append(Counting(metrics))
     if config.invocation_logs:
         found.append(InvocationLogs())
     found += [Bindings(storage, config.message_encoding), ConcurrencyLimit(), RetryDelay()]

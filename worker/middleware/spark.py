@@ -195,6 +195,8 @@ class SparkProvider:
             context.addJobTag(tag)
             cancel = lambda: context.cancelJobsWithTag(tag)  # noqa: E731
             invocation.thread_cleanup.append(lambda: context.removeJobTag(tag))
+        if tag not in invocation.job_tags:
+            invocation.job_tags.append(tag)
         with self._lock:
             self._tagged.setdefault(invocation.id, []).append((cancel, tag, handler_returned))
         if invocation.interrupted:

@@ -53,6 +53,7 @@ from worker.backends.registry import (
 from worker.bindings.encoding import body_text, encode
 from worker.compat.loading import AppLoadError, app_directory, discover, load_app
 from worker.model import StartupRefused
+from worker.observability import tracing
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
 from worker.ops import preflight, spark_cluster
@@ -61,7 +62,7 @@ from worker.ops.spark_cluster import SparkServerError
 from worker.ops.supervisor import SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
 from worker.ops.terminal import printable
 from worker.runtime.console.state import StartFacts
-from worker.runtime.host import Host
+from worker.runtime.host import SERVICE_NAME, Host
 from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.settings import local_settings
@@ -266,16 +267,27 @@ def cmd_send(args: argparse.Namespace) -> int:
                 f"the limit is {limit} bytes ({limit // 1024} KiB)"
             )
 
+    if problem := tracing.problem(os.environ):
+        raise UsageError(problem)
+    # Each put is a PRODUCER span whose context the message carries, where the backend has message properties.
+    telemetry = tracing.start(os.environ, SERVICE_NAME)
+
     async def work(backend: QueueBackend) -> list[RawMessage]:
         if backend.capabilities.creates_queues:
             await backend.create_queue(args.queue)
+        target = telemetry.traced(backend) if telemetry is not None else backend
         return [
-            await backend.put(args.queue, text, visibility_timeout=args.delay, time_to_live=args.ttl)
+            await target.put(args.queue, text, visibility_timeout=args.delay, time_to_live=args.ttl)
             for text in texts
         ]
 
-    for sent in _with_backend(config, args.connection, work, writes=True):
-        _say(sent.id)
+    try:
+        sent = _with_backend(config, args.connection, work, writes=True)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
+    for message in sent:
+        _say(message.id)
     return 0
 
 

@@ -28,6 +28,7 @@ from worker.bindings.blobs import BlobInput, BlobOutput
 from worker.bindings.outputs import OutputBinding
 from worker.middleware import builtin
 from worker.model import FunctionSpec, StartupRefused
+from worker.observability import tracing
 from worker.settings.config import HostConfig
 from worker.settings.connections import DEFAULT, ConnectionSettingError, MissingConnection, Service
 
@@ -144,12 +145,16 @@ def exposed_files(app: WorkerApp, config: HostConfig) -> list[Exposed]:
 
 
 def environment_problems(environ: Mapping[str, str]) -> list[str]:
-    """What in the process's settings says this is not a Python Functions app (FUNCTIONS_WORKER_RUNTIME)."""
+    """What in the process's settings cannot be had: not a Python Functions app (FUNCTIONS_WORKER_RUNTIME), or
+    OpenTelemetry traces asked for (``OTEL_*``) without the extra that exports them."""
+    found = []
     runtime = environ.get("FUNCTIONS_WORKER_RUNTIME")
     if runtime is not None and runtime.strip().lower() != "python":
-        return [f"FUNCTIONS_WORKER_RUNTIME is {runtime!r}: this host runs Python apps only (set it to python, "
-                "or leave it unset)"]
-    return []
+        found.append(f"FUNCTIONS_WORKER_RUNTIME is {runtime!r}: this host runs Python apps only (set it to python, "
+                     "or leave it unset)")
+    if problem := tracing.problem(environ):
+        found.append(problem)
+    return found
 
 
 def connection_problem(

@@ -310,7 +310,7 @@ def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
         inv.log.error(f"invocation failed {where}; the message will be retried", error=error)
         return Result(Outcome.FAILED, str(exc) if isinstance(exc, InvocationFailed) else error)
     inv.log.exception("handler failed", error=error)
-    return Result(Outcome.FAILED, error)
+    return Result(Outcome.FAILED, error, exception=exc)
 
 
 def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:

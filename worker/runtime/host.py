@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -34,6 +35,7 @@ from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describ
 from worker.middleware import Chain, Middleware, builtin
 from worker.middleware.spark import Spark
 from worker.model import StartupRefused
+from worker.observability import tracing
 from worker.observability.metrics import Metrics
 from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.completion import CompletionProcessor
@@ -50,8 +52,13 @@ from worker.settings.config import FunctionOptions, HostConfig
 from worker.settings.http_token import BearerToken, http_token
 from worker.waits import wait_set
 
+if TYPE_CHECKING:
+    from worker.observability.otel import Telemetry
+
 log = structlog.get_logger("worker.runtime.host")
 
+#: The service name traces carry unless OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) names one.
+SERVICE_NAME = "queueworker"
 #: How often burst mode looks whether the trigger queues are empty, in seconds.
 BURST_CHECK_INTERVAL = 0.25
 #: How often the queue-length gauge is refreshed when the endpoints are on, in seconds.
@@ -74,14 +81,15 @@ class _Storage:
     blob_stores: dict[str, BlobStore] = field(default_factory=dict)
     #: The listeners of this host by (backend, queue), for :meth:`sent`.
     listening: dict[tuple[QueueBackend, str], list[Listener]] = field(default_factory=dict)
+    #: When traces are on: every backend's calls become spans (:class:`worker.observability.otel.TracedQueues`).
+    telemetry: Telemetry | None = None
 
     def queues(self, name: str | None) -> QueueBackend:
         """The queue backend of the connection setting ``name`` (opened on first use)."""
         connection = self.config.connection_string(name)
         if connection not in self.by_connection:
-            self.by_connection[connection] = open_backend(
-                connection, self.config.base_dir, on_retry=self.metrics.retried_storage_call
-            )
+            backend = open_backend(connection, self.config.base_dir, on_retry=self.metrics.retried_storage_call)
+            self.by_connection[connection] = self.telemetry.traced(backend) if self.telemetry else backend
             log.info("queue storage opened", connection=name, storage=describe(connection, self.config.base_dir))
         return self.by_connection[connection]
 
@@ -122,6 +130,8 @@ class Host:
         that the host does not, for the console."""
         if app.problems:  # worker run lists them at start; a host built in code refuses them too
             raise StartupRefused(app.problems)
+        if problem := tracing.problem(os.environ):  # worker run refuses it among the start-up checks
+            raise StartupRefused([problem])
         if not app.functions:
             raise ValueError("the app registers no functions; decorate a handler with @app.queue_trigger")
         # The start-up checks (worker.ops.preflight) ran before the host was built; what is left to refuse here is
@@ -164,11 +174,12 @@ class Host:
                         file=str(config.source) if config.source else None)
         token = http_token(config, os.environ) if config.http_port else None  # a bad one refuses the start (exit 2)
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
-        backends = _Storage(config, self.metrics)
+        telemetry = tracing.start(os.environ, SERVICE_NAME)
+        backends = _Storage(config, self.metrics, telemetry=telemetry)
         given = [*self.app.middleware, *self._extra_middleware, *self._given]
         # The console's recorder goes first: its after-hooks run last, so it sees each final result.
         recorder = [ConsoleRecorder()] if config.http_port else []
-        middleware = Chain([*recorder, *builtin.standard(config, self.metrics, backends, given), *given])
+        middleware = Chain([*recorder, *builtin.standard(config, self.metrics, backends, given, telemetry), *given])
         trouble = StoreTrouble()
         completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble)
         threads = HandlerThreads(config.handler_threads)
@@ -244,6 +255,8 @@ class Host:
                 loop.remove_signal_handler(signum)
             await backends.close()
             threads.close()
+            if telemetry is not None:  # every span has ended: export what the batch processor still holds
+                telemetry.shutdown()
         log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
         return dispatcher
 

@@ -16,7 +16,7 @@ under messageEncoding happens above this layer, as for the embedded queue.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -52,6 +52,7 @@ from worker.backends.queues import (
     RawMessage,
     Receipt,
     check_no_channel,
+    check_no_properties,
 )
 from worker.backends.retrying import RETRY_ATTEMPTS as RETRY_ATTEMPTS  # re-exported: the fault tests count attempts
 from worker.backends.retrying import Retrier
@@ -192,9 +193,10 @@ class AzureBackend:
 
     async def put(
         self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
-        channel: str | None = None,
+        channel: str | None = None, properties: Mapping[str, str] | None = None,
     ) -> RawMessage:
         check_no_channel(channel, "Azure Storage")
+        check_no_properties(properties, "Azure Storage")
         self.limits.check_put(content, visibility_timeout, time_to_live)
         ttl = None if time_to_live is None else (-1 if time_to_live == -1 else _seconds(time_to_live))
 

@@ -30,12 +30,13 @@ connection commits) while receives wait. A message that becomes visible later
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -67,8 +68,9 @@ MAX_GROUP = 256
 #: Longest a receive waits for a message, as OCI Queue's and SQS's long polls (20 s).
 LONG_POLL_SECONDS = 20.0
 #: Azure's limits and capabilities, so that an app moves between the embedded queue and Azure Storage unchanged;
-#: but times are kept to the microsecond, and a receive waits for a message.
+#: but times are kept to the microsecond, a receive waits for a message, and a message may carry properties.
 EMBEDDED_LIMITS = replace(AZURE_LIMITS, visibility_resolution=0.0, long_poll=LONG_POLL_SECONDS)
+EMBEDDED_CAPABILITIES = replace(AZURE_CAPABILITIES, message_properties=True)
 #: How often the file is looked at for other processes' writes while a receive waits.
 CHANGE_POLL_SECONDS = 0.075
 
@@ -85,12 +87,19 @@ CREATE TABLE IF NOT EXISTS messages (
     expires REAL,
     visible REAL NOT NULL,
     dequeue_count INTEGER NOT NULL DEFAULT 0,
-    pop_receipt TEXT
+    pop_receipt TEXT,
+    properties TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_visibility ON messages (queue, visible, seq);
 """
 
-_COLUMNS = "id, content, dequeue_count, inserted, expires, visible, pop_receipt"
+_COLUMNS = "id, content, dequeue_count, inserted, expires, visible, pop_receipt, properties"
+
+
+def _add_properties(db: sqlite3.Connection) -> None:
+    """Give a file made before messages had properties their column (NULL: none), so that it stays usable."""
+    if "properties" not in {row[1] for row in db.execute("PRAGMA table_info(messages)")}:
+        db.execute("ALTER TABLE messages ADD COLUMN properties TEXT")
 
 
 def _when(seconds: float | None) -> datetime | None:
@@ -98,7 +107,7 @@ def _when(seconds: float | None) -> datetime | None:
 
 
 def _row_to_message(row: tuple, with_receipt: bool = True) -> RawMessage:
-    id_, content, dequeue_count, inserted, expires, visible, receipt = row
+    id_, content, dequeue_count, inserted, expires, visible, receipt, properties = row
     return RawMessage(
         id=id_,
         content=content,
@@ -107,6 +116,7 @@ def _row_to_message(row: tuple, with_receipt: bool = True) -> RawMessage:
         expiration_time=_when(expires),
         time_next_visible=_when(visible),
         pop_receipt=receipt if with_receipt else None,
+        properties=json.loads(properties) if properties else {},
     )
 
 
@@ -173,7 +183,7 @@ class SqliteBackend:
     """Queues in one SQLite file; implements :class:`worker.backends.queues.QueueBackend`."""
 
     limits = EMBEDDED_LIMITS
-    capabilities = AZURE_CAPABILITIES
+    capabilities = EMBEDDED_CAPABILITIES
     service_dead_letters = False
 
     def __init__(self, path: str | Path) -> None:
@@ -205,6 +215,7 @@ class SqliteBackend:
                 self._enable_wal(db)
                 db.execute("PRAGMA synchronous = NORMAL")
                 db.executescript(_SCHEMA)
+                _add_properties(db)
             except sqlite3.DatabaseError as exc:
                 db.close()
                 if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
@@ -341,10 +352,11 @@ class SqliteBackend:
 
     async def put(
         self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
-        channel: str | None = None,
+        channel: str | None = None, properties: Mapping[str, str] | None = None,
     ) -> RawMessage:
         check_no_channel(channel, "embedded")
         ttl = self.limits.check_put(content, visibility_timeout, time_to_live)
+        stored = json.dumps(dict(properties)) if properties else None
 
         def work(db: sqlite3.Connection) -> RawMessage:
             self._require_queue(db, queue)
@@ -352,10 +364,11 @@ class SqliteBackend:
             expires = None if ttl == NEVER_EXPIRES else now + ttl
             message_id = str(uuid.uuid4())
             db.execute(
-                "INSERT INTO messages (id, queue, content, inserted, expires, visible) VALUES (?, ?, ?, ?, ?, ?)",
-                (message_id, queue, content, now, expires, now + visibility_timeout),
+                "INSERT INTO messages (id, queue, content, inserted, expires, visible, properties) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (message_id, queue, content, now, expires, now + visibility_timeout, stored),
             )
-            return _row_to_message((message_id, content, 0, now, expires, now + visibility_timeout, None))
+            return _row_to_message((message_id, content, 0, now, expires, now + visibility_timeout, None, stored))
 
         message = await self._run(work, write=True)
         self._changes.written()
@@ -380,14 +393,15 @@ class SqliteBackend:
                 (queue, now, max_messages),
             ).fetchall()
             taken = []
-            for id_, content, dequeue_count, inserted, expires, _, _ in rows:
+            for id_, content, dequeue_count, inserted, expires, _, _, properties in rows:
                 receipt = uuid.uuid4().hex
                 visible = now + visibility_timeout
                 db.execute(
                     "UPDATE messages SET visible = ?, dequeue_count = ?, pop_receipt = ? WHERE id = ?",
                     (visible, dequeue_count + 1, receipt, id_),
                 )
-                taken.append(_row_to_message((id_, content, dequeue_count + 1, inserted, expires, visible, receipt)))
+                taken.append(_row_to_message(
+                    (id_, content, dequeue_count + 1, inserted, expires, visible, receipt, properties)))
             if taken or wait <= 0:
                 return taken, None
             row = db.execute("SELECT min(visible) FROM messages WHERE queue = ?", (queue,)).fetchone()

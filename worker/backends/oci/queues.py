@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Future as ThreadFuture
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -65,6 +65,7 @@ from worker.backends.queues import (
     RawMessage,
     Receipt,
     Unsupported,
+    check_no_properties,
 )
 from worker.backends.retrying import Retrier
 
@@ -423,8 +424,11 @@ class OciBackend(QueueAdmin):
 
     async def put(
         self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
-        channel: str | None = None,
+        channel: str | None = None, properties: Mapping[str, str] | None = None,
     ) -> RawMessage:
+        # OCI Queue's message metadata holds custom properties only beside a channel ID (its model requires one), so
+        # this backend does not carry them yet (``capabilities.message_properties`` is off).
+        check_no_properties(properties, "OCI Queue")
         self.limits.check_size(content)
         self.limits.check_visibility(visibility_timeout, 0)
         if visibility_timeout > 0 or time_to_live is not None:

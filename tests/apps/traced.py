@@ -1,0 +1,35 @@
+"""An app for the tracing tests: a handler that feeds another through a queue output, and one that always fails.
+
+``orders`` -> ``forward`` (queue output to ``shipments``) -> ``ship``, which
+writes its ``context.trace_context.trace_parent`` to ``TRACE_PARENTS`` (a file,
+one line per invocation), so that the test compares it with the span the
+receiver got. ``doomed`` always raises.
+"""
+
+from __future__ import annotations
+
+import os
+
+from worker import Context, Out, QueueMessage, WorkerApp
+
+app = WorkerApp()
+
+
+@app.function_name("forward")
+@app.queue_trigger(arg_name="msg", queue_name="orders")
+@app.queue_output(arg_name="out", queue_name="shipments")
+def forward(msg: QueueMessage, out: Out[str]) -> None:
+    out.set(f"shipment for {msg.get_body().decode()}")
+
+
+@app.function_name("ship")
+@app.queue_trigger(arg_name="msg", queue_name="shipments")
+def ship(msg: QueueMessage, context: Context) -> None:
+    with open(os.environ["TRACE_PARENTS"], "a", encoding="utf-8") as file:
+        file.write(context.trace_context.trace_parent + "\n")
+
+
+@app.function_name("doomed")
+@app.queue_trigger(arg_name="msg", queue_name="doomed")
+def doomed(msg: QueueMessage) -> None:
+    raise RuntimeError(f"cannot handle {msg.get_body().decode()}")

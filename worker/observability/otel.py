@@ -1,0 +1,183 @@
+"""OpenTelemetry's SDK as the ``OTEL_*`` variables configure it, and storage calls as spans.
+
+Imported only when :mod:`worker.observability.tracing` finds traces asked for
+(the ``otel`` extra). Nothing here is global: the tracer provider, its
+exporters and the propagator belong to one :class:`Telemetry`, which the host
+(or ``worker send``) makes at start and shuts down at stop, flushing every span
+its batch processor still holds.
+
+:class:`TracedQueues` wraps a queue backend at the protocol's boundary, so the
+same spans come from every backend: ``send <queue>`` (PRODUCER) for each put,
+which also writes the span's W3C trace context (``traceparent``,
+``tracestate``) into the message's properties where the backend carries them
+(``Capabilities.message_properties``: the embedded queue; Azure Storage queue
+messages have no metadata, and OCI Queue's needs a channel beside it);
+``receive <queue>`` (CLIENT, a trace of its own) for a receive that returned
+messages; ``delete <queue>`` and ``update <queue>`` (CLIENT) when made inside
+an invocation's span, as completion's delete and release are. Renewals and
+empty polls, made by the host in the background, are left out: one span per
+renewal or poll would bury the invocations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from worker.backends.queues import QueueBackend, RawMessage, Receipt
+
+#: The instrumentation scope's name on every span.
+SCOPE = "queueworker"
+
+#: ``messaging.system`` of each backend, by the class that implements it (the embedded queue has no registered name).
+SYSTEMS = {"SqliteBackend": "queueworker_embedded", "AzureBackend": "azure_queue", "OciBackend": "oci_queue"}
+
+
+def messaging_system(backend: QueueBackend) -> str:
+    """``messaging.system`` for ``backend`` (a traced one's, or a plain one's by its class)."""
+    if isinstance(backend, TracedQueues):
+        return backend.system
+    return SYSTEMS.get(type(backend).__name__, type(backend).__name__)
+
+
+class Telemetry:
+    """One tracer provider with its exporters, a tracer, and the W3C propagator; shut down once at stop."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer(SCOPE)
+        self.propagator = TraceContextTextMapPropagator()
+
+    @classmethod
+    def from_environment(cls, exporters: Sequence[str], service: str) -> Telemetry:
+        """The provider the variables describe: resource (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, else
+        ``service``), sampler (``OTEL_TRACES_SAMPLER``), one batch processor (``OTEL_BSP_*``) for each of
+        ``exporters`` (``otlp``, ``console``), which read their own variables too."""
+        resource = Resource.create()
+        if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+            resource = resource.merge(Resource({SERVICE_NAME: service}))
+        provider = TracerProvider(resource=resource)
+        for name in exporters:
+            provider.add_span_processor(BatchSpanProcessor(_exporter(name)))
+        return cls(provider)
+
+    def shutdown(self) -> None:
+        """Export what is still held and stop the exporters (the batch processor flushes on shutdown)."""
+        self.provider.shutdown()
+
+    def traced(self, backend: QueueBackend) -> QueueBackend:
+        """``backend`` with its calls as spans and trace context written into what it puts."""
+        return TracedQueues(backend, self)
+
+    def inject(self, span: Span) -> dict[str, str]:
+        """The W3C trace context of ``span`` as message properties (``traceparent``, ``tracestate``)."""
+        carrier: dict[str, str] = {}
+        self.propagator.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier
+
+    def extract(self, properties: Mapping[str, str]) -> SpanContext | None:
+        """The producer's span context carried in a message's properties, or None."""
+        if "traceparent" not in properties:
+            return None
+        found = trace.get_current_span(self.propagator.extract(properties)).get_span_context()
+        return found if found.is_valid else None
+
+    def links(self, messages: list[RawMessage]) -> list[Link]:
+        """A link to each message's producer, where it carried one."""
+        return [Link(found) for message in messages if (found := self.extract(message.properties)) is not None]
+
+
+def _exporter(name: str) -> SpanExporter:
+    if name == "console":
+        return ConsoleSpanExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter()  # endpoint, headers, timeout, compression: OTEL_EXPORTER_OTLP_[TRACES_]*
+
+
+def messaging_attributes(system: str, queue: str, operation: str, kind: str) -> dict[str, Any]:
+    """The messaging semantic conventions' attributes every span about ``queue`` has."""
+    return {"messaging.system": system, "messaging.destination.name": queue,
+            "messaging.operation.name": operation, "messaging.operation.type": kind}
+
+
+class TracedQueues:
+    """A queue backend whose puts, non-empty receives, and deletes and updates inside a span are spans of their own.
+
+    Everything else (limits, capabilities, counts, peeks, a service's dead-letter calls) is the wrapped backend's.
+    """
+
+    def __init__(self, inner: QueueBackend, telemetry: Telemetry) -> None:
+        self.inner = inner
+        self.telemetry = telemetry
+        self.system = messaging_system(inner)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"TracedQueues({self.inner!r})"
+
+    @contextmanager
+    def _span(self, name: str, queue: str, kind: SpanKind, operation: str, op_type: str,
+              **attributes: Any) -> Iterator[Span]:
+        """A span around one call; a failure is its exception event and error status."""
+        span = self.telemetry.tracer.start_span(
+            f"{name} {queue}", kind=kind,
+            attributes={**messaging_attributes(self.system, queue, operation, op_type), **attributes})
+        with trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
+            yield span
+
+    async def put(self, queue: str, content: str, **options: Any) -> RawMessage:
+        with self._span("send", queue, SpanKind.PRODUCER, "send", "send") as span:
+            if self.inner.capabilities.message_properties:
+                options["properties"] = {**(options.get("properties") or {}), **self.telemetry.inject(span)}
+            sent = await self.inner.put(queue, content, **options)
+            span.set_attribute("messaging.message.id", sent.id)
+            return sent
+
+    async def receive(self, queue: str, max_messages: int, visibility_timeout: float, **options: Any) -> list[RawMessage]:
+        began = time.time_ns()
+        try:
+            taken = await self.inner.receive(queue, max_messages, visibility_timeout, **options)
+        except Exception as exc:
+            self._after(began, "receive", queue, exc=exc)
+            raise
+        if taken:
+            self._after(began, "receive", queue, count=len(taken))
+        return taken
+
+    def _after(self, began: int, operation: str, queue: str, *, count: int = 0, exc: BaseException | None = None) -> None:
+        """A receive recorded once its answer is known (only those that took messages, or failed)."""
+        span = self.telemetry.tracer.start_span(
+            f"{operation} {queue}", kind=SpanKind.CLIENT, start_time=began, context=otel_context.Context(),
+            attributes={**messaging_attributes(self.system, queue, operation, "receive"),
+                        "messaging.batch.message_count": count})
+        if exc is not None:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.end()
+
+    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float,
+                     content: str | None = None) -> Receipt:
+        if not trace.get_current_span().get_span_context().is_valid:  # a renewal, beside every invocation
+            return await self.inner.update(queue, message_id, pop_receipt, visibility_timeout, content)
+        with self._span("update", queue, SpanKind.CLIENT, "update", "settle", **{
+                "messaging.message.id": message_id, "worker.visibility_timeout": visibility_timeout}):
+            return await self.inner.update(queue, message_id, pop_receipt, visibility_timeout, content)
+
+    async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        if not trace.get_current_span().get_span_context().is_valid:
+            return await self.inner.delete(queue, message_id, pop_receipt)
+        with self._span("delete", queue, SpanKind.CLIENT, "delete", "settle", **{"messaging.message.id": message_id}):
+            return await self.inner.delete(queue, message_id, pop_receipt)
