@@ -19,7 +19,7 @@ FAST_TIER := not (azurite or oci or spark or subprocess or slow)
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect,oci,browser]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect,oci,otel,browser]'
 	touch $@
 
 # Azurite, the Azure Storage emulator the tests run against, pinned in package-lock.json.

@@ -1034,3 +1034,27 @@ async def test_a_receive_from_a_channel_takes_only_that_channels_messages(
     assert await backend.receive(queue_name, backend.limits.max_batch, HIDDEN, channel="tenant-a") == []
     rest = await backend.receive(queue_name, backend.limits.max_batch, HIDDEN)
     assert [m.content for m in rest] == ["b1"], "an unfiltered receive takes any channel's messages"
+
+
+# -- message properties ---------------------------------------------------------------------------------------------
+
+
+async def test_a_messages_properties_come_back_with_every_receive(backend: QueueBackend, queue_name: str) -> None:
+    """Where messages carry properties (the embedded queue), what a put gives comes back with each receive, and a
+    message put without any has none. Elsewhere a put with properties is refused, never stored without them."""
+    await backend.create_queue(queue_name)
+    carried = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"}
+    if not backend.capabilities.message_properties:
+        with pytest.raises(Unsupported):
+            await backend.put(queue_name, "with", properties=carried)
+        await assert_nothing_visible(backend, queue_name, "a refused put stored a message")
+        return
+    await backend.put(queue_name, "with", properties=carried)
+    await backend.put(queue_name, "without")
+
+    first = await backend.receive(queue_name, backend.limits.max_batch, SHORT)
+    assert {m.content: dict(m.properties) for m in first} == {"with": carried, "without": {}}
+    again = await apoll(lambda: backend.receive(queue_name, backend.limits.max_batch, HIDDEN), DEADLINE,
+                        what="the messages visible again")
+    assert {m.content: (m.dequeue_count, dict(m.properties)) for m in again} == {"with": (2, carried),
+                                                                                "without": (2, {})}

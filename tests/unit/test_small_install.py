@@ -1,4 +1,5 @@
-"""A small install: ``pip install queueworker`` without the ``oci`` extra runs the embedded queue and Azure Storage.
+"""A small install: ``pip install queueworker`` without the ``oci`` or ``otel`` extras runs the embedded queue and
+Azure Storage.
 
 The OCI SDK is made missing here the way Python itself knows a missing module:
 ``sys.modules["oci"] = None`` makes ``import oci`` fail and ``find_spec`` answer
@@ -58,22 +59,27 @@ def test_worker_version_is_the_packages(tmp_path: Path) -> None:
     assert (ran.returncode, ran.stdout) == (0, f"worker {version}\n")
 
 
-@pytest.mark.subprocess
-def test_no_module_of_the_core_imports_the_oci_sdk() -> None:
-    """Every module but the OCI backend's own, imported in a fresh interpreter, leaves the SDK unimported.
+#: Each optional SDK, and the modules allowed to import it: only those an extra's connection or setting loads.
+#: The registry reads OCI connection strings (``worker.backends.oci.connection``) without the SDK, so that module
+#: counts as the core's; tracing's own modules are imported only when OTEL_* variables ask for traces.
+EXTRAS = {
+    "oci": lambda name: name.startswith("worker.backends.oci.") and name != "worker.backends.oci.connection",
+    "opentelemetry": lambda name: name in ("worker.observability.otel", "worker.middleware.tracing"),
+}
 
-    The registry reads OCI connection strings (``worker.backends.oci.connection``) without the SDK, so that module
-    counts as the core's.
-    """
-    core = sorted(name for name in MODULES if name != "worker.__main__"  # runs the command
-                  and (not name.startswith("worker.backends.oci.") or name == "worker.backends.oci.connection"))
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("sdk", sorted(EXTRAS))
+def test_no_module_of_the_core_imports_an_extras_sdk(sdk: str) -> None:
+    """Every module but the extra's own, imported in a fresh interpreter, leaves the SDK unimported."""
+    core = sorted(name for name in MODULES if name != "worker.__main__" and not EXTRAS[sdk](name))  # main runs
     script = ("import importlib, json, sys\n"
               f"for name in {core!r}:\n"
               "    importlib.import_module(name)\n"
-              "print(json.dumps(sorted(m for m in sys.modules if m == 'oci' or m.startswith('oci.'))))\n")
+              f"print(json.dumps(sorted(m for m in sys.modules if m == {sdk!r} or m.startswith({sdk + '.'!r}))))\n")
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
-    assert "worker.backends.registry" in core and "worker.ops.cli" in core
+    assert "worker.backends.registry" in core and "worker.ops.cli" in core and "worker.runtime.host" in core

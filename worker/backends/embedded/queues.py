@@ -97,9 +97,17 @@ _COLUMNS = "id, content, dequeue_count, inserted, expires, visible, pop_receipt,
 
 
 def _add_properties(db: sqlite3.Connection) -> None:
-    """Give a file made before messages had properties their column (NULL: none), so that it stays usable."""
+    """Give a file made before messages had properties their column (NULL: none), so that it stays usable.
+
+    Processes opening such a file together may both find the column missing: the one that adds it second is told
+    it is there, which is what it wanted.
+    """
     if "properties" not in {row[1] for row in db.execute("PRAGMA table_info(messages)")}:
-        db.execute("ALTER TABLE messages ADD COLUMN properties TEXT")
+        try:
+            db.execute("ALTER TABLE messages ADD COLUMN properties TEXT")
+        except sqlite3.OperationalError as exc:
+            if "duplicate column" not in str(exc):
+                raise
 
 
 def _when(seconds: float | None) -> datetime | None:
