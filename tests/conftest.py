@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: one queue backend per supported kind, unique queue names, and Spark servers.
+"""Fixtures shared by every test: one queue backend per supported kind, unique queue names, Spark servers, and an
+OTLP/HTTP trace receiver.
 
 The tiers' markers and groups are applied in ``tests/tiers.py``. Nothing here imports pyspark until a test
 asks for Spark, so the fast tier does not pay for it.
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from tests.oci.fixture import OciTestServer
     from tests.spark.cluster import ConnectServer, StandaloneCluster
     from tests.spark.sessions import SparkSessions
+    from tests.tracing.receiver import Receiver
 
 pytest_plugins = ["tests.tiers"]
 
@@ -45,6 +47,16 @@ def oci_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServ
     server = OciTestServer(tmp_path_factory.mktemp("oci")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def otlp_receiver() -> Iterator[Receiver]:
+    """A real OTLP/HTTP trace receiver on a loopback port of its own, for this test's exporter."""
+    from tests.tracing.receiver import Receiver
+
+    receiver = Receiver().start()
+    yield receiver
+    receiver.stop()
 
 
 def oci_connection(server: OciTestServer, long_poll: int = 2) -> str:

@@ -3,7 +3,7 @@
 ``orders`` -> ``forward`` (queue output to ``shipments``) -> ``ship``, which
 writes its ``context.trace_context.trace_parent`` to ``TRACE_PARENTS`` (a file,
 one line per invocation), so that the test compares it with the span the
-receiver got. ``doomed`` always raises.
+receiver got. ``doomed`` always raises. ``tally`` takes its queue's messages as batches.
 """
 
 from __future__ import annotations
@@ -33,3 +33,9 @@ def ship(msg: QueueMessage, context: Context) -> None:
 @app.queue_trigger(arg_name="msg", queue_name="doomed")
 def doomed(msg: QueueMessage) -> None:
     raise RuntimeError(f"cannot handle {msg.get_body().decode()}")
+
+
+@app.function_name("tally")
+@app.queue_trigger(arg_name="batch", queue_name="tallies", cardinality="many")
+def tally(batch: list[QueueMessage]) -> None:
+    """Nothing to do: its span's links are what the test looks at."""

@@ -119,7 +119,7 @@ class Receiver:
                 """Quiet: the test's own assertions say what was received."""
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="otlp-receiver", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="otlp-receiver", daemon=True)
 
     @property
     def endpoint(self) -> str:

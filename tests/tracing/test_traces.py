@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,6 @@ from tests.tracing.receiver import Received, Receiver
 
 APP = "tests.apps.traced:app"
 SERVICE = "traced-test"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    started = Receiver().start()
-    yield started
-    started.stop()
 
 
 def otel_env(receiver: Receiver, **extra: str) -> dict[str, str]:
@@ -66,16 +58,16 @@ def tree(spans: list[Received]) -> str:
 
 @pytest.mark.subprocess
 def test_a_trace_runs_from_worker_send_through_a_handler_and_its_output_to_the_next_handler(
-    tmp_path: Path, receiver: Receiver
+    tmp_path: Path, otlp_receiver: Receiver
 ) -> None:
     config = write_host_yaml(tmp_path)
     parents = tmp_path / "trace-parents.txt"
-    env = otel_env(receiver, TRACE_PARENTS=str(parents))
+    env = otel_env(otlp_receiver, TRACE_PARENTS=str(parents))
     worker = WorkerProcess(config, env, app=APP).start()
     try:
         worker.wait_for_log("host started")
         message_id = send(config, "orders", "order-1", env)
-        spans = receiver.wait_for(
+        spans = otlp_receiver.wait_for(
             lambda got: {"process shipments", "delete shipments"} <= {s.name for s in got}, what="the whole trace")
     finally:
         assert worker.stop() == 0
@@ -121,20 +113,20 @@ def test_a_trace_runs_from_worker_send_through_a_handler_and_its_output_to_the_n
 
 @pytest.mark.subprocess
 def test_a_failing_message_is_retried_then_poisoned_and_its_spans_reach_the_receiver_at_stop(
-    tmp_path: Path, receiver: Receiver
+    tmp_path: Path, otlp_receiver: Receiver
 ) -> None:
     """The batch processor waits ten minutes between exports here: only the flush at stop can deliver the spans."""
     config = write_host_yaml(tmp_path, queues={"maxDequeueCount": 2, "visibilityTimeout": "0s"})
-    env = otel_env(receiver, OTEL_BSP_SCHEDULE_DELAY="600000")
+    env = otel_env(otlp_receiver, OTEL_BSP_SCHEDULE_DELAY="600000")
     worker = WorkerProcess(config, env, app=APP).start()
     try:
         worker.wait_for_log("host started")
-        message_id = send(config, "doomed", "order-2", otel_env(receiver))
+        message_id = send(config, "doomed", "order-2", otel_env(otlp_receiver))
         worker.wait_for_log("message moved to the poison queue")
     finally:
         assert worker.stop() == 0
 
-    spans = receiver.received()  # the worker has exited: what it had is here already, or never comes
+    spans = otlp_receiver.received()  # the worker has exited: what it had is here already, or never comes
     attempts = sorted((s for s in spans if s.name == "process doomed"),
                       key=lambda s: s.attributes["worker.message.dequeue_count"])
     # The poison queue is made on first need: the put that found it missing is a failed span of its own.
@@ -157,3 +149,33 @@ def test_a_failing_message_is_retried_then_poisoned_and_its_spans_reach_the_rece
     assert (poison.kind, poison.parent_id, poison.status) == ("PRODUCER", attempts[1].span_id, ("UNSET", ""))
     assert (missing.parent_id, missing.status) == (attempts[1].span_id,
                                                    ("ERROR", "QueueNotFound: queue 'doomed-poison' does not exist"))
+
+
+@pytest.mark.subprocess
+def test_a_batch_starts_a_trace_of_its_own_linked_to_each_messages_producer(
+    tmp_path: Path, otlp_receiver: Receiver
+) -> None:
+    config = write_host_yaml(tmp_path)
+    env = otel_env(otlp_receiver)
+    sent = [send(config, "tallies", body, env) for body in ("a", "b", "c")]  # before the worker: one receive takes all
+    worker = WorkerProcess(config, env, app=APP).start()
+    try:
+        spans = otlp_receiver.wait_for(lambda got: sum(s.name == "delete tallies" for s in got) == 3, what="three deletes")
+    finally:
+        assert worker.stop() == 0
+
+    producers = sorted((s for s in spans if s.name == "send tallies"), key=lambda s: sent.index(s.attributes[
+        "messaging.message.id"]))
+    batch = one(spans, "process tallies")
+    print(tree(spans))
+
+    assert [p.parent_id for p in producers] == ["", "", ""] and len({p.trace_id for p in producers}) == 3
+    assert (batch.kind, batch.parent_id) == ("CONSUMER", "")
+    assert batch.trace_id not in {p.trace_id for p in producers}
+    assert sorted(batch.links) == sorted((p.trace_id, p.span_id) for p in producers)
+    assert batch.attributes["messaging.batch.message_count"] == 3
+    assert "messaging.message.id" not in batch.attributes
+    assert sorted((event["messaging.message.id"], event["worker.outcome"], event["worker.completion"])
+                  for name, event in batch.events if name == "completed") == sorted(
+        (message_id, "succeeded", "deleted") for message_id in sent)
+    assert {s.parent_id for s in spans if s.name == "delete tallies"} == {batch.span_id}

@@ -93,10 +93,9 @@ class Tracing(Middleware):
     def after_completion(self, item: Finished, result: Result, done: Done) -> None:
         opened = self._open.get(item.invocation_id)
         if opened is None:  # settled before its handler could run (undecodable, past maxDequeueCount, shutdown)
-            span = self._start(item.function, item.queue, item.backend, [item.raw], item.invocation_id, False)
-            opened = _Open(span, 1)
-        else:
-            opened.remaining -= 1
+            opened = _Open(self._start(item.function, item.queue, item.backend, [item.raw], item.invocation_id, False),
+                           1)
+        opened.remaining -= 1
         span = opened.span
         outcome = {"messaging.message.id": item.raw.id, "worker.outcome": result.outcome.value,
                    "worker.completion": done.value}
