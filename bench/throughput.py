@@ -58,7 +58,15 @@ real storage account is some milliseconds away, which the naive loop pays twice
 per message while concurrent clients overlap it; ``--latency-ms 5`` or ``10``
 shows that case.
 
-Run: ``.venv/bin/python bench/throughput.py [--messages 1000] [--rounds 3] [--latency-ms 0]`` (or ``make bench``).
+``--otel`` adds ``worker+otel``: the same worker with OpenTelemetry traces on
+(the ``otel`` extra), exporting over OTLP/HTTP with the SDK's batch processor
+at its default schedule to the tests' receiver (tests/tracing/receiver.py),
+which runs in a process of its own so that decoding the spans is not charged
+to the worker. Per message that is a CONSUMER span and a delete span, plus a
+span per receive. It prints worker+otel/worker and how many spans arrived.
+
+Run: ``.venv/bin/python bench/throughput.py [--messages 1000] [--rounds 3] [--latency-ms 0] [--otel]`` (or
+``make bench``).
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib
 import os
 import statistics
 import subprocess
@@ -317,7 +326,39 @@ async def measure(
         raise RuntimeError(f"{contender.name} left {left} of {messages} messages in {queue}")
 
 
-async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: str) -> None:
+def otel_environment(endpoint: str) -> dict[str, str]:
+    """What asks the worker for traces: the standard variables, the batch processor left at its defaults."""
+    return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "bench-worker"}
+
+
+class ReceiverProcess:
+    """The tests' OTLP/HTTP receiver in a process of its own; it says how many spans it got when asked on stdin."""
+
+    SCRIPT = ("import sys\nfrom tests.tracing.receiver import Receiver\nr = Receiver().start()\n"
+              "print(r.endpoint, flush=True)\nfor _ in sys.stdin:\n    print(len(r.received()), flush=True)\n")
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", self.SCRIPT], cwd=REPO, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.endpoint = self.proc.stdout.readline().strip()
+        if not self.endpoint.startswith("http://"):
+            self.stop()
+            raise RuntimeError(f"the OTLP receiver did not start: {self.endpoint!r}")
+
+    def spans(self) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("count\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: str,
+                receiver: ReceiverProcess | None = None) -> None:
     """Every contender drains its queues through ``connection_string``: Azurite itself, or the latency proxy."""
     assert azurite.proc is not None
     server = AzuriteCpu(azurite.proc.pid)
@@ -341,6 +382,23 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     naive = Contender("naive", run_naive)
     host = Contender("worker", worker)
     contenders = [*ceilings, naive, host]
+    traced: Contender | None = None
+    if receiver is not None:
+        # Imported now, as a long-running worker imports them once at start, not within the first timed run.
+        importlib.import_module("worker.middleware.tracing")
+        importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+
+        async def worker_traced(connection_string: str, queue: str) -> Measurement:
+            os.environ.update(otel_environment(receiver.endpoint))
+            try:
+                result, _ = await run_worker(connection_string, queue, n, settings)
+            finally:
+                for name in otel_environment(receiver.endpoint):
+                    os.environ.pop(name, None)
+            return result
+
+        traced = Contender("worker+otel", worker_traced)
+        contenders.append(traced)
     for round_ in range(args.rounds):
         # Rotate the order each round and reverse every other one, so that no contender always runs first or last.
         shift = round_ % len(contenders)
@@ -348,7 +406,7 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
         if round_ % 2:
             order.reverse()
         for contender in order:
-            queue = f"bench-{round_}-{contender.name.lower().replace(' k=', '-k').replace(' ', '-')}"
+            queue = f"bench-{round_}-{contender.name.lower().replace(' k=', '-k').replace(' ', '-').replace('+', '-')}"
             await measure(contender, connection_string, queue, n, server, collector)
             print(f"  round {round_ + 1}: {contender.name:<13} {n / contender.seconds[-1]:5.0f} msgs/s", flush=True)
 
@@ -367,6 +425,10 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     print(f"\nworker/ceiling = {worker_rate / best_rate:.2f}   (target >= 0.9; the ceiling is {best.name})")
     print(f"worker/naive   = {worker_rate / naive_rate:.2f}   (target >= 5)")
     print(f"ceiling/naive  = {best_rate / naive_rate:.2f}   (the most any client could gain over the naive loop here)")
+    if traced is not None and receiver is not None:
+        print(f"worker+otel/worker = {traced.median_rate(n) / worker_rate:.2f}   (msgs/s with traces over without; "
+              f"py ms/msg {1000 * statistics.median(traced.python_cpu) / n:.2f} against "
+              f"{1000 * statistics.median(host.python_cpu) / n:.2f}; {receiver.spans()} spans received)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -385,6 +447,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run the worker at the host's defaults (maxInFlight, newBatchThreshold) but batchSize")
     parser.add_argument("--latency-ms", type=float, default=0,
                         help="add this round-trip delay to every request, through a proxy process (default 0: none)")
+    parser.add_argument("--otel", action="store_true",
+                        help="add the worker with OpenTelemetry traces exported over OTLP/HTTP (needs the otel extra)")
     return parser.parse_args(argv)
 
 
@@ -394,16 +458,19 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-azurite-") as folder:
         azurite = Azurite(location=Path(folder)).start()
         proxy: subprocess.Popen[str] | None = None
+        receiver = ReceiverProcess() if args.otel else None
         try:
             connection_string = azurite.connection_string
             if args.latency_ms:
                 proxy, port = start_latency_proxy(azurite.port, args.latency_ms)
                 connection_string = connection_string.replace(f":{azurite.port}/", f":{port}/")
-            asyncio.run(bench(args, azurite, connection_string))
+            asyncio.run(bench(args, azurite, connection_string, receiver))
         finally:
             if proxy is not None:
                 proxy.terminate()
                 proxy.wait(10)
+            if receiver is not None:
+                receiver.stop()
             azurite.stop()
 
 

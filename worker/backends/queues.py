@@ -201,6 +201,8 @@ class QueueBackend(Protocol):
     #: Poison goes to the service's own dead-letter queue (OCI Queue by default): the host releases a message it
     #: would poison until the service moves it, instead of copying it to ``<queue>-poison``.
     service_dead_letters: bool
+    #: The service's name in traces (OpenTelemetry's ``messaging.system``).
+    messaging_system: str
 
     async def create_queue(self, queue: str) -> None:
         """Create the queue; creating one that exists is not an error."""

@@ -36,7 +36,7 @@ from worker.context import TraceContext
 from worker.invocation import Invocation
 from worker.middleware import Middleware
 from worker.model import Done, Finished, Outcome, Result
-from worker.observability.otel import Telemetry, messaging_attributes, messaging_system
+from worker.observability.otel import Telemetry, messaging_attributes
 
 
 @dataclass(eq=False, slots=True)
@@ -62,7 +62,7 @@ class Tracing(Middleware):
     def _start(self, function: str, queue: str, backend: QueueBackend, raws: Sequence[RawMessage],
                invocation_id: str, many: bool) -> Span:
         attributes: dict[str, Any] = {
-            **messaging_attributes(messaging_system(backend), queue, "process", "process"),
+            **messaging_attributes(backend.messaging_system, queue, "process", "process"),
             "faas.trigger": "pubsub", "faas.invocation_id": invocation_id, "worker.function": function,
         }
         parent = otel_context.Context()  # a root unless the producer's context says otherwise

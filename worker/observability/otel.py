@@ -39,17 +39,6 @@ from worker.backends.queues import QueueBackend, RawMessage, Receipt
 #: The instrumentation scope's name on every span.
 SCOPE = "queueworker"
 
-#: ``messaging.system`` of each backend, by the class that implements it (the embedded queue has no registered name).
-SYSTEMS = {"SqliteBackend": "queueworker_embedded", "AzureBackend": "azure_queue", "OciBackend": "oci_queue"}
-
-
-def messaging_system(backend: QueueBackend) -> str:
-    """``messaging.system`` for ``backend`` (a traced one's, or a plain one's by its class)."""
-    if isinstance(backend, TracedQueues):
-        return backend.system
-    return SYSTEMS.get(type(backend).__name__, type(backend).__name__)
-
-
 class Telemetry:
     """One tracer provider with its exporters, a tracer, and the W3C propagator; shut down once at stop."""
 
@@ -120,7 +109,7 @@ class TracedQueues:
     def __init__(self, inner: QueueBackend, telemetry: Telemetry) -> None:
         self.inner = inner
         self.telemetry = telemetry
-        self.system = messaging_system(inner)
+        self.system = inner.messaging_system
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -151,17 +140,18 @@ class TracedQueues:
         try:
             taken = await self.inner.receive(queue, max_messages, visibility_timeout, **options)
         except Exception as exc:
-            self._after(began, "receive", queue, exc=exc)
+            self._received(began, queue, exc=exc)
             raise
         if taken:
-            self._after(began, "receive", queue, count=len(taken))
+            self._received(began, queue, count=len(taken))
         return taken
 
-    def _after(self, began: int, operation: str, queue: str, *, count: int = 0, exc: BaseException | None = None) -> None:
-        """A receive recorded once its answer is known (only those that took messages, or failed)."""
+    def _received(self, began: int, queue: str, *, count: int = 0, exc: BaseException | None = None) -> None:
+        """A receive recorded once its answer is known (only those that took messages, or failed): a trace of its own,
+        started when the call was."""
         span = self.telemetry.tracer.start_span(
-            f"{operation} {queue}", kind=SpanKind.CLIENT, start_time=began, context=otel_context.Context(),
-            attributes={**messaging_attributes(self.system, queue, operation, "receive"),
+            f"receive {queue}", kind=SpanKind.CLIENT, start_time=began, context=otel_context.Context(),
+            attributes={**messaging_attributes(self.system, queue, "receive", "receive"),
                         "messaging.batch.message_count": count})
         if exc is not None:
             span.record_exception(exc)

@@ -104,6 +104,7 @@ class AzureBackend:
     limits = AZURE_LIMITS
     capabilities = AZURE_CAPABILITIES
     service_dead_letters = False
+    messaging_system = "azure_queue"
 
     def __init__(self, connection: AzureConnection, on_retry: Callable[[str], None] | None = None) -> None:
         self.connection = connection

@@ -193,6 +193,8 @@ class SqliteBackend:
     limits = EMBEDDED_LIMITS
     capabilities = EMBEDDED_CAPABILITIES
     service_dead_letters = False
+    #: No registered name: this host's own.
+    messaging_system = "queueworker_embedded"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)

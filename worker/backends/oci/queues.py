@@ -149,6 +149,7 @@ class OciBackend(QueueAdmin):
 
     limits = OCI_LIMITS
     capabilities = OCI_CAPABILITIES
+    messaging_system = "oci_queue"
 
     def __init__(self, connection: OciConnection, on_retry: Callable[[str], None] | None = None) -> None:
         self.connection = connection
