@@ -89,9 +89,12 @@ def test_a_trace_runs_from_worker_send_through_a_handler_and_its_output_to_the_n
     assert (deletes["delete orders"].kind, deletes["delete orders"].parent_id) == ("CLIENT", forward.span_id)
     assert deletes["delete shipments"].parent_id == ship.span_id
     assert [span.links for span in (forward, ship)] == [(), ()]
-    # The handler's context.trace_context is the span's own, sampled (the last flags' lowest bit).
-    [traceparent] = parents.read_text().splitlines()
+    # The handler's context.trace_context is the span's own, sampled (the last flags' lowest bit), and the span is
+    # the OpenTelemetry API's current one in the handler's thread.
+    [line] = parents.read_text().splitlines()
+    traceparent, current = line.split()
     assert traceparent.startswith(f"00-{ship.trace_id}-{ship.span_id}-") and int(traceparent[-2:], 16) & 1
+    assert current == f"{ship.trace_id}-{ship.span_id}"
 
     assert sent.attributes == {
         "messaging.system": "queueworker_embedded", "messaging.destination.name": "orders",

@@ -39,6 +39,7 @@ from worker.backends.queues import QueueBackend, RawMessage, Receipt
 #: The instrumentation scope's name on every span.
 SCOPE = "queueworker"
 
+
 class Telemetry:
     """One tracer provider with its exporters, a tracer, and the W3C propagator; shut down once at stop."""
 
@@ -94,10 +95,10 @@ def _exporter(name: str) -> SpanExporter:
     return OTLPSpanExporter()  # endpoint, headers, timeout, compression: OTEL_EXPORTER_OTLP_[TRACES_]*
 
 
-def messaging_attributes(system: str, queue: str, operation: str, kind: str) -> dict[str, Any]:
+def messaging_attributes(system: str, queue: str, operation: str, operation_type: str) -> dict[str, Any]:
     """The messaging semantic conventions' attributes every span about ``queue`` has."""
     return {"messaging.system": system, "messaging.destination.name": queue,
-            "messaging.operation.name": operation, "messaging.operation.type": kind}
+            "messaging.operation.name": operation, "messaging.operation.type": operation_type}
 
 
 class TracedQueues:
@@ -118,17 +119,17 @@ class TracedQueues:
         return f"TracedQueues({self.inner!r})"
 
     @contextmanager
-    def _span(self, name: str, queue: str, kind: SpanKind, operation: str, op_type: str,
+    def _span(self, operation: str, queue: str, kind: SpanKind, operation_type: str,
               **attributes: Any) -> Iterator[Span]:
-        """A span around one call; a failure is its exception event and error status."""
+        """A span ``<operation> <queue>`` around one call; a failure is its exception event and error status."""
         span = self.telemetry.tracer.start_span(
-            f"{name} {queue}", kind=kind,
-            attributes={**messaging_attributes(self.system, queue, operation, op_type), **attributes})
+            f"{operation} {queue}", kind=kind,
+            attributes={**messaging_attributes(self.system, queue, operation, operation_type), **attributes})
         with trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
             yield span
 
     async def put(self, queue: str, content: str, **options: Any) -> RawMessage:
-        with self._span("send", queue, SpanKind.PRODUCER, "send", "send") as span:
+        with self._span("send", queue, SpanKind.PRODUCER, "send") as span:
             if self.inner.capabilities.message_properties:
                 options["properties"] = {**(options.get("properties") or {}), **self.telemetry.inject(span)}
             sent = await self.inner.put(queue, content, **options)
@@ -160,14 +161,15 @@ class TracedQueues:
 
     async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float,
                      content: str | None = None) -> Receipt:
-        if not trace.get_current_span().get_span_context().is_valid:  # a renewal, beside every invocation
+        # Outside an invocation's span: a renewal (or a checkpoint), which the lease scheduler makes beside them all.
+        if not trace.get_current_span().get_span_context().is_valid:
             return await self.inner.update(queue, message_id, pop_receipt, visibility_timeout, content)
-        with self._span("update", queue, SpanKind.CLIENT, "update", "settle", **{
+        with self._span("update", queue, SpanKind.CLIENT, "settle", **{
                 "messaging.message.id": message_id, "worker.visibility_timeout": visibility_timeout}):
             return await self.inner.update(queue, message_id, pop_receipt, visibility_timeout, content)
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
         if not trace.get_current_span().get_span_context().is_valid:
             return await self.inner.delete(queue, message_id, pop_receipt)
-        with self._span("delete", queue, SpanKind.CLIENT, "delete", "settle", **{"messaging.message.id": message_id}):
+        with self._span("delete", queue, SpanKind.CLIENT, "settle", **{"messaging.message.id": message_id}):
             return await self.inner.delete(queue, message_id, pop_receipt)
