@@ -206,9 +206,11 @@ def test_builder_installs_the_project_with_its_constraints(dockerfile: Dockerfil
     assert needed <= copied, f"the builder does not copy {needed - copied}"
 
 
-#: Extras the image may leave out, each with the one package of worker/ that imports what it brings: the core
-#: imports that package only when a connection needs it (tests/unit/test_small_install.py holds it to that).
-LEFT_OUT = {"oci": "worker/backends/oci/"}
+#: Extras the image may leave out, each with the modules of worker/ that import what it brings: the core imports
+#: them only when a connection (OCI Queue) or the OTEL_* variables (traces) need them
+#: (tests/unit/test_small_install.py holds it to that).
+LEFT_OUT = {"oci": ("worker/backends/oci/",),
+            "otel": ("worker/observability/otel.py", "worker/middleware/tracing.py")}
 
 
 def distributions(requirements: list[str]) -> set[str]:
