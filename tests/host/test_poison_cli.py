@@ -27,9 +27,13 @@ def as_json(result: Ran) -> Any:
 
 async def test_poison_requeue_round_trip(tmp_path: Path, connection: str | None, queue: QueueBackend) -> None:
     bodies = ["first", "second", '{"third": 3}']
+    # Where messages carry properties, a requeued one keeps them (the trace context of the send that poisoned it).
+    carried = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    properties = carried if queue.capabilities.message_properties else None
     await queue.create_queue(f"{QUEUE}-poison")
     for body in bodies:
-        await queue.put(f"{QUEUE}-poison", encode(body, "base64"), time_to_live=-1)
+        await queue.put(f"{QUEUE}-poison", encode(body, "base64"), time_to_live=-1,
+                        properties=properties if body == "first" else None)
 
     listed = as_json(await worker(tmp_path, connection, "poison", "list", QUEUE, "--json"))
     assert sorted(m["body"] for m in listed) == sorted(bodies)
@@ -45,6 +49,8 @@ async def test_poison_requeue_round_trip(tmp_path: Path, connection: str | None,
     back = await queue.peek(QUEUE, 32)
     assert sorted(m.content for m in back) == sorted(encode(b, "base64") for b in bodies)
     assert all(m.dequeue_count == 0 for m in back), "requeued messages start over"
+    assert {m.content: dict(m.properties) for m in back} == {
+        encode(b, "base64"): (properties or {}) if b == "first" else {} for b in bodies}
     assert as_json(await worker(tmp_path, connection, "stats", "--json")) == [
         {"queue": QUEUE, "messages": 3, "poison": 0}
     ]

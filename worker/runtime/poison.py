@@ -130,8 +130,8 @@ class PoisonQueue:
             if not batch:
                 break
             for message in batch:
-                if requeue:
-                    await backend.put(source, message.content)
+                if requeue:  # with its properties (the trace context its producer wrote), where it has them
+                    await backend.put(source, message.content, properties=message.properties or None)
                 assert message.pop_receipt is not None
                 await backend.delete(poison, message.id, message.pop_receipt)
                 done += 1
