@@ -65,8 +65,16 @@ which runs in a process of its own so that decoding the spans is not charged
 to the worker. Per message that is a CONSUMER span and a delete span, plus a
 span per receive. It prints worker+otel/worker and how many spans arrived.
 
-Run: ``.venv/bin/python bench/throughput.py [--messages 1000] [--rounds 3] [--latency-ms 0] [--otel]`` (or
-``make bench``).
+``--console`` adds ``worker+console``: the same worker with ``worker.httpPort``
+set and a token, so that the endpoints server and the web console run, while
+``--console-pages`` open console pages (default 10) refresh it as the page's
+script does (the state view every 3 s, the history every 10 s, each page's
+first poll at once and the pages staggered), from a process of its own so that
+only the serving is charged to the worker. It prints worker+console/worker and
+how many console requests were answered.
+
+Run: ``.venv/bin/python bench/throughput.py [--messages 1000] [--rounds 3] [--latency-ms 0] [--otel] [--console]``
+(or ``make bench``).
 """
 
 from __future__ import annotations
@@ -87,6 +95,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+#: The endpoint token of ``worker+console`` (the console's data is guarded, as in production).
+CONSOLE_TOKEN = "bench-console-token"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -95,6 +105,7 @@ from azure.storage.queue import QueueMessage as SdkMessage  # noqa: E402
 from azure.storage.queue.aio import QueueClient  # noqa: E402
 
 from tests.azurite import Azurite  # noqa: E402
+from tests.support import free_port  # noqa: E402
 from worker import QueueMessage, WorkerApp  # noqa: E402
 from worker.observability.logs import configure_logging  # noqa: E402
 from worker.observability.metrics import Metrics  # noqa: E402
@@ -255,9 +266,10 @@ class SuccessClock(Metrics):
 
 
 async def run_worker(
-    connection_string: str, queue: str, messages: int, settings: WorkerSettings
+    connection_string: str, queue: str, messages: int, settings: WorkerSettings, http_port: int | None = None
 ) -> tuple[Measurement, float]:
-    """The host drains ``queue``: the time to the last delete, and the time until burst-mode ``run()`` returned."""
+    """The host drains ``queue``: the time to the last delete, and the time until burst-mode ``run()`` returned.
+    With ``http_port``, its endpoints and console are served there."""
     app = WorkerApp()
 
     async def noop(msg: QueueMessage) -> None:
@@ -270,6 +282,7 @@ async def run_worker(
         max_in_flight=settings.max_in_flight,
         message_encoding="none",
         connections={CONNECTION: connection_string},
+        http_port=http_port,
     )
     host = Host(app, config, burst=True)
     clock = host.metrics = SuccessClock(messages)
@@ -357,8 +370,71 @@ class ReceiverProcess:
         self.proc.wait(10)
 
 
+class ConsolePages:
+    """Open console pages in a process of their own, polling as the page's script does; it says how many requests
+    were answered when asked on stdin."""
+
+    #: The page's own schedule (worker/runtime/console/static/console.js): the state every 3 s, the history every 10 s.
+    SCRIPT = """
+import sys, threading, time, urllib.request
+port, token, pages = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+answered = 0
+lock = threading.Lock()
+
+def get(path):
+    global answered
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            response.read()
+    except OSError:
+        return  # the worker is between runs
+    with lock:
+        answered += 1
+
+def page(offset):
+    time.sleep(offset)
+    next_state = next_history = time.monotonic()
+    while True:
+        now = time.monotonic()
+        if now >= next_state:
+            get("/console/api/state")
+            next_state = now + 3.0
+        if now >= next_history:
+            get("/console/api/history")
+            next_history = now + 10.0
+        time.sleep(max(0.0, min(next_state, next_history) - time.monotonic()))
+
+for index in range(pages):
+    threading.Thread(target=page, args=(3.0 * index / pages,), daemon=True).start()
+print("polling", flush=True)
+for _ in sys.stdin:
+    with lock:
+        print(answered, flush=True)
+"""
+
+    def __init__(self, port: int, token: str, pages: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", self.SCRIPT, str(port), token, str(pages)], cwd=REPO,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "polling":
+            self.stop()
+            raise RuntimeError("the console pages did not start")
+
+    def answered(self) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("count\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
 async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: str,
-                receiver: ReceiverProcess | None = None) -> None:
+                receiver: ReceiverProcess | None = None, pages: ConsolePages | None = None,
+                console_port: int | None = None) -> None:
     """Every contender drains its queues through ``connection_string``: Azurite itself, or the latency proxy."""
     assert azurite.proc is not None
     server = AzuriteCpu(azurite.proc.pid)
@@ -399,6 +475,19 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
 
         traced = Contender("worker+otel", worker_traced)
         contenders.append(traced)
+    watched: Contender | None = None
+    if pages is not None:
+
+        async def worker_watched(connection_string: str, queue: str) -> Measurement:
+            os.environ["WORKER_HTTP_TOKEN"] = CONSOLE_TOKEN
+            try:
+                result, _ = await run_worker(connection_string, queue, n, settings, http_port=console_port)
+            finally:
+                os.environ.pop("WORKER_HTTP_TOKEN", None)
+            return result
+
+        watched = Contender("worker+console", worker_watched)
+        contenders.append(watched)
     for round_ in range(args.rounds):
         # Rotate the order each round and reverse every other one, so that no contender always runs first or last.
         shift = round_ % len(contenders)
@@ -429,6 +518,11 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
         print(f"worker+otel/worker = {traced.median_rate(n) / worker_rate:.2f}   (msgs/s with traces over without; "
               f"py ms/msg {1000 * statistics.median(traced.python_cpu) / n:.2f} against "
               f"{1000 * statistics.median(host.python_cpu) / n:.2f}; {receiver.spans()} spans received)")
+    if watched is not None and pages is not None:
+        print(f"worker+console/worker = {watched.median_rate(n) / worker_rate:.2f}   (msgs/s with {args.console_pages} "
+              f"console pages refreshing over without; py ms/msg {1000 * statistics.median(watched.python_cpu) / n:.2f}"
+              f" against {1000 * statistics.median(host.python_cpu) / n:.2f}; {pages.answered()} console requests "
+              "answered)")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -449,6 +543,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="add this round-trip delay to every request, through a proxy process (default 0: none)")
     parser.add_argument("--otel", action="store_true",
                         help="add the worker with OpenTelemetry traces exported over OTLP/HTTP (needs the otel extra)")
+    parser.add_argument("--console", action="store_true",
+                        help="add the worker with its endpoints and web console on, and console pages refreshing it")
+    parser.add_argument("--console-pages", type=int, default=10,
+                        help="how many open console pages refresh it with --console (default 10)")
     return parser.parse_args(argv)
 
 
@@ -459,18 +557,22 @@ def main(argv: list[str] | None = None) -> None:
         azurite = Azurite(location=Path(folder)).start()
         proxy: subprocess.Popen[str] | None = None
         receiver = ReceiverProcess() if args.otel else None
+        console_port = free_port() if args.console else None
+        pages = ConsolePages(console_port, CONSOLE_TOKEN, args.console_pages) if console_port else None
         try:
             connection_string = azurite.connection_string
             if args.latency_ms:
                 proxy, port = start_latency_proxy(azurite.port, args.latency_ms)
                 connection_string = connection_string.replace(f":{azurite.port}/", f":{port}/")
-            asyncio.run(bench(args, azurite, connection_string, receiver))
+            asyncio.run(bench(args, azurite, connection_string, receiver, pages, console_port))
         finally:
             if proxy is not None:
                 proxy.terminate()
                 proxy.wait(10)
             if receiver is not None:
                 receiver.stop()
+            if pages is not None:
+                pages.stop()
             azurite.stop()
 
 
