@@ -344,22 +344,17 @@ def otel_environment(endpoint: str) -> dict[str, str]:
     return {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_SERVICE_NAME": "bench-worker"}
 
 
-class ReceiverProcess:
-    """The tests' OTLP/HTTP receiver in a process of its own; it says how many spans it got when asked on stdin."""
+class SideProcess:
+    """A process of the benchmark's own beside the worker, so that its work is not charged to the worker: it prints one
+    line once started, then a count each time it is asked on stdin."""
 
-    SCRIPT = ("import sys\nfrom tests.tracing.receiver import Receiver\nr = Receiver().start()\n"
-              "print(r.endpoint, flush=True)\nfor _ in sys.stdin:\n    print(len(r.received()), flush=True)\n")
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", self.SCRIPT], cwd=REPO, stdin=subprocess.PIPE,
+    def __init__(self, script: str, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", script, *args], cwd=REPO, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
-        self.endpoint = self.proc.stdout.readline().strip()
-        if not self.endpoint.startswith("http://"):
-            self.stop()
-            raise RuntimeError(f"the OTLP receiver did not start: {self.endpoint!r}")
+        self.first_line = self.proc.stdout.readline().strip()
 
-    def spans(self) -> int:
+    def count(self) -> int:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write("count\n")
         self.proc.stdin.flush()
@@ -370,9 +365,22 @@ class ReceiverProcess:
         self.proc.wait(10)
 
 
-class ConsolePages:
-    """Open console pages in a process of their own, polling as the page's script does; it says how many requests
-    were answered when asked on stdin."""
+class ReceiverProcess(SideProcess):
+    """The tests' OTLP/HTTP receiver; its count is the spans it received."""
+
+    SCRIPT = ("import sys\nfrom tests.tracing.receiver import Receiver\nr = Receiver().start()\n"
+              "print(r.endpoint, flush=True)\nfor _ in sys.stdin:\n    print(len(r.received()), flush=True)\n")
+
+    def __init__(self) -> None:
+        super().__init__(self.SCRIPT)
+        self.endpoint = self.first_line
+        if not self.endpoint.startswith("http://"):
+            self.stop()
+            raise RuntimeError(f"the OTLP receiver did not start: {self.endpoint!r}")
+
+
+class ConsolePages(SideProcess):
+    """Open console pages, polling as the page's script does; their count is the requests answered."""
 
     #: The page's own schedule (worker/runtime/console/static/console.js): the state every 3 s, the history every 10 s.
     SCRIPT = """
@@ -414,22 +422,10 @@ for _ in sys.stdin:
 """
 
     def __init__(self, port: int, token: str, pages: int) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", self.SCRIPT, str(port), token, str(pages)], cwd=REPO,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "polling":
+        super().__init__(self.SCRIPT, str(port), token, str(pages))
+        if self.first_line != "polling":
             self.stop()
             raise RuntimeError("the console pages did not start")
-
-    def answered(self) -> int:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("count\n")
-        self.proc.stdin.flush()
-        return int(self.proc.stdout.readline())
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
 
 
 async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: str,
@@ -517,11 +513,11 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     if traced is not None and receiver is not None:
         print(f"worker+otel/worker = {traced.median_rate(n) / worker_rate:.2f}   (msgs/s with traces over without; "
               f"py ms/msg {1000 * statistics.median(traced.python_cpu) / n:.2f} against "
-              f"{1000 * statistics.median(host.python_cpu) / n:.2f}; {receiver.spans()} spans received)")
+              f"{1000 * statistics.median(host.python_cpu) / n:.2f}; {receiver.count()} spans received)")
     if watched is not None and pages is not None:
         print(f"worker+console/worker = {watched.median_rate(n) / worker_rate:.2f}   (msgs/s with {args.console_pages} "
               f"console pages refreshing over without; py ms/msg {1000 * statistics.median(watched.python_cpu) / n:.2f}"
-              f" against {1000 * statistics.median(host.python_cpu) / n:.2f}; {pages.answered()} console requests "
+              f" against {1000 * statistics.median(host.python_cpu) / n:.2f}; {pages.count()} console requests "
               "answered)")
 
 
