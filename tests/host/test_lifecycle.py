@@ -218,6 +218,8 @@ async def test_lost_lease_is_visible_to_a_sync_handler(config: HostConfig, queue
         await asyncio.wait_for(started.wait(), 10)
         await _steal(queue, seen["msg"])
         await apoll(lambda: _ready(lambda: host.metrics.get("completions_skipped") == 1), 10, what="a skipped completion")
+    # The handler's thread, which the host stopped waiting for, records what it saw as it wakes: maybe only now.
+    await apoll(lambda: _ready(lambda: "noticed" in seen), 10, what="the handler to wake")
     assert seen["noticed"] is True
 
 
