@@ -43,6 +43,13 @@ class Middleware:
     def host_stopped(self) -> None:
         """The host has drained and is about to close storage."""
 
+    def not_ready(self) -> list[str]:
+        """Why the host is not ready by this middleware's account (Spark still starting, say): lines for ``/readyz``.
+
+        Called on the event loop for each readiness probe, so it must answer at once from what it holds.
+        """
+        return []
+
     def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
         """How many messages the listener of ``function`` may receive now, at most ``room``.
 
@@ -71,8 +78,8 @@ class Middleware:
         """The message was completed: ``done`` says what was done to it (deleted, released, poisoned, ...)."""
 
 
-_HOOKS = ("host_started", "host_stopped", "receive_limit", "after_receive", "before_invocation", "after_invocation",
-          "on_interrupt", "retry_delay", "after_completion")
+_HOOKS = ("host_started", "host_stopped", "not_ready", "receive_limit", "after_receive", "before_invocation",
+          "after_invocation", "on_interrupt", "retry_delay", "after_completion")
 
 
 class Chain:
@@ -86,6 +93,7 @@ class Chain:
         }
         self._started = hooks["host_started"]
         self._stopped = hooks["host_stopped"][::-1]
+        self._not_ready = hooks["not_ready"]
         self._limits = hooks["receive_limit"]
         self._received = hooks["after_receive"]
         # Whether each invocation hook is a coroutine function is settled once, not asked per message.
@@ -102,6 +110,16 @@ class Chain:
     def host_stopped(self) -> None:
         for hook in self._stopped:
             _guarded(hook)
+
+    def not_ready(self) -> list[str]:
+        """Every middleware's reasons the host is not ready; one that fails says so (a readiness probe must answer)."""
+        problems: list[str] = []
+        for hook in self._not_ready:
+            try:
+                problems += hook()
+            except Exception as exc:
+                problems.append(f"{getattr(hook, '__qualname__', repr(hook))} failed: {type(exc).__name__}: {exc}")
+        return problems
 
     def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
         for hook in self._limits:

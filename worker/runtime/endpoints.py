@@ -3,8 +3,9 @@
 ``/healthz``  200 while the event loop answers (a blocked loop fails the probe); 503 once every handler
               thread is held by a handler the host gave up on (past functionTimeout), which only a restart
               frees: Functions recycles its worker process in that case, and a liveness probe does so here.
-``/readyz``   200 when storage answers, functions are loaded, the host is not draining and no finished message waits
-              for storage to settle it (receives are then held back); else 503 with why.
+``/readyz``   200 when storage answers, functions are loaded, the host is not draining, no finished message waits
+              for storage to settle it (receives are then held back) and no middleware says otherwise ("Spark
+              starting"); else 503 with why.
 ``/metrics``  Prometheus text: counters, handler and poll-latency histograms, in-flight and queue-length gauges.
 ``/leases``   JSON: every message this worker holds invisible, with function, queue, id, dequeue count,
               lease expiry and elapsed time. Azure Storage Queues cannot list invisible messages; the worker
@@ -94,9 +95,12 @@ class Endpoints:
         stuck: Callable[[], str | None],
         last_storage_error: Callable[[], str | None] = lambda: None,
         held_back: Callable[[], list[str]] = list,
+        not_ready: Callable[[], list[str]] = list,
     ) -> None:
         """``last_storage_error`` says why storage last failed, for a readiness check that gets no answer in time;
-        ``held_back`` why receives are held back (completions failing on storage), one line per storage."""
+        ``held_back`` why receives are held back (completions failing on storage), one line per storage;
+        ``not_ready`` what the middleware says keeps the host from being ready (Spark starting, or why it did not)."""
+        self.not_ready = not_ready
         self.last_storage_error = last_storage_error
         self.held_back = held_back
         self.metrics = metrics
@@ -149,6 +153,7 @@ class Endpoints:
         if (stuck := self.stuck()) is not None:
             problems.append(stuck)
         problems += self.held_back()
+        problems += self.not_ready()
         try:
             async with asyncio.timeout(READY_TIMEOUT):  # not wait_for: see worker/waits.py
                 await self.storage_check()

@@ -300,7 +300,7 @@ class Host:
         endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
                               draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
                               last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
-                              held_back=trouble.problems)
+                              held_back=trouble.problems, not_ready=middleware.not_ready)
         console = self._console(listeners, scheduler, dispatcher, endpoints, middleware, actions=token is not None)
         await endpoints.start(self.config.http_port, self.config.http_host, token, console)
 
