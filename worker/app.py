@@ -96,6 +96,7 @@ class WorkerApp:
         cardinality: str = "one",
         channel: str | None = None,
         checkpoints: bool = False,
+        spark: bool = False,
     ) -> Callable[[F], F]:
         """Run the decorated function for each message on ``queue_name``, passed as ``arg_name``.
 
@@ -112,7 +113,11 @@ class WorkerApp:
         elsewhere it is refused at start. ``checkpoints=True`` lets the handler
         replace its message's content as it works (``msg.checkpoint``), for
         work that resumes where a crashed attempt got to; a backend that
-        cannot change content (OCI Queue) is refused at start.
+        cannot change content (OCI Queue) is refused at start. ``spark=True``
+        says the handler runs Spark: the host then starts the Spark session in
+        the background as it starts, so that the first message does not pay for
+        the JVM and the cold first jobs (a handler without it can still call
+        ``spark.session()``, which then starts Spark at its first call).
         """
         try:
             if cardinality not in ("one", "many"):
@@ -150,6 +155,7 @@ class WorkerApp:
                 retry=getattr(handler, _RETRY_ATTR, None),
                 channel=channel,
                 checkpoints=checkpoints,
+                spark=spark,
             )
             return handler
 

@@ -79,6 +79,8 @@ class FunctionSpec:
     channel: str | None = None
     #: The handler replaces its message's content as it goes (``msg.checkpoint``): the backend must update content.
     checkpoints: bool = False
+    #: The handler runs Spark (``spark=True``): the host starts the Spark session as it starts, not at the first message.
+    spark: bool = False
 
     @property
     def has_blob_bindings(self) -> bool:

@@ -1,9 +1,15 @@
 """Spark as middleware: one SparkSession per worker process, and every invocation's Spark jobs bound to its lease.
 
 The host knows nothing of Spark: :func:`worker.middleware.builtin.standard`
-adds a :class:`Spark` middleware made from host.yaml's ``spark:`` section (the
-session is made at first use), unless the app brought its own (a test or a
-benchmark that keeps one session across host runs). Before each invocation it
+adds a :class:`Spark` middleware made from host.yaml's ``spark:`` section,
+unless the app brought its own (a test or a benchmark that keeps one session
+across host runs). When a function is declared with ``spark=True`` the
+middleware's ``host_started`` makes the session in a thread of its own, warmed
+with a tiny job, while the host already serves the other functions; until it is
+ready ``/readyz`` says "Spark starting" (or why it did not start), and a handler
+that asks for it waits. Without such a function nothing starts a JVM until a
+handler asks. A session that died is made again for the next handler that
+asks (:meth:`SparkProvider.session`). Before each invocation it
 makes its :class:`SparkProvider` the one :func:`worker.spark.session` answers
 with in that invocation's context; a handler's call tags the Spark jobs its
 thread starts with its invocation id, so that when the host gives up on the
@@ -19,12 +25,14 @@ beside host.yaml, not into the worker's structured log.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +42,7 @@ import structlog
 from worker.backends.embedded.files import private_file
 from worker.invocation import Invocation, current_invocation
 from worker.middleware import Middleware
+from worker.model import FunctionSpec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -110,13 +119,34 @@ class SparkSettings:
     log_file: Path | None = None
 
 
+class SparkUnavailable(RuntimeError):
+    """No session for the handler: the host gave up on its invocation while Spark was starting, or stopped."""
+
+
 class SparkProvider:
-    """Creates the SparkSession on first use, tags invocations' jobs, and stops it at shutdown."""
+    """Makes the SparkSession (in the background as the host starts, or at first use), hands it out alive, tags
+    invocations' jobs, and stops it at shutdown.
+
+    A session that died (its JVM exited, its SparkContext was stopped, its
+    Connect server went away or restarted) is found by one cheap call before it
+    is handed to a handler, and made again, so that one lost server costs the
+    invocations that were running on it and not every one after.
+    """
 
     def __init__(self, settings: SparkSettings) -> None:
         self.settings = settings
+        #: Sessions made so far: 1 once Spark has started, more after each session that died was made again.
+        self.starts = 0
         self._session: SparkSession | None = None
-        self._lock = threading.Lock()
+        #: Guards the fields below; never held while a session is made or checked (seconds, or a server's
+        #: timeout), so the event loop, which asks for readiness and interrupts, waits for a few lines at most.
+        self._lock = threading.Condition()
+        #: A thread is making the session; the others wait for it.
+        self._building = False
+        #: Why the last start failed, until one succeeds.
+        self._failure: str | None = None
+        #: Stopped with the host: a session still being made is stopped when it is ready.
+        self._closed = False
         #: Per invocation id, how to cancel the jobs of each handler thread that tagged them.
         self._tagged: dict[str, list[tuple[Callable[[], object], str, threading.Event]]] = {}
 
@@ -125,15 +155,132 @@ class SparkProvider:
         """True for Spark Connect, whose tags and interrupts are the session's, not the SparkContext's."""
         return self.settings.master.startswith("sc://")
 
-    def session(self) -> SparkSession:
-        """The session (made on first call); inside a handler, its thread's jobs are tagged with the invocation."""
+    def start(self) -> None:
+        """Make the session in a thread of its own, and warm it with a tiny job, unless it is made or being made.
+
+        The host goes on receiving meanwhile, so queue work that needs no Spark
+        is not held up; a handler that asks for the session waits for this one.
+        """
         with self._lock:
-            if self._session is None:
-                self._session = self._build()
+            if self._session is not None or self._building or self._closed:
+                return
+            self._building = True
+        threading.Thread(target=self._start_in_background, name="spark-start", daemon=True).start()
+
+    def _start_in_background(self) -> None:
+        # A failure is logged and kept for /readyz by _make; the next handler that asks tries again.
+        with contextlib.suppress(Exception):
+            self._make(warm_up=True)
+
+    def problem(self) -> str | None:
+        """Why Spark is not ready for handlers (starting, or why it did not start), for ``/readyz``; None when it is
+        (or when nothing has asked for it)."""
+        with self._lock:
+            if self._building:
+                return "Spark starting"
+            if self._session is None and self._failure is not None:
+                return f"Spark did not start: {self._failure}"
+        return None
+
+    def session(self) -> SparkSession:
+        """The session, alive; inside a handler, its thread's jobs are tagged with the invocation.
+
+        While Spark is starting this waits for it, until the host gives up on
+        the invocation (functionTimeout, a lost lease, shutdown): then it raises
+        :class:`SparkUnavailable`.
+        """
         invocation = current_invocation.get()
+        spark = self._live(invocation)
         if invocation is not None:
-            self._tag(self._session, invocation)
-        return self._session
+            self._tag(spark, invocation)
+        return spark
+
+    def _live(self, invocation: Invocation | None) -> SparkSession:
+        """Wait while another thread makes the session; make it here when there is none, or when it died."""
+        while True:
+            with self._lock:
+                if self._building:
+                    log.info("waiting for Spark to start")
+                    self._lock.wait_for(lambda: not self._building or _given_up(invocation))
+                    if self._building:
+                        raise SparkUnavailable("the host gave up on the invocation while Spark was starting")
+                    continue
+                if self._closed:
+                    raise SparkUnavailable("Spark was stopped with the host")
+                spark = self._session
+                if spark is None:
+                    self._building = True  # this thread makes it (a start that failed, or no start with the host)
+            if spark is None:
+                return self._make(warm_up=False)
+            if (death := self._death(spark)) is None:
+                return spark
+            with self._lock:
+                if self._session is not spark or self._building:
+                    continue  # another thread found it dead first
+                self._session, self._building = None, True
+            log.warning("the Spark session is gone; starting another", master=self.settings.master, reason=death)
+            _discard(spark, self.remote)
+            return self._make(warm_up=False)
+
+    def _make(self, *, warm_up: bool) -> SparkSession:
+        """Make the session (the calling thread set ``_building``), keep it, and wake whoever waits for it."""
+        began = time.monotonic()
+        try:
+            spark = self._build()
+            if warm_up:
+                # The first jobs of a session are slow (code generation, class loading, executors to register):
+                # paid here, before any message, rather than by the first handler.
+                spark.range(0, 16, numPartitions=2).selectExpr("sum(id)").collect()
+        except Exception as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+            log.error("Spark did not start; the next Spark handler tries again", master=self.settings.master,
+                      error=failure)
+            with self._lock:
+                self._building, self._failure = False, failure
+                self._lock.notify_all()
+            raise
+        with self._lock:
+            self._building, self._failure, closed = False, None, self._closed
+            if not closed:
+                self._session = spark
+                self.starts += 1
+            self._lock.notify_all()
+        if closed:
+            _discard(spark, self.remote)
+            raise SparkUnavailable("the host stopped while Spark was starting")
+        log.info("Spark ready", master=self.settings.master, seconds=round(time.monotonic() - began, 3),
+                 warmed_up=warm_up, starts=self.starts)
+        return spark
+
+    def _death(self, spark: SparkSession) -> str | None:
+        """Why the session can run no more jobs; None while it can. One call to the JVM or the Connect server.
+
+        Classic: the JVM process exited, or its SparkContext stopped (a
+        standalone master that removed the application stops it). Connect: the
+        client was closed, or the server does not answer or is another one (a
+        restarted server knows nothing of the session, and says so).
+        """
+        if self.remote:
+            if spark.is_stopped:
+                return "the Connect session was closed"
+            try:
+                spark.conf.get("spark.sql.session.timeZone")
+            except Exception as exc:
+                return f"the Connect server refused the session: {type(exc).__name__}: {exc}"
+            return None
+        from py4j.protocol import Py4JError
+        from pyspark import SparkContext
+
+        process = getattr(SparkContext._gateway, "proc", None)
+        if process is not None and process.poll() is not None:
+            return f"Spark's JVM exited with code {process.returncode}"
+        java_context = spark.sparkContext._jsc
+        try:
+            if java_context is None or java_context.sc().isStopped():
+                return "the SparkContext was stopped"
+        except Py4JError as exc:
+            return f"Spark's JVM does not answer: {exc}"
+        return None
 
     def _build(self) -> SparkSession:
         from pyspark.sql import SparkSession
@@ -218,22 +365,67 @@ class SparkProvider:
             return [tag for _, tag, _ in self._tagged.get(invocation_id, ())]
 
     def interrupt(self, invocation: Invocation) -> None:
-        """Cancel the Spark jobs the invocation's handler started, until it returns (see :func:`_cancel_until`)."""
+        """Cancel the Spark jobs the invocation's handler started, until it returns (see :func:`_cancel_until`);
+        a handler still waiting for Spark to start stops waiting."""
         with self._lock:
             tagged = list(self._tagged.get(invocation.id, ()))
+            self._lock.notify_all()
         for cancel, tag, handler_returned in tagged:
             _cancel_until(cancel, tag, handler_returned)
 
     def stop(self) -> None:
+        """Stop the session; one still being made is stopped as soon as it is ready."""
         with self._lock:
-            if self._session is not None:
-                log.info("stopping Spark")
-                self._session.stop()
-                self._session = None
-                if self.remote:
-                    # PySpark marks the whole process as Spark Connect once a remote session is built; a later
-                    # session on another master (an in-process host after this one) must not inherit that.
-                    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+            self._closed = True
+            spark, self._session = self._session, None
+        if spark is not None:
+            log.info("stopping Spark")
+            _discard(spark, self.remote)
+
+
+def _given_up(invocation: Invocation | None) -> bool:
+    """Whether the host gave up on the invocation (outside one, nobody does)."""
+    return invocation is not None and invocation.interrupted
+
+
+def _discard(spark: SparkSession, remote: bool) -> None:
+    """Stop a session and forget what PySpark keeps of it in the process, even when its JVM or server is gone.
+
+    Otherwise the next build is handed this session back (PySpark keeps one per
+    process), or talks to a JVM that exited. PySpark also marks the whole
+    process as Spark Connect once a remote session is built; a later session on
+    another master (an in-process host after this one) must not inherit that.
+    """
+    if remote:
+        _stop_quietly(spark)
+        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
+        return
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if gateway is None or process is None or process.poll() is None:
+        _stop_quietly(spark)
+        return
+    # The JVM is gone: there is nothing to ask it, and spark.stop() would fail half-way, leaving the process's
+    # SparkContext in place for the next build to be handed back. Only the Python side is stopped (the accumulator
+    # server, the process's active context), and the gateway forgotten: the next session launches a JVM of its own.
+    context = spark.sparkContext
+    context._jsc = None
+    context.stop()
+    SparkSession._instantiatedSession = SparkSession._activeSession = None
+    with SparkContext._lock:
+        gateway.close()
+        SparkContext._gateway = SparkContext._jvm = None
+
+
+def _stop_quietly(spark: SparkSession) -> None:
+    """Stop a session whose JVM or server may not answer (a restarted Connect server does not know it)."""
+    try:
+        spark.stop()
+    except Exception as exc:
+        log.info("the Spark session did not stop cleanly", error=f"{type(exc).__name__}: {exc}")
 
 
 def _cancel_until(cancel: Callable[[], object], tag: str, handler_returned: threading.Event) -> None:
@@ -282,6 +474,16 @@ class Spark(Middleware):
     @classmethod
     def from_settings(cls, settings: SparkSettings) -> Spark:
         return cls(SparkProvider(settings), owned=True)
+
+    def host_started(self, functions: Sequence[FunctionSpec]) -> None:
+        """Start Spark now, in the background, when a function says it runs Spark (``spark=True``)."""
+        if using := [function.name for function in functions if function.spark]:
+            log.info("starting Spark with the host", functions=using)
+            self.provider.start()
+
+    def not_ready(self) -> list[str]:
+        problem = self.provider.problem()
+        return [] if problem is None else [problem]
 
     def before_invocation(self, invocation: Invocation) -> None:
         # Set in the invocation's own task context, which the handler's task and thread copy: nothing leaks.
