@@ -42,11 +42,14 @@ class StandaloneCluster:
 
 
 class ConnectServer:
-    """A Spark Connect server on ``local[2]``; ``url`` is its ``sc://`` address."""
+    """A Spark Connect server on ``local[2]``; ``url`` is its ``sc://`` address.
 
-    def __init__(self, folder: Path) -> None:
+    ``port``: a given one, for a server that stands in for another one stopped (a restart); else a free one.
+    """
+
+    def __init__(self, folder: Path, port: int | None = None) -> None:
         self.folder = folder
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         self._server: spark_cluster.Server | None = None
 

@@ -12,6 +12,8 @@ master stops the session before. The Spark tests run in one process
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,21 @@ class SparkSessions:
     def middleware(self, master: str, conf: dict[str, str]) -> Spark:
         """The middleware a test's host gets: the shared provider, left running when the host stops."""
         return Spark(self.provider(master, conf), owned=False)
+
+    @contextmanager
+    def private(self, master: str, conf: dict[str, str]) -> Iterator[SparkProvider]:
+        """A provider of the caller's own, not yet started, stopped when the block ends: for a test that watches a
+        session start, or kills it.
+
+        The shared session is stopped first (one per process); the next test that asks for it makes it again.
+        """
+        self.stop()
+        log_file = None if master.startswith("sc://") else self.folder / "spark.log"
+        provider = SparkProvider(SparkSettings(master, conf=dict(conf), log_file=log_file))
+        try:
+            yield provider
+        finally:
+            provider.stop()
 
     def stop(self) -> None:
         if self._provider is not None:

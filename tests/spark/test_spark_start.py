@@ -1,0 +1,160 @@
+"""Spark started with the host, before the first message, and a session that died made again for the next one.
+
+Each test watches a session start, or kills one, so each makes its own
+(``spark_sessions.private``) rather than disturbing the shared one; the killed
+Connect server is a server of the test's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.spark.cluster import ConnectServer
+from tests.spark.sessions import SparkSessions, master_and_conf
+from tests.support import apoll, free_port, get
+from worker import QueueMessage, WorkerApp, spark
+from worker.backends.queues import QueueBackend
+from worker.backends.registry import open_backend
+from worker.bindings.encoding import encode
+from worker.middleware.spark import Spark, SparkProvider
+from worker.runtime.host import Host
+from worker.settings.config import HostConfig
+
+QUEUE = "spark-jobs"
+PLAIN = "plain-jobs"
+
+
+@pytest.fixture
+async def queue(tmp_path: Path) -> AsyncIterator[QueueBackend]:
+    backend = open_backend(None, tmp_path)
+    for name in (QUEUE, PLAIN):
+        await backend.create_queue(name)
+    yield backend
+    await backend.close()
+
+
+def summing_app(provider: SparkProvider, seen: dict[str, Any]) -> WorkerApp:
+    """A Spark function (``spark=True``) that notes how many sessions were made before and after its job, and a
+    function without Spark that notes what readiness Spark had when it ran."""
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE, spark=True)
+    def total(msg: QueueMessage) -> None:
+        before = provider.starts
+        result = spark.session().range(0, 100, numPartitions=2).selectExpr("sum(id)").collect()[0][0]
+        seen.setdefault("runs", []).append({"starts_before": before, "starts_after": provider.starts, "sum": result})
+
+    @app.queue_trigger(arg_name="msg", queue_name=PLAIN)
+    def plain(msg: QueueMessage) -> None:
+        seen["plain_ran_while"] = provider.problem()
+
+    return app
+
+
+async def readiness(port: int) -> tuple[int, list[str]]:
+    status, body = await asyncio.to_thread(get, port, "/readyz")
+    return status, json.loads(body)["problems"]
+
+
+@pytest.mark.parametrize("where", ["local", "cluster", "connect"])
+async def test_spark_is_ready_before_the_first_message(
+    where: str, request: pytest.FixtureRequest, spark_sessions: SparkSessions, tmp_path: Path, queue: QueueBackend
+) -> None:
+    """/readyz says "Spark starting" while work without Spark goes on; once it is ready, the first Spark handler finds
+    the session made (it neither makes one nor waits)."""
+    master, conf = master_and_conf(where, request)
+    seen: dict[str, Any] = {}
+    port = free_port()
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, http_port=port,
+                        spark_master=master, spark_conf=conf)
+    await queue.put(PLAIN, encode("no Spark here", "base64"))
+    with spark_sessions.private(master, conf) as provider:
+        host = Host(summing_app(provider, seen), config, middleware=[Spark(provider)])
+        task = asyncio.create_task(host.run())
+        try:
+            starting = await apoll(lambda: _answered(port), 30, what="/readyz to answer")
+            assert starting == (503, ["Spark starting"])
+            await apoll(lambda: _true(host.metrics.get("succeeded", "plain") == 1), 30, what="the message without Spark")
+            assert seen["plain_ran_while"] == "Spark starting"  # it did not wait for Spark
+            await apoll(lambda: _ready(port), 180, what="/readyz to say ready")
+
+            await queue.put(QUEUE, encode("sum", "base64"))
+            await apoll(lambda: _true(host.metrics.get("succeeded", "total") == 1), 60, what="the Spark message")
+        finally:
+            host.request_stop()
+            await asyncio.wait_for(task, 120)
+    assert seen["runs"] == [{"starts_before": 1, "starts_after": 1, "sum": 4950}]
+
+
+@pytest.mark.parametrize("where", ["local", "connect"])
+async def test_a_session_that_died_is_made_again_for_the_next_invocation(
+    where: str, request: pytest.FixtureRequest, spark_sessions: SparkSessions, tmp_path: Path, queue: QueueBackend
+) -> None:
+    """Local: Spark's JVM is killed from outside. Connect: the server is stopped and another started on its port.
+    Either way the next message's handler gets a new session and succeeds, at its first attempt."""
+    server = ConnectServer(tmp_path / "connect").start() if where == "connect" else None
+    master, conf = master_and_conf("local", request) if server is None else (
+        server.url, {"spark.sql.shuffle.partitions": "2"})
+    seen: dict[str, Any] = {}
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, max_dequeue_count=1,
+                        spark_master=master, spark_conf=conf)
+    try:
+        with spark_sessions.private(master, conf) as provider:
+            host = Host(summing_app(provider, seen), config, middleware=[Spark(provider)])
+            task = asyncio.create_task(host.run())
+            try:
+                await queue.put(QUEUE, encode("first", "base64"))
+                await apoll(lambda: _true(host.metrics.get("succeeded", "total") == 1), 180, what="the first message")
+
+                if server is None:
+                    await asyncio.to_thread(_kill_jvm)
+                else:
+                    server.stop()
+                    server = ConnectServer(tmp_path / "connect-again", port=server.port).start()
+
+                await queue.put(QUEUE, encode("second", "base64"))
+                await apoll(lambda: _true(host.metrics.get("succeeded", "total") + host.metrics.get("failed") >= 2),
+                            180, what="the second message to be done")
+            finally:
+                host.request_stop()
+                await asyncio.wait_for(task, 120)
+    finally:
+        if server is not None:
+            server.stop()
+    assert host.metrics.get("failed") == 0, seen
+    assert [run["starts_after"] for run in seen["runs"]] == [1, 2]
+    assert [run["sum"] for run in seen["runs"]] == [4950, 4950]
+
+
+def _kill_jvm() -> None:
+    """SIGKILL the in-process session's JVM, as the kernel's OOM killer would, and wait until it is gone."""
+    from pyspark import SparkContext
+
+    process = SparkContext._gateway.proc
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(30)
+
+
+async def _answered(port: int) -> tuple[int, list[str]] | None:
+    try:
+        return await readiness(port)
+    except OSError:  # not listening yet
+        return None
+
+
+async def _ready(port: int) -> bool:
+    status, problems = await readiness(port)
+    assert problems in ([], ["Spark starting"]), problems
+    return status == 200
+
+
+async def _true(value: bool) -> bool:
+    return value
