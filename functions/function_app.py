@@ -8,6 +8,8 @@ Each step is a batch trigger (``cardinality="many"``): one Spark job handles
 every message the listener received at once. A message whose file cannot be
 read at all fails alone and, after maxDequeueCount attempts, ends in
 ``ingest-poison`` with its reason in the log; the rest of the batch goes on.
+Each step says ``spark=True``: the worker starts Spark as it starts, so the
+first landed file does not wait for the JVM and a cold session.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def warehouse() -> Path:
 
 @app.function_name("ingest")
 @app.queue_output(arg_name="next_step", queue_name="aggregate")
-@app.queue_trigger(arg_name="msgs", queue_name="ingest", cardinality="many")
+@app.queue_trigger(arg_name="msgs", queue_name="ingest", cardinality="many", spark=True)
 def ingest(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
     paths = []
     for msg in msgs:
@@ -55,7 +57,7 @@ def ingest(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
 
 @app.function_name("aggregate")
 @app.queue_output(arg_name="next_step", queue_name="report")
-@app.queue_trigger(arg_name="msgs", queue_name="aggregate", cardinality="many")
+@app.queue_trigger(arg_name="msgs", queue_name="aggregate", cardinality="many", spark=True)
 def aggregate(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
     days = sorted({day for msg in msgs for day in msg.get_json()["days"]})
     rows = pipeline.aggregate(spark.session(), warehouse(), days)
@@ -64,7 +66,7 @@ def aggregate(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
 
 
 @app.function_name("report")
-@app.queue_trigger(arg_name="msgs", queue_name="report", cardinality="many")
+@app.queue_trigger(arg_name="msgs", queue_name="report", cardinality="many", spark=True)
 def report(msgs: list[QueueMessage]) -> None:
     summary = pipeline.report(spark.session(), warehouse())
     log.info("report written", rows_out=summary["rows_out"], path=str(warehouse() / "reports"))
