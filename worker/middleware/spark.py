@@ -395,8 +395,13 @@ def _discard(spark: SparkSession, remote: bool) -> None:
     process), or talks to a JVM that exited. PySpark also marks the whole
     process as Spark Connect once a remote session is built; a later session on
     another master (an in-process host after this one) must not inherit that.
+    A Connect session gets one try to release itself on the server: the
+    client's own policy retries an unreachable server for minutes, which would
+    hold up the host's stop, or the next session, for a server that is gone
+    (a server drops a session it no longer hears from by itself).
     """
     if remote:
+        spark.client.set_retry_policies([])
         _stop_quietly(spark)
         os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
         return
