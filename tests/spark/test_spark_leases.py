@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -230,8 +230,24 @@ async def test_jobs_submitted_after_the_lease_is_lost_are_cancelled_too(
     assert all(took < 10 for took, _ in seen["jobs"][1:]), seen["jobs"]
 
 
+@pytest.fixture
+def paused_server(tmp_path: Path) -> Iterator[ConnectServer]:
+    """A Connect server of the test's own, stopped with the test, never the group's.
+
+    A server paused while a query is being planned takes the interrupt, once
+    resumed, before the query has submitted its first job: the operation ends
+    cancelled, yet the job it submits a moment later carries no operation any
+    interrupt can reach (Spark Connect interrupts the jobs an operation has
+    started), and this one runs for hours on both of the server's cores. On
+    the group's server, every later job would queue behind it.
+    """
+    server = ConnectServer(tmp_path / "connect").start()
+    yield server
+    server.stop()
+
+
 async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leases(
-    spark_connect: ConnectServer, spark_sessions: SparkSessions, tmp_path: Path, queue: QueueBackend
+    paused_server: ConnectServer, spark_sessions: SparkSessions, tmp_path: Path, queue: QueueBackend
 ) -> None:
     """With the Connect server stopped (SIGSTOP), the interrupt of a lost lease hangs: other leases are renewed still."""
     seen: dict[str, Any] = {}
@@ -247,26 +263,31 @@ async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leas
     await queue.put(QUEUE, encode("crunch", "base64"))
     await queue.put(OTHER, encode("wait", "base64"))
     config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, lease_duration=2,
-                        spark_master=spark_connect.url, spark_conf={"spark.sql.shuffle.partitions": "2"})
-    host = Host(app, config, middleware=[spark_sessions.middleware(config.spark_master, dict(config.spark_conf))])
-    task = asyncio.create_task(host.run())
-    try:
-        await apoll(lambda: _true(started.is_set() and waiting.is_set()), 120, what="both handlers to start")
-        with spark_connect.paused():
-            await _steal(queue, seen["msg"])  # the host finds its lease lost and interrupts the tag: a call that hangs
-            await apoll(lambda: _true(host.metrics.get("leases_lost", "crunch") == 1), 20, what="the lost lease")
-            renewed = host.metrics.get("lease_renewals", "patient")
-            await apoll(lambda: _true(host.metrics.get("lease_renewals", "patient") >= renewed + 4), 30,
-                        what="four more renewals of the other message while the server is stopped")
-            assert host.metrics.get("leases_lost", "patient") == 0
-        await apoll(lambda: _true("error" in seen), 60, what="the Spark job to be cancelled once the server answers")
-        assert "cancel" in seen["error"].lower(), seen["error"]
-        let_go.set()
-        await apoll(lambda: _true(host.metrics.get("succeeded", "patient") == 1), 20, what="the other message done")
-    finally:
-        let_go.set()
-        host.request_stop()
-        await asyncio.wait_for(task, 120)
+                        spark_master=paused_server.url, spark_conf={"spark.sql.shuffle.partitions": "2"})
+    with spark_sessions.private(config.spark_master, dict(config.spark_conf)) as provider:
+        host = Host(app, config, middleware=[Spark(provider)])
+        task = asyncio.create_task(host.run())
+        try:
+            await apoll(lambda: _true(started.is_set() and waiting.is_set()), 120, what="both handlers to start")
+            with paused_server.paused():
+                # The host finds its lease lost and interrupts the tag: a call that hangs.
+                await _steal(queue, seen["msg"])
+                await apoll(lambda: _true(host.metrics.get("leases_lost", "crunch") == 1), 20,
+                            what="the lost lease")
+                renewed = host.metrics.get("lease_renewals", "patient")
+                await apoll(lambda: _true(host.metrics.get("lease_renewals", "patient") >= renewed + 4), 30,
+                            what="four more renewals of the other message while the server is stopped")
+                assert host.metrics.get("leases_lost", "patient") == 0
+            await apoll(lambda: _true("error" in seen), 60,
+                        what="the Spark job to be cancelled once the server answers")
+            assert "cancel" in seen["error"].lower(), seen["error"]
+            let_go.set()
+            await apoll(lambda: _true(host.metrics.get("succeeded", "patient") == 1), 20,
+                        what="the other message done")
+        finally:
+            let_go.set()
+            host.request_stop()
+            await asyncio.wait_for(task, 120)
 
 
 async def _steal(queue: QueueBackend, msg: QueueMessage) -> str:
