@@ -12,7 +12,10 @@ on their path, as a Connect server set up for an app would.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,10 +35,28 @@ class StandaloneCluster:
         self.memory = memory
         self.port = free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
+        #: The master's web UI, once started.
+        self.web_ui: str | None = None
 
     def start(self, timeout: float = 120) -> StandaloneCluster:
-        spark_cluster.start_cluster(self.folder, port=self.port, cores=self.cores, memory=self.memory, timeout=timeout)
+        master, _ = spark_cluster.start_cluster(self.folder, port=self.port, cores=self.cores, memory=self.memory,
+                                                timeout=timeout)
+        self.web_ui = master.web_ui
         return self
+
+    def kill_application(self, app_id: str) -> None:
+        """Have the master remove an application, as its web UI's kill link does: the master stops its executors
+        and tells the driver, whose SparkContext then stops.
+
+        The UI refuses a kill without the CSRF token its page's kill form carries, so the page is read first.
+        """
+        assert self.web_ui is not None
+        with urllib.request.urlopen(f"{self.web_ui}/", timeout=30) as page:
+            token = re.search(r'name="csrfToken" value="([^"]+)"', page.read().decode())
+        assert token is not None, "the master's page has no kill form: is the application registered?"
+        form = urllib.parse.urlencode({"id": app_id, "terminate": "true", "csrfToken": token[1]}).encode()
+        with urllib.request.urlopen(f"{self.web_ui}/app/kill/", data=form, timeout=30) as answer:
+            answer.read()
 
     def stop(self) -> None:
         spark_cluster.stop(self.folder)
