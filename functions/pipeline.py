@@ -142,7 +142,7 @@ def _validated(raw: DataFrame, sources: Column) -> DataFrame:
 
     typed = raw.select(
         "*", *[F.expr(expr).alias(f"{column}_typed") for column, (expr, _) in TYPED.items()]
-    ).cache()  # Spark refuses to query _corrupt_record of an uncached raw read
+    )
     reason = F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed row"))
     for column in REQUIRED:
         reason = reason.when(F.col(column).isNull() | (F.trim(F.col(column)) == ""), F.lit(f"missing {column}"))
@@ -169,15 +169,17 @@ def _validated(raw: DataFrame, sources: Column) -> DataFrame:
 
 
 def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[IngestStats]:
-    """Validate, quarantine, de-duplicate and store the landed files; one job for all of them.
+    """Validate, quarantine, de-duplicate and store the landed files, in one scan of them.
 
     The files are read in one scan per format, not one per file, so that a
-    batch of many small files costs about what one file does.
+    batch of many small files costs about what one file does. Every row is
+    marked once (its reason, and which copy of its event id it is) into a
+    cached frame; the statistics are one aggregation of it, and both tables
+    are written from it, so the files are read and de-duplicated once.
 
     Raises UnreadableInput naming the first file that cannot be read at all.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.window import Window
 
     started = time.monotonic()
     sources = F.create_map(*[F.lit(value) for path in paths for value in (batch_id(path), path)])
@@ -185,51 +187,94 @@ def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[Inges
     rows = frames[0]
     for frame in frames[1:]:
         rows = rows.unionByName(frame)
-    rows = rows.cache()
-
-    rejected = rows.where(F.col("reason").isNotNull()).select(
-        "batch_id", "source", "reason", "event_id",
-        F.coalesce(F.col("_corrupt_record"), F.to_json(F.struct(
-            F.col("event_id"), F.col("order_id"), F.col("customer_id"), F.col("sku"), F.col("quantity_raw"),
-            F.col("unit_price_raw"), F.col("country"), F.col("event_time_raw"),
-        ))).alias("raw"),
-    )
-    first = Window.partitionBy("batch_id", "event_id").orderBy("event_time", "order_id")
-    valid = rows.where(F.col("reason").isNull()).withColumn("copy", F.row_number().over(first))
-    clean = valid.where("copy = 1").select(
-        "event_id", "order_id", "customer_id", "sku", "quantity", "unit_price", "country", "event_time",
-        "late", "source", "event_date", "batch_id",
-    )
-    tables.publish(warehouse / "quarantine", lambda: rejected, ["batch_id"])
-    tables.publish(warehouse / "events", lambda: clean, ["event_date", "batch_id"])
-
-    counts = {r["batch_id"]: r.asDict() for r in rows.groupBy("batch_id").agg(
-        F.count(F.lit(1)).alias("rows_in"),
-        F.sum(F.col("reason").isNull().cast("int")).alias("valid"),
-    ).collect()}
-    out = {r["batch_id"]: r.asDict() for r in clean.groupBy("batch_id").agg(
-        F.count(F.lit(1)).alias("rows_out"), F.sum(F.col("late").cast("int")).alias("late"),
-        F.collect_set(F.col("event_date").cast("string")).alias("days"),
-    ).collect()}
-    reasons: dict[str, dict[str, int]] = {}
-    for r in rejected.groupBy("batch_id", "reason").count().collect():
-        reasons.setdefault(r["batch_id"], {})[r["reason"]] = r["count"]
-    rows.unpersist()
-
-    stats = []
+    marked = _marked(rows).cache()
+    try:
+        stats = _ingest_stats(marked, paths)
+        clean = marked.where("reason IS NULL AND copy = 1").select(*EVENT_COLUMNS)
+        rejected = marked.where("reason IS NOT NULL").select(
+            "batch_id", "source", "reason", "event_id",
+            F.coalesce(F.col("_corrupt_record"), F.to_json(F.struct(
+                F.col("event_id"), F.col("order_id"), F.col("customer_id"), F.col("sku"), F.col("quantity_raw"),
+                F.col("unit_price_raw"), F.col("country"), F.col("event_time_raw"),
+            ))).alias("raw"),
+        )
+        batches = [stat.batch_id for stat in stats]
+        days = sorted({day for stat in stats for day in stat.days})
+        tables.publish(warehouse / "quarantine", lambda: rejected.repartition("batch_id"), ["batch_id"])
+        tables.publish(warehouse / "events", lambda: _with_kept_events(spark, warehouse / "events", clean, batches, days),
+                       ["event_date"])
+    finally:
+        marked.unpersist()
     seconds = round((time.monotonic() - started) / len(paths), 3)
-    for path in paths:
-        bid = batch_id(path)
-        produced = out.get(bid, {"rows_out": 0, "late": 0, "days": []})
-        valid_rows = counts.get(bid, {}).get("valid") or 0
-        stats.append(IngestStats(
-            batch_id=bid, source=path, rows_in=counts.get(bid, {}).get("rows_in", 0),
-            quarantined=reasons.get(bid, {}), duplicates=valid_rows - produced["rows_out"],
-            rows_out=produced["rows_out"], late=produced["late"] or 0, days=sorted(produced["days"]),
-            seconds=seconds,
-        ))
-        write_stats(warehouse, "ingest", bid, asdict(stats[-1]))
+    for stat in stats:
+        stat.seconds = seconds
+        write_stats(warehouse, "ingest", stat.batch_id, asdict(stat))
     return stats
+
+
+#: The columns of the ``events`` table, in order.
+EVENT_COLUMNS = ["event_id", "order_id", "customer_id", "sku", "quantity", "unit_price", "country", "event_time",
+                 "late", "source", "event_date", "batch_id"]
+
+
+def _marked(rows: DataFrame) -> DataFrame:
+    """Each row with ``copy``: for a valid row, which copy of its event id in its file it is (1 is kept).
+
+    Rejected rows are numbered apart from the valid ones (the window also
+    splits on validity), so a malformed copy never displaces a valid event.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    first = Window.partitionBy("batch_id", "event_id", F.col("reason").isNull()).orderBy("event_time", "order_id")
+    return rows.withColumn("copy", F.row_number().over(first))
+
+
+def _ingest_stats(marked: DataFrame, paths: list[str]) -> list[IngestStats]:
+    """Every file's statistics from one aggregation of the marked rows: per file and reason (none for valid rows),
+    the rows, and of the valid ones those kept, late, and their days."""
+    from pyspark.sql import functions as F
+
+    kept = F.col("reason").isNull() & (F.col("copy") == 1)
+    groups = marked.groupBy("batch_id", "reason").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(kept.cast("int")).alias("kept"),
+        F.sum((kept & F.col("late")).cast("int")).alias("late"),
+        F.collect_set(F.when(kept, F.col("event_date").cast("string"))).alias("days"),
+    ).collect()
+    stats = {batch_id(path): IngestStats(batch_id=batch_id(path), source=path, rows_in=0, quarantined={}, duplicates=0,
+                                         rows_out=0, late=0) for path in paths}
+    for group in groups:
+        stat = stats[group["batch_id"]]
+        stat.rows_in += group["rows"]
+        if group["reason"] is not None:
+            stat.quarantined[group["reason"]] = group["rows"]
+            continue
+        stat.rows_out, stat.late, stat.days = group["kept"], group["late"], sorted(group["days"])
+        stat.duplicates = group["rows"] - group["kept"]
+    return list(stats.values())
+
+
+def _with_kept_events(spark: SparkSession, table: Path, clean: DataFrame, batches: list[str],
+                      days: list[str]) -> DataFrame:
+    """The events of ``days`` as this write leaves them: the new rows, and the rows other files put there before.
+
+    ``events`` is partitioned by day alone (a few day folders for a batch, not
+    one per file and day), so a write replaces whole days: rows of other files
+    on those days are carried into the new version, and this batch's own rows
+    from an earlier run of the same files are not, so processing a message
+    twice leaves the same table. Called under the table's writer lock, so the
+    version read is the newest. Each day is written by one task, so a day
+    folder gets one file, not one from every task that held some of its rows.
+    """
+    from pyspark.sql import functions as F
+
+    frame = clean
+    if days and tables.current(table) is not None:
+        before = tables.read(spark, table).where(
+            F.col("event_date").cast("string").isin(days) & ~F.col("batch_id").isin(batches))
+        frame = frame.unionByName(before.select(*EVENT_COLUMNS))
+    return frame.repartition("event_date")
 
 
 def aggregate(spark: SparkSession, warehouse: Path, days: list[str]) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from functions import data, tables
+from functions import data, pipeline, tables
 from functions.function_app import app
 from tests.host.processes import REPO
 from tests.spark.sessions import SparkSessions, master_and_conf, process_env
@@ -136,3 +136,35 @@ def snapshot(warehouse: Path, provider: SparkProvider) -> dict[str, Any]:
         assert version is not None
         seen[f"{table} partitions"] = sorted(str(p.relative_to(version)) for p in version.rglob("*=*") if p.is_dir())
     return seen
+
+
+def test_files_of_one_day_ingested_apart_both_stay_and_a_repeat_changes_nothing(
+    tmp_path: Path, spark_sessions: SparkSessions, request: pytest.FixtureRequest
+) -> None:
+    """``events`` is partitioned by day alone: a second file of a day joins the first file's rows in the day's
+    folder (one Parquet file each) rather than replacing them, and ingesting the first file again leaves the table as
+    it was, its own earlier rows replaced."""
+    manifest = data.generate(tmp_path / "landing", size_bytes=40_000, files=2, days=1)
+    session = spark_sessions.provider(*master_and_conf("local", request)).session()
+    warehouse = tmp_path / "warehouse"
+    first, second = (str(Path(file).resolve()) for file in manifest.files)
+
+    pipeline.ingest(session, warehouse, [first])
+    pipeline.ingest(session, warehouse, [second])
+    both = _events(session, warehouse)
+    pipeline.ingest(session, warehouse, [first])
+
+    assert _events(session, warehouse) == both
+    assert len(both) == manifest.clean
+    assert {json.loads(row)["batch_id"] for row in both} == {pipeline.batch_id(first), pipeline.batch_id(second)}
+    version = tables.current(warehouse / "events")
+    assert version is not None
+    folders = [folder for folder in version.iterdir() if folder.is_dir()]
+    assert sorted(folder.name for folder in folders) == sorted(
+        {f"event_date={json.loads(row)['event_date']}" for row in both})  # the landing day, and late events' days
+    assert [len(list(folder.glob("*.parquet"))) for folder in folders] == [1] * len(folders)
+
+
+def _events(session: Any, warehouse: Path) -> list[str]:
+    return sorted(json.dumps(row.asDict(), default=str, sort_keys=True)
+                  for row in tables.read(session, warehouse / "events").collect())
