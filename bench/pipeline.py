@@ -15,14 +15,28 @@ invocation and one Spark job. The rows written are checked to be equal.
 ``spark://host:port`` (give ``--conf spark.driver.host=...`` where executors
 must reach the driver at a given address), or a Spark Connect ``sc://`` URL.
 Prints files per second for each and the ratio many/one.
+
+``--ingest-before REV`` measures the ingest step itself instead, before and
+after a change: functions/pipeline.py as it is at the git revision ``REV``
+(before) and as it is in the working tree (after), each in a Python process of
+its own on the same generated files (``--sizes`` in MB, 8 files over 4 days),
+one after the other, sizes and variants alternated. In each process the
+session is made first (its seconds are printed apart), then the files are
+ingested three times, each into a new warehouse: the first ingest is the cold
+one (the session's first real jobs), the median of the other two the warm one.
+
+    python bench/pipeline.py --ingest-before main [--sizes 2,200] [--master local[2]] [--conf KEY=VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,7 +44,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from functions import data, pipeline  # noqa: E402
 from worker import QueueMessage, WorkerApp, spark  # noqa: E402
@@ -111,17 +126,87 @@ async def run_variant(
     return finished - session.ready_at, rows
 
 
+def ingest_timings(code: Path, landing: Path, master: str, conf: dict[str, str]) -> dict[str, float]:
+    """In this process: make the session, then ingest every file under ``landing`` three times with the ingest of
+    ``code`` (a copy of functions/pipeline.py), each into a new warehouse; seconds of each, and the rows out."""
+    spec = importlib.util.spec_from_file_location("pipeline_under_test", code)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up as they are made
+    spec.loader.exec_module(module)
+    files = sorted(str(path.resolve()) for path in landing.rglob("*") if path.is_file())
+    began = time.perf_counter()
+    provider = SparkProvider(SparkSettings(master, "bench", dict(conf), log_file=landing.parent / "spark.log"))
+    session = provider.session()
+    timings = {"session": time.perf_counter() - began}
+    try:
+        for n in range(3):
+            warehouse = landing.parent / f"warehouse-{code.stem}-{n}"
+            began = time.perf_counter()
+            stats = module.ingest(session, warehouse, files)
+            timings[f"ingest{n}"] = time.perf_counter() - began
+            timings["rows_out"] = sum(stat.rows_out for stat in stats)
+            shutil.rmtree(warehouse, ignore_errors=True)
+    finally:
+        provider.stop()
+    return timings
+
+
+def compare_ingest(args: argparse.Namespace, conf: dict[str, str]) -> None:
+    """Before and after, each size, each in a process of its own; print cold and warm ingest side by side."""
+    root = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
+    try:
+        before = root / "before.py"
+        before.write_text(subprocess.run(["git", "show", f"{args.ingest_before}:functions/pipeline.py"], cwd=REPO,
+                                         check=True, capture_output=True, text=True).stdout)
+        variants = {"before": before, "after": REPO / "functions" / "pipeline.py"}
+        results: dict[tuple[float, str], dict[str, float]] = {}
+        for size in [float(mb) for mb in args.sizes.split(",")]:
+            landing = root / f"{size:g}mb" / "landing"
+            manifest = data.generate(landing, int(size * 1e6), files=8, days=4)
+            for name, code in variants.items():
+                out = subprocess.run(
+                    [sys.executable, __file__, "--ingest-worker", str(code), str(landing), "--master", args.master,
+                     *[f"--conf={key}={value}" for key, value in conf.items()]],
+                    check=True, capture_output=True, text=True, cwd=REPO,
+                ).stdout
+                results[(size, name)] = json.loads(out.strip().splitlines()[-1])
+                assert results[(size, name)]["rows_out"] == manifest.clean, (name, results[(size, name)])
+        print(f"ingest, master {args.master}: {args.ingest_before} (before) and the working tree (after); seconds")
+        print(f"{'size':>8} {'variant':>8} {'session':>8} {'cold':>8} {'warm':>8}")
+        for (size, name), timing in results.items():
+            warm = statistics.median([timing["ingest1"], timing["ingest2"]])
+            print(f"{size:6g}MB {name:>8} {timing['session']:8.2f} {timing['ingest0']:8.2f} {warm:8.2f}")
+        for size in sorted({size for size, _ in results}):
+            b, a = results[(size, "before")], results[(size, "after")]
+            warm_b = statistics.median([b["ingest1"], b["ingest2"]])
+            warm_a = statistics.median([a["ingest1"], a["ingest2"]])
+            print(f"{size:6g}MB before/after: cold {b['ingest0'] / a['ingest0']:.2f}x, warm {warm_b / warm_a:.2f}x")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=32)
     parser.add_argument("--rows", type=int, default=200, help="rows per file")
     parser.add_argument("--master", default="local[2]", help="Spark master: local[n], spark://..., sc://...")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark property (repeatable)")
+    parser.add_argument("--ingest-before", metavar="REV", help="compare the ingest step at REV with the working tree's")
+    parser.add_argument("--sizes", default="2,200", help="with --ingest-before: data set sizes in MB")
+    parser.add_argument("--ingest-worker", nargs=2, metavar=("CODE", "LANDING"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     remote = args.master.startswith("sc://")
     conf = {} if remote else dict(SPARK_CONF)
     conf |= dict(item.split("=", 1) for item in args.conf)
     configure_logging("WARNING")
+    if args.ingest_worker:
+        code, landing = args.ingest_worker
+        print(json.dumps(ingest_timings(Path(code), Path(landing), args.master, conf)))
+        return
+    if args.ingest_before:
+        compare_ingest(args, conf)
+        return
     root = Path(tempfile.mkdtemp(prefix="bench-pipeline-"))
     provider: SparkProvider | None = None
     try:
