@@ -89,7 +89,7 @@ def run_variant(app: str, folder: Path, spark_section: dict[str, object]) -> dic
     began = time.monotonic()
     with (folder / "worker.log").open("wb") as log:
         process = subprocess.Popen([*worker, "run", "--app", f"tests.apps.spark_first:{app}", "--config", str(config)],
-                                   env=env, cwd=REPO, stderr=log)
+                                   env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
     try:
         wait(lambda: ready(port), 300, "/readyz to say ready")
         ready_after = time.monotonic() - began
