@@ -27,9 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -38,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.support import free_port  # noqa: E402
+from tests.support import free_port, get, poll  # noqa: E402
 from worker.backends.registry import open_backend  # noqa: E402
 from worker.bindings.encoding import encode  # noqa: E402
 
@@ -47,19 +44,11 @@ VARIANTS = {"at_first_message": "Spark made at the first message", "started": "S
 
 
 def ready(port: int) -> bool:
+    """Whether the worker's /readyz answers 200 (False while it does not listen yet)."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as answer:
-            return answer.status == 200
-    except (urllib.error.URLError, OSError):
+        return get(port, "/readyz", timeout=5)[0] == 200
+    except OSError:
         return False
-
-
-def wait(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 async def put(folder: Path) -> None:
@@ -91,11 +80,12 @@ def run_variant(app: str, folder: Path, spark_section: dict[str, object]) -> dic
         process = subprocess.Popen([*worker, "run", "--app", f"tests.apps.spark_first:{app}", "--config", str(config)],
                                    env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
     try:
-        wait(lambda: ready(port), 300, "/readyz to say ready")
+        poll(lambda: ready(port), 300, interval=0.02, what="/readyz to say ready")
         ready_after = time.monotonic() - began
         sent = time.time()
         asyncio.run(put(folder))
-        wait(lambda: result.exists() and result.read_text().strip(), 300, "the handler to note its first job")
+        poll(lambda: result.exists() and result.read_text().strip(), 300, interval=0.02,
+             what="the handler to note its first job")
         noted = json.loads(result.read_text().splitlines()[0])
     finally:
         process.send_signal(signal.SIGTERM)
