@@ -266,13 +266,19 @@ def _with_kept_events(spark: SparkSession, table: Path, clean: DataFrame, batche
     twice leaves the same table. Called under the table's writer lock, so the
     version read is the newest. Each day is written by one task, so a day
     folder gets one file, not one from every task that held some of its rows.
+
+    A table written before, partitioned by day and landed file, is rewritten
+    whole into the layout by day: its day folders could not be kept beside
+    the new ones.
     """
     from pyspark.sql import functions as F
 
     frame = clean
-    if days and tables.current(table) is not None:
-        before = tables.read(spark, table).where(
-            F.col("event_date").cast("string").isin(days) & ~F.col("batch_id").isin(batches))
+    version = tables.current(table)
+    if version is not None:
+        before = tables.read(spark, table).where(~F.col("batch_id").isin(batches))
+        if next(version.glob("event_date=*/batch_id=*"), None) is None:
+            before = before.where(F.col("event_date").cast("string").isin(days))
         frame = frame.unionByName(before.select(*EVENT_COLUMNS))
     return frame.repartition("event_date")
 

@@ -165,6 +165,28 @@ def test_files_of_one_day_ingested_apart_both_stay_and_a_repeat_changes_nothing(
     assert [len(list(folder.glob("*.parquet"))) for folder in folders] == [1] * len(folders)
 
 
+def test_an_events_table_partitioned_by_day_and_file_is_rewritten_by_day_at_the_next_ingest(
+    tmp_path: Path, spark_sessions: SparkSessions, request: pytest.FixtureRequest
+) -> None:
+    """A warehouse from before the layout by day: the next ingest carries every earlier row into day folders."""
+    manifest = data.generate(tmp_path / "landing", size_bytes=40_000, files=2, days=2)
+    session = spark_sessions.provider(*master_and_conf("local", request)).session()
+    first, second = (str(Path(file).resolve()) for file in manifest.files)
+    by_day, upgraded = tmp_path / "by-day", tmp_path / "upgraded"
+    pipeline.ingest(session, by_day, [first])
+    earlier = tables.read(session, by_day / "events")
+    tables.publish(upgraded / "events", lambda: earlier, ["event_date", "batch_id"])  # as ingest wrote it before
+
+    pipeline.ingest(session, by_day, [second])
+    pipeline.ingest(session, upgraded, [second])
+
+    assert _events(session, upgraded) == _events(session, by_day)
+    assert len(_events(session, upgraded)) == manifest.clean
+    version = tables.current(upgraded / "events")
+    assert version is not None
+    assert not list(version.glob("event_date=*/batch_id=*"))
+
+
 def _events(session: Any, warehouse: Path) -> list[str]:
     return sorted(json.dumps(row.asDict(), default=str, sort_keys=True)
                   for row in tables.read(session, warehouse / "events").collect())
