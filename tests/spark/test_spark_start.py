@@ -28,6 +28,7 @@ from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import encode
 from worker.middleware.spark import Spark, SparkProvider
+from worker.ops import spark_cluster
 from worker.runtime.host import Host
 from worker.settings.config import HostConfig
 
@@ -132,6 +133,9 @@ async def test_a_session_that_died_is_made_again_for_the_next_invocation(
                 else:
                     assert server is not None
                     server.stop()
+                    # The stopped server's connections to this process close as the client notices; until then
+                    # the port may still be taken (seen in a full run), as it would be for an operator's restart.
+                    await apoll(lambda: _true(_port_free(server.port)), 90, what="the stopped server's port")
                     server = ConnectServer(tmp_path / "connect-again", port=server.port).start()
 
                 await queue.put(QUEUE, encode("second", "base64"))
@@ -201,6 +205,15 @@ async def _ready(port: int) -> bool:
     status, problems = await readiness(port)
     assert problems in ([], ["Spark starting"]), problems
     return status == 200
+
+
+def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now, as ``worker spark`` checks before it starts one."""
+    try:
+        spark_cluster.claim_port("127.0.0.1", port)
+    except spark_cluster.SparkServerError:
+        return False
+    return True
 
 
 async def _true(value: bool) -> bool:
