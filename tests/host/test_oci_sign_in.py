@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -186,18 +186,27 @@ def _refused_at_start(worker: WorkerProcess, oci_server: OciTestServer, who: str
     assert "ST$" not in log and "eyJ" not in log  # tokens are credentials: never logged
 
 
+T = TypeVar("T")
+
+
 def _skip_without_mount_namespaces() -> None:
     if why := mount_namespaces_refused():
         pytest.skip(f"the worker must see a pod's or an instance's files in a mount namespace of its own: {why}")
 
 
-@pytest.fixture
-def proxymux(oci_server: OciTestServer, tmp_path: Path) -> Iterator[Proxymux]:
+def _identity_stub(make: Callable[[], T], cannot: str) -> T:
+    """An identity service's stub that the worker reaches at its well-known address from a mount namespace."""
     _skip_without_mount_namespaces()
     try:
-        stub = Proxymux(oci_server, tmp_path / "cluster-ca")
+        return make()
     except OSError as exc:
-        pytest.skip(f"cannot listen on the proxymux port {Proxymux.PORT} of a loopback address: {exc}")
+        pytest.skip(f"{cannot}: {exc}")
+
+
+@pytest.fixture
+def proxymux(oci_server: OciTestServer, tmp_path: Path) -> Iterator[Proxymux]:
+    stub = _identity_stub(lambda: Proxymux(oci_server, tmp_path / "cluster-ca"),
+                          f"cannot listen on the proxymux port {Proxymux.PORT} of a loopback address")
     yield stub
     stub.close()
 
@@ -250,11 +259,8 @@ async def test_a_service_account_token_the_proxymux_does_not_know_ends_the_worke
 
 @pytest.fixture
 def instance(oci_server: OciTestServer, tmp_path: Path) -> Iterator[InstanceIdentity]:
-    _skip_without_mount_namespaces()
-    try:
-        stub = InstanceIdentity(oci_server, tmp_path / "auth-tls")
-    except OSError as exc:
-        pytest.skip(f"cannot listen on port 443 of a loopback address for the auth service: {exc}")
+    stub = _identity_stub(lambda: InstanceIdentity(oci_server, tmp_path / "auth-tls"),
+                          "cannot listen on port 443 of a loopback address for the auth service")
     yield stub
     stub.close()
 
