@@ -59,10 +59,12 @@ clean:
 # (directly, then at the host's default settings with 10 and 25 ms added to every request as a storage
 # account's round trip), idle pick-up on the embedded queue and on OCI Queue's test server, CPU-bound
 # handlers on one process and two, lease renewal at scale on the embedded SQLite queue, then the pipeline
-# one message per file versus batched, then the web console at 10,000 leases in flight. See the docstrings in bench/.
+# one message per file versus batched, Spark's first job with and without starting it with the host, then the
+# web console at 10,000 leases in flight (the first run also sets the worker beside itself with traces and with the
+# console open). See the docstrings in bench/.
 .PHONY: bench
 bench: $(INSTALLED) $(NODE_INSTALLED)
-	$(PY) bench/throughput.py
+	$(PY) bench/throughput.py --otel --console
 	$(PY) bench/throughput.py --default-settings --latency-ms 10
 	$(PY) bench/throughput.py --default-settings --latency-ms 25
 	$(PY) bench/pickup.py
@@ -70,4 +72,5 @@ bench: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) bench/processes.py
 	$(PY) bench/renewals.py
 	$(PY) bench/pipeline.py
+	$(PY) bench/spark_start.py
 	$(PY) bench/console.py
