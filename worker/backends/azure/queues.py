@@ -31,6 +31,7 @@ from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
 from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS, DEV_QUEUE_ENDPOINT, AzureConnection
+from worker.backends.azure.deletes import DeleteRequests
 from worker.backends.azure.errors import (
     READ_TIMEOUT,
     Transport,
@@ -117,6 +118,8 @@ class AzureBackend:
             ),
         )
         self._queues: dict[str, QueueClient] = {}
+        #: Delete Message per queue, built beside the SDK's generated layer (see worker.backends.azure.deletes).
+        self._deletes: dict[str, DeleteRequests] = {}
         self._retrier = Retrier(
             is_transient=is_transient, failure_kind=failure_kind, request_left=request_left, on_retry=on_retry, log=log
         )
@@ -244,13 +247,16 @@ class AzureBackend:
         return Receipt(updated.pop_receipt or "", updated.next_visible_on or datetime.now(UTC))
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        deletes = self._deletes.get(queue)
+        if deletes is None:
+            deletes = self._deletes[queue] = DeleteRequests(self._queue(queue))
         attempts = 0
 
         async def delete() -> None:
             nonlocal attempts
             attempts += 1
             try:
-                await self._queue(queue).delete_message(message_id, pop_receipt)
+                await deletes.send(message_id, pop_receipt)
             except ResourceNotFoundError as exc:
                 # A retried delete that finds nothing: the first attempt deleted it and its answer was lost.
                 if attempts == 1 or error_code(exc) != "MessageNotFound":
