@@ -1,1 +1,2 @@
-"""Azure Storage: connection strings as Functions reads them, queue and blob clients, and how their failures read."""
+"""Azure Storage: connection strings as Functions reads them, queue and blob clients, how failures read, and the
+hot path's Delete Message (``deletes.py``)."""
