@@ -11,9 +11,11 @@ and error code from both, and a good one deletes the message.
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from azure.core.exceptions import HttpResponseError
+from azure.storage.queue import VERSION
 from azure.storage.queue._generated.operations._operations import build_queue_delete_message_request
 from azure.storage.queue.aio import QueueClient
 
@@ -77,3 +79,12 @@ async def test_a_refused_delete_raises_what_the_sdk_raises_and_a_good_one_delete
         await deletes.send(message.id, message.pop_receipt)
         assert (await client.get_queue_properties()).approximate_message_count == 0
         await client.delete_queue()
+
+
+@pytest.mark.parametrize("client", [SimpleNamespace(), SimpleNamespace(_client=SimpleNamespace(_client=None))],
+                         ids=["no generated client", "no pipeline client"])
+def test_an_sdk_laid_out_otherwise_is_refused_naming_its_version(client: object) -> None:
+    """What a future SDK that moved the private attributes looks like: refused when built, which the backend does
+    at start, instead of failing every delete."""
+    with pytest.raises(RuntimeError, match=f"azure-storage-queue {VERSION} is not laid out as this worker expects"):
+        DeleteRequests(client)  # type: ignore[arg-type]

@@ -17,9 +17,9 @@ a refusal becomes the exception the SDK raises (``process_storage_error``, as
 ``delete_message`` does).
 
 The generated client and its configuration are private attributes of the SDK's
-``QueueClient``. If a future SDK moves them, the backend fails when it opens the
-queue, and the test above fails first. Nothing falls back to a path that is
-tested less.
+``QueueClient``. If a future SDK moves them, the Azure backend refuses to open
+(it builds one at start for that reason), naming the SDK's version, and the test
+above fails first. Nothing falls back to a path that is tested less.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from azure.core.exceptions import (
     map_error,
 )
 from azure.core.rest import HttpRequest
+from azure.storage.queue import VERSION as sdk_version
 from azure.storage.queue._shared.response_handlers import process_storage_error
 from azure.storage.queue.aio import QueueClient
 
@@ -52,15 +53,21 @@ class DeleteRequests:
     """Delete Message for one queue client: the request built once per queue, sent through its pipeline."""
 
     def __init__(self, client: QueueClient) -> None:
-        generated = client._client  # the SDK's generated client: its pipeline and the queue's URL and version
-        pipeline = generated._client
+        try:
+            generated = client._client  # the SDK's generated client: its pipeline and the queue's URL and version
+            pipeline, url, version = generated._client, generated._config.url, generated._config.version
+        except AttributeError as exc:
+            pipeline = exc
         if not isinstance(pipeline, AsyncPipelineClient):
-            raise TypeError(f"azure-storage-queue's QueueClient has no pipeline client where expected: {pipeline!r}")
+            raise RuntimeError(
+                f"azure-storage-queue {sdk_version} is not laid out as this worker expects (the queue client's "
+                f"generated client and configuration: {pipeline!r}); install a version the worker was tested with"
+            )
         self._pipeline = pipeline
-        base, _, query = generated._config.url.partition("?")  # a SAS token rides in the queue URL's query
+        base, _, query = url.partition("?")  # a SAS token rides in the queue URL's query
         self._prefix = f"{base.rstrip('/')}/messages/"
         self._receipt = f"?{query}&popreceipt=" if query else "?popreceipt="
-        self._version: str = generated._config.version
+        self._version: str = version
 
     def request(self, message_id: str, pop_receipt: str) -> HttpRequest:
         """The Delete Message request, as the SDK's generated layer builds it."""

@@ -117,6 +117,8 @@ class AzureBackend:
                 connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, use_env_settings=env_settings_wanted()
             ),
         )
+        # Built once here so that an SDK laid out otherwise than the hot path's deletes expect stops the start.
+        DeleteRequests(self._service.get_queue_client("deletes"))
         self._queues: dict[str, QueueClient] = {}
         #: Delete Message per queue, built beside the SDK's generated layer (see worker.backends.azure.deletes).
         self._deletes: dict[str, DeleteRequests] = {}
