@@ -45,7 +45,8 @@ def standard(
     if not any(isinstance(m, Spark) for m in given):
         found.append(Spark.from_settings(SparkSettings(
             config.spark_master, config.spark_app_name, dict(config.spark_conf),
-            log_file=config.base_dir / ".worker" / "spark.log",
+            log_file=config.base_dir / ".worker" / "spark.log", start_timeout=config.spark_start_timeout,
+            check_timeout=config.spark_check_timeout, web_ui=config.spark_web_ui,
         )))
     return found
 

@@ -35,13 +35,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
 from worker.backends.embedded.files import private_file
 from worker.invocation import Invocation, current_invocation
 from worker.middleware import Middleware
+from worker.middleware.connect_jobs import ConnectWebUi, cancel_left_jobs
 from worker.model import FunctionSpec
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ active_provider: contextvars.ContextVar[SparkProvider | None] = contextvars.Cont
 
 #: How often an interrupted invocation's Spark jobs are cancelled again, until its handler returns.
 CANCEL_REPEAT_SECONDS = 0.5
+
+T = TypeVar("T")
 
 
 def _use_this_interpreter(conf: dict[str, str]) -> None:
@@ -117,10 +120,60 @@ class SparkSettings:
     conf: dict[str, str] = field(default_factory=dict)
     #: Where the JVM's log goes; None leaves Spark's own logging as it is.
     log_file: Path | None = None
+    #: How long making the session and its warm-up job may take; past it the start has failed (``/readyz`` says
+    #: why) and the next handler that asks tries again. A cluster whose master or executors never come, or a
+    #: Connect server that accepts connections and answers nothing, would otherwise hold the start for ever.
+    start_timeout: float = 180.0
+    #: How long the check that a session is alive (one call to the JVM or the Connect server), and a Connect
+    #: session's release, may wait; past it the session counts as gone.
+    check_timeout: float = 30.0
+    #: The Spark Connect server's web UI (``http://host:4040``): through it the host cancels the jobs an interrupt
+    #: could not reach (:mod:`worker.middleware.connect_jobs`). None: such jobs are reported, not cancelled.
+    web_ui: str | None = None
 
 
 class SparkUnavailable(RuntimeError):
     """No session for the handler: the host gave up on its invocation while Spark was starting, or stopped."""
+
+
+class SparkTimeout(RuntimeError):
+    """Spark (its JVM, or the Connect server) did not answer within a deadline: the call was abandoned."""
+
+
+def _bounded(seconds: float, what: str, call: Callable[[], T], abort: Callable[[], object]) -> T:
+    """``call()`` in this thread, or :class:`SparkTimeout` once ``seconds`` have passed.
+
+    Neither py4j nor the Connect client puts a deadline on a call, and a call
+    cannot be left behind in a thread of its own without that thread living for
+    as long as the server stays silent. So at the deadline a timer runs
+    ``abort``, which closes what the call waits on (the Connect channel, or the
+    JVM this process started): the call then fails at once, and this thread goes
+    on. A call that returned after the abort ran counts as timed out too, since
+    what it returned was closed under it.
+    """
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        try:
+            abort()
+        except Exception as exc:
+            log.warning("abandoning a Spark call that did not answer failed", error=f"{type(exc).__name__}: {exc}")
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        result = call()
+    except Exception as exc:
+        if expired.is_set():
+            raise SparkTimeout(f"Spark did not answer in {seconds:g} s ({what})") from exc
+        raise
+    finally:
+        timer.cancel()
+    if expired.is_set():
+        raise SparkTimeout(f"Spark did not answer in {seconds:g} s ({what})")
+    return result
 
 
 class SparkProvider:
@@ -148,7 +201,7 @@ class SparkProvider:
         #: Stopped with the host: a session still being made is stopped when it is ready.
         self._closed = False
         #: Per invocation id, how to cancel the jobs of each handler thread that tagged them.
-        self._tagged: dict[str, list[tuple[Callable[[], object], str, threading.Event]]] = {}
+        self._tagged: dict[str, list[tuple[Callable[[], object], str, threading.Event, Callable[[], object] | None]]] = {}
 
     @property
     def remote(self) -> bool:
@@ -219,22 +272,33 @@ class SparkProvider:
                     continue  # another thread found it dead first
                 self._session, self._building = None, True
             log.warning("the Spark session is gone; starting another", master=self.settings.master, reason=death)
-            _discard(spark, self.remote)
+            _discard(spark, self.remote, self.settings.check_timeout)
             return self._make(warm_up=False)
 
     def _make(self, *, warm_up: bool) -> SparkSession:
         """Make the session (the calling thread set ``_building``), keep it, and wake whoever waits for it."""
         began = time.monotonic()
-        try:
-            spark = self._build()
+        made: list[SparkSession] = []
+
+        def build() -> SparkSession:
+            spark = self._build(made)
             if warm_up:
                 # The first jobs of a session are slow (code generation, class loading, executors to register):
                 # paid here, before any message, rather than by the first handler.
                 spark.range(0, 16, numPartitions=2).selectExpr("sum(id)").collect()
+            return spark
+
+        try:
+            spark = _bounded(self.settings.start_timeout, "making the session" + (" and its warm-up job" * warm_up),
+                             build, lambda: self._abandon(made))
         except Exception as exc:
-            failure = f"{type(exc).__name__}: {exc}"
+            failure = str(exc) if isinstance(exc, SparkTimeout) else f"{type(exc).__name__}: {exc}"
             log.error("Spark did not start; the next Spark handler tries again", master=self.settings.master,
                       error=failure)
+            if made:  # a session made before the failure (its warm-up failed, or the deadline passed) is not kept
+                _discard(made[0], self.remote, self.settings.check_timeout)
+            elif not self.remote:
+                _forget_dead_jvm()  # a JVM killed by the deadline before its session was made
             with self._lock:
                 self._building, self._failure = False, failure
                 self._lock.notify_all()
@@ -246,7 +310,7 @@ class SparkProvider:
                 self.starts += 1
             self._lock.notify_all()
         if closed:
-            _discard(spark, self.remote)
+            _discard(spark, self.remote, self.settings.check_timeout)
             raise SparkUnavailable("the host stopped while Spark was starting")
         log.info("Spark ready", master=self.settings.master, seconds=round(time.monotonic() - began, 3),
                  warmed_up=warm_up, starts=self.starts)
@@ -264,7 +328,9 @@ class SparkProvider:
             if spark.is_stopped:
                 return "the Connect session was closed"
             try:
-                spark.conf.get("spark.sql.session.timeZone")
+                self._check(lambda: spark.conf.get("spark.sql.session.timeZone"), [spark])
+            except SparkTimeout as exc:
+                return f"the Connect server does not answer: {exc}"
             except Exception as exc:
                 return f"the Connect server refused the session: {type(exc).__name__}: {exc}"
             return None
@@ -276,21 +342,50 @@ class SparkProvider:
             return f"Spark's JVM exited with code {process.returncode}"
         java_context = spark.sparkContext._jsc
         try:
-            if java_context is None or java_context.sc().isStopped():
+            if java_context is None or self._check(lambda: java_context.sc().isStopped(), [spark]):
                 return "the SparkContext was stopped"
+        except SparkTimeout as exc:
+            return f"Spark's JVM does not answer: {exc}"
         except Py4JError as exc:
             return f"Spark's JVM does not answer: {exc}"
         return None
 
-    def _build(self) -> SparkSession:
+    def _check(self, call: Callable[[], T], made: list[SparkSession]) -> T:
+        """One call that asks whether the session is alive, within ``check_timeout``."""
+        return _bounded(self.settings.check_timeout, "checking that the session is alive", call,
+                        lambda: self._abandon(made))
+
+    def _abandon(self, made: list[SparkSession]) -> None:
+        """Make a Spark call that passed its deadline fail (run by the deadline's timer, see :func:`_bounded`).
+
+        Connect: the session's channel is closed, which ends every call on it. Classic: the JVM this process
+        started is killed (the session is being given up anyway); :func:`_discard` then forgets it.
+        """
+        if self.remote:
+            if made:
+                made[0].client.set_retry_policies([])
+                made[0].client.close()
+            return
+        from pyspark import SparkContext
+
+        process = getattr(SparkContext._gateway, "proc", None)
+        if process is not None:
+            log.warning("killing Spark's JVM, which did not answer in time", pid=process.pid)
+            process.kill()
+
+    def _build(self, made: list[SparkSession]) -> SparkSession:
+        """Make the session, putting it in ``made`` as soon as it exists (so that a deadline can abandon it)."""
         from pyspark.sql import SparkSession
 
         settings = self.settings
         log.info("starting Spark", master=settings.master, app_name=settings.app_name)
         if self.remote:
-            # A Connect session takes runtime settings only: the app name, the console progress bar and static
-            # settings belong to the server, and are set here only as far as the server takes them.
-            session = SparkSession.builder.remote(settings.master).getOrCreate()
+            # A new session, never one PySpark kept in the process (getOrCreate hands back the process's default
+            # session whatever URL it is given: a session of another server, or one given up after a deadline).
+            # It takes runtime settings only: the app name, the console progress bar and static settings belong
+            # to the server, and are set here only as far as the server takes them.
+            session = SparkSession.builder.remote(settings.master).create()
+            made.append(session)
             _set_on_connect(session, settings.conf)
         else:
             _use_this_interpreter(settings.conf)
@@ -301,6 +396,7 @@ class SparkProvider:
             if settings.log_file is not None:
                 self._launch_jvm(conf, settings.log_file)
             session = builder.getOrCreate()
+            made.append(session)
         _quiet_pyspark_loggers()
         return session
 
@@ -329,11 +425,20 @@ class SparkProvider:
         """Tag this thread's Spark jobs with the invocation, once per thread and invocation."""
         tag = tag_for(invocation)
         handler_returned = threading.Event()
+        after: Callable[[], object] | None = None
         if self.remote:  # Spark Connect: the session's tags, per thread; interrupting is a call to the server
             if tag in spark.getTags():
                 return
             spark.addTag(tag)
-            cancel: Callable[[], object] = lambda: spark.interruptTag(tag)  # noqa: E731
+            reached: list[str] = []  # the operations an interrupt found running
+
+            def cancel() -> None:
+                reached.extend(spark.interruptTag(tag))
+
+            def after() -> None:
+                if reached:
+                    self._left_jobs(spark, tag)
+
             invocation.thread_cleanup.append(lambda: spark.removeTag(tag))
         else:
             context = spark.sparkContext
@@ -345,12 +450,12 @@ class SparkProvider:
         if tag not in invocation.job_tags:
             invocation.job_tags.append(tag)
         with self._lock:
-            self._tagged.setdefault(invocation.id, []).append((cancel, tag, handler_returned))
+            self._tagged.setdefault(invocation.id, []).append((cancel, tag, handler_returned, after))
         if invocation.interrupted:
             # The host gave up before the handler's first Spark call (a timeout while the session was starting):
             # the interrupt found nothing to cancel, so the jobs of this thread are cancelled from the start.
             # Registered first, then checked: an interrupt in between is seen by one side or both, never neither.
-            _cancel_until(cancel, tag, handler_returned)
+            _cancel_until(cancel, tag, handler_returned, after)
 
         def returned() -> None:
             handler_returned.set()
@@ -359,10 +464,21 @@ class SparkProvider:
 
         invocation.thread_cleanup.append(returned)
 
+    def _left_jobs(self, spark: SparkSession, tag: str) -> None:
+        """After an interrupt reached a Connect operation of ``tag`` and its handler returned: cancel, through the
+        server's web UI, any job of the tag the interrupt could not reach (:mod:`worker.middleware.connect_jobs`),
+        or say that one may be left."""
+        if self.settings.web_ui is None:
+            log.warning("an interrupted Spark Connect query may leave a job running on the server (a shuffle stage "
+                        "submitted as its operation was cancelled); give spark.webUi, the server's web UI, so that "
+                        "the host cancels such jobs", tag=tag)
+            return
+        cancel_left_jobs(ConnectWebUi(self.settings.web_ui), spark.session_id, tag)
+
     def job_tags(self, invocation_id: str) -> list[str]:
         """The Spark job tags the invocation's handler threads have set now (what the console shows by its lease)."""
         with self._lock:
-            return [tag for _, tag, _ in self._tagged.get(invocation_id, ())]
+            return [tag for _, tag, _, _ in self._tagged.get(invocation_id, ())]
 
     def interrupt(self, invocation: Invocation) -> None:
         """Cancel the Spark jobs the invocation's handler started, until it returns (see :func:`_cancel_until`);
@@ -370,8 +486,8 @@ class SparkProvider:
         with self._lock:
             tagged = list(self._tagged.get(invocation.id, ()))
             self._lock.notify_all()
-        for cancel, tag, handler_returned in tagged:
-            _cancel_until(cancel, tag, handler_returned)
+        for cancel, tag, handler_returned, after in tagged:
+            _cancel_until(cancel, tag, handler_returned, after)
 
     def stop(self) -> None:
         """Stop the session; one still being made is stopped as soon as it is ready."""
@@ -380,7 +496,7 @@ class SparkProvider:
             spark, self._session = self._session, None
         if spark is not None:
             log.info("stopping Spark")
-            _discard(spark, self.remote)
+            _discard(spark, self.remote, self.settings.check_timeout)
 
 
 def _given_up(invocation: Invocation | None) -> bool:
@@ -388,25 +504,33 @@ def _given_up(invocation: Invocation | None) -> bool:
     return invocation is not None and invocation.interrupted
 
 
-def _discard(spark: SparkSession, remote: bool) -> None:
+def _discard(spark: SparkSession, remote: bool, timeout: float) -> None:
     """Stop a session and forget what PySpark keeps of it in the process, even when its JVM or server is gone.
 
     Otherwise the next build is handed this session back (PySpark keeps one per
     process), or talks to a JVM that exited. PySpark also marks the whole
     process as Spark Connect once a remote session is built; a later session on
     another master (an in-process host after this one) must not inherit that.
-    A Connect session gets one try to release itself on the server: the
-    client's own policy retries an unreachable server for minutes, which would
-    hold up the host's stop, or the next session, for a server that is gone
-    (a server drops a session it no longer hears from by itself).
+    A Connect session gets one try, of at most ``timeout`` seconds, to release
+    itself on the server: the client's own policy retries an unreachable server
+    for minutes, and a server that accepts connections but answers nothing
+    would hold the release for ever (and with it PySpark's session lock, which
+    every later session's build takes); a server drops a session it no longer
+    hears from by itself.
     """
     if remote:
-        spark.client.set_retry_policies([])
+        client = spark.client
+        client.set_retry_policies([])
+        if not spark.is_stopped:
+            try:
+                _bounded(timeout, "releasing the session", client.release_session, client.close)
+            except Exception as exc:
+                log.info("the Spark Connect session was not released on the server", error=f"{type(exc).__name__}: {exc}")
+        spark.release_session_on_close = False  # tried above; stop() only closes the channel and forgets it
         _stop_quietly(spark)
         os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
         return
     from pyspark import SparkContext
-    from pyspark.sql import SparkSession
 
     gateway = SparkContext._gateway
     process = getattr(gateway, "proc", None)
@@ -419,6 +543,19 @@ def _discard(spark: SparkSession, remote: bool) -> None:
     context = spark.sparkContext
     context._jsc = None
     context.stop()
+    _forget_dead_jvm()
+
+
+def _forget_dead_jvm() -> None:
+    """Forget the process's JVM once it is gone (killed from outside, or by a deadline before any session was made),
+    so that the next session launches a JVM of its own instead of calling one that exited."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if gateway is None or process is None or process.poll() is None:
+        return
     SparkSession._instantiatedSession = SparkSession._activeSession = None
     with SparkContext._lock:
         gateway.close()
@@ -433,8 +570,10 @@ def _stop_quietly(spark: SparkSession) -> None:
         log.info("the Spark session did not stop cleanly", error=f"{type(exc).__name__}: {exc}")
 
 
-def _cancel_until(cancel: Callable[[], object], tag: str, handler_returned: threading.Event) -> None:
-    """Cancel the tag's jobs now and again every half second until the handler returns, off the event loop.
+def _cancel_until(cancel: Callable[[], object], tag: str, handler_returned: threading.Event,
+                  after: Callable[[], object] | None = None) -> None:
+    """Cancel the tag's jobs now and again every half second until the handler returns, off the event loop; then
+    run ``after`` (on Spark Connect, the search for jobs the interrupts could not reach).
 
     Cancelling a tag only stops the jobs running at that moment; a job the
     handler was about to submit would otherwise run to its end. The calls run
@@ -451,6 +590,8 @@ def _cancel_until(cancel: Callable[[], object], tag: str, handler_returned: thre
             except Exception as exc:  # a server gone or slow: try again until the handler returns
                 log.warning("cancelling Spark jobs failed; trying again", tag=tag, error=f"{type(exc).__name__}: {exc}")
             if handler_returned.wait(CANCEL_REPEAT_SECONDS):
+                if after is not None:
+                    after()
                 return
 
     threading.Thread(target=keep_cancelling, name=f"cancel-{tag}", daemon=True).start()

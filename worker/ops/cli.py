@@ -519,7 +519,8 @@ def cmd_spark(args: argparse.Namespace) -> int:
     elif args.action == "start-connect":
         server = spark_cluster.start_connect(state, host=args.host, port=args.port or 0, master=args.master,
                                              timeout=args.timeout)
-        _tell(f"Spark Connect server {server.url} on {args.master} (pid {server.pid}, log {server.log})")
+        _tell(f"Spark Connect server {server.url} on {args.master} (pid {server.pid}, web UI {server.web_ui} for "
+              f"spark.webUi, log {server.log})")
         _started(server.url)
     elif args.action == "status":
         servers = spark_cluster.running(state)

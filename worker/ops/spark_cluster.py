@@ -132,17 +132,26 @@ def start_connect(
     state: Path, *, host: str = "127.0.0.1", port: int = 0, master: str = "local[*]", name: str = "queueworker",
     conf: dict[str, str] | None = None, env: dict[str, str] | None = None, timeout: float = 120.0,
 ) -> Server:
-    """A Spark Connect server on ``host:port`` (0: a free port) running its jobs on ``master``."""
+    """A Spark Connect server on ``host:port`` (0: a free port) running its jobs on ``master``.
+
+    Its web UI listens on a free port of ``host`` too (unless ``conf`` turns the UI off or names its port), and is
+    recorded: a worker given it (``spark.webUi``) cancels there the jobs an interrupt cannot reach
+    (:mod:`worker.middleware.connect_jobs`).
+    """
     _refuse_running(state, ("connect",))
     home = spark_home()
     port = claim_port(host, port)
     settings = {"spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port),
                 "spark.local.dir": str(state / "connect-local"), **(conf or {})}
+    web_ui = None
+    if settings.get("spark.ui.enabled", "true").lower() != "false":
+        settings.setdefault("spark.ui.port", str(claim_port(host, 0)))
+        web_ui = f"http://{_url_host(host)}:{settings['spark.ui.port']}"
     command = [str(home / "bin" / "spark-submit"), "--class", MAIN_CLASS["connect"], "--name", name,
                "--master", master]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
-    return _start(state, "connect", f"sc://{_url_host(host)}:{port}", command, host, timeout, env=env)
+    return _start(state, "connect", f"sc://{_url_host(host)}:{port}", command, host, timeout, env=env, web_ui=web_ui)
 
 
 def _url_host(host: str) -> str:

@@ -221,6 +221,14 @@ def _spark_master(value: Any) -> str:
     return master
 
 
+def _web_ui(value: Any) -> str:
+    """``spark.webUi``: the http(s) address of a Spark Connect server's web UI."""
+    url = _text(value)
+    if not re.match(r"^https?://[^/\s]+/?$", url):
+        raise ValueError(f"expected the web UI's address, as http://host:port, got {url!r}")
+    return url
+
+
 def _optional_duration(value: Any) -> float | None:
     """functionTimeout: -1 (or null) means no limit, as in host.json."""
     if value is None or value == -1 or value == "-1":
@@ -271,6 +279,9 @@ _SCHEMA: dict[str, _Setting] = {
     "spark.master": _Setting("spark_master", _spark_master),
     "spark.appName": _Setting("spark_app_name", _text),
     "spark.conf": _Setting("spark_conf", _spark_conf),
+    "spark.startTimeout": _Setting("spark_start_timeout", parse_duration, _between(1, 86400, "s")),
+    "spark.checkTimeout": _Setting("spark_check_timeout", parse_duration, _between(1, 3600, "s")),
+    "spark.webUi": _Setting("spark_web_ui", _web_ui),
     "logging.logLevel": _Setting("log_levels", _log_levels),
 }
 
@@ -371,6 +382,12 @@ class HostConfig:
     spark_app_name: str = "queueworker"
     #: Spark properties for the session builder (spark.sql.shuffle.partitions, ...).
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    #: How long making the Spark session and its warm-up job may take, and how long a check that it is alive may
+    #: wait (see :class:`worker.middleware.spark.SparkSettings`).
+    spark_start_timeout: float = 180.0
+    spark_check_timeout: float = 30.0
+    #: A Spark Connect server's web UI, through which the host cancels jobs an interrupt could not reach.
+    spark_web_ui: str | None = None
     #: Log levels by Functions category (host.json's ``logging.logLevel``); ``worker run --log-level`` wins.
     log_levels: Mapping[str, str] = field(default_factory=dict)
     #: Named connection strings; an environment variable of the same name wins.

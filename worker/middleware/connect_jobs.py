@@ -1,0 +1,107 @@
+"""Spark Connect jobs that outlived their operation: found and cancelled through the server's web UI.
+
+Spark Connect interrupts an operation by interrupting the server thread that
+runs it and cancelling the jobs tagged with the operation. With adaptive query
+execution (Spark's default) a shuffle stage's job is submitted from another
+server thread; when the interrupt lands while such a submission is on its way
+(a server paused or overloaded widens that moment), the cancel runs first, the
+operation ends cancelled, and the job submitted a moment later belongs to no
+operation: ``interruptTag``, ``interruptAll`` and releasing the session all
+leave it running to its end (measured on Spark 4.3; Spark's own AQE stage
+cancellation notes the same gap, SPARK-52024). Such a job still carries the
+session's tag for the invocation as a Spark job tag, and the server's web UI
+lists running jobs with their tags and can kill one, so the host finds and
+kills them there when it is given the UI's address (``spark.webUi``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import structlog
+
+log = structlog.get_logger("worker.spark")
+
+#: How long after an interrupted handler returned the host watches for its jobs to appear on the server.
+WATCH_SECONDS = 10.0
+#: How long the host keeps cancelling them at most.
+GIVE_UP_SECONDS = 60.0
+#: Between two looks at the server's running jobs.
+POLL_SECONDS = 0.5
+#: One request to the web UI.
+REQUEST_SECONDS = 10.0
+
+_CSRF = re.compile(r'name="csrfToken" value="([^"]+)"')
+
+
+class ConnectWebUi:
+    """The web UI of a Spark Connect server (``http://host:4040``): its running jobs, and a job's kill."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def _get(self, path: str) -> bytes:
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=REQUEST_SECONDS) as answer:
+            return answer.read()
+
+    def running_jobs(self, tag_suffix: str = "") -> list[int]:
+        """The ids of the running jobs one of whose tags ends with ``tag_suffix`` (every running job for "")."""
+        applications = json.loads(self._get("/api/v1/applications"))
+        found: list[int] = []
+        for application in applications:
+            jobs = json.loads(self._get(f"/api/v1/applications/{application['id']}/jobs?status=running"))
+            found += [job["jobId"] for job in jobs if any(tag.endswith(tag_suffix) for tag in job.get("jobTags", ()))]
+        return found
+
+    def kill(self, job_id: int) -> None:
+        """Kill a job as the UI's kill link does: the UI refuses a kill without the token its jobs page carries."""
+        token = _CSRF.search(self._get("/jobs/").decode("utf-8", "replace"))
+        form = {"id": str(job_id), "terminate": "true", **({"csrfToken": token[1]} if token else {})}
+        request = urllib.request.Request(f"{self.url}/jobs/job/kill/", data=urllib.parse.urlencode(form).encode())
+        with urllib.request.urlopen(request, timeout=REQUEST_SECONDS) as answer:
+            answer.read()
+
+
+def session_tag_suffix(session_id: str, tag: str) -> str:
+    """How a Connect session's tag ends as a Spark job tag on the server (``..._Session_<id>_Tag_<tag>``)."""
+    return f"_Session_{session_id}_Tag_{tag}"
+
+
+def cancel_left_jobs(ui: ConnectWebUi, session_id: str, tag: str, *, watch: float = WATCH_SECONDS,
+                     give_up: float = GIVE_UP_SECONDS) -> list[int]:
+    """Kill the jobs of ``tag`` still running on the server, watching ``watch`` seconds for late ones; returns them.
+
+    Called once the interrupted handler returned, so any job of its tag still
+    running (or submitted within the watch) belongs to no operation. Stops
+    after ``give_up`` seconds whatever happens, and on a UI that cannot be
+    reached, saying so: the job then runs to its end, as it would without this.
+    """
+    suffix = session_tag_suffix(session_id, tag)
+    killed: list[int] = []
+    began = last_seen = time.monotonic()
+    pause = threading.Event()
+    while (now := time.monotonic()) - began < give_up:
+        try:
+            running = ui.running_jobs(suffix)
+            for job in running:
+                ui.kill(job)
+                if job not in killed:
+                    killed.append(job)
+        except (OSError, ValueError) as exc:
+            log.error("cannot cancel through the Connect server's web UI the Spark jobs an interrupt left running",
+                      tag=tag, web_ui=ui.url, error=f"{type(exc).__name__}: {exc}")
+            return killed
+        if running:
+            last_seen = now
+        elif now - last_seen >= watch:
+            break
+        pause.wait(POLL_SECONDS)
+    if killed:
+        log.warning("Spark jobs of an interrupted invocation outlived its operation on the Connect server; "
+                    "cancelled through its web UI", tag=tag, jobs=killed)
+    return killed
