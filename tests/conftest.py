@@ -135,9 +135,26 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory, spark_sessions: Spar
     from tests.spark.cluster import ConnectServer
 
     server = ConnectServer(tmp_path_factory.mktemp("spark-connect")).start()
+    spark_sessions.servers[server.url] = server
     yield server
     spark_sessions.stop()  # before the server: a Connect client whose server is gone retries for minutes
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _spark_left_idle(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each Spark test, the shared Spark servers and this process's session run no job, or the test fails,
+    naming what it left running (which is then cancelled, or its server restarted).
+
+    The Spark tests run one after another in one process on shared servers: a
+    job a test leaves running (an interrupt that missed it) holds the servers'
+    task slots, and every later test's jobs would queue behind it until their
+    timeouts, far from the test that caused it.
+    """
+    sessions = request.getfixturevalue("spark_sessions") if request.node.get_closest_marker("spark") else None
+    yield
+    if sessions is not None and (left := sessions.left_running()):
+        pytest.fail(f"{request.node.nodeid} left Spark work running: {'; '.join(left)}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support import free_port
+from worker.middleware.connect_jobs import ConnectWebUi
 from worker.ops import spark_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +65,8 @@ class StandaloneCluster:
 
 
 class ConnectServer:
-    """A Spark Connect server on ``local[2]``; ``url`` is its ``sc://`` address.
+    """A Spark Connect server on ``local[2]``; ``url`` is its ``sc://`` address, ``web_ui`` its web UI's (through
+    which a test sees the jobs it runs, and the host cancels jobs an interrupt could not reach).
 
     ``port``: a given one, for a server that stands in for another one stopped (a restart); else a free one.
     """
@@ -72,14 +75,27 @@ class ConnectServer:
         self.folder = folder
         self.port = port or free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
+        self.web_ui: str | None = None
         self._server: spark_cluster.Server | None = None
 
     def start(self, timeout: float = 120) -> ConnectServer:
         self._server = spark_cluster.start_connect(
             self.folder, port=self.port, master="local[2]", name="queueworker-tests",
-            conf={"spark.ui.enabled": "false"}, env={"PYTHONPATH": str(REPO)}, timeout=timeout,
+            env={"PYTHONPATH": str(REPO)}, timeout=timeout,
         )
+        self.web_ui = self._server.web_ui
         return self
+
+    def running_jobs(self) -> list[int]:
+        """The ids of the jobs running on the server now."""
+        assert self.web_ui is not None
+        return ConnectWebUi(self.web_ui).running_jobs()
+
+    def kill_jobs(self, jobs: list[int]) -> None:
+        assert self.web_ui is not None
+        ui = ConnectWebUi(self.web_ui)
+        for job in jobs:
+            ui.kill(job)
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -93,6 +109,20 @@ class ConnectServer:
             yield
         finally:
             os.kill(self._server.pid, signal.SIGCONT)
+
+    def restart(self, timeout: float = 120) -> None:
+        """Stop the server and start another on its port (the same ``url``), once the port can be had again."""
+        self.stop()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                spark_cluster.claim_port("127.0.0.1", self.port)
+                break
+            except spark_cluster.SparkServerError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        self.start(timeout)
 
     def stop(self) -> None:
         spark_cluster.stop(self.folder)

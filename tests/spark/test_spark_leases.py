@@ -20,11 +20,12 @@ import pytest
 from tests.host.processes import REPO, write_host_yaml
 from tests.spark.cluster import ConnectServer
 from tests.spark.sessions import SparkSessions, master_and_conf, process_env
-from tests.support import apoll
+from tests.support import apoll, poll
 from worker import QueueMessage, WorkerApp, spark
 from worker.backends.queues import PopReceiptMismatch, QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import encode
+from worker.middleware.connect_jobs import ConnectWebUi, cancel_left_jobs, session_tag_suffix
 from worker.middleware.spark import Spark
 from worker.runtime.host import Host
 from worker.settings.config import HostConfig
@@ -234,12 +235,13 @@ async def test_jobs_submitted_after_the_lease_is_lost_are_cancelled_too(
 def paused_server(tmp_path: Path) -> Iterator[ConnectServer]:
     """A Connect server of the test's own, stopped with the test, never the group's.
 
-    A server paused while a query is being planned takes the interrupt, once
-    resumed, before the query has submitted its first job: the operation ends
-    cancelled, yet the job it submits a moment later carries no operation any
-    interrupt can reach (Spark Connect interrupts the jobs an operation has
-    started), and this one runs for hours on both of the server's cores. On
-    the group's server, every later job would queue behind it.
+    A server paused as a query starts takes the interrupt, once resumed, while
+    adaptive execution is submitting the query's first shuffle stage from a
+    thread of its own: the operation's cancel runs first, the operation ends
+    cancelled, and the job submitted a moment later belongs to no operation any
+    interrupt can reach (:mod:`worker.middleware.connect_jobs`); this one would
+    run for hours on both of the server's cores. The host, given the server's
+    web UI, cancels it there.
     """
     server = ConnectServer(tmp_path / "connect").start()
     yield server
@@ -264,7 +266,7 @@ async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leas
     await queue.put(OTHER, encode("wait", "base64"))
     config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, lease_duration=2,
                         spark_master=paused_server.url, spark_conf={"spark.sql.shuffle.partitions": "2"})
-    with spark_sessions.private(config.spark_master, dict(config.spark_conf)) as provider:
+    with spark_sessions.private(config.spark_master, dict(config.spark_conf), web_ui=paused_server.web_ui) as provider:
         host = Host(app, config, middleware=[Spark(provider)])
         task = asyncio.create_task(host.run())
         try:
@@ -281,6 +283,10 @@ async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leas
             await apoll(lambda: _true("error" in seen), 60,
                         what="the Spark job to be cancelled once the server answers")
             assert "cancel" in seen["error"].lower(), seen["error"]
+            # A job the interrupt could not reach is found on the server and cancelled within a second of showing
+            # (the host watches ten seconds after the handler returned): the bound leaves room for a loaded machine.
+            await apoll(lambda: _true(not paused_server.running_jobs()), 30,
+                        what="no job of the interrupted query left on the server")
             let_go.set()
             await apoll(lambda: _true(host.metrics.get("succeeded", "patient") == 1), 20,
                         what="the other message done")
@@ -336,3 +342,36 @@ async def _true(value: bool) -> bool:
     return value
 
 
+
+
+def test_jobs_an_interrupt_missed_are_found_by_their_tag_and_cancelled_through_the_web_ui(
+    spark_connect: ConnectServer, spark_sessions: SparkSessions, request: pytest.FixtureRequest
+) -> None:
+    """A job carrying a session's tag, running on the server, is found through its web UI and killed there. Here the
+    job is a live query's, so that it is there every time; a job an interrupt missed carries the same tag."""
+    master, conf = master_and_conf("connect", request)
+    session = spark_sessions.provider(master, conf).session()
+    tag, seen = "worker-invocation-web-ui", {}
+
+    def query() -> None:
+        session.addTag(tag)  # the client's tags are the thread's
+        try:
+            session.range(0, 10**13, numPartitions=2).selectExpr(ENDLESS).collect()
+        except Exception as exc:
+            seen["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            session.removeTag(tag)
+
+    thread = threading.Thread(target=query, name="endless-query")
+    thread.start()
+    try:
+        assert spark_connect.web_ui is not None
+        ui = ConnectWebUi(spark_connect.web_ui)
+        [job] = poll(lambda: ui.running_jobs(session_tag_suffix(session.session_id, tag)), 60, what="the job")
+        assert cancel_left_jobs(ui, session.session_id, tag, watch=1) == [job]
+    finally:
+        if thread.is_alive():
+            session.interruptTag(tag)
+        thread.join(60)
+    assert "cancel" in seen.get("error", "").lower(), seen
+    assert spark_connect.running_jobs() == []

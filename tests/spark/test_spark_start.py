@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import signal
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -154,27 +155,54 @@ async def test_a_session_that_died_is_made_again_for_the_next_invocation(
         assert len(set(seen["applications"])) == 2, seen["applications"]
 
 
-async def test_a_host_whose_connect_server_is_gone_stops_without_waiting_for_it(
+async def test_a_connect_server_that_answers_nothing_fails_the_start_within_its_deadline(
     spark_sessions: SparkSessions, tmp_path: Path, queue: QueueBackend
 ) -> None:
-    """The host stops its own session as it stops; with the Connect server gone, it tries once to release the
-    session there and goes on, rather than following the client's retries for minutes."""
+    """A Connect server paused (SIGSTOP: it accepts connections and answers nothing) as the host starts: once
+    startTimeout has passed, /readyz says why Spark did not start and the start thread has ended. Once the server
+    answers again, the next Spark handler makes the session. With the server gone, the host stops at once: it tries
+    once to release the session there and goes on, rather than following the client's retries for minutes."""
     server = ConnectServer(tmp_path / "connect").start()
     conf = {"spark.sql.shuffle.partitions": "2"}
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, spark_master=server.url,
-                        spark_conf=conf)
+    port = free_port()
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, http_port=port,
+                        spark_master=server.url, spark_conf=conf)
+    seen: dict[str, Any] = {}
     try:
-        with spark_sessions.private(server.url, conf) as provider:
-            host = Host(summing_app(provider, {}), config, middleware=[Spark(provider, owned=True)])
-            task = asyncio.create_task(host.run())
+        with spark_sessions.private(server.url, conf, start_timeout=4, check_timeout=2) as provider:
+            host = Host(summing_app(provider, seen), config, middleware=[Spark(provider, owned=True)])
+            with server.paused():
+                task = asyncio.create_task(host.run())
+                try:
+                    status, problems = await apoll(lambda: _failed_to_start(port), 60, what="the start to fail")
+                    assert (status, problems) == (503, [
+                        "Spark did not start: Spark did not answer in 4 s (making the session and its warm-up job)"])
+                    await apoll(lambda: _true(not _threads("spark-start")), 10, what="the start thread to end")
+                except BaseException:
+                    host.request_stop()
+                    raise
             try:
-                await apoll(lambda: _true(provider.starts == 1), 180, what="Spark to start with the host")
+                await queue.put(QUEUE, encode("sum", "base64"))
+                await apoll(lambda: _true(host.metrics.get("succeeded", "total") == 1), 120, what="the Spark message")
+                assert await readiness(port) == (200, [])
             finally:
                 server.stop()
                 host.request_stop()
                 await asyncio.wait_for(task, 30)
     finally:
         server.stop()
+    assert seen["runs"] == [{"began_while": "Spark did not start: Spark did not answer in 4 s (making the session and "
+                                            "its warm-up job)", "starts_before": 0, "starts_after": 1, "sum": 4950}]
+    assert not _threads("spark-start")
+
+
+def _threads(name: str) -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == name and thread.is_alive()]
+
+
+async def _failed_to_start(port: int) -> tuple[int, list[str]] | None:
+    answer = await _answered(port)
+    return answer if answer is not None and answer[1] and answer[1][0].startswith("Spark did not start") else None
 
 
 def _kill_jvm() -> None:
