@@ -363,14 +363,18 @@ def cmd_poison(args: argparse.Namespace) -> int:
             return []
 
     async def drain(backend: QueueBackend) -> tuple[int, int]:
-        try:
-            total = await backend.approximate_count(poison)
-        except QueueNotFound:
-            return 0, 0
-        goal = total if args.max is None else min(total, args.max)
-        show = _progress(goal, "requeued" if args.action == "requeue" else "purged") if goal > limits.max_batch else None
+        # At most what the poison queue holds now: a running host poisons a requeued message that fails again, and
+        # a drain that went on while the queue answered anything would feed itself.
         policy = PoisonQueue(backend)
-        done = await policy.drain(args.queue, requeue=args.action == "requeue", limit=args.max, progress=show)
+        total = await policy.count(args.queue)
+        goal = total if args.max is None else min(total, args.max)
+        if goal == 0:
+            return 0, total
+        show = _progress(goal, "requeued" if args.action == "requeue" else "purged") if goal > limits.max_batch else None
+        try:
+            done = await policy.drain(args.queue, requeue=args.action == "requeue", limit=goal, progress=show)
+        except QueueNotFound:  # deleted meanwhile
+            return 0, total
         return done, total
 
     async def work(backend: QueueBackend) -> tuple[str, Any]:

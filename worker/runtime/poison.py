@@ -31,7 +31,6 @@ POISON_SUFFIX = "-poison"
 HOLD_SECONDS = 60
 
 
-
 class CopyMemo(Protocol):
     """What a completion remembers across its retries: the poison copy already made, if any."""
 
@@ -110,46 +109,49 @@ class PoisonQueue:
         await delete()
         return Done.POISONED
 
+    async def count(self, queue: str) -> int:
+        """How many messages ``<queue>-poison`` holds now (visible or not); 0 when it was never made."""
+        try:
+            return await self.backend.approximate_count(poison_queue(queue))
+        except QueueNotFound:  # made on first need: none yet means no poison
+            return 0
+
     async def drain(
-        self, queue: str, *, requeue: bool, limit: int | None = None, progress: Callable[[int], None] | None = None
+        self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None
     ) -> int:
         """Take up to ``limit`` messages off ``<queue>-poison``; put each back on ``queue`` first if ``requeue``.
 
-        Returns how many were moved (or purged). ``progress`` is called with the running count.
+        The limit is required, and callers pass what :meth:`count` found when the action began: inside a running
+        host a requeued message that fails again comes back to the poison queue, and a drain that went on while
+        the queue answered anything would feed itself for ever. Returns how many were moved (or purged).
+        ``progress`` is called with the running count.
         """
         backend = self.backend
         poison = poison_queue(queue)
-        source = poison[: -len(POISON_SUFFIX)]
         if requeue and backend.capabilities.creates_queues:
-            await backend.create_queue(source)
+            await backend.create_queue(_source(poison))
         done = 0
-        while limit is None or done < limit:
-            most = backend.limits.max_batch
-            want = most if limit is None else min(most, limit - done)
-            batch = await backend.receive(poison, want, HOLD_SECONDS)
+        while done < limit:
+            batch = await backend.receive(poison, min(backend.limits.max_batch, limit - done), HOLD_SECONDS)
             if not batch:
                 break
             for message in batch:
-                if requeue:  # with its properties (the trace context its producer wrote), where it has them
-                    await backend.put(source, message.content, properties=message.properties or None)
-                assert message.pop_receipt is not None
-                await backend.delete(poison, message.id, message.pop_receipt)
+                await self._take(poison, message, requeue=requeue)
                 done += 1
                 if progress is not None:
                     progress(done)
         return done
-
 
     async def requeue_one(self, queue: str, message_id: str, *, scan: int = 1000) -> bool:
         """Move the message ``message_id`` of ``<queue>-poison`` back to ``queue``; False when it is not found.
 
         No service receives one message by id, so the poison queue is received in batches (up to ``scan``
         messages) until it turns up; the others are held meanwhile, so that none is looked at twice, and released
-        at once after. As in :meth:`drain`, it is put back before it is deleted from the poison queue.
+        at once after. As in :meth:`drain`, it is put back (with its properties) before it is deleted from the
+        poison queue.
         """
         backend = self.backend
         poison = poison_queue(queue)
-        source = poison[: -len(POISON_SUFFIX)]
         passed: list[RawMessage] = []
         found = False
         try:
@@ -160,10 +162,8 @@ class PoisonQueue:
                 for message in batch:
                     if message.id == message_id and not found:
                         if backend.capabilities.creates_queues:
-                            await backend.create_queue(source)
-                        await backend.put(source, message.content)
-                        assert message.pop_receipt is not None
-                        await backend.delete(poison, message.id, message.pop_receipt)
+                            await backend.create_queue(_source(poison))
+                        await self._take(poison, message, requeue=True)
                         found = True
                     else:
                         passed.append(message)
@@ -175,6 +175,19 @@ class PoisonQueue:
                 except LeaseGone:  # someone else took it meanwhile
                     pass
         return found
+
+    async def _take(self, poison: str, message: RawMessage, *, requeue: bool) -> None:
+        """Delete a received poison message, first putting it back on its queue if ``requeue``: with its properties
+        (the trace context its producer wrote), where the backend has them, so that its trace goes on."""
+        if requeue:
+            await self.backend.put(_source(poison), message.content, properties=message.properties or None)
+        assert message.pop_receipt is not None
+        await self.backend.delete(poison, message.id, message.pop_receipt)
+
+
+def _source(poison: str) -> str:
+    """The queue a poison queue's messages came from."""
+    return poison[: -len(POISON_SUFFIX)]
 
 
 class DeadLetterQueue:

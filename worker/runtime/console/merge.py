@@ -1,7 +1,7 @@
 """The console's views of several worker processes as one, for the supervisor of ``worker run --processes N``.
 
-Each process is a complete host with its own leases and counters, on the same queues: leases and failures are
-listed together (each marked with its process), counters, rates and messages held add up, a queue's depth and
+Each process is a complete host with its own leases and counters, on the same queues: leases, failures and poison
+actions are listed together (each marked with its process), counters, rates and messages held add up, a queue's depth and
 its poison are the same storage seen by each (the first answer is taken), and handler-time percentiles, which do
 not add, are the slowest process's.
 """
@@ -23,7 +23,7 @@ def merge_state(states: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     """One ``/console/api/state`` from each answering process, as (process index, state)."""
     if not states:
         return {"functions": [], "leases": {"total": 0, "limit": LEASES_SHOWN, "shown": []}, "failures": [],
-                "poison": [], "facts": {}, "lookedAt": None}
+                "poison": [], "poisonActions": [], "facts": {}, "lookedAt": None}
     first = states[0][1]
     functions: dict[str, dict[str, Any]] = {}
     for _, state in states:
@@ -60,6 +60,8 @@ def merge_state(states: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
                    "shown": leases[:limit]},
         "failures": failures[:RECENT_FAILURES],
         "poison": first["poison"],
+        "poisonActions": [{**action, "process": index} for index, state in states
+                          for action in state.get("poisonActions", [])],
         "facts": facts,
         "lookedAt": first.get("lookedAt"),
     }

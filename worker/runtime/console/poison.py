@@ -7,6 +7,7 @@ The actions are the poison tools' own code (:class:`worker.runtime.poison.Poison
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,9 @@ from worker.runtime.poison import DeadLetterQueue, PoisonQueue, policy_for
 PEEK = 20
 #: Longest body shown, in characters.
 BODY_CHARS = 2000
+
+#: Told how far a bulk action is: (messages done, at most how many it will do), first with (0, most) once counted.
+Progress = Callable[[int, int], None]
 
 
 class ActionRefused(Exception):
@@ -65,30 +69,46 @@ class PoisonOf:
                 "inserted": message.insertion_time.isoformat(timespec="seconds"),
                 "body": body[:BODY_CHARS], "truncated": len(body) > BODY_CHARS}
 
-    async def requeue(self, message_id: str | None) -> int:
-        """Move one message (``message_id``) or all back to the trigger queue; how many moved."""
+    async def requeue(self, message_id: str) -> int:
+        """Move the message ``message_id`` back to the trigger queue (1), or refuse (404) when it is not there."""
+        policy = self.readable()
+        try:
+            if await policy.requeue_one(self.queue, message_id):
+                return 1
+        except QueueNotFound:
+            pass
+        raise ActionRefused(404, f"message {message_id} is not in {policy.where(self.queue)} (any more)")
+
+    async def requeue_all(self, progress: Progress) -> int:
+        """Move back to the trigger queue at most what the poison queue held when this began; how many moved."""
+        policy = self.readable()
+        return await self._drain(policy, True, progress)
+
+    async def purge(self, progress: Progress) -> int:
+        """Delete at most what the poison queue held when this began (all of the service's dead-letter queue, which
+        it empties itself); how many there were."""
+        policy = self.policy
+        if isinstance(policy, DeadLetterQueue):
+            count = await policy.count(self.queue)
+            progress(0, count)
+            await policy.purge(self.queue)
+            progress(count, count)
+            return count
+        return await self._drain(policy, False, progress)
+
+    async def _drain(self, policy: PoisonQueue, requeue: bool, progress: Progress) -> int:
+        most = await policy.count(self.queue)
+        progress(0, most)
+        try:
+            return await policy.drain(self.queue, requeue=requeue, limit=most, progress=lambda done: progress(done, most))
+        except QueueNotFound:  # deleted meanwhile
+            return 0
+
+    def readable(self) -> PoisonQueue:
+        """The poison queue, which can be read; refused (409) where poison is the service's dead-letter queue."""
         policy = self.policy
         if isinstance(policy, DeadLetterQueue):
             raise ActionRefused(409, f"poison messages of {self.queue} are in the service's dead-letter queue, which "
                                      "its API cannot read, so they cannot be requeued; purge them, or use poison=host "
                                      "in the connection to keep them in <queue>-poison")
-        try:
-            if message_id is None:
-                return await policy.drain(self.queue, requeue=True)
-            if not await policy.requeue_one(self.queue, message_id):
-                raise ActionRefused(404, f"message {message_id} is not in {policy.where(self.queue)} (any more)")
-        except QueueNotFound:
-            return 0
-        return 1
-
-    async def purge(self) -> int:
-        """Delete every poison message of the function's queue; how many there were."""
-        policy = self.policy
-        if isinstance(policy, DeadLetterQueue):
-            count = await policy.count(self.queue)
-            await policy.purge(self.queue)
-            return count
-        try:
-            return await policy.drain(self.queue, requeue=False)
-        except QueueNotFound:
-            return 0
+        return policy

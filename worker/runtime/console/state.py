@@ -16,6 +16,7 @@ import structlog
 from worker.backends.queues import CountsByVisibility, QueueBackend
 from worker.model import FunctionSpec, Lease
 from worker.observability.metrics import Metrics
+from worker.runtime.console.actions import BulkActions
 from worker.runtime.console.history import COUNTERS, INTERVAL, History
 from worker.runtime.console.poison import PoisonOf
 from worker.runtime.console.recorder import ConsoleRecorder, percentile
@@ -85,6 +86,8 @@ class Console:
         self.history = History(list(self.functions))
         self.poison = {name: PoisonOf(name, w.spec.queue_name, w.backend, parts.config.message_encoding)
                        for name, w in self.functions.items()}
+        #: Requeue all and purge, run beside the requests that start them.
+        self.bulk = BulkActions(lambda: self.refresh(0))
         self.started = time.time()
         self._looked_at = -LOOK_TTL
         self._look: dict[str, Any] = {"depths": {}, "poison": {}, "problems": []}
@@ -114,9 +117,10 @@ class Console:
         return self._look
 
     def stop(self) -> None:
-        """Cancel a look still being taken (the host is stopping)."""
+        """Cancel a look still being taken and the poison actions still running (the host is stopping)."""
         if self._behind is not None:
             self._behind.cancel()
+        self.bulk.stop()
 
     async def _take_look(self) -> dict[str, Any]:
         """Each trigger queue's depth, each function's poison and the readiness problems, asked at once; storage
@@ -177,6 +181,7 @@ class Console:
             "leases": self.leases(),
             "failures": list(self.recorder.failures),
             "poison": [look["poison"][name] for name in self.functions if name in look["poison"]],
+            "poisonActions": self.bulk.views(),
             "facts": self.start_facts(look["problems"]),
             "lookedAt": look.get("at"),
         }

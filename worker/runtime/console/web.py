@@ -1,8 +1,9 @@
 """The console's routes: the shell and its static files (open: they hold no data), the JSON views and the poison
 actions (behind the token, as ``/leases`` is).
 
-A poison action is a POST with the token in its ``Authorization`` header: a page of another site can neither
-send that header here (no CORS is answered) nor read the answers. With no token set, the actions are refused
+A poison action is a POST with the token in its ``Authorization`` header: a page of another site can neither send
+that header here (no CORS is answered) nor read the answers. Requeue all and purge answer 202 at once and run
+beside the request (:mod:`worker.runtime.console.actions`); the state shows them. With no token set, the actions are refused
 (403): a console anyone on the network reaches must not move messages.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from worker.runtime.console.actions import BULK
 from worker.runtime.console.poison import ActionRefused
 from worker.runtime.console.state import Console
 
@@ -62,15 +64,20 @@ def routes(console: Console) -> list[web.RouteDef]:
         poison = console.poison.get(function)
         if poison is None or action not in ACTIONS:
             return refused(404, f"no function {function!r} or no action {action!r} here")
-        message_id = (await body_of(request)).get("messageId") if action == "requeue" else None
-        if action == "requeue" and not isinstance(message_id, str):
-            return refused(400, "requeue needs the messageId of one message (requeue-all moves them all)")
         try:
-            moved = await (poison.purge() if action == "purge" else poison.requeue(message_id))
+            if action in BULK:  # may take minutes: started here, watched in the state
+                running = console.bulk.start(poison, action, who(request))
+                return web.json_response(running.view(), status=202)
+            message_id = (await body_of(request)).get("messageId")
+            if not isinstance(message_id, str):
+                return refused(400, "requeue needs the messageId of one message (requeue-all moves them all)")
+            console.bulk.check_idle(function)  # a bulk action would be taking the same messages
+            try:
+                moved = await poison.requeue(message_id)
+            finally:
+                await console.refresh(0)  # the page's next view shows what the action did
         except ActionRefused as exc:
             return refused(exc.status, str(exc))
-        finally:
-            await console.refresh(0)  # the page's next view shows what the action did
         log.warning("poison action from the console", action=action, function=function, queue=poison.queue,
                     messages=moved, message_id=message_id, **who(request))
         return web.json_response({"action": action, "function": function, "messages": moved})

@@ -189,17 +189,29 @@ async function act(poison, action, messageId) {
     const done = await call("/console/api/poison/" + encodeURIComponent(poison.function) + "/" + action, {
       method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify(messageId ? { messageId } : {}) });
-    showAction(action + ": " + done.messages + " message(s), function " + poison.function, false);
+    showAction(done.running ? action + " started, function " + poison.function + ": its progress shows below"
+      : action + ": " + done.messages + " message(s), function " + poison.function, false);
   } catch (error) {
     showAction(action + " refused (" + (error.status || "no answer") + "): " + error.message, true);
   }
   refresh();
 }
 
+function bulkLine(a) {
+  if (!a) return null;
+  const most = a.most === null ? "?" : a.most;
+  const text = a.running ? a.action + " running: " + a.messages + " of at most " + most + " message(s)"
+    : a.action + (a.error ? " failed after " + a.messages + " message(s): " + a.error
+                          : " done: " + a.messages + " message(s)") + ", " + a.endedAt;
+  return el("div", { class: "muted", "data-field": "poison-action", text });
+}
+
 function drawPoison(state) {
   const actions = state.facts.actions;
   const cards = state.poison.map((p) => {
-    const can = actions && p.canRequeue;
+    const bulk = (state.poisonActions || []).find((a) => a.function === p.function);
+    const busy = Boolean(bulk && bulk.running);
+    const can = actions && p.canRequeue && !busy;
     const note = !actions ? "actions need the endpoint token (WORKER_HTTP_TOKEN or worker.httpTokenFile)"
       : p.deadLetter ? "the service's dead-letter queue: its API counts it but cannot show or requeue it" : null;
     let list = null;
@@ -219,10 +231,11 @@ function drawPoison(state) {
       p.error ? el("div", { class: "muted", text: "cannot look: " + p.error }) : null,
       el("div", { class: "stats" }, stat("poison messages", number(p.count, 0), "poison-count")),
       note ? el("div", { class: "muted", text: note }) : null,
+      bulkLine(bulk),
       el("div", { class: "actions" },
         el("button", { type: "button", "data-action": "requeue-all", disabled: !can || !p.count,
                        onclick: () => act(p, "requeue-all"), text: "Requeue all" }),
-        el("button", { type: "button", class: "danger", "data-action": "purge", disabled: !actions || !p.count,
+        el("button", { type: "button", class: "danger", "data-action": "purge", disabled: !actions || busy || !p.count,
                        onclick: () => act(p, "purge"), text: "Purge" })),
       list || (p.messages === null && !p.deadLetter ? el("div", { class: "muted", text: "this backend cannot peek" }) : null));
   });
