@@ -93,9 +93,29 @@ def test_an_oci_display_name_is_fine_on_oci(tmp_path: Path) -> None:
     assert found and "(OCI Queue)" in found[0]
 
 
-@pytest.mark.parametrize("queue", ["abc", "a-b", "a" * 63, "0rders-2"])
+@pytest.mark.parametrize("queue", ["abc", "a-b", "a" * 56, "0rders-2", "a" * 56 + "-poison"])
 def test_names_azure_takes_are_accepted(tmp_path: Path, queue: str) -> None:
+    """Up to 56 characters, so that ``<queue>-poison`` is one too; a poison queue (up to 63) has no poison queue."""
     assert _problems(tmp_path, "version: '2.0'\n", queue=queue) == []
+
+
+@pytest.mark.parametrize("length", [57, 60, 63])
+def test_a_trigger_queue_whose_poison_queue_the_service_refuses_is_refused_at_start(tmp_path: Path,
+                                                                                    length: int) -> None:
+    queue = "a" * length
+    for connection in (None, "UseDevelopmentStorage=true"):
+        assert _problems(tmp_path, "version: '2.0'\n", queue=queue, connection=connection) == [
+            f"function orders, trigger queueTrigger (msg): its poison queue: queue name '{queue}-poison' is not "
+            f"valid: use 3-63 lowercase letters, digits and single hyphens, starting and ending with a letter or "
+            f"digit ({'embedded queue' if connection is None else 'Azure Storage'}), so the trigger queue's name "
+            f"must leave room for '-poison' ({length} characters now)"]
+
+
+def test_on_oci_the_poison_queue_name_counts_only_where_the_host_keeps_poison(tmp_path: Path) -> None:
+    queue = "q" * 250
+    assert _problems(tmp_path, "version: '2.0'\n", queue=queue, connection=OCI_CONNECTION) == []
+    [found] = _problems(tmp_path, "version: '2.0'\n", queue=queue, connection=OCI_CONNECTION + "&poison=host")
+    assert f"its poison queue: queue name '{queue}-poison' is not valid" in found
 
 
 @pytest.mark.parametrize(("suffix", "problem"), [

@@ -172,6 +172,25 @@ def test_invalid_queue_name_exits_2(app_dir: Path, command: str, name: str) -> N
     assert result.returncode == 2, result.stderr
     assert f"queue name {name!r} is not valid" in result.stderr
     assert "3-63 lowercase letters" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and not (app_dir / QUEUE_FILE).exists()  # refused before anything
+
+
+def test_run_refuses_a_trigger_queue_whose_poison_queue_the_service_refuses(tmp_path: Path) -> None:
+    """A poisoned message of such a queue could never settle: it would come back every lease, for ever."""
+    queue = "q" * 60
+    (tmp_path / "long_queue_app.py").write_text(
+        "from worker import WorkerApp\n\napp = WorkerApp()\n\n\n"
+        f"@app.queue_trigger(arg_name='msg', queue_name='{queue}')\ndef orders(msg: str) -> None:\n    pass\n",
+        encoding="utf-8")
+    (tmp_path / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
+
+    result = worker(tmp_path, "run", "--burst", "--app", "long_queue_app:app")
+
+    assert result.returncode == 2, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if f"'{queue}-poison'" in line]
+    assert "function orders, trigger queueTrigger (msg): its poison queue" in line
+    assert "must leave room for '-poison' (60 characters now)" in line
+    assert "Traceback" not in result.stderr and not (tmp_path / QUEUE_FILE).exists()
 
 
 @pytest.mark.parametrize(("encoding", "largest"), [("none", 64 * 1024), ("base64", 48 * 1024)])

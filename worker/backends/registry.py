@@ -57,6 +57,9 @@ class BackendKind:
     #: A safe description for logs: the service and where it is (a file from the base folder), never a secret.
     describe: Callable[[str | None, Path], str]
     open: Callable[[str | None, Path, OnRetry], QueueBackend]
+    #: Whether the host copies this connection's poison to ``<queue>-poison`` (a queue whose name the service must
+    #: accept too) rather than leaving it to the service's dead-letter queue.
+    host_poison: Callable[[str | None], bool] = lambda _: True
 
 
 def _sqlite_path(connection: str | None, base_dir: Path) -> Path:
@@ -120,6 +123,13 @@ def _oci_problem(connection: str | None, base_dir: Path) -> str | None:
     return None
 
 
+def _oci_host_poison(connection: str | None) -> bool:
+    try:
+        return parse_oci_connection(connection or "").poison == "host"
+    except ConnectionStringError:  # refused as a connection problem
+        return False
+
+
 def _oci_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
     from worker.backends.oci.queues import OciBackend
 
@@ -133,7 +143,7 @@ EMBEDDED = BackendKind(
 AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem,
                     _describer(parse_connection_string, "Azure Storage"), _azure_open)
 OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES, _oci_problem,
-                  _describer(parse_oci_connection, "OCI Queue"), _oci_open)
+                  _describer(parse_oci_connection, "OCI Queue"), _oci_open, _oci_host_poison)
 
 #: Backends by the scheme their connection strings start with (``scheme://``).
 SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI}

@@ -255,6 +255,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             texts.append(encode(os.fsencode(body), config.message_encoding))
         except ValueError as exc:
             raise UsageError(f"message {number}: {exc}") from None
+    _kind(config, args.connection).limits.check_name(args.queue)  # refused (2) before anything is made
     ttl = DEFAULT_TTL_SECONDS if args.ttl is None else args.ttl
     if ttl != NEVER_EXPIRES and args.delay >= ttl:  # refused before the queue is made
         raise UsageError(f"--delay must be shorter than --ttl (default {DEFAULT_TTL_SECONDS / 86400:g}d), got "

@@ -29,6 +29,7 @@ from worker.bindings.outputs import OutputBinding
 from worker.middleware import builtin
 from worker.model import FunctionSpec, StartupRefused
 from worker.observability import tracing
+from worker.runtime.poison import POISON_SUFFIX, is_poison_queue, poison_queue
 from worker.settings.config import HostConfig
 from worker.settings.connections import DEFAULT, ConnectionSettingError, MissingConnection, Service
 
@@ -98,18 +99,28 @@ _BOUNDED = (
 def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) -> list[str]:
     """Where a queue binding asks more than its backend's service takes: a line per setting, naming the limit.
 
-    Every queue name is held to the backend's name rule; the trigger also to
+    Every queue name is held to the backend's name rule, and so is the
+    trigger's ``<queue>-poison`` where the host keeps poison there (a poison
+    message that cannot be put there would come back for ever); the trigger also to
     its limits, with the function's settings (its ``functions:`` section over
     the global ones), naming the key that set each value.
     """
-    kind = backend_kind(config.resolve_connection(binding.connection, "queue",
-                                                  embedded_default=binding.connection is None).value)
+    connection = config.resolve_connection(binding.connection, "queue",
+                                           embedded_default=binding.connection is None).value
+    kind = backend_kind(connection)
     found = []
-    if not expressions.setting_names(binding.name):  # a %SETTING% name is checked once resolved
-        try:
-            kind.limits.check_name(binding.name)
-        except InvalidArgument as exc:
-            found.append(f"{exc} ({kind.name})")
+    # The names as the host will use them: a Functions app's %SETTING% names were resolved when it was converted.
+    try:
+        kind.limits.check_name(binding.name)
+    except InvalidArgument as exc:
+        found.append(f"{exc} ({kind.name})")
+    else:
+        if binding.trigger and kind.host_poison(connection) and not is_poison_queue(binding.name):
+            try:
+                kind.limits.check_name(poison_queue(binding.name))
+            except InvalidArgument as exc:
+                found.append(f"its poison queue: {exc} ({kind.name}), so the trigger queue's name must leave "
+                             f"room for {POISON_SUFFIX!r} ({len(binding.name)} characters now)")
     if binding.channel is not None and not kind.capabilities.channels:
         found.append(f"channel {binding.channel!r}: {kind.name} has no channels")
     if not binding.trigger:
