@@ -292,6 +292,24 @@ def test_malformed_host_yaml_exits_2_naming_key_and_line(tmp_path: Path, text: s
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(("name", "text"), [
+    ("host.yaml", "[" * 600), ("host.yaml", "functionTimeout: " + "[" * 600 + "]" * 600),
+    ("host.json", "[" * 5000), ("local.settings.json", "[" * 5000),
+])
+def test_a_settings_file_nested_past_the_recursion_limit_is_one_line_exit_2(tmp_path: Path, name: str,
+                                                                            text: str) -> None:
+    """Past Python's recursion limit whatever the depth (600 levels of YAML reach it: PyYAML's scanner takes
+    seconds for thousands, quadratically)."""
+    (tmp_path / name).write_text(text, encoding="utf-8")
+
+    result = worker(tmp_path, "queues")
+
+    assert result.returncode == 2
+    assert result.stderr == f"worker queues: error: {tmp_path / name}: " + \
+        ("" if name == "local.settings.json" else "(syntax): ") + "nested too deeply to read: settings nest a few " \
+        "levels at most\n"
+
+
 @pytest.mark.parametrize(
     ("app", "expected"),
     [

@@ -521,7 +521,7 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
             path = ".".join(name[len(ENV_PREFIX):].split("__"))
             try:
                 value = yaml.safe_load(raw) if raw.strip() else raw
-            except yaml.YAMLError:
+            except (yaml.YAMLError, RecursionError):  # read as the text it is, which its setting then refuses
                 value = raw
             found[path] = (value, f"environment {name}")
     return found
@@ -530,8 +530,16 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
 def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> HostConfig:
     """Read host.yaml (or defaults when ``path`` is None or the default file is absent) plus overrides.
 
-    Raises ConfigError naming the key, and the file and line where it stands.
+    Raises ConfigError naming the key, and the file and line where it stands; one naming the file for a file
+    nested deeper than Python's recursion limit (5,000 ``[``, say), which the parsers and checks cannot walk.
     """
+    try:
+        return _load_config(path, environ)
+    except RecursionError:
+        raise ConfigError("(syntax)", functions_json.TOO_DEEP, str(path)) from None
+
+
+def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None) -> HostConfig:
     environ = os.environ if environ is None else environ
     values: dict[str, tuple[Any, str]] = {}
     #: file:line of every key in the file, for errors inside sections read whole (functions:).

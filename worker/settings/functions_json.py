@@ -14,6 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+#: Why a settings file nested deeper than Python's recursion limit is refused: parsers and the checks after them
+#: recurse per level, and no setting nests more than a few.
+TOO_DEEP = "nested too deeply to read: settings nest a few levels at most"
+
 
 class JsonFileError(ValueError):
     """The file is not valid JSON (comments and trailing commas aside)."""

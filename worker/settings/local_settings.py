@@ -55,6 +55,8 @@ def apply(folder: Path, environ: MutableMapping[str, str]) -> LocalSettings:
         raise LocalSettingsError(f"cannot read {path}: {exc.strerror or exc}") from None
     except functions_json.JsonFileError as exc:
         raise LocalSettingsError(f"{path}: not valid JSON: {exc}") from None
+    except RecursionError:
+        raise LocalSettingsError(f"{path}: {functions_json.TOO_DEEP}") from None
     if not isinstance(data, dict):
         raise LocalSettingsError(f"{path}: expected an object with Values, got {type(data).__name__}")
     if data.get("IsEncrypted") is True:
