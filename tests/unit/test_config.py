@@ -117,6 +117,8 @@ def test_sample_host_yaml_loads_with_the_values_it_states() -> None:
         (45, 45.0),
         (0.5, 0.5),
         (0, 0.0),
+        ("-5s", -5.0),  # well written: each setting's range refuses it as out of range
+        ("-1.00:00:30", -86430.0),
     ],
 )
 def test_parse_duration_accepts(text: str | float, seconds: float) -> None:
@@ -125,7 +127,7 @@ def test_parse_duration_accepts(text: str | float, seconds: float) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "5", "ten seconds", "10 minutes", "30sec", "5y", "-5s", "00:05", "0:0:1", "1:02:03:04", "00:00:xx",
+    ["", "5", "ten seconds", "10 minutes", "30sec", "5y", "--5s", "00:05", "0:0:1", "1:02:03:04", "00:00:xx",
      "1e3", "s", True, False, None, [30], {"s": 30}],
 )
 def test_parse_duration_rejects(text: Any) -> None:
@@ -153,6 +155,38 @@ def test_duration_settings_read_every_form_from_the_file(tmp_path: Path) -> None
     assert config.visibility_timeout == 30.0
     assert config.lease_duration == 600.0
     assert config.drain_timeout == 45.0
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ('"-00:05:00"', "must be between 1s and 70d, got -5m"), ('"-30s"', "must be between 1s and 70d, got -30s"),
+    ('"71.00:00:00"', "must be between 1s and 70d, got 71d"), ("0", "must be between 1s and 70d, got 0s"),
+])
+def test_a_function_timeout_out_of_range_is_reported_as_out_of_range(tmp_path: Path, value: str, problem: str) -> None:
+    """Well written, but too long or not positive: the range, in the units the settings use, not "expected a
+    duration like"."""
+    path = write(tmp_path, f"functionTimeout: {value}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ=NO_ENV)
+    assert str(caught.value) == f"{path}:1: functionTimeout: {problem}"
+
+
+@pytest.mark.parametrize(("text", "key", "guess"), [
+    ("worker:\n  handlerthreads: 4\n", "worker.handlerthreads", "worker.handlerThreads"),
+    ("extension:\n  queues:\n    batchSize: 4\n", "extension.queues.batchSize", "extensions.queues.batchSize"),
+    ("fuctions:\n  resize:\n    batchSize: 4\n", "fuctions.resize.batchSize", "functions.resize.batchSize"),
+    ("functions:\n  resize:\n    maxDequeCount: 4\n", "functions.resize.maxDequeCount", "maxDequeueCount"),
+    ("worker:\n  bogus: 1\n", "worker.bogus", None),
+])
+def test_an_unknown_key_says_what_it_likely_misspells_and_every_known_key(tmp_path: Path, text: str, key: str,
+                                                                          guess: str | None) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text), environ=NO_ENV)
+    assert caught.value.key == key
+    hint = f"; did you mean {guess}?" if guess else ""
+    assert caught.value.problem.startswith(f"unknown key{hint} (")
+    if not key.startswith("functions."):
+        listed = caught.value.problem.split("(known keys: ", 1)[1].rstrip(")").split(", ")
+        assert {"functions", "connections", "worker.handlerThreads"} <= set(listed)
 
 
 @pytest.mark.parametrize("value", ["-1", '"-1"'])

@@ -19,10 +19,12 @@ list of the functions to load) is accepted and ignored, as before.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
+import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,8 +94,10 @@ def _raise_all(errors: list[ConfigError]) -> None:
         raise ConfigErrors(errors)
 
 
-_DURATION_HMS = re.compile(r"^(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
-_DURATION_UNIT = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
+# A sign is read, so that a negative duration is refused by its setting's range ("must be between"), as what it is,
+# rather than as badly written.
+_DURATION_HMS = re.compile(r"^(-)?(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
+_DURATION_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -109,10 +113,11 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, str):
         text = value.strip()
         if m := _DURATION_HMS.match(text):
-            days, hours, minutes, seconds = m.groups()
+            sign, days, hours, minutes, seconds = m.groups()
             if int(minutes) >= 60 or float(seconds) >= 60:
                 raise ValueError(f"minutes and seconds must be below 60 in {value!r}")
-            return int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+            total = int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+            return -total if sign else total
         if m := _DURATION_UNIT.match(text):
             return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
     raise ValueError(f"expected a duration like '00:05:00', '30s' or '10m', got {value!r}")
@@ -237,13 +242,26 @@ def _optional_duration(value: Any) -> float | None:
 
 
 def _between(low: float, high: float, unit: str = "") -> Callable[[Any], str | None]:
+    """A range check; with ``unit`` "s" the values are durations, written as the settings write them."""
+    show = _duration_text if unit == "s" else (lambda number: f"{number:g}{unit}")
+
     def check(value: Any) -> str | None:
         if value is None or low <= value <= high:
             return None
-        got = "NaN" if value != value else f"{value:g}{unit}"
-        return f"must be between {low:g}{unit} and {high:g}{unit}, got {got}"
+        got = "NaN" if value != value else show(value)
+        return f"must be between {show(low)} and {show(high)}, got {got}"
 
     return check
+
+
+def _duration_text(seconds: float) -> str:
+    """``seconds`` in the largest of d, h, m, s it is a whole number of (70d rather than 6.048e+06s)."""
+    if not math.isfinite(seconds):
+        return f"{seconds:g}"
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _UNIT_SECONDS[unit] == 0:
+            return f"{seconds / _UNIT_SECONDS[unit]:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _one_of(*choices: str) -> Callable[[Any], str | None]:
@@ -657,8 +675,25 @@ def _read_key(
         inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
         if inside:  # a known section given a scalar or a list
             raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
-        raise ConfigError(key, f"unknown key (known keys: {', '.join(sorted(_SCHEMA))}, connections)", where)
+        raise ConfigError(key, _unknown(key, [*_SCHEMA, "connections", "functions"], "known keys"), where)
     settings[setting.attr] = setting.read(key, value, where)
+
+
+def _unknown(key: str, known: Iterable[str], listed: str) -> str:
+    """"unknown key", with what it most likely misspells (a wrong case, a letter or two, in the key or in the section
+    it starts with: ``fuctions.a.batchSize``), then every known key: a typo otherwise reads like a setting this
+    host lacks."""
+    known = sorted(known)
+    parts = key.split(".")
+    best, score = None, 0.8  # below this, a guess misleads more than it helps
+    for name in known:
+        depth = name.count(".") + 1
+        ratio = difflib.SequenceMatcher(None, ".".join(parts[:depth]).lower(), name.lower()).ratio()
+        guess = ".".join([name, *parts[depth:]])
+        if ratio > score and guess != key:
+            best, score = guess, ratio
+    hint = f"; did you mean {best}?" if best else ""
+    return f"unknown key{hint} ({listed}: {', '.join(known)})"
 
 
 def _default_threshold(batch_size: int) -> int:
@@ -705,7 +740,7 @@ def _function_overrides(
         global_key = _FUNCTION_KEYS.get(field_key)
         try:
             if global_key is None:
-                raise ConfigError(dotted, f"unknown key (a function may set {', '.join(sorted(_FUNCTION_KEYS))})", at)
+                raise ConfigError(dotted, _unknown(field_key, _FUNCTION_KEYS, "a function may set"), at)
             setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
             settings[setting.attr] = setting.read(dotted, value, at)
         except ConfigError as exc:
