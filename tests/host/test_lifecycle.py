@@ -314,6 +314,25 @@ async def test_bad_input_fails_clearly_and_the_host_goes_on(config: HostConfig, 
     assert host.metrics.get("failed") == 4  # UTF-8 and JSON failures, twice each; bad base64 never reached it
 
 
+async def test_a_body_that_is_not_utf8_is_poisoned_at_once_for_a_str_trigger(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    """A handler that takes ``str`` could never be given such a body: like bad base64, no attempt can decode it."""
+    handled: list[str] = []
+
+    async def handler(msg: str) -> None:
+        handled.append(msg)
+
+    await queue.put(QUEUE, encode(b"\xff\xfe not utf-8", "base64"))
+    await put(queue, "caf\u00e9")
+    async with running(one_function(handler), replace(config, max_dequeue_count=5)) as host:
+        [poisoned] = await apoll(lambda: poison_of(queue), 15, what="the undecodable message in poison")
+        await apoll(lambda: _ready(lambda: host.metrics.get("succeeded") == 1), 10, what="the good message")
+    assert handled == ["caf\u00e9"]
+    assert poisoned.content == encode(b"\xff\xfe not utf-8", "base64")  # as stored, for a fixed handler
+    assert (host.metrics.get("failed"), host.metrics.get("poisoned")) == (0, 1)  # on its first attempt
+
+
 async def _at_least(peek: Any, n: int) -> list[Any]:
     found = await peek
     return found if len(found) >= n else []

@@ -26,15 +26,27 @@ def encode(body: bytes | str, encoding: str) -> str:
         raise ValueError("messageEncoding none stores text: the body is not valid UTF-8; use base64") from None
 
 
-def decode(text: str, encoding: str) -> bytes:
-    """Handler bytes from wire text; raises MessageDecodeError saying what is wrong."""
+def decode(text: str, encoding: str, *, utf8: bool = False) -> bytes:
+    """Handler bytes from wire text; raises MessageDecodeError saying what is wrong.
+
+    ``utf8``: the handler takes the body as ``str``, so bytes that are not UTF-8 are refused here too: like
+    base64 that does not decode, no attempt could hand them over, and the message goes to poison at once rather
+    than failing every attempt.
+    """
     if encoding != "base64":
         return text.encode("utf-8")
     try:
         # Whitespace (line-wrapped base64) is skipped, as .NET's Convert.FromBase64String does.
-        return base64.b64decode("".join(text.split()).encode("ascii"), validate=True)
+        body = base64.b64decode("".join(text.split()).encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError) as exc:
         raise MessageDecodeError(f"message is not valid base64 (messageEncoding is base64): {exc}") from None
+    if utf8:
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MessageDecodeError(f"message body is not valid UTF-8, and the handler takes it as str: {exc}"
+                                     ) from None
+    return body
 
 
 def body_text(text: str, encoding: str) -> str:

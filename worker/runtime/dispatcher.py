@@ -165,7 +165,7 @@ class Dispatcher:
             delivery.result = refused
             return False
         try:
-            body = decode(raw.content, inv.config.message_encoding)
+            body = decode(raw.content, inv.config.message_encoding, utf8=inv.function.trigger_kind == "str")
         except MessageDecodeError as exc:
             inv.log.error("message decoding has failed", message_id=raw.id, reason=str(exc))
             delivery.result = Result(Outcome.POISON, str(exc))
