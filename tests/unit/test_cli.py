@@ -114,6 +114,20 @@ def test_delayed_message_is_counted_but_not_visible(app_dir: Path) -> None:
     assert counts == [{"name": "later", "approximateMessageCount": 1}]
 
 
+def test_peek_and_poison_list_say_so_when_there_is_nothing_to_show(app_dir: Path) -> None:
+    """An empty answer reads as a failure; peek shows only visible messages, so it says when others are held."""
+    ok(app_dir, "send", "--delay", "30s", "later", "soon")
+    ok(app_dir, "send", "empty-poison", "x")
+    ok(app_dir, "poison", "purge", "empty")  # empty-poison is there, and empty
+
+    assert ok(app_dir, "peek", "later") == "queue later has no visible messages; it holds about 1 that are " \
+                                           "invisible now (leased by a worker, or sent with a delay)\n"
+    assert ok(app_dir, "peek", "empty-poison") == "queue empty-poison is empty\n"
+    assert ok(app_dir, "poison", "list", "empty") == "queue empty-poison is empty\n"
+    assert ok(app_dir, "poison", "list", "later") == "no poison messages of later (later-poison was never needed)\n"
+    assert peek_json(app_dir, "empty-poison") == []
+
+
 def test_ttl_minus_one_never_expires(app_dir: Path) -> None:
     ok(app_dir, "send", "--ttl", "-1", "forever", "x")
 

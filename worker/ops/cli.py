@@ -307,14 +307,26 @@ def cmd_peek(args: argparse.Namespace) -> int:
     if args.max is not None:
         limits.check_count(args.max)
 
-    async def peek(backend: QueueBackend) -> list[RawMessage]:
-        return await backend.peek(args.queue, args.max or limits.max_batch)
+    async def peek(backend: QueueBackend) -> tuple[list[RawMessage], str]:
+        found = await backend.peek(args.queue, args.max or limits.max_batch)
+        return found, "" if found else await _nothing_visible(backend, args.queue)
 
-    _print_messages(_with_backend(config, args.connection, peek), config, args.json)
+    messages, empty = _with_backend(config, args.connection, peek)
+    _print_messages(messages, config, args.json, empty)
     return 0
 
 
-def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: bool) -> None:
+async def _nothing_visible(backend: QueueBackend, queue: str) -> str:
+    """What to say of a queue that shows no message: empty, or holding only messages nobody can see now."""
+    held = await backend.approximate_count(queue)
+    if held == 0:
+        return f"queue {queue} is empty"
+    return (f"queue {queue} has no visible messages; it holds about {held} that are invisible now (leased by a "
+            "worker, or sent with a delay)")
+
+
+def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: bool, empty: str) -> None:
+    """The messages as JSON, or a line each for people; ``empty`` is that line when there are none."""
     rows = [
         {
             "id": m.id,
@@ -327,6 +339,8 @@ def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: boo
     ]
     if as_json:
         print(json.dumps(rows, indent=2))
+    elif not rows:
+        _say(empty)
     else:
         for row in rows:
             _say(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
@@ -357,11 +371,12 @@ def cmd_poison(args: argparse.Namespace) -> int:
     limits.check_name(args.queue)
     poison = poison_queue(args.queue)
 
-    async def peek(backend: QueueBackend) -> list[RawMessage]:
+    async def peek(backend: QueueBackend) -> tuple[list[RawMessage], str]:
         try:
-            return await backend.peek(poison, min(args.max or limits.max_batch, limits.max_batch))
+            found = await backend.peek(poison, min(args.max or limits.max_batch, limits.max_batch))
         except QueueNotFound:  # made on first need: no poison queue yet means no poison
-            return []
+            return [], f"no poison messages of {args.queue} ({poison} was never needed)"
+        return found, "" if found else await _nothing_visible(backend, poison)
 
     async def drain(backend: QueueBackend) -> tuple[int, int]:
         # At most what the poison queue holds now: a running host poisons a requeued message that fails again, and
@@ -393,7 +408,8 @@ def cmd_poison(args: argparse.Namespace) -> int:
         else:
             _say(f"{result} messages purged from the dead-letter queue of {args.queue}")
     elif kind == "list":
-        _print_messages(result, config, args.json)
+        messages, empty = result
+        _print_messages(messages, config, args.json, empty)
     else:
         done, total = result
         verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
