@@ -1,16 +1,19 @@
 """Requeue all and purge from the console of a running worker whose function poisons every message it is given:
 each answers at once and runs beside the request, the state shows it, and it ends having moved at most what the
-poison queue held, although the host poisons every requeued message again at once."""
+poison queue held, although the host poisons every requeued message again at once; and so does ``worker poison
+requeue`` beside the same worker."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.cli import run_cli
 from tests.console.support import APP, ConsoleHost
 from tests.host.processes import WorkerProcess, worker_environment, write_host_yaml
 from tests.support import free_port, poll
@@ -64,6 +67,11 @@ def test_requeue_all_and_purge_answer_at_once_and_end_with_what_was_there(tmp_pa
             # Each requeued message failed again and is back in the poison queue (not taken again); purge empties it.
             poll(lambda action=action: settled(4 if action == "requeue-all" else 0), 15,
                  what=f"the queues after {action}")
+            if action == "requeue-all":  # the command, beside the same running worker, likewise ends
+                ran = run_cli(tmp_path, "poison", "requeue", "console-fragile", "--json")
+                assert ran.returncode == 0, ran.stderr
+                assert json.loads(ran.stdout) == {"action": "requeue", "queue": POISON, "messages": 4, "before": 4}
+                poll(lambda: settled(4), 15, what="the queues after worker poison requeue")
         assert [line["messages"] for line in worker.lines() if line.get("event") == "poison action from the console"
                 ] == [4, 4]
     finally:
