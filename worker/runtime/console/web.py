@@ -2,9 +2,9 @@
 actions (behind the token, as ``/leases`` is).
 
 A poison action is a POST with the token in its ``Authorization`` header: a page of another site can neither send
-that header here (no CORS is answered) nor read the answers. Requeue all and purge answer 202 at once and run
-beside the request (:mod:`worker.runtime.console.actions`); the state shows them. With no token set, the actions are refused
-(403): a console anyone on the network reaches must not move messages.
+that header here (no CORS is answered) nor read the answers. With no token set, the actions are refused (403): a
+console anyone on the network reaches must not move messages. Requeue all and purge answer 202 at once and run
+beside the request (:mod:`worker.runtime.console.actions`); the state shows them.
 """
 
 from __future__ import annotations
