@@ -62,9 +62,9 @@ async def test_requeue_all_and_purge_count_what_they_moved(backend: QueueBackend
     assert await backend.approximate_count(queue_name) == 3
 
 
+@pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)  # Azure Storage's messages have no properties
 async def test_a_message_requeued_by_id_keeps_its_properties(backend: QueueBackend, queue_name: str) -> None:
-    if not backend.capabilities.message_properties:
-        pytest.skip("this backend's messages carry no properties")
+    assert backend.capabilities.message_properties
     carried = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     await backend.create_queue(f"{queue_name}-poison")
     message = await backend.put(f"{queue_name}-poison", encode("traced", "base64"), properties=carried)
