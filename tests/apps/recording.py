@@ -4,8 +4,10 @@ Set by environment variables, so that one module serves every test:
 ``RECORD_DB`` (the table's file), ``TRIGGER_QUEUE`` (default ``work``),
 ``HANDLER_MODE``: ``ok``; ``fail`` (always raise); ``hold`` (run for
 ``HOLD_SECONDS``, returning early if the host cancels); ``hold-first`` (hold on
-the first delivery, succeed on later ones). Whatever the mode, a message whose
-body starts with ``FAIL_PREFIX`` (when set) always raises.
+the first delivery, succeed on later ones); ``gate`` (run until the file
+``GATE_FILE`` exists, or at most ``HOLD_SECONDS``: the test decides when the
+handler ends). Whatever the mode, a message whose body starts with
+``FAIL_PREFIX`` (when set) always raises.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from pathlib import Path
 
 from worker import QueueMessage, WorkerApp
 
@@ -43,4 +46,10 @@ def recorder(msg: QueueMessage) -> None:
         if msg.cancelled.wait(float(os.environ.get("HOLD_SECONDS", "60"))):
             record(msg, "cancelled")
             return
+    if mode == "gate":
+        gate, deadline = Path(os.environ["GATE_FILE"]), time.monotonic() + float(os.environ.get("HOLD_SECONDS", "60"))
+        while not gate.exists() and time.monotonic() < deadline:
+            if msg.cancelled.wait(0.02):
+                record(msg, "cancelled")
+                return
     record(msg, "done")

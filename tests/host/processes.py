@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import termios
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,8 +54,14 @@ class WorkerProcess:
     args: tuple[str, ...] = ()
     #: A command prefix the worker runs under (a mount namespace that shows it a pod's files, say).
     wrapper: tuple[str, ...] = ()
+    #: Run in a session (and process group) of its own, as a service manager or a terminal starts it.
+    own_session: bool = False
+    #: Also on a terminal of its own (a pseudo-terminal, its controlling one), so that :meth:`ctrl_c` is a real
+    #: Ctrl-C: the terminal signals its foreground process group. Implies ``own_session``.
+    terminal: bool = False
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
+    _terminal_fd: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.log_path = self.config.parent / f"{self.name}.log"
@@ -65,13 +73,25 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         env = self.merged_env()
+        stdin: int | None = None
+        if self.terminal:
+            self._terminal_fd, stdin = os.openpty()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [*self.wrapper, sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config),
                  *self.args],
-                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                cwd=REPO, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=log,
+                start_new_session=self.own_session or self.terminal,
+                preexec_fn=_take_terminal if self.terminal else None,  # runs after setsid, in the child
             )
+        if stdin is not None:
+            os.close(stdin)
         return self
+
+    def ctrl_c(self) -> None:
+        """Press Ctrl-C on the worker's terminal."""
+        assert self._terminal_fd is not None, "started without a terminal"
+        os.write(self._terminal_fd, b"\x03")
 
     @property
     def pid(self) -> int:
@@ -141,6 +161,15 @@ class WorkerProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self._terminal_fd is not None:
+            os.close(self._terminal_fd)
+            self._terminal_fd = None
+
+
+def _take_terminal() -> None:
+    """In the new session's leader, before exec: make standard input (the pseudo-terminal) its controlling
+    terminal, whose foreground process group is then the worker's."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def attempts(record_db: Path) -> list[dict[str, Any]]:

@@ -22,7 +22,9 @@ A child dies with its supervisor (Linux's parent-death signal), so that
 Signals are forwarded: the first SIGTERM or SIGINT makes every child drain
 and exit, and the supervisor exits 0 once all have; a second one is passed on
 too (the children then exit at once, and so does the supervisor, with 128 +
-the signal's number). With ``worker.httpPort`` and one process, the child
+the signal's number). They are passed on as other signals
+(:data:`worker.runtime.signals.FORWARDED`): a signal sent to the whole process
+group reaches each child directly as well, and that is still one signal. With ``worker.httpPort`` and one process, the child
 serves the port itself (on ``worker.httpHost``); with several, the supervisor
 serves the endpoints for all of them on ``worker.httpHost``: each child
 listens on a port of its own on loopback, and ``/metrics`` sums the children's
@@ -60,6 +62,7 @@ from worker.runtime.console.merge import merge_history, merge_state
 from worker.runtime.console.web import static_routes, who
 from worker.runtime.endpoints import guarded, listen
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
+from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals
 from worker.settings.http_token import BearerToken
 from worker.waits import wait_set
 
@@ -114,7 +117,7 @@ class Supervisor:
         ports = [http_port or None] if count == 1 else [_free_port() if http_port else None for _ in range(count)]
         self.children = [Child(index, port) for index, port in enumerate(ports)]
         self.stopping = asyncio.Event()
-        self._signals = 0
+        self._signals = StopSignals()
         self._last_signal = 0
         self._refused = False
         self._handovers: Path | None = None
@@ -123,7 +126,7 @@ class Supervisor:
         """Start the children, keep them running, and return the exit code once all have stopped."""
         runner = await self._serve() if self.http_port and self.count > 1 else None  # CannotListen: nothing started
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, self._signal, signum)
         # Holds message bodies for a moment: readable by this user only (mkdtemp makes it 0700).
         self._handovers = Path(tempfile.mkdtemp(prefix="worker-handover-"))
@@ -131,7 +134,7 @@ class Supervisor:
         try:
             await asyncio.gather(*(self._keep(child) for child in self.children))
         finally:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in STOP_SIGNALS:
                 loop.remove_signal_handler(signum)
             if runner is not None:
                 await runner.cleanup()
@@ -140,15 +143,16 @@ class Supervisor:
         log.info("supervisor stopped", exits=exits, restarts=sum(child.restarts for child in self.children))
         if self._refused:
             return REFUSED
-        if self._signals > 1:
+        if self._signals.exit_now:
             return 128 + self._last_signal
         if self.count == 1:  # one process: worker run exits as it did (killed by a signal: 128 + its number)
             return 128 - exits[0] if exits[0] < 0 else exits[0]
         return 0 if all(code == 0 for code in exits) else 1
 
     def _signal(self, signum: int) -> None:
-        """Pass the signal on to every child; the first also stops restarts."""
-        self._signals += 1
+        """Pass the signal on to every child (as its :data:`FORWARDED` signal); the first also stops restarts."""
+        if self._signals.receive(signum)[0] is Stop.REPEATED:
+            return
         self._last_signal = signum
         log.info("signal received; passing it to the worker processes", signal=signal.Signals(signum).name,
                  processes=sum(1 for child in self.children if _alive(child)))
@@ -156,7 +160,7 @@ class Supervisor:
         for child in self.children:
             if _alive(child):
                 assert child.process is not None
-                child.process.send_signal(signum)
+                child.process.send_signal(FORWARDED[signal.Signals(signum)])
 
     async def _keep(self, child: Child) -> None:
         """Run one child, starting it again whenever it dies, until the supervisor stops."""

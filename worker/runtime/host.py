@@ -10,15 +10,16 @@ the order of shutdown, which is where messages are lost or kept:
 3. running handlers get ``drainTimeout`` to finish and complete normally;
 4. whatever still runs is cancelled and released, and the process exits 0.
 
-A second signal exits at once; the leases then bring the messages back, as
-after ``kill -9``.
+A second signal from the same sender exits at once; the leases then bring the
+messages back, as after ``kill -9``. A signal sent to the process group reaches
+the process directly and through its supervisor: that is one signal
+(:mod:`worker.runtime.signals`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -47,6 +48,7 @@ from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
 from worker.runtime.recycle import Recycler, settle_handed_over, take
+from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals
 from worker.runtime.threads import HandlerThreads
 from worker.settings.config import FunctionOptions, HostConfig
 from worker.settings.http_token import BearerToken, http_token
@@ -150,16 +152,19 @@ class Host:
         self.facts = facts or StartFacts()
         #: Why this process must be recycled (a sync handler ran past functionTimeout), once run() returns.
         self.recycled: str | None = None
-        self._signals = 0
+        self._signals = StopSignals()
 
     def request_stop(self, signum: int | None = None) -> None:
-        """First call: drain and stop. A second signal: exit at once."""
+        """Drain and stop; on a second signal from the same sender, exit at once."""
         if signum is not None:
-            self._signals += 1
-            if self._signals > 1:
-                log.warning("second signal; exiting at once, leases will bring unfinished messages back")
-                os._exit(128 + signum)
-            log.info("signal received; draining", signal=signal.Signals(signum).name)
+            stop, original, forwarded = self._signals.receive(signum)
+            sender = "the supervisor" if forwarded else "direct"
+            if stop is Stop.EXIT_NOW:
+                log.warning("second signal; exiting at once, leases will bring unfinished messages back",
+                            signal=original.name, sender=sender)
+                os._exit(128 + original)
+            if stop is Stop.DRAIN:
+                log.info("signal received; draining", signal=original.name, sender=sender)
         self.stopping.set()
 
     async def run(self) -> Dispatcher:
@@ -187,7 +192,7 @@ class Host:
         dispatcher = Dispatcher(scheduler, completion, middleware, threads, recycler)
         capacity = Capacity(config.max_in_flight)
         loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (*STOP_SIGNALS, *FORWARDED.values()):
             loop.add_signal_handler(signum, self.request_stop, signum)
         scheduler_task = asyncio.create_task(scheduler.run(), name="lease-scheduler")
         endpoints: Endpoints | None = None
@@ -251,7 +256,7 @@ class Host:
                     await asyncio.gather(task, return_exceptions=True)
             if endpoints is not None:
                 await endpoints.stop()
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in (*STOP_SIGNALS, *FORWARDED.values()):
                 loop.remove_signal_handler(signum)
             await backends.close()
             threads.close()

@@ -1,0 +1,74 @@
+"""Stop signals as the person or program that sent them meant them: the first drains, a second exits at once.
+
+One signal often reaches a process more than once. Sent to a process group
+(a terminal's Ctrl-C, ``kill -TERM -PGID``, systemd's ``KillMode=control-group``),
+it reaches a worker process directly and again through its supervisor, which
+passes every stop signal on. Coreutils' ``timeout`` signals the command and
+then its whole group, so the command may get it twice within microseconds.
+Read naively, either is "a second signal" and abandons the running handlers.
+
+So the supervisor passes a stop signal on as another signal
+(:data:`FORWARDED`), and a worker process counts what it got from its
+supervisor apart from what it got directly: a second signal from the same
+sender exits at once, one from each sender drains once. A child whose
+supervisor has died still obeys the signals sent to it directly. The same
+signal again within :data:`REPEAT_WINDOW` is the same signal.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+#: The signals that stop a host or a supervisor.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: How a supervisor passes each stop signal on to its worker processes, so that they can tell it from the one the
+#: same sender sent them directly.
+FORWARDED = {signal.SIGTERM: signal.SIGUSR1, signal.SIGINT: signal.SIGUSR2}
+#: Seconds within which the same signal from the same sender is one signal: a program signalling a process and
+#: then its group delivers it twice within microseconds; a person pressing Ctrl-C twice takes longer.
+REPEAT_WINDOW = 0.1
+
+_ORIGINAL = {passed: original for original, passed in FORWARDED.items()}
+
+
+class Stop(Enum):
+    """What a signal asks of the process."""
+
+    DRAIN = "drain"
+    EXIT_NOW = "exit now"
+    #: The same signal delivered again by its sender (within :data:`REPEAT_WINDOW`): nothing more to do.
+    REPEATED = "repeated"
+
+
+@dataclass
+class StopSignals:
+    """Counts the stop signals a process receives, by sender: itself (sent directly) or its supervisor
+    (:data:`FORWARDED`)."""
+
+    #: Seconds, for telling a repeated delivery from a second signal.
+    clock: Callable[[], float] = time.monotonic
+    #: How many distinct stop signals each sender sent; the key is True for the supervisor's.
+    counts: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})
+    _last: dict[bool, tuple[int, float]] = field(default_factory=dict)
+
+    def receive(self, signum: int) -> tuple[Stop, signal.Signals, bool]:
+        """What ``signum`` asks for, the stop signal it stands for (a forwarded one's original), and whether the
+        supervisor passed it on."""
+        forwarded = signum in _ORIGINAL
+        original = signal.Signals(_ORIGINAL.get(signum, signum))
+        now = self.clock()
+        last = self._last.get(forwarded)
+        self._last[forwarded] = (original, now)
+        if last is not None and last[0] == original and now - last[1] < REPEAT_WINDOW:
+            return Stop.REPEATED, original, forwarded
+        self.counts[forwarded] += 1
+        return (Stop.DRAIN if self.counts[forwarded] == 1 else Stop.EXIT_NOW), original, forwarded
+
+    @property
+    def exit_now(self) -> bool:
+        """Whether some sender asked twice."""
+        return any(count > 1 for count in self.counts.values())
