@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -269,7 +270,8 @@ class Dispatcher:
             inv.started = True
             try:
                 async with asyncio.timeout(timeout) as deadline:
-                    await function.handler(**inv.kwargs)
+                    with _exits_fail():
+                        await function.handler(**inv.kwargs)
             except TimeoutError:
                 if deadline.expired():  # the deadline cancelled it, rather than the handler's own TimeoutError
                     self._interrupt(inv)
@@ -281,7 +283,8 @@ class Dispatcher:
             if inv.context is not None:  # the Python worker's context.thread_local_storage, filled in the handler's thread
                 inv.context.thread_local_storage.invocation_id = inv.id
             try:
-                function.handler(**inv.kwargs)
+                with _exits_fail():
+                    function.handler(**inv.kwargs)
             finally:
                 for cleanup in inv.thread_cleanup:
                     cleanup()
@@ -291,6 +294,30 @@ class Dispatcher:
 
         await self.threads.run(in_thread, timeout, on_start=started, on_timeout=lambda: self._interrupt(inv),
                                about={"function": function.name, "invocation_id": inv.id})
+
+
+class HandlerExited(Exception):  # noqa: N818 -- what happened, as the log says it
+    """A handler raised a BaseException that is not an error (SystemExit, KeyboardInterrupt, GeneratorExit).
+
+    Left alone, it would leave the event loop (asyncio lets SystemExit and
+    KeyboardInterrupt through) or the invocation's task, and take the process
+    or the batch's other completions with it; wrapped, it fails its attempt
+    like any exception. The original is the ``__cause__``.
+    """
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(f"{type(raised).__name__}: {raised}")
+
+
+@contextmanager
+def _exits_fail() -> Iterator[None]:
+    """Turn a BaseException from a handler into :class:`HandlerExited`; cancellation and errors pass as they are."""
+    try:
+        yield
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        raise HandlerExited(exc) from exc
 
 
 def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
@@ -305,7 +332,7 @@ def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
         inv.log.error(f"message cannot be handled{f' ({where})' if where else ''}; it goes to the poison queue",
                       reason=reason)
         return Result(Outcome.POISON, reason)
-    error = f"{type(exc).__name__}: {exc}"
+    error = str(exc) if isinstance(exc, HandlerExited) else f"{type(exc).__name__}: {exc}"
     if where:
         inv.log.error(f"invocation failed {where}; the message will be retried", error=error)
         return Result(Outcome.FAILED, str(exc) if isinstance(exc, InvocationFailed) else error)
