@@ -18,10 +18,12 @@ pytestmark = pytest.mark.subprocess
 
 @pytest.fixture
 def host(tmp_path: Path) -> Iterator[ConsoleHost]:
-    """Two worker processes under one supervisor, with no token set (so the console is read-only)."""
+    """Two worker processes under one supervisor, with no token set (so the console is read-only), on loopback
+    (where the console's data answers without one)."""
     port = free_port()
     config = write_host_yaml(tmp_path, queues={"batchSize": 1},
-                             worker={"httpPort": port, "leaseDuration": "2s", "drainTimeout": "2s"})
+                             worker={"httpPort": port, "httpHost": "127.0.0.1", "leaseDuration": "2s",
+                                     "drainTimeout": "2s"})
     worker = WorkerProcess(config, worker_environment(CONSOLE_DIR=str(tmp_path)), app=APP, args=("--processes", "2"))
     worker.start()
     try:

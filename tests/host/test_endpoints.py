@@ -34,7 +34,9 @@ async def test_endpoints_report_what_the_worker_is_doing(
     tmp_path: Path, connection: str | None, queue: QueueBackend
 ) -> None:
     port = free_port()
-    config = write_host_yaml(tmp_path, worker={"leaseDuration": "3s", "drainTimeout": "3s", "httpPort": port})
+    # On loopback: with no token, /leases answers there only.
+    config = write_host_yaml(tmp_path, worker={"leaseDuration": "3s", "drainTimeout": "3s", "httpPort": port,
+                                               "httpHost": "127.0.0.1"})
     record_db = tmp_path / "attempts.sqlite3"
     env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "60", "TRIGGER_QUEUE": QUEUE}
     if connection is not None:
@@ -151,9 +153,10 @@ def test_a_token_guards_metrics_and_leases_and_leaves_the_probes_open(tmp_path: 
         worker.kill()
 
 
-def test_without_a_token_every_path_is_open(tmp_path: Path, record_db: Path) -> None:
+def test_without_a_token_every_path_is_open_on_loopback(tmp_path: Path, record_db: Path) -> None:
+    """Beyond loopback, /leases then needs a token or worker.httpOpenData (tests/host/test_endpoint_guard.py)."""
     port = free_port()
-    config = write_host_yaml(tmp_path, worker={"httpPort": port})
+    config = write_host_yaml(tmp_path, worker={"httpPort": port, "httpHost": "127.0.0.1"})
     worker = WorkerProcess(config, {"RECORD_DB": str(record_db)}).start()
     try:
         worker.wait_for_log("host started")

@@ -107,7 +107,7 @@ async def test_the_supervisor_serves_one_set_of_endpoints_for_all_processes(
     supervised: Any, queue: QueueBackend, record_db: Path
 ) -> None:
     port = free_port()
-    process = supervised(mode="hold", hold=60, httpPort=port, drainTimeout="1s")
+    process = supervised(mode="hold", hold=60, httpPort=port, httpHost="127.0.0.1", drainTimeout="1s")
     await _send(queue, *[f"m{i}" for i in range(4)])
     await apoll(lambda: _true(len({row["pid"] for row in attempts(record_db)}) == 2), 30, what="both processes busy")
     held = len(_rows(record_db, "start"))

@@ -225,7 +225,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         # functionTimeout makes it recycle itself (worker.runtime.recycle), and settles nothing itself.
         command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
         supervisor = Supervisor(command, args.processes or config.processes, http_port=config.http_port,
-                                http_host=config.http_host, token=token, burst=args.burst)
+                                http_host=config.http_host, token=token, open_data=config.http_open_data,
+                                allowed=config.http_allowed_hosts, burst=args.burst)
         return asyncio.run(supervisor.run())
     handover = os.environ.get(HANDOVER_ENV)
     facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)

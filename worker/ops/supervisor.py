@@ -60,7 +60,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from worker.runtime.console.merge import merge_history, merge_state
 from worker.runtime.console.web import static_routes, who
-from worker.runtime.endpoints import guarded, listen
+from worker.runtime.endpoints import listen
+from worker.runtime.guard import Access, allowed_hosts, announce, application
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals
 from worker.settings.http_token import BearerToken
@@ -104,13 +105,17 @@ class Supervisor:
 
     def __init__(
         self, command: Sequence[str], count: int, *, http_port: int = 0, http_host: str = "0.0.0.0",
-        token: BearerToken | None = None, burst: bool = False, env: dict[str, str] | None = None,
+        token: BearerToken | None = None, open_data: bool = False, allowed: Sequence[str] = (), burst: bool = False,
+        env: dict[str, str] | None = None,
     ) -> None:
+        """``token``, ``open_data`` (``worker.httpOpenData``) and ``allowed`` (``worker.httpAllowedHosts``) guard the
+        endpoints the supervisor serves for several processes (:mod:`worker.runtime.guard`)."""
         self.command = list(command)
         self.count = count
         self.http_port = http_port
         self.http_host = http_host
         self.token = token
+        self.access = Access(token, http_host, open_data, allowed_hosts(allowed))
         self.burst = burst
         self.env = dict(os.environ if env is None else env)
         # One child serves the port itself; several each get a loopback port of their own behind the supervisor's.
@@ -209,7 +214,7 @@ class Supervisor:
     # -- endpoints --------------------------------------------------------------------------------------------
 
     async def _serve(self) -> web.AppRunner:
-        app = web.Application(middlewares=guarded(self.token))
+        app = application(self.access)
         app.add_routes([web.get("/healthz", self._healthz), web.get("/readyz", self._readyz),
                         web.get("/metrics", self._metrics), web.get("/leases", self._leases),
                         *static_routes(), web.get("/console/api/state", self._console_state),
@@ -218,8 +223,7 @@ class Supervisor:
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await listen(runner, self.http_host, self.http_port)
-        log.info("endpoints listening", host=self.http_host, port=self.http_port, processes=self.count,
-                 token=self.token is not None)
+        announce(self.access, port=self.http_port, processes=self.count)
         return runner
 
     async def _ask(self, path: str) -> list[tuple[Child, int, str]]:

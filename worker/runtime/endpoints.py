@@ -13,9 +13,8 @@
 ``/``         the web console (:mod:`worker.runtime.console`): its shell, and its data under ``/console/api/``.
 
 It runs on the host's event loop (aiohttp), and only when ``worker.httpPort`` is set, on ``worker.httpHost``.
-With a token set (:mod:`worker.settings.http_token`), ``/metrics``, ``/leases`` and the console's data answer 401
-to a request without it; the probes stay open, because the kubelet sends none, and so does the console's shell,
-which holds no data (its script asks for the token and sends it).
+Who may read what (the token, data on loopback only without one, the Host header, the headers of every answer)
+is :mod:`worker.runtime.guard`'s.
 """
 
 from __future__ import annotations
@@ -33,34 +32,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
 from worker.runtime.console.state import Console
-from worker.runtime.console.web import STATIC, routes
+from worker.runtime.console.web import routes
+from worker.runtime.guard import Access, announce, application
 from worker.runtime.lease import LeaseScheduler
-from worker.settings.http_token import BearerToken
 
 log = structlog.get_logger("worker.runtime.endpoints")
 
 #: Longest a readiness check waits for storage, in seconds.
 READY_TIMEOUT = 3.0
-#: Paths a probe must reach without a token; every other path needs it when one is set.
-OPEN_PATHS = frozenset({"/healthz", "/readyz", *STATIC})
-
-
-def guarded(token: BearerToken | None) -> list[Callable[..., Awaitable[web.StreamResponse]]]:
-    """aiohttp middleware that answers 401 on every path but the probes' to a request without ``token``."""
-    if token is None:
-        return []
-
-    @web.middleware
-    async def require_token(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-                            ) -> web.StreamResponse:
-        if request.path in OPEN_PATHS or token.accepts(request.headers.get("Authorization")):
-            return await handler(request)
-        return web.json_response({"error": "a bearer token is required"}, status=401,
-                                 headers={"WWW-Authenticate": 'Bearer realm="worker"'})
-
-    return [require_token]
-
-
 async def listen(runner: web.AppRunner, host: str, port: int) -> None:
     """Serve ``runner`` on ``host:port``; a port that cannot be had refuses the start with one line naming it."""
     try:
@@ -111,10 +90,10 @@ class Endpoints:
         self.draining = draining
         self._runner: web.AppRunner | None = None
 
-    async def start(self, port: int, host: str, token: BearerToken | None, console: Console | None = None) -> None:
-        """Listen on ``host:port`` (with the console at ``/`` when given); CannotListen when the address cannot be
-        had."""
-        app = web.Application(middlewares=guarded(token))
+    async def start(self, port: int, access: Access, console: Console | None = None) -> None:
+        """Listen on ``access.bind``:``port`` (with the console at ``/`` when given); CannotListen when the address
+        cannot be had."""
+        app = application(access)
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/readyz", self.readyz),
@@ -124,10 +103,9 @@ class Endpoints:
         ])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await listen(self._runner, host, port)
-        log.info("endpoints listening", host=host, port=port,
-                 paths=["/healthz", "/readyz", "/metrics", "/leases", *(["/"] if console is not None else [])],
-                 token=token is not None)
+        await listen(self._runner, access.bind, port)
+        announce(access, port=port,
+                 paths=["/healthz", "/readyz", "/metrics", "/leases", *(["/"] if console is not None else [])])
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -44,6 +44,7 @@ from worker.runtime.console.recorder import ConsoleRecorder
 from worker.runtime.console.state import Console, HostParts, StartFacts, Watched
 from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
 from worker.runtime.endpoints import Endpoints
+from worker.runtime.guard import Access, allowed_hosts
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
@@ -307,7 +308,9 @@ class Host:
                               last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
                               held_back=trouble.problems, not_ready=middleware.not_ready)
         console = self._console(listeners, scheduler, dispatcher, endpoints, middleware, actions=token is not None)
-        await endpoints.start(self.config.http_port, self.config.http_host, token, console)
+        access = Access(token, self.config.http_host, self.config.http_open_data,
+                        allowed_hosts(self.config.http_allowed_hosts))
+        await endpoints.start(self.config.http_port, access, console)
 
         async def watch() -> None:
             await asyncio.gather(watch_lengths(), console.sample_forever())

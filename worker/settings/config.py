@@ -217,6 +217,16 @@ def parse_http_host(value: Any) -> str:
     return host
 
 
+def _host_names(value: Any) -> tuple[str, ...]:
+    """``worker.httpAllowedHosts``: the names, besides loopback's and ``worker.httpHost``, requests may reach this
+    worker by."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of host names, got {value!r}")
+    return tuple(parse_http_host(item) for item in value)
+
+
 def _spark_master(value: Any) -> str:
     master = _text(value)
     if not re.match(r"^(local(\[(\*|\d+)\])?|local-cluster\[.*\]|spark://.+|sc://.+|yarn|k8s://.+|mesos://.+)$", master):
@@ -290,6 +300,8 @@ _SCHEMA: dict[str, _Setting] = {
     "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
     "worker.httpHost": _Setting("http_host", parse_http_host),
     "worker.httpTokenFile": _Setting("http_token_file", _text),
+    "worker.httpOpenData": _Setting("http_open_data", _boolean),
+    "worker.httpAllowedHosts": _Setting("http_allowed_hosts", _host_names),
     "worker.invocationLogs": _Setting("invocation_logs", _boolean),
     "worker.middleware": _Setting("middleware", _names),
     "worker.processes": _Setting("processes", _integer, _between(1, 256)),
@@ -389,6 +401,10 @@ class HostConfig:
     #: File holding the bearer token that guards /metrics and /leases (relative to host.yaml's folder); the token
     #: itself is read at start (:mod:`worker.settings.http_token`), never kept here.
     http_token_file: str | None = None
+    #: Serve /leases and the console's data without a token on an address beyond loopback (worker.runtime.guard).
+    http_open_data: bool = False
+    #: Host names, besides loopback's and http_host, that requests may name (refusing the rest stops DNS rebinding).
+    http_allowed_hosts: tuple[str, ...] = ()
     #: An INFO line when each invocation starts (Executing) and ends (Executed), as Functions logs them.
     invocation_logs: bool = True
     #: Middleware to add, as ``module:attribute`` names, after the host's own and the app's.

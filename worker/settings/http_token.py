@@ -1,7 +1,8 @@
 """The bearer token that guards ``/metrics`` and ``/leases``: read once at start, compared in constant time, never shown.
 
 ``/leases`` names the messages in flight and ``/metrics`` the functions and queues, so an operator who exposes
-the port beyond the pod can ask for a token. It comes from the environment (``WORKER_HTTP_TOKEN``, as
+the port beyond the pod can ask for a token (without one, ``/leases`` and the console's data answer on loopback
+only: :mod:`worker.runtime.guard`). It comes from the environment (``WORKER_HTTP_TOKEN``, as
 platforms hand secrets to containers) or from a file (``worker.httpTokenFile``, a mounted Secret); never from
 host.yaml itself, which is copied into images and repositories. The probes stay open: the kubelet sends no
 token.

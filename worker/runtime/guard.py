@@ -1,0 +1,146 @@
+"""Who may read what from the endpoints, the host's and the supervisor's alike: safe with no setting at all.
+
+- **The Host header.** A page of another site can make an operator's browser
+  resolve its own name to this worker's address (DNS rebinding) and read the
+  answers as its own. Every request naming a host is refused (421) unless the
+  name is an IP address (a rebinding page always names itself), ``localhost``,
+  ``worker.httpHost`` or one of ``worker.httpAllowedHosts``.
+- **The token.** With one set (:mod:`worker.settings.http_token`), every path
+  but the probes and the console's shell answers 401 without it.
+- **No token, beyond loopback.** ``/leases`` and the console's data name
+  messages, failure reasons and files; on an address others reach, they
+  answer 403 unless ``worker.httpOpenData`` says to serve them anyway. The
+  probes, ``/metrics`` and the shell still answer (the kubelet and Prometheus
+  send no token). On loopback, only this machine's users reach them.
+- **Every answer** says ``X-Content-Type-Options: nosniff`` and, unless it
+  says how to cache, ``Cache-Control: no-store``; ``Server`` names no version.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+import structlog
+from aiohttp import web
+
+from worker.runtime.console.web import STATIC
+from worker.settings.http_token import BearerToken
+
+log = structlog.get_logger("worker.runtime.guard")
+
+#: Paths a probe must reach without a token; every other path needs it when one is set.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", *STATIC})
+#: Paths that answer without a token beyond loopback: the probes, the shell, and the metrics Prometheus scrapes.
+PUBLIC_PATHS = OPEN_PATHS | {"/metrics"}
+#: Host names that always mean this machine.
+LOOPBACK_NAMES = frozenset({"localhost"})
+#: What the ``Server`` header says: the product, no version to look vulnerabilities up by.
+SERVER = "queueworker"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Access:
+    """What the endpoints on one address let through."""
+
+    token: BearerToken | None
+    #: The address they listen on (``worker.httpHost``).
+    bind: str
+    #: ``worker.httpOpenData``: serve ``/leases`` and the console's data without a token beyond loopback too.
+    open_data: bool = False
+    #: ``worker.httpAllowedHosts``: more names the Host header may carry (lower case).
+    allowed_hosts: frozenset[str] = frozenset()
+
+    @property
+    def data(self) -> str:
+        """Who reads ``/leases`` and the console's data: "token", "this machine" or "anyone"; or "nobody"."""
+        if self.token is not None:
+            return "token"
+        if is_loopback(self.bind):
+            return "this machine"
+        return "anyone" if self.open_data else "nobody"
+
+    def host_allowed(self, header: str | None) -> bool:
+        """Whether a request's Host header names this worker rather than a name someone else controls."""
+        if header is None:  # no browser sends a request without one
+            return True
+        name = host_name(header)
+        if name in LOOPBACK_NAMES or name in self.allowed_hosts or name == self.bind.lower():
+            return True
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
+
+
+def is_loopback(bind: str) -> bool:
+    """Whether an address to listen on is reachable from this machine only."""
+    if bind.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header, without port, brackets or a final dot, in lower case."""
+    header = header.strip().lower()
+    if header.startswith("["):  # [::1]:8080
+        return header[1:].partition("]")[0]
+    name, colon, port = header.rpartition(":")
+    if colon and port.isdigit() and ":" not in name:
+        header = name
+    return header.rstrip(".")
+
+
+def application(access: Access) -> web.Application:
+    """An aiohttp application whose every answer goes through ``access``."""
+    app = web.Application(middlewares=[_middleware(access)])
+    app.on_response_prepare.append(_safe_headers)
+    return app
+
+
+def announce(access: Access, **fields: object) -> None:
+    """Log that the endpoints listen, and warn when their data answers anyone who reaches the address."""
+    if access.data == "anyone":
+        log.warning("endpoints listening; /leases and the console's data answer anyone who reaches them (no token, "
+                    "worker.httpOpenData)", host=access.bind, data=access.data, **fields)
+    else:
+        log.info("endpoints listening", host=access.bind, token=access.token is not None, data=access.data, **fields)
+
+
+def allowed_hosts(names: Iterable[str]) -> frozenset[str]:
+    """``worker.httpAllowedHosts`` as the guard compares them."""
+    return frozenset(host_name(name) for name in names)
+
+
+def _middleware(access: Access) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not access.host_allowed(request.headers.get("Host")):
+            return web.json_response(
+                {"error": f"this worker does not answer to the host name {host_name(request.headers['Host'])!r}; "
+                          "add it to worker.httpAllowedHosts if it is this worker's"}, status=421)
+        if access.token is not None:
+            if request.path in OPEN_PATHS or access.token.accepts(request.headers.get("Authorization")):
+                return await handler(request)
+            return web.json_response({"error": "a bearer token is required"}, status=401,
+                                     headers={"WWW-Authenticate": 'Bearer realm="worker"'})
+        if access.data == "nobody" and request.path not in PUBLIC_PATHS:
+            return web.json_response(
+                {"error": "with no endpoint token, /leases and the console's data answer on loopback only: set "
+                          "WORKER_HTTP_TOKEN or worker.httpTokenFile, or worker.httpOpenData: true"}, status=403)
+        return await handler(request)
+
+    return guard
+
+
+async def _safe_headers(_: web.Request, response: web.StreamResponse) -> None:
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers.setdefault("Cache-Control", "no-store")
+    response.headers["Server"] = SERVER
