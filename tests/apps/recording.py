@@ -7,7 +7,8 @@ Set by environment variables, so that one module serves every test:
 the first delivery, succeed on later ones); ``gate`` (run until the file
 ``GATE_FILE`` exists, or at most ``HOLD_SECONDS``: the test decides when the
 handler ends). Whatever the mode, a message whose body starts with
-``FAIL_PREFIX`` (when set) always raises.
+``FAIL_PREFIX`` (when set) always raises, and one whose body is ``EXIT <code>``
+ends the process with ``os._exit(code)`` (once ``GATE_FILE`` exists, when set).
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def record(message: QueueMessage, event: str) -> None:
 def recorder(msg: QueueMessage) -> None:
     record(msg, "start")
     mode = os.environ.get("HANDLER_MODE", "ok")
+    word, _, code = msg.get_body().decode().partition(" ")
+    if word == "EXIT":
+        if "GATE_FILE" in os.environ and not gate_opened(msg):
+            return
+        os._exit(int(code))
     prefix = os.environ.get("FAIL_PREFIX")
     if mode == "fail" or (prefix and msg.get_body().decode().startswith(prefix)):
         raise RuntimeError("this handler always fails")
@@ -46,10 +52,16 @@ def recorder(msg: QueueMessage) -> None:
         if msg.cancelled.wait(float(os.environ.get("HOLD_SECONDS", "60"))):
             record(msg, "cancelled")
             return
-    if mode == "gate":
-        gate, deadline = Path(os.environ["GATE_FILE"]), time.monotonic() + float(os.environ.get("HOLD_SECONDS", "60"))
-        while not gate.exists() and time.monotonic() < deadline:
-            if msg.cancelled.wait(0.02):
-                record(msg, "cancelled")
-                return
+    if mode == "gate" and not gate_opened(msg):
+        return
     record(msg, "done")
+
+
+def gate_opened(msg: QueueMessage) -> bool:
+    """Wait until the file ``GATE_FILE`` exists (at most ``HOLD_SECONDS``); False if the host cancelled first."""
+    gate, deadline = Path(os.environ["GATE_FILE"]), time.monotonic() + float(os.environ.get("HOLD_SECONDS", "60"))
+    while not gate.exists() and time.monotonic() < deadline:
+        if msg.cancelled.wait(0.02):
+            record(msg, "cancelled")
+            return False
+    return True

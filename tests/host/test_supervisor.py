@@ -21,6 +21,7 @@ from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import apoll, fetch, free_port
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
+from worker.runtime.inflight import INFLIGHT_ENV
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.parametrize("backend_kind", ["sqlite"])]
 
@@ -93,8 +94,8 @@ async def test_a_killed_process_is_started_again_and_its_message_is_not_lost(
     [first] = await apoll(lambda: _arows(record_db, "start"), 30, what="the handler to start")
     os.kill(first["pid"], signal.SIGKILL)
 
-    restarted = process.wait_for_events("worker process exited; restarting it", 1, 30)
-    assert restarted[0]["exit_code"] == -signal.SIGKILL
+    restarted = process.wait_for_events("worker process died; restarting it", 1, 30)
+    assert (restarted[0]["exit_code"], restarted[0]["cause"]) == (-signal.SIGKILL, "killed by SIGKILL")
     process.wait_for_events("host started", 3, 60)
     # The lease ends 3 s after the kill; whichever process receives it then runs it to the end.
     done = await apoll(lambda: _arows(record_db, "done"), 60, what="the message done after redelivery")
@@ -119,6 +120,35 @@ async def test_the_supervisor_serves_one_set_of_endpoints_for_all_processes(
     assert received == [f'worker_received_total{{function="recorder"}} {float(held)!r}'], received
     assert json.loads(_get(port, "/healthz"))["ok"] is True
     assert process.stop(signal.SIGTERM, timeout=90) == 0
+
+
+async def test_a_process_ended_by_its_handler_is_an_error_naming_its_code_and_what_it_held(
+    tmp_path: Path, queue: QueueBackend, record_db: Path
+) -> None:
+    """``os._exit(3)`` in a handler is no recycle, though 3 is the recycle's exit code: the supervisor says the
+    process died, with its code and the messages it held, and worker run (one process) exits with that code."""
+    config = write_host_yaml(tmp_path, worker={"drainTimeout": "5s"})
+    env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "60", "TRIGGER_QUEUE": QUEUE,
+           "GATE_FILE": str(tmp_path / "gate")}
+    process = WorkerProcess(config, env).start()
+    try:
+        [started] = process.wait_for_events("worker process started", 1, 60)
+        await _send(queue, "held", "EXIT 3")
+        await apoll(lambda: _true(len(_rows(record_db, "start")) == 2), 30, what="both handlers to start")
+        # The process says what it holds in the file its supervisor named; once that lists both, the handler exits.
+        environ = Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")
+        in_flight = Path(next(v for k, _, v in (e.decode().partition("=") for e in environ) if k == INFLIGHT_ENV))
+        await apoll(lambda: _true(in_flight.exists() and len(json.loads(in_flight.read_text())) == 2), 10,
+                    what="the process to say it holds both messages")
+        (tmp_path / "gate").touch()
+        assert process.wait(30) == 3
+    finally:
+        process.kill()
+    [died] = _events(process, "worker process died; worker run exits with its code")
+    ids = sorted(row["message_id"] for row in _rows(record_db, "start"))
+    assert (died["level"], died["exit_code"], died["cause"]) == ("error", 3, "exited with code 3")
+    assert (died["held_invocations"], sorted(died["message_ids"])) == ({"recorder": 2}, ids)
+    assert not _events(process, "worker process recycled; starting a fresh one")
 
 
 def _get(port: int, path: str) -> str:

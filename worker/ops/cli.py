@@ -63,6 +63,7 @@ from worker.ops.supervisor import SUPERVISOR_ENV, Supervisor, child_command, die
 from worker.ops.terminal import printable
 from worker.runtime.console.state import StartFacts
 from worker.runtime.host import SERVICE_NAME, Host
+from worker.runtime.inflight import INFLIGHT_ENV
 from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.settings import local_settings
@@ -228,9 +229,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 http_host=config.http_host, token=token, open_data=config.http_open_data,
                                 allowed=config.http_allowed_hosts, burst=args.burst)
         return asyncio.run(supervisor.run())
-    handover = os.environ.get(HANDOVER_ENV)
+    handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)
     facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)
-    host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None, facts=facts)
+    host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None,
+                in_flight=Path(in_flight) if in_flight else None, facts=facts)
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)
     if host.recycled is not None:

@@ -13,9 +13,13 @@ handler ran past functionTimeout exits with :data:`RECYCLED` once its other
 invocations are done, and is replaced at once (not after the back-off); the
 fresh child settles the timed-out message, which the old one wrote to the
 handover file the supervisor named for it (:mod:`worker.runtime.recycle`).
-With one process, any other exit ends ``worker run`` with the child's code,
-as if there were no supervisor: restarting a lone process that crashed is
-the platform's business (Kubernetes, systemd), where operators see it.
+That file, not the exit code alone, says it was recycled. With one process,
+any other exit ends ``worker run`` with the child's code, as if there were no
+supervisor: restarting a lone process that crashed is the platform's business
+(Kubernetes, systemd), where operators see it. A child that ends without being
+asked to (``os._exit`` in a handler, a crash, the out-of-memory killer) is
+logged as an error with its exit code, its cause in words and what it last
+said it held (:mod:`worker.runtime.inflight`).
 A child dies with its supervisor (Linux's parent-death signal), so that
 ``kill -9`` of ``worker run`` still ends every process of it.
 
@@ -51,6 +55,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import structlog
@@ -58,11 +63,13 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.runtime import inflight
 from worker.runtime.console.merge import merge_history, merge_state
 from worker.runtime.console.web import static_routes, who
 from worker.runtime.endpoints import listen
 from worker.runtime.guard import Access, allowed_hosts, announce, application
-from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
+from worker.runtime.inflight import INFLIGHT_ENV
+from worker.runtime.recycle import HANDOVER_ENV, RECYCLED, recycle_reason
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals
 from worker.settings.http_token import BearerToken
 from worker.waits import wait_set
@@ -181,19 +188,24 @@ class Supervisor:
                 if not self.stopping.is_set():
                     self._signal(signal.SIGTERM)
                 return
-            if code == RECYCLED:  # not a crash: a fresh process at once, which settles the timed-out message
+            held = inflight.read(self._file(child, "in-flight"))
+            if code == RECYCLED and (reason := recycle_reason(self._file(child, "handover"))) is not None:
+                # Not a crash: a fresh process at once, which settles the timed-out message.
                 child.recycles += 1
-                log.warning("worker process recycled after a sync handler ran past functionTimeout; starting a "
-                            "fresh one", process=child.index, recycles=child.recycles)
+                log.warning("worker process recycled; starting a fresh one", process=child.index, reason=reason,
+                            recycles=child.recycles)
                 continue
-            if self.count == 1:  # its exit is worker run's, as without a supervisor: the platform restarts it
-                return
             ran = time.monotonic() - child.started_at
+            # Nobody asked it to stop: os._exit in a handler, a crash, the out-of-memory killer.
+            died = {"process": child.index, "pid": child.process.pid if child.process else None, "exit_code": code,
+                    "cause": exit_cause(code), "ran_seconds": round(ran, 1), **_held(held)}
+            if self.count == 1:  # its exit is worker run's, as without a supervisor: the platform restarts it
+                log.error("worker process died; worker run exits with its code", **died)
+                return
             if ran >= STABLE_AFTER:
                 delay = RESTART_DELAY
             child.restarts += 1
-            log.error("worker process exited; restarting it", process=child.index, exit_code=code,
-                      ran_seconds=round(ran, 1), restart_in=delay, restarts=child.restarts)
+            log.error("worker process died; restarting it", **died, restart_in=delay, restarts=child.restarts)
             if await wait_set(self.stopping, delay):
                 return
             delay = min(delay * 2, RESTART_DELAY_MAX)
@@ -201,7 +213,8 @@ class Supervisor:
     async def _run_once(self, child: Child) -> int:
         assert self._handovers is not None
         env = {**self.env, "WORKER__worker__processes": "1", "WORKER_PROCESS_INDEX": str(child.index),
-               SUPERVISOR_ENV: str(os.getpid()), HANDOVER_ENV: str(self._handovers / f"process-{child.index}.json")}
+               SUPERVISOR_ENV: str(os.getpid()), HANDOVER_ENV: str(self._file(child, "handover")),
+               INFLIGHT_ENV: str(self._file(child, "in-flight"))}
         env["WORKER__worker__httpPort"] = str(child.port or 0)
         host = self.http_host if self.count == 1 else CHILD_HOST
         child.process = await asyncio.create_subprocess_exec(*self.command, "--http-host", host, env=env)
@@ -210,6 +223,11 @@ class Supervisor:
         code = await child.process.wait()
         log.info("worker process exited", process=child.index, pid=child.process.pid, exit_code=code)
         return code
+
+    def _file(self, child: Child, kind: str) -> Path:
+        """The file of ``kind`` ("handover", "in-flight") the supervisor names for ``child``."""
+        assert self._handovers is not None
+        return self._handovers / f"process-{child.index}.{kind}.json"
 
     # -- endpoints --------------------------------------------------------------------------------------------
 
@@ -321,6 +339,27 @@ def sum_metrics(texts: Sequence[str]) -> str:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def exit_cause(code: int) -> str:
+    """A process's exit code in words: the signal that killed it, or the code it exited with."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _held(invocations: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What a dead process last said it held, for the log: its invocations per function and up to 20 message ids
+    (they come back when their leases end)."""
+    functions: dict[str, int] = {}
+    messages = []
+    for invocation in invocations:
+        functions[invocation["function"]] = functions.get(invocation["function"], 0) + 1
+        messages += invocation["messages"]
+    return {"held_invocations": functions, "held_messages": len(messages), "message_ids": messages[:20]}
 
 
 def _alive(child: Child) -> bool:

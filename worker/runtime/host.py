@@ -38,6 +38,7 @@ from worker.middleware.spark import Spark
 from worker.model import StartupRefused
 from worker.observability import tracing
 from worker.observability.metrics import Metrics
+from worker.runtime import inflight
 from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.console.recorder import ConsoleRecorder
@@ -124,13 +125,14 @@ class Host:
 
     def __init__(
         self, app: WorkerApp, config: HostConfig, *, burst: bool = False, middleware: Sequence[Middleware] = (),
-        handover: Path | None = None, facts: StartFacts | None = None,
+        handover: Path | None = None, in_flight: Path | None = None, facts: StartFacts | None = None,
     ) -> None:
         """``middleware`` runs after the app's and host.yaml's; one of a kind the host would make itself (Spark's)
         replaces the host's own, e.g. to keep one Spark session across host runs. ``handover`` is the file this
         process and the one before it (if it was recycled) hand timed-out messages over in
-        (:mod:`worker.runtime.recycle`); the supervisor names it. ``facts``: what ``worker run`` knows of the start
-        that the host does not, for the console."""
+        (:mod:`worker.runtime.recycle`); the supervisor names it, and ``in_flight``, where the host says what it
+        holds should it die (:mod:`worker.runtime.inflight`). ``facts``: what ``worker run`` knows of the start that
+        the host does not, for the console."""
         if app.problems:  # worker run lists them at start; a host built in code refuses them too
             raise StartupRefused(app.problems)
         if problem := tracing.problem(os.environ):  # worker run refuses it among the start-up checks
@@ -150,6 +152,7 @@ class Host:
         self.stopping = asyncio.Event()
         self.started_at = time.monotonic()
         self.handover = handover
+        self.in_flight = in_flight
         self.facts = facts or StartFacts()
         #: Why this process must be recycled (a sync handler ran past functionTimeout), once run() returns.
         self.recycled: str | None = None
@@ -196,6 +199,8 @@ class Host:
         for signum in (*STOP_SIGNALS, *FORWARDED.values()):
             loop.add_signal_handler(signum, self.request_stop, signum)
         scheduler_task = asyncio.create_task(scheduler.run(), name="lease-scheduler")
+        recorder_task = None if self.in_flight is None else asyncio.create_task(
+            inflight.record(self.in_flight, lambda: dispatcher.invocations), name="in-flight")
         endpoints: Endpoints | None = None
         watcher: asyncio.Task[None] | None = None
         try:
@@ -251,7 +256,7 @@ class Host:
                 await recycler.hand_over(self.handover)
             middleware.host_stopped()
         finally:
-            for task in (scheduler_task, watcher):
+            for task in (scheduler_task, recorder_task, watcher):
                 if task is not None:
                     task.cancel()
                     await asyncio.gather(task, return_exceptions=True)

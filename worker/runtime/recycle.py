@@ -9,9 +9,11 @@ moment of the timeout, killing every other invocation with it. Here:
 1. the :class:`Recycler` keeps the timed-out message's lease (renewed as any
    other), stops the host receiving and lets the other invocations finish
    within ``drainTimeout``;
-2. it then stops renewing that lease and writes the message to the
-   *handover file* the supervisor named for this process, and the process
-   exits with :data:`RECYCLED`;
+2. it then stops renewing that lease and writes the message, with why, to
+   the *handover file* the supervisor named for this process, and the
+   process exits with :data:`RECYCLED` (the file, written even when no
+   message is left to hand over, is how the supervisor tells a recycle from
+   a process that exited with the same code for another reason);
 3. the supervisor starts a fresh process at once, which settles each handed-over
    message (:func:`settle_handed_over`: released after the retry delay, or
    poisoned on its last attempt) before it receives anything.
@@ -94,7 +96,8 @@ class Recycler:
         self.stopping.set()
 
     async def hand_over(self, path: Path | None) -> int:
-        """Stop renewing the held leases and write them to ``path``; returns how many were written.
+        """Stop renewing the held leases and write them to ``path`` with why the process is recycled; returns how
+        many were written.
 
         Without a path (no supervisor), the messages come back when their leases end.
         """
@@ -113,17 +116,26 @@ class Recycler:
         if path is None:
             log.warning("no supervisor to hand the timed-out messages to; they come back when their leases end",
                         messages=len(handed))
-        elif handed:
-            write(path, handed)
+        else:
+            write(path, self.reason or "recycled", handed)
         return len(handed)
 
 
-def write(path: Path, messages: Sequence[HandedOver]) -> None:
+def write(path: Path, reason: str, messages: Sequence[HandedOver]) -> None:
     """Write the handover file whole or not at all (readable by this user only: it holds message bodies)."""
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".handover-")
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump([asdict(m) for m in messages], out)
+        json.dump({"reason": reason, "messages": [asdict(m) for m in messages]}, out)
     os.replace(temporary, path)
+
+
+def recycle_reason(path: Path) -> str | None:
+    """Why the process that wrote ``path`` was recycled, leaving the file to the next process; None when there is no
+    file (the process was not recycled)."""
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["reason"])
+    except FileNotFoundError:
+        return None
 
 
 def take(path: Path) -> list[HandedOver]:
@@ -133,7 +145,7 @@ def take(path: Path) -> list[HandedOver]:
     except FileNotFoundError:
         return []
     path.unlink()
-    return [HandedOver(**fields) for fields in json.loads(text)]
+    return [HandedOver(**fields) for fields in json.loads(text)["messages"]]
 
 
 async def settle_handed_over(
