@@ -72,3 +72,10 @@ class StopSignals:
     def exit_now(self) -> bool:
         """Whether some sender asked twice."""
         return any(count > 1 for count in self.counts.values())
+
+
+def forwarded_act_as_original() -> None:
+    """Until the host listens for them, a signal the supervisor passed on does what its original would (a process
+    still starting ends as it would have on SIGTERM or SIGINT), not what SIGUSR1 and SIGUSR2 do by default."""
+    for original, passed in FORWARDED.items():
+        signal.signal(passed, lambda _signum, _frame, original=original: signal.raise_signal(original))
