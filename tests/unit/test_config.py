@@ -301,6 +301,9 @@ def test_error_names_the_dotted_key_and_its_line(tmp_path: Path, body: str, key:
         pytest.param("functionTimeout: '00:00:00'\n", "functionTimeout", 1, id="timeout-0"),
         pytest.param("functionTimeout: forever\n", "functionTimeout", 1, id="timeout-text"),
         pytest.param("# copied\nversion: [2]\n", "version", 2, id="version-not-text"),
+        pytest.param("worker:\n  httpAllowedHosts: [ok.example, 'no such']\n", "worker.httpAllowedHosts", 2,
+                     id="allowed-host-not-a-name"),
+        pytest.param("worker:\n  httpOpenData: yes please\n", "worker.httpOpenData", 2, id="open-data-not-boolean"),
     ],
 )
 def test_error_names_key_and_line_outside_queues(tmp_path: Path, text: str, key: str, line: int) -> None:
@@ -575,3 +578,10 @@ def test_one_problem_reads_as_before(tmp_path: Path) -> None:
         load_config(path, {})
     assert_names_key_and_line(caught.value, "functionTimeout", f"{path}:2")
     assert "problems" not in str(caught.value)
+
+
+def test_the_endpoints_guard_settings_are_read(tmp_path: Path) -> None:
+    path = write(tmp_path, "worker:\n  httpOpenData: true\n  httpAllowedHosts: [Worker.Example, 10.0.0.5]\n")
+    config = load_config(path, environ=NO_ENV)
+    assert (config.http_open_data, config.http_allowed_hosts) == (True, ("Worker.Example", "10.0.0.5"))
+    assert (HostConfig().http_open_data, HostConfig().http_allowed_hosts) == (False, ())

@@ -222,9 +222,13 @@ def _host_names(value: Any) -> tuple[str, ...]:
     worker by."""
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list):
-        raise ValueError(f"expected a list of host names, got {value!r}")
-    return tuple(parse_http_host(item) for item in value)
+    names = []
+    for item in value if isinstance(value, list) else [value]:
+        try:
+            names.append(parse_http_host(item))
+        except ValueError:
+            raise ValueError(f"expected a list of host names (worker.example.com), got {value!r}") from None
+    return tuple(names)
 
 
 def _spark_master(value: Any) -> str:
