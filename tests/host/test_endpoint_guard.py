@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -56,6 +57,11 @@ async def statuses(port: int, paths: tuple[str, ...], host: str | None = None) -
     return [(await get(port, path, host))[0] for path in paths]
 
 
+def _warned(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The start's warnings that the data answers without a token."""
+    return [line for line in logs if line["log_level"] == "warning" and "without a token" in line["event"]]
+
+
 async def listening(port: int) -> bool:
     try:
         await get(port, "/healthz")
@@ -70,8 +76,8 @@ async def test_with_no_token_beyond_loopback_only_the_probes_metrics_and_shell_a
         async with running(app(), settings):
             assert await statuses(settings.http_port, PROBES) == [200] * 4
             assert await statuses(settings.http_port, DATA) == [403] * 3
-    [listening] = [line for line in logs if line["event"].startswith("endpoints listening")]
-    assert (listening["log_level"], listening["data"]) == ("info", "nobody")
+    [listening] = [line for line in logs if line["event"] == "endpoints listening"]
+    assert listening["data"] == "nobody" and not _warned(logs)
 
 
 async def test_open_data_serves_the_data_without_a_token_and_warns_at_start(tmp_path: Path) -> None:
@@ -79,14 +85,15 @@ async def test_open_data_serves_the_data_without_a_token_and_warns_at_start(tmp_
     with structlog.testing.capture_logs() as logs:
         async with running(app(), settings):
             assert await statuses(settings.http_port, DATA) == [200] * 3
-    [listening] = [line for line in logs if line["event"].startswith("endpoints listening")]
-    assert (listening["log_level"], listening["data"]) == ("warning", "anyone")
+    assert [warning["readers"] for warning in _warned(logs)] == ["anyone"]
 
 
-async def test_on_loopback_with_no_token_every_path_answers(tmp_path: Path) -> None:
+async def test_on_loopback_with_no_token_every_path_answers_and_the_start_warns(tmp_path: Path) -> None:
     settings = config(tmp_path, http_host="127.0.0.1")
-    async with running(app(), settings):
-        assert await statuses(settings.http_port, PROBES + DATA) == [200] * 7
+    with structlog.testing.capture_logs() as logs:
+        async with running(app(), settings):
+            assert await statuses(settings.http_port, PROBES + DATA) == [200] * 7
+    assert [warning["readers"] for warning in _warned(logs)] == ["this machine"]
 
 
 @pytest.mark.parametrize("bind", ["127.0.0.1", "0.0.0.0"])

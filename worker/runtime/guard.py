@@ -106,12 +106,12 @@ def application(access: Access) -> web.Application:
 
 
 def announce(access: Access, **fields: object) -> None:
-    """Log that the endpoints listen, and warn when their data answers anyone who reaches the address."""
-    if access.data == "anyone":
-        log.warning("endpoints listening; /leases and the console's data answer anyone who reaches them (no token, "
-                    "worker.httpOpenData)", host=access.bind, data=access.data, **fields)
-    else:
-        log.info("endpoints listening", host=access.bind, token=access.token is not None, data=access.data, **fields)
+    """Log that the endpoints listen, and warn when their data answers without a token: to every user of this
+    machine (loopback), or to anyone who reaches the address (``worker.httpOpenData``)."""
+    log.info("endpoints listening", host=access.bind, token=access.token is not None, data=access.data, **fields)
+    if access.data in ("this machine", "anyone"):
+        log.warning("/leases and the console's data answer without a token; set WORKER_HTTP_TOKEN or "
+                    "worker.httpTokenFile to guard them", readers=access.data, host=access.bind)
 
 
 def allowed_hosts(names: Iterable[str]) -> frozenset[str]:
