@@ -207,14 +207,16 @@ def test_non_queue_triggers_are_listed_as_not_run(features: Any) -> None:
     assert "HttpHello" not in {spec.name for spec in converted.app.functions}
 
 
-def test_load_app_logs_one_warning_per_function_not_run(tmp_path: Path) -> None:
+def test_load_app_logs_one_warning_counting_the_functions_not_run(tmp_path: Path) -> None:
     with structlog.testing.capture_logs() as logs:
         app = load_app("tests.compat.features_app:app", tmp_path)
 
     assert isinstance(app, WorkerApp)
     assert len(app.functions) == 4
     warnings = [entry for entry in logs if entry["log_level"] == "warning"]
-    assert [(w["event"], w["function"], w["trigger"]) for w in warnings] == [(HTTP_NOT_RUN, "HttpHello", "httpTrigger")]
+    assert [(w["event"], w["count"]) for w in warnings] == [
+        ("functions not run: this host runs enabled queue-triggered functions only", 1)]
+    assert app.not_run == (HTTP_NOT_RUN,)  # the list, logged at DEBUG and shown by the console
 
 
 def test_function_app_without_queue_triggers_is_refused_by_load_app(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,7 +231,7 @@ def test_function_app_without_queue_triggers_is_refused_by_load_app(monkeypatch:
     monkeypatch.setitem(sys.modules, "compat_web_only", module)
 
     assert from_function_app(web_only).app.functions == []
-    with pytest.raises(AppLoadError, match="(?s)without a queue-triggered function .*function tick has a timer trigger"):
+    with pytest.raises(AppLoadError, match="(?s)has no queue-triggered function .*function tick has a timer trigger"):
         load_app("compat_web_only:app", Path.cwd())
 
 

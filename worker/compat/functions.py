@@ -53,7 +53,7 @@ from typing import Any
 import azure.functions as func
 from azure.functions import _abc
 from azure.functions.blob import InputStream as _BlobStream
-from azure.functions.decorators.core import Binding, BindingDirection
+from azure.functions.decorators.core import Binding, BindingDirection, DataType
 from azure.functions.decorators.function_app import Function, FunctionRegister
 from azure.functions.queue import QueueMessage as _FullQueueMessage
 
@@ -169,20 +169,26 @@ def from_function_app(
     """
     if not isinstance(app, FunctionRegister):
         raise TypeError(f"expected an azure.functions.FunctionApp, got {type(app).__name__}")
+    return from_functions(_functions(app), environ, connection_problem)
+
+
+def from_functions(
+    functions: list[Function],
+    environ: Mapping[str, str] | None = None,
+    connection_problem: Callable[[str, Service], str | None] | None = None,
+) -> ConvertedApp:
+    """:func:`from_function_app` for functions described otherwise: a v1 app's function.json files make them too."""
     environ = os.environ if environ is None else environ
     worker_app = WorkerApp()
     skipped: list[SkippedFunction] = []
     switched_off: list[str] = []
     problems: list[str] = []
-    for function in _functions(app):
+    for function in functions:
         name = function.get_function_name() or function.get_user_function().__name__
         trigger = function.get_trigger()
         assert trigger is not None  # get_functions() refuses a function without one
         if trigger.type != QUEUE_TRIGGER:
-            kind = (trigger.type or "unknown").removesuffix("Trigger")
-            article = "an" if kind[:1].lower() in "aeiou" else "a"
-            message = f"function {name} has {article} {kind} trigger; this host runs queue triggers only; it is not run"
-            skipped.append(SkippedFunction(name, trigger.type or "unknown", message))
+            skipped.append(skipped_function(name, trigger.type or "unknown"))
             continue
         if disabled(name, environ):
             switched_off.append(name)
@@ -197,6 +203,14 @@ def from_function_app(
     except ValueError as exc:
         raise FunctionAppError(str(exc)) from None
     return ConvertedApp(worker_app, tuple(skipped), tuple(switched_off), tuple(problems))
+
+
+def skipped_function(name: str, trigger_type: str) -> SkippedFunction:
+    """A function with a trigger other than a queue's, and the sentence that says it is not run."""
+    kind = trigger_type.removesuffix("Trigger")
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    message = f"function {name} has {article} {kind} trigger; this host runs queue triggers only; it is not run"
+    return SkippedFunction(name, trigger_type, message)
 
 
 class _FunctionProblems:
@@ -331,10 +345,9 @@ def _register(
                     arg_name=out_args[binding.name], path=resolved[id(binding)], connection=connection,
                 )(handler)
             else:
-                data_type = getattr(binding, "data_type", None)
                 worker_app.blob_input(
                     arg_name=binding.name, path=resolved[id(binding)], connection=connection,
-                    data_type=getattr(data_type, "name", data_type),
+                    data_type=_data_type(binding),
                 )(handler)
         worker_app.queue_trigger(
             arg_name=trigger.name, queue_name=queue_name, connection=_setting(trigger, "connection") or DEFAULT_CONNECTION,
@@ -351,6 +364,11 @@ def _register(
         problems.add(str(exc))
         return
     worker_app.function_name(name)(handler)
+
+
+def _data_type(binding: Binding) -> str | None:
+    """A binding's ``data_type`` by name (``STRING``, ``BINARY``, ``STREAM``): Binding.data_type is the enum's int."""
+    return DataType(binding.data_type).name if binding.data_type is not None else None
 
 
 def _check_connections(

@@ -9,16 +9,22 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from worker.app import WorkerApp
+from worker.compat.tracebacks import import_failure
 from worker.settings.connections import Service
+
+if TYPE_CHECKING:  # the conversion imports azure-functions, an optional dependency: imported when an app needs it
+    from worker.compat.functions import ConvertedApp
 
 #: The file the Functions Python v2 model starts from, in the app's folder (``PYTHON_SCRIPT_FILE_NAME`` names another).
 SCRIPT_FILE = "function_app.py"
 SCRIPT_SETTING = "PYTHON_SCRIPT_FILE_NAME"
+#: What each function's folder of a Functions v1 app holds (an app without ``function_app.py``).
+FUNCTION_JSON = "function.json"
 #: The oldest azure-functions whose FunctionApp this host reads (pyproject's azure-functions extra says the same).
 AZURE_FUNCTIONS_FLOOR = (1, 20)
 
@@ -35,17 +41,21 @@ def load_app(
     check: Callable[[WorkerApp], list[str]] | None = None,
     found: Sequence[str] = (),
 ) -> WorkerApp:
-    """Import ``MODULE:ATTR`` (looked up from ``search_path`` first) and check it is an app that can run.
+    """Import ``MODULE:ATTR`` (looked up from ``search_path`` first), or a v1 app's folder, and check it can run.
 
     Without ``:ATTR``, the module's app is its ``app``, else the one WorkerApp or FunctionApp it defines.
+    A folder holding ``*/function.json`` is a Functions v1 app (:mod:`worker.compat.function_json`).
 
     The app is a WorkerApp, or an ``azure.functions.FunctionApp`` whose queue-triggered functions are
-    registered into one (:mod:`worker.compat.functions`); a warning is logged for each function not run
-    (another trigger, or switched off with ``AzureWebJobs.<name>.Disabled``). ``connection_problem`` checks a
-    FunctionApp binding's connection as it is converted, and ``check`` the converted app (the CLI passes its
+    registered into one (:mod:`worker.compat.functions`); the functions not run (another trigger, or switched
+    off) are counted in one warning and listed at DEBUG. ``connection_problem`` checks a Functions
+    binding's connection as it is converted, and ``check`` the converted app (the CLI passes its
     start-up checks, :mod:`worker.ops.preflight`), so that every problem found is listed in one AppLoadError,
     after ``found`` (what the caller found already: the environment's problems).
     """
+    problems: list[str] = list(found)
+    if is_v1_target(target):
+        return _checked(_v1_app(target, connection_problem, problems), target, problems, check)
     module_name, colon, attr = target.partition(":")
     if not module_name or (colon and not attr):
         raise AppLoadError(f"--app must look like MODULE or MODULE:ATTR (for example function_app:app), got {target!r}")
@@ -55,7 +65,8 @@ def load_app(
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
-        raise AppLoadError(f"cannot import app module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+        folder = app_directory(module_name) or search_path
+        raise AppLoadError(import_failure(f"cannot import app module {module_name!r}", exc, folder)) from None
     if attr:
         app = getattr(module, attr, None)
         if app is None:
@@ -63,8 +74,6 @@ def load_app(
     else:
         attr, app = _the_app(module, module_name)
         target = f"{module_name}:{attr}"
-    problems: list[str] = list(found)
-    not_run: list[str] = []
     # An azure.functions.FunctionApp: azure-functions is then imported already (the app's module did it),
     # so apps that do not use it never import it, and it stays an optional dependency.
     azure_functions = sys.modules.get("azure.functions")
@@ -79,30 +88,67 @@ def load_app(
 
             if (too_old := _version_problem()) is not None:  # its FunctionApp lacks what the conversion reads
                 raise _refused(target, [*problems, too_old])
-
             try:
                 converted = from_function_app(app, connection_problem=connection_problem)
             except FunctionAppError as exc:
                 raise AppLoadError(f"{target}: {exc}") from None
-            log = structlog.get_logger("worker.compat.loading")
-            for skipped in converted.skipped:
-                log.warning(skipped.message, function=skipped.name, trigger=skipped.trigger_type)
-                not_run.append(skipped.message)
-            for name in converted.disabled:
-                log.warning("function is disabled by its AzureWebJobs.<name>.Disabled setting; it is not run",
-                            function=name)
-                not_run.append(f"function {name} is disabled (AzureWebJobs.{name}.Disabled)")
-            problems.extend(converted.problems)
-            if not converted.app.functions and not problems:
-                listed = "".join(f"\n  {line}" for line in not_run)
-                raise AppLoadError(
-                    f"{target} is an azure.functions.FunctionApp without a queue-triggered function this host can run"
-                    + (f":{listed}" if listed else " (it has no functions)")
-                )
-            app = converted.app
-            app.not_run = tuple(not_run)
+            app = _converted(converted, f"{target} is an azure.functions.FunctionApp", problems)
     if not isinstance(app, WorkerApp):
         raise AppLoadError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
+    return _checked(app, target, problems, check)
+
+
+def is_v1_target(target: str) -> bool:
+    """Whether ``--app`` names a Functions v1 app's folder (one holding ``*/function.json``) rather than a module."""
+    return bool(function_files(Path(target)))
+
+
+def function_files(folder: Path) -> list[Path]:
+    """The ``function.json`` of each function folder in ``folder``: how Functions finds a v1 app's functions."""
+    return sorted(folder.glob(f"*/{FUNCTION_JSON}")) if folder.is_dir() else []
+
+
+def _v1_app(
+    target: str, connection_problem: Callable[[str | None, Service], str | None] | None, problems: list[str]
+) -> WorkerApp:
+    """The v1 app in folder ``target``, converted (azure-functions describes its functions, as for a FunctionApp)."""
+    try:
+        from worker.compat.function_json import from_folder
+        from worker.compat.functions import FunctionAppError
+    except ImportError as exc:
+        raise _refused(target, [*problems, f"a Functions v1 app needs azure-functions ({exc}); "
+                                           "pip install 'queueworker[azure-functions]'"]) from None
+    if (too_old := _version_problem()) is not None:
+        raise _refused(target, [*problems, too_old])
+    try:
+        converted = from_folder(Path(target), function_files(Path(target)), os.environ, connection_problem)
+    except FunctionAppError as exc:
+        raise AppLoadError(f"{target}: {exc}") from None
+    return _converted(converted, f"the Functions app in {target}", problems)
+
+
+def _converted(converted: ConvertedApp, what: str, problems: list[str]) -> WorkerApp:
+    """The WorkerApp of a converted Functions app; what it does not run logged and kept, its problems added."""
+    not_run = [skipped.message for skipped in converted.skipped]
+    not_run += [f"function {name} is disabled (AzureWebJobs.{name}.Disabled)" for name in converted.disabled]
+    if not_run:
+        log = structlog.get_logger("worker.compat.loading")
+        log.warning("functions not run: this host runs enabled queue-triggered functions only", count=len(not_run),
+                    listed_at="DEBUG")
+        for line in not_run:
+            log.debug(line)
+    problems.extend(converted.problems)
+    if not converted.app.functions and not problems and not converted.app.problems:
+        listed = "".join(f"\n  {line}" for line in not_run)
+        raise AppLoadError(f"{what} has no queue-triggered function this host can run"
+                           + (f":{listed}" if listed else " (it has no functions)"))
+    converted.app.not_run = tuple(not_run)
+    return converted.app
+
+
+def _checked(app: WorkerApp, target: str, problems: list[str], check: Callable[[WorkerApp], list[str]] | None
+             ) -> WorkerApp:
+    """``app`` if nothing stops it from running; else one AppLoadError listing every problem."""
     problems.extend(app.problems)  # decorators used wrongly, every one of them
     try:
         functions = app.functions
@@ -138,18 +184,25 @@ def _version_problem() -> str | None:
 
 
 def discover(folder: Path, environ: Mapping[str, str]) -> str:
-    """The module ``worker run`` runs without ``--app``: ``function_app.py`` in ``folder``, as Functions finds it."""
+    """What ``worker run`` runs without ``--app``, found as Functions finds it in ``folder``.
+
+    ``function_app.py`` (the v2 model; ``PYTHON_SCRIPT_FILE_NAME`` names another) as a module name; else,
+    when function folders (``*/function.json``) are there, the folder itself: a v1 app.
+    """
     name = environ.get(SCRIPT_SETTING) or SCRIPT_FILE
     script = folder / name
     if Path(name).name != name or script.suffix != ".py":
         raise AppLoadError(f"{SCRIPT_SETTING}={name!r} must name a .py file in the app's folder")
-    if not script.is_file():
-        raise AppLoadError(
-            f"no app to run: no {name} in {folder} (the Functions Python entry point"
-            + ("" if name != SCRIPT_FILE else f"; {SCRIPT_SETTING} names another")
-            + "); run in the app's folder, or give --app MODULE:ATTR"
-        )
-    return script.stem
+    if script.is_file():
+        return script.stem
+    if function_files(folder):
+        return str(folder.resolve())
+    raise AppLoadError(
+        f"no app to run: no {name} in {folder} (the Functions Python entry point"
+        + ("" if name != SCRIPT_FILE else f"; {SCRIPT_SETTING} names another")
+        + f") and no function folders (*/{FUNCTION_JSON}, a v1 app); run in the app's folder, "
+        "or give --app MODULE:ATTR"
+    )
 
 
 def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
@@ -176,7 +229,9 @@ def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
 
 
 def app_directory(target: str) -> Path | None:
-    """The folder of the module ``MODULE:ATTR`` names, found on the import path without importing anything."""
+    """The folder of the module ``MODULE:ATTR`` names (or the v1 app folder named), found without importing anything."""
+    if is_v1_target(target):
+        return Path(target).resolve()
     parts = target.partition(":")[0].split(".")
     if not all(parts):
         return None

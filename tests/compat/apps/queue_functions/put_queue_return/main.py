@@ -1,0 +1,7 @@
+# Copyright (c) Microsoft Corporation. All rights reserved.
+# Licensed under the MIT License.
+import azure.functions as azf
+
+
+def main(req: azf.HttpRequest) -> bytes:
+    return req.get_body()
