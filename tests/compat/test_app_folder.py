@@ -192,7 +192,7 @@ def test_every_decorator_used_wrongly_is_listed_at_start(tmp_path: Path) -> None
         def no_container(msg: QueueMessage, out: Out[str]) -> None:
             pass
     """), encoding="utf-8")
-    ran = run_cli(tmp_path, "run", "--burst")
+    ran = run_cli(tmp_path, "run", "--no-supervisor", "--burst")
     assert ran.returncode == 2, ran.stderr
     assert "function wrong_parameter: queue_trigger: has no parameter 'msg' for the queue message" in ran.stderr
     assert "function no_container: blob_output 'out': blob path 'no-container' must look like" in ran.stderr

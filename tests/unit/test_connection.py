@@ -299,7 +299,7 @@ def test_worker_run_refuses_a_key_that_is_not_base64_at_start(tmp_path: Path) ->
     """Before: accepted, then every request failed to sign and the host retried for ever as if storage were down."""
     connection = f"DefaultEndpointsProtocol=http;AccountName=myacct;AccountKey={NOT_BASE64};" \
                  "QueueEndpoint=http://127.0.0.1:9/myacct"
-    ran = run_cli(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app",
+    ran = run_cli(tmp_path, "run", "--no-supervisor", "--burst", "--app", "tests.apps.recording:app",
                   env={"AzureWebJobsStorage": connection, "RECORD_DB": str(tmp_path / "r.db")})
     assert ran.returncode == 2, ran.stderr
     assert "connection AzureWebJobsStorage: connection string's AccountKey is not base64" in ran.stderr

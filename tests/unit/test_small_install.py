@@ -44,7 +44,7 @@ def test_a_queue_command_on_oci_without_the_sdk_says_how_to_install_it(tmp_path:
 
 @pytest.mark.usefixtures("no_oci_sdk")
 def test_worker_run_on_oci_without_the_sdk_is_refused_with_every_other_problem(tmp_path: Path) -> None:
-    ran = run_cli(tmp_path, "run", "--app", "tests.apps.recording:app",
+    ran = run_cli(tmp_path, "run", "--no-supervisor", "--app", "tests.apps.recording:app",
                   env={"AzureWebJobsStorage": OCI_CONNECTION, "FUNCTIONS_WORKER_RUNTIME": "node"})
 
     assert ran.returncode == 2, ran.stderr

@@ -59,7 +59,7 @@ from worker.observability.metrics import format_summary
 from worker.ops import preflight, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
 from worker.ops.spark_cluster import SparkServerError
-from worker.ops.supervisor import SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
+from worker.ops.supervisor import PROCESS_INDEX_ENV, SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
 from worker.ops.terminal import printable
 from worker.runtime.console.state import StartFacts
 from worker.runtime.host import SERVICE_NAME, Host
@@ -202,13 +202,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     # --log-level, when given, sets one level for all; else host.json's logging.logLevel sets each category's.
     configure_logging(args.log_level, categories=config.log_levels)
     log = structlog.get_logger("worker.ops.cli")
-    looked_in = _looked_in(args.local_settings, config)
-    # Every start-up check runs here, once, before anything is built: what cannot run is refused with every
-    # problem listed (exit 2).
-    app = load_app(args.app, config.base_dir,
-                   connection_problem=partial(preflight.connection_problem, config, looked_in=looked_in),
-                   check=lambda app: preflight.problems(app, config, looked_in=looked_in),
-                   found=preflight.environment_problems(os.environ))
     if supervisor_pid is None:  # said once, by worker run itself, not again by the process it supervises
         if args.local_settings.found:
             log.info("local settings read", path=str(args.local_settings.path),
@@ -220,17 +213,27 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.info("config file", path=str(config.source))
         else:
             log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
-        for found in preflight.exposed_files(app, config):
-            log.warning("embedded queue or blob storage open to other users", path=str(found.path),
-                        mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
     if not args.no_supervisor:
         # Even one process runs under a supervisor, which starts a fresh one when a sync handler past
-        # functionTimeout makes it recycle itself (worker.runtime.recycle), and settles nothing itself.
+        # functionTimeout makes it recycle itself (worker.runtime.recycle), and settles nothing itself. It needs
+        # nothing of the app: the app is imported (its import-time code run, its warnings said) and checked only
+        # in the processes that run it, and a process that refuses it exits 2, which ends worker run with 2.
         command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
         supervisor = Supervisor(command, args.processes or config.processes, http_port=config.http_port,
                                 http_host=config.http_host, token=token, open_data=config.http_open_data,
                                 allowed=config.http_allowed_hosts, burst=args.burst)
         return asyncio.run(supervisor.run())
+    looked_in = _looked_in(args.local_settings, config)
+    # Every start-up check runs here, once, before anything is built: what cannot run is refused with every
+    # problem listed (exit 2).
+    app = load_app(args.app, config.base_dir,
+                   connection_problem=partial(preflight.connection_problem, config, looked_in=looked_in),
+                   check=lambda app: preflight.problems(app, config, looked_in=looked_in),
+                   found=preflight.environment_problems(os.environ))
+    if os.environ.get(PROCESS_INDEX_ENV, "0") == "0":  # the first process (or the only one) says it for all
+        for found in preflight.exposed_files(app, config):
+            log.warning("embedded queue or blob storage open to other users", path=str(found.path),
+                        mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
     handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)
     facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)
     host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None,

@@ -87,6 +87,8 @@ REFUSED = 2
 CHILD_TIMEOUT = 5.0
 #: The environment variable that tells a child its supervisor's process id.
 SUPERVISOR_ENV = "WORKER_SUPERVISOR_PID"
+#: The environment variable that tells a child its place among the supervisor's processes (0, 1, ...).
+PROCESS_INDEX_ENV = "WORKER_PROCESS_INDEX"
 #: Where the children listen when the supervisor serves the endpoints for them: reachable from this machine only.
 CHILD_HOST = "127.0.0.1"
 #: prctl(2)'s option for the signal a process gets when its parent dies (Linux).
@@ -212,7 +214,7 @@ class Supervisor:
 
     async def _run_once(self, child: Child) -> int:
         assert self._handovers is not None
-        env = {**self.env, "WORKER__worker__processes": "1", "WORKER_PROCESS_INDEX": str(child.index),
+        env = {**self.env, "WORKER__worker__processes": "1", PROCESS_INDEX_ENV: str(child.index),
                SUPERVISOR_ENV: str(os.getpid()), HANDOVER_ENV: str(self._file(child, "handover")),
                INFLIGHT_ENV: str(self._file(child, "in-flight"))}
         env["WORKER__worker__httpPort"] = str(child.port or 0)
