@@ -510,3 +510,26 @@ async def test_return_binding_sends_the_return_value_and_context_is_passed(
 
 async def _now(value: Any) -> Any:
     return value
+
+
+def test_an_app_that_fails_at_import_is_refused_naming_its_own_files_and_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "import_error_app.py").write_text("import json\n\nimport import_error_helper\n", encoding="utf-8")
+    (tmp_path / "import_error_helper.py").write_text(
+        "def connect():\n    raise ConnectionError('sign-in refused')\n\n\nconnect()\n", encoding="utf-8")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for name in ("import_error_app", "import_error_helper"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    with pytest.raises(AppLoadError) as caught:
+        load_app("import_error_app:app", tmp_path)
+    assert str(caught.value).splitlines() == [
+        "cannot import app module 'import_error_app': ConnectionError: sign-in refused",
+        f'  File "{tmp_path / "import_error_app.py"}", line 3, in <module>',
+        "    import import_error_helper",
+        f'  File "{tmp_path / "import_error_helper.py"}", line 5, in <module>',
+        "    connect()",
+        f'  File "{tmp_path / "import_error_helper.py"}", line 2, in connect',
+        "    raise ConnectionError('sign-in refused')",
+    ]  # the app's frames, innermost last; none of the host's or importlib's

@@ -89,7 +89,12 @@ def from_folder(
 
 
 def _install_app_package(root: Path) -> None:
-    """Make ``__app__`` the app's folder (a package without ``__init__``) and put the folder on ``sys.path``."""
+    """Make ``__app__`` the app's folder (a package without ``__init__``) and put the folder on ``sys.path``.
+
+    Modules imported under another app's ``__app__`` before are forgotten: names under it are this app's.
+    """
+    for name in [name for name in sys.modules if name.startswith(f"{APP_PACKAGE}.")]:
+        del sys.modules[name]
     spec = importlib.machinery.ModuleSpec(APP_PACKAGE, None, is_package=True)
     spec.submodule_search_locations = [str(root)]
     sys.modules[APP_PACKAGE] = importlib.util.module_from_spec(spec)

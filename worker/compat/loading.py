@@ -165,7 +165,8 @@ def _checked(app: WorkerApp, target: str, problems: list[str], check: Callable[[
 
 def _refused(target: str, problems: Sequence[str]) -> AppLoadError:
     """The error listing every reason ``target`` cannot run, one to a line."""
-    listed = "".join(f"\n  {line}" for line in problems)
+    # A problem's own further lines (an import error's frames) go deeper than the problems.
+    listed = "".join("\n  " + line.replace("\n", "\n    ") for line in problems)
     return AppLoadError(f"{target} cannot run; {len(problems)} problem(s):{listed}")
 
 

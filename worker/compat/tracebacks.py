@@ -32,6 +32,8 @@ def import_failure(headline: str, exc: BaseException, app_folder: Path) -> str:
 
 
 def _inside(filename: str, folder: Path) -> bool:
+    if not Path(filename).is_absolute():  # "<frozen importlib._bootstrap>", "<string>": no file of the app
+        return False
     try:
         path = Path(filename).resolve()
         return path.is_relative_to(folder.resolve()) and "site-packages" not in path.parts

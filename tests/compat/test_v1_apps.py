@@ -1,0 +1,106 @@
+"""Functions v1 apps (a folder per function, each with function.json) run unchanged with ``worker run`` in their folder.
+
+``tests/compat/v1_app`` is such an app, written for these tests to hold what
+v1 apps use: ``scriptFile`` and ``entryPoint`` given or left to their defaults,
+sync and async entry points, typed and untyped parameters, ``dataType``, blob
+in -> blob out by ``{queueTrigger}``, ``$return`` to a blob, a queue output,
+relative imports within a function's folder and of ``shared_code`` beside it
+(``..shared_code`` and ``__app__.shared_code``), ``disabled`` naming a setting,
+and an HTTP function. The functions not run raise at import: importing them
+would fail the start. The Functions Python worker's own v1 queue app runs in
+test_python_worker_apps.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.cli import run_cli
+from tests.compat.test_function_app import bodies, put
+from worker.backends.registry import open_backend, open_blob_store
+from worker.compat.loading import AppLoadError, load_app
+
+V1_APP = Path(__file__).resolve().parent / "v1_app"
+
+
+@pytest.fixture
+def storage(backend_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if backend_kind == "azurite":
+        return str(request.getfixturevalue("azurite").connection_string)
+    return f"sqlite:///{tmp_path / 'queues.sqlite3'}"
+
+
+def test_worker_run_in_a_v1_app_folder_runs_its_queue_functions(storage: str, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]
+    settings = {"AzureWebJobsStorage": storage, "COPY_QUEUE": f"copy-{tag}", "REPORT_QUEUE": f"report-{tag}",
+                "UNTYPED_QUEUE": f"untyped-{tag}", "FORWARD_QUEUE": f"forward-{tag}", "PAUSED_OFF": "true"}
+    blob = f"{tag}.txt"
+
+    async def seed() -> str:
+        queues, blobs = open_backend(storage, tmp_path), open_blob_store(storage, tmp_path)
+        try:
+            await blobs.write("inbox", blob, b"payload")
+            await put(queues, settings["COPY_QUEUE"], blob)
+            await put(queues, settings["UNTYPED_QUEUE"], blob)
+            return await put(queues, settings["REPORT_QUEUE"], "order-7")
+        finally:
+            await queues.close()
+            await blobs.close()
+
+    order_id = asyncio.run(seed())
+    ran = run_cli(V1_APP, "run", "--no-supervisor", "--burst", env=settings)
+    assert ran.returncode == 0, ran.stderr
+    not_run = [line for line in ran.stderr.splitlines() if "functions not run" in line]
+    assert len(not_run) == 1 and '"count": 2' in not_run[0], ran.stderr  # Paused and Hello, in one line
+
+    async def results() -> tuple[bytes | None, bytes | None, list[str]]:
+        queues, blobs = open_backend(storage, tmp_path), open_blob_store(storage, tmp_path)
+        try:
+            copied, report = await blobs.read("outbox", blob), await blobs.read("reports", f"{order_id}.txt")
+            return (copied and copied.data, report and report.data, await bodies(queues, settings["FORWARD_QUEUE"]))
+        finally:
+            await queues.close()
+            await blobs.close()
+
+    copied, report, forwarded = asyncio.run(results())
+    assert copied == f"[{blob}] payload".encode()  # blob in -> blob out by {queueTrigger}, through ..shared_code
+    assert report == b"[Report: order-7]"  # async run() in report.py, $return, __app__.shared_code and from . import
+    assert forwarded == [blob]  # untyped parameters, dataType string, a queue output
+
+
+def _function(root: Path, name: str, function_json: str, code: str, script: str = "__init__.py") -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "function.json").write_text(function_json, encoding="utf-8")
+    (root / name / script).write_text(textwrap.dedent(code), encoding="utf-8")
+
+
+QUEUE = '{"bindings": [{"type": "queueTrigger", "direction": "in", "name": "msg", "queueName": "q"}]}'
+
+
+def test_what_keeps_a_v1_function_from_running_is_listed_each_with_its_file(tmp_path: Path) -> None:
+    app = tmp_path / "app"
+    (app / "shared").mkdir(parents=True)
+    (app / "shared" / "__init__.py").write_text("", encoding="utf-8")
+    (app / "shared" / "settings.py").write_text("import os\n\nREGION = os.environ['REGION_NOT_SET']\n",
+                                                encoding="utf-8")
+    _function(app, "Broken", QUEUE, "from ..shared.settings import REGION\n\ndef main(msg):\n    pass\n")
+    _function(app, "NoEntry", QUEUE, "def handle(msg):\n    pass\n")
+    _function(app, "NotJson", '{"bindings": [}', "def main(msg):\n    pass\n")
+    _function(app, "NoScript", QUEUE.replace('"bindings"', '"scriptFile": "run.py", "bindings"'), "x = 1\n")
+    _function(app, "Fine", QUEUE, "def main(msg):\n    pass\n")
+
+    with pytest.raises(AppLoadError) as caught:
+        load_app(str(app), tmp_path)
+    text = str(caught.value)
+    assert "5 problem(s)" not in text and "4 problem(s)" in text, text
+    assert "function Broken" in text and "cannot import __app__.Broken: KeyError: 'REGION_NOT_SET'" in text
+    assert f'File "{app / "shared" / "settings.py"}", line 3, in <module>' in text  # the app's own line ...
+    assert "importlib" not in text and "worker/compat" not in text  # ... and none of the host's
+    assert "__init__.py has no function 'main'" in text
+    assert f"function NotJson ({app / 'NotJson' / 'function.json'}): cannot be read:" in text and "line 1" in text
+    assert f"scriptFile {app / 'NoScript' / 'run.py'} does not exist" in text

@@ -1,0 +1,1 @@
+raise RuntimeError("an HTTP function's module is not imported")

@@ -1,0 +1,1 @@
+raise RuntimeError("a disabled function's module is not imported")

@@ -1,0 +1,2 @@
+def describe(body: str, function: str) -> str:
+    return f"{function}: {body}"

@@ -1,0 +1,1 @@
+"""Code the functions share, beside their folders, as Functions v1 apps keep it."""
