@@ -304,3 +304,15 @@ def test_worker_run_refuses_a_key_that_is_not_base64_at_start(tmp_path: Path) ->
     assert ran.returncode == 2, ran.stderr
     assert "connection AzureWebJobsStorage: connection string's AccountKey is not base64" in ran.stderr
     assert_no_secret(ran.stderr + ran.stdout, NOT_BASE64)
+
+
+def test_worker_run_refuses_an_identity_connection_over_http_in_one_line(tmp_path: Path) -> None:
+    """Before: a ValueError traceback from the SDK ("Token credential is only supported with HTTPS") at the first call."""
+    ran = run_cli(tmp_path, "run", "--no-supervisor", "--burst", "--app", "tests.apps.recording:app",
+                  env={"AzureWebJobsStorage__queueServiceUri": "http://127.0.0.1:10001/devstoreaccount1",
+                       "RECORD_DB": str(tmp_path / "r.db")})
+    assert ran.returncode == 2, ran.stderr
+    [line] = [line for line in ran.stderr.splitlines() if "identity-based connection" in line]
+    assert "http://127.0.0.1:10001/devstoreaccount1" in line and "https://" in line
+    assert "account key or a SAS" in line
+    assert "Traceback" not in ran.stderr

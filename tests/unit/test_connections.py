@@ -99,3 +99,9 @@ def test_no_connection_means_azure_web_jobs_storage_and_only_a_worker_app_bindin
 
 def test_the_embedded_queue_is_chosen_explicitly() -> None:
     assert q("Orders", {}, {"Orders": "sqlite:///orders.db"}).value == "sqlite:///orders.db"
+
+
+def test_a_missing_connection_names_the_settings_it_found_empty() -> None:
+    with pytest.raises(MissingConnection) as caught:
+        q(None, {"AzureWebJobsStorage__accountName": "", "Other": KEY_STRING})
+    assert str(caught.value).endswith("Found set but empty: AzureWebJobsStorage__accountName.")

@@ -86,9 +86,23 @@ def resolve(
             return ResolvedConnection(f"{candidate}__*", _identity(candidate, section, service), source)
     if not name and embedded_default:
         return ResolvedConnection(DEFAULT, None, "default", embedded_default=True)
+    empty = _empty_settings(key, sources)
     raise MissingConnection(
         f"Storage account connection string '{_prefixed(key)}' does not exist. Make sure that it is a defined App Setting."
+        + (f" Found set but empty: {', '.join(empty)}." if empty else "")
     )
+
+
+def _empty_settings(key: str, sources: tuple[tuple[str, Mapping[str, str]], ...]) -> list[str]:
+    """The settings of connection ``key`` that are there but empty: what a user who set one believes is set."""
+    found: set[str] = set()
+    for candidate in _candidates(key):
+        names = {f"ConnectionStrings__{candidate}".lower(), candidate.lower()}
+        section = f"{candidate}__".lower()
+        for _, settings in sources:
+            found |= {name for name, value in settings.items()
+                      if not value.strip() and (name.lower() in names or name.lower().startswith(section))}
+    return sorted(found)
 
 
 def _candidates(name: str) -> tuple[str, str]:

@@ -130,6 +130,12 @@ def parse_connection_string(text: str) -> AzureConnection:
         if url and ((parts := urlsplit(url)).scheme not in ("http", "https") or not parts.netloc):
             raise ConnectionStringError(f"connection string's {what} must be an http:// or https:// URL with a host")
     if settings.get("credential", "").lower() == IDENTITY_CREDENTIAL.lower():
+        if plain := [url for url in (endpoint, blob) if url and urlsplit(url).scheme == "http"]:
+            # The SDK refuses a token credential over http (a ValueError at the first client): say so at start.
+            raise ConnectionStringError(
+                f"identity-based connection to {plain[0]}: an identity's token is sent over https:// only; use the "
+                "account's https:// endpoint, or for the storage emulator (Azurite) a connection string with its "
+                "account key or a SAS")
         return AzureConnection(endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"),
                                blob_endpoint=blob)
     key = settings.get("accountkey")
