@@ -533,3 +533,23 @@ def test_an_app_that_fails_at_import_is_refused_naming_its_own_files_and_lines(
         f'  File "{tmp_path / "import_error_helper.py"}", line 2, in connect',
         "    raise ConnectionError('sign-in refused')",
     ]  # the app's frames, innermost last; none of the host's or importlib's
+
+
+def test_a_function_app_whose_only_queue_function_is_refused_is_refused_for_that_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: "without a queue-triggered function this host can run (it has no functions)"."""
+    only = func.FunctionApp()
+
+    @only.queue_trigger(arg_name="msg", queue_name="orders", connection="AzureWebJobsStorage")
+    @only.blob_output(arg_name="out", path="UPPER/x.txt", connection="AzureWebJobsStorage")
+    def copy(msg: func.QueueMessage, out: func.Out[str]) -> None:
+        out.set("x")
+
+    module = type(sys)("compat_only_refused")
+    module.app = only  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "compat_only_refused", module)
+    with pytest.raises(AppLoadError) as caught:
+        load_app("compat_only_refused:app", Path.cwd())
+    assert "blob path 'UPPER/x.txt': container name 'UPPER' is not valid" in str(caught.value)
+    assert "no functions" not in str(caught.value) and "no queue-triggered function" not in str(caught.value)
