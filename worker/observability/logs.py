@@ -129,6 +129,20 @@ class _NamedWriteLoggerFactory(structlog.WriteLoggerFactory):
         return logger
 
 
+def always(logger: str, event: str, **fields: Any) -> None:
+    """Write one INFO line whatever the levels say (host.json's ``logLevel``, ``--log-level``).
+
+    Why: a host that started must say so once, for the operator and the platform watching its output, even where
+    host.json keeps the host's own lines at Warning; it is the one line every run shows. The line goes through the
+    configured processors (so it is JSON or text as the others are, with secrets redacted), less the level filter.
+    """
+    config = structlog.get_config()
+    processors = [p for p in config["processors"] if not isinstance(getattr(p, "__self__", None), Categories)]
+    line = structlog.wrap_logger(config["logger_factory"](logger), processors=processors,
+                                 wrapper_class=structlog.BoundLogger)
+    line.info(event, **fields)
+
+
 def configure_logging(
     level: str | None = "INFO", json_lines: bool | None = None, stream: TextIO | None = None,
     categories: Mapping[str, str] | None = None,

@@ -36,7 +36,7 @@ from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describ
 from worker.middleware import Chain, Middleware, builtin
 from worker.middleware.spark import Spark
 from worker.model import StartupRefused
-from worker.observability import tracing
+from worker.observability import logs, tracing
 from worker.observability.metrics import Metrics
 from worker.runtime import inflight
 from worker.runtime.backpressure import StoreTrouble
@@ -241,8 +241,10 @@ class Host:
                 endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble,
                                                                  middleware)
             middleware.host_started(self.app.functions)
-            log.info("host started", functions=len(listeners), pid=os.getpid(), burst=self.burst,
-                     middleware=[type(m).__name__ for m in middleware.middleware])
+            # The one line that says the host is ready is written whatever the log levels (host.json may keep the
+            # host's lines at Warning).
+            logs.always("worker.runtime.host", "host started", functions=len(listeners), pid=os.getpid(),
+                        burst=self.burst, middleware=[type(m).__name__ for m in middleware.middleware])
             listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
                 await self._until_drained(listeners, dispatcher)
