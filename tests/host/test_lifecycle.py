@@ -8,6 +8,7 @@ process would.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,8 +24,9 @@ from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX
 from worker.bindings.encoding import encode
 from worker.model import Lease
 from worker.observability.metrics import Metrics
-from worker.runtime.host import Host
+from worker.runtime.host import COMPLETION_GRACE, Host
 from worker.runtime.lease import LeaseScheduler
+from worker.runtime.threads import TIMEOUT_GRACE
 from worker.settings.config import HostConfig
 
 QUEUE = "jobs"
@@ -446,3 +448,42 @@ async def test_cardinality_many_hands_the_batch_over_renews_every_lease_and_comp
     assert sorted(p.content for p in poisoned) == sorted(["%%% not base64", encode("bad-3", "base64")])
     assert await queue.approximate_count(QUEUE) == 0
     assert host.metrics.get("leases_lost") == 0
+
+
+# -- shutdown -----------------------------------------------------------------------------------------------------
+
+#: Kubernetes' default terminationGracePeriodSeconds: the SIGKILL after it loses a stop's releases.
+KUBERNETES_DEFAULT_GRACE = 30.0
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite"])  # the timing is the host's, not the backend's
+async def test_a_stop_gives_a_stuck_sync_handler_the_timeout_grace_after_drain_timeout_and_no_more(
+    config: HostConfig, queue: QueueBackend
+) -> None:
+    """Before: drainTimeout, then 10 s more waiting for a thread nothing can stop: 43 s with the defaults."""
+    started, release = asyncio.Event(), threading.Event()
+    loop = asyncio.get_running_loop()
+
+    def stuck(msg: QueueMessage) -> None:
+        loop.call_soon_threadsafe(started.set)
+        release.wait(60)  # never looks at msg.cancelled
+
+    [message_id] = await put(queue, "never returns")
+    drain = 0.2
+    host = Host(one_function(stuck), replace(config, drain_timeout=drain))
+    task = asyncio.create_task(host.run())
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        began = time.monotonic()
+        host.request_stop()
+        await asyncio.wait_for(task, 30)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+    assert took < drain + TIMEOUT_GRACE + 1.0, took
+    assert [m.id for m in await queue.peek(QUEUE, 32)] == [message_id]  # released, visible again at once
+
+
+def test_with_the_defaults_a_stop_fits_kubernetes_default_grace() -> None:
+    worst = HostConfig().drain_timeout + COMPLETION_GRACE + TIMEOUT_GRACE
+    assert worst <= KUBERNETES_DEFAULT_GRACE - 2, worst  # room for the signal to arrive and the process to exit

@@ -51,7 +51,7 @@ from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
 from worker.runtime.recycle import Recycler, settle_handed_over, take
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals
-from worker.runtime.threads import HandlerThreads
+from worker.runtime.threads import TIMEOUT_GRACE, HandlerThreads
 from worker.settings.config import FunctionOptions, HostConfig
 from worker.settings.http_token import BearerToken, http_token
 from worker.waits import wait_set
@@ -67,9 +67,10 @@ SERVICE_NAME = "queueworker"
 BURST_CHECK_INTERVAL = 0.25
 #: How often the queue-length gauge is refreshed when the endpoints are on, in seconds.
 QUEUE_LENGTH_INTERVAL = 10.0
-#: Longest the host waits, at shutdown, for the completions of cancelled invocations and then for
-#: cancelled sync handlers to return, in seconds.
-COMPLETION_GRACE = 10.0
+#: Longest the host waits, at shutdown, for the completions of cancelled invocations, in seconds. After it, cancelled
+#: sync handlers get what a sync handler past functionTimeout gets (threads.TIMEOUT_GRACE). With the default
+#: drainTimeout (20 s) a stop with a stuck sync handler thus ends well within Kubernetes' default grace of 30 s.
+COMPLETION_GRACE = 5.0
 
 
 @dataclass
@@ -390,7 +391,7 @@ class Host:
         if not await dispatcher.wait_idle(COMPLETION_GRACE):
             log.error("some completions did not finish; their leases will bring the messages back",
                       unfinished=len(dispatcher.invocations))
-        if not await dispatcher.threads.wait_idle(COMPLETION_GRACE):
+        if not await dispatcher.threads.wait_idle(TIMEOUT_GRACE):
             log.warning("sync handlers still running after cancellation; exiting without them",
                         threads=dispatcher.threads.busy)
 

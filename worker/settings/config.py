@@ -393,7 +393,8 @@ class HostConfig:
     lease_duration: float = 600.0
     #: Renew when this fraction of the lease has passed (Functions: half).
     lease_renewal_fraction: float = 0.5
-    drain_timeout: float = 30.0
+    #: What running handlers get after SIGTERM: 20 s, so that a whole stop fits Kubernetes' default grace (30 s).
+    drain_timeout: float = 20.0
     #: Messages held at once across all functions (received and not yet completed).
     max_in_flight: int = 64
     #: Threads that run synchronous handlers; a sync message waits for one.
