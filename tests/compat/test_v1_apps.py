@@ -14,28 +14,28 @@ test_python_worker_apps.py.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import textwrap
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.cli import run_cli
+from tests.azurite import Azurite
 from tests.compat.test_function_app import bodies, put
+from tests.host.processes import worker_environment
 from worker.backends.registry import open_backend, open_blob_store
 from worker.compat.loading import AppLoadError, load_app
 
 V1_APP = Path(__file__).resolve().parent / "v1_app"
 
 
-@pytest.fixture
-def storage(backend_kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if backend_kind == "azurite":
-        return str(request.getfixturevalue("azurite").connection_string)
-    return f"sqlite:///{tmp_path / 'queues.sqlite3'}"
-
-
-def test_worker_run_in_a_v1_app_folder_runs_its_queue_functions(storage: str, tmp_path: Path) -> None:
+@pytest.mark.subprocess
+def test_worker_run_in_a_v1_app_folder_runs_its_queue_functions(azurite: Azurite, tmp_path: Path) -> None:
+    """On Azurite (the embedded queue runs the same conversion; the storage is what differs)."""
+    storage = azurite.connection_string
     tag = uuid.uuid4().hex[:8]
     settings = {"AzureWebJobsStorage": storage, "COPY_QUEUE": f"copy-{tag}", "REPORT_QUEUE": f"report-{tag}",
                 "UNTYPED_QUEUE": f"untyped-{tag}", "FORWARD_QUEUE": f"forward-{tag}", "PAUSED_OFF": "true"}
@@ -53,10 +53,16 @@ def test_worker_run_in_a_v1_app_folder_runs_its_queue_functions(storage: str, tm
             await blobs.close()
 
     order_id = asyncio.run(seed())
-    ran = run_cli(V1_APP, "run", "--no-supervisor", "--burst", env=settings)
+    imports = tmp_path / "imports.txt"
+    ran = subprocess.run([sys.executable, "-m", "worker", "run", "--burst"], cwd=V1_APP, capture_output=True,
+                         text=True, timeout=120, check=False,
+                         env=worker_environment() | settings | {"V1_IMPORTS": str(imports)})
     assert ran.returncode == 0, ran.stderr
-    not_run = [line for line in ran.stderr.splitlines() if "functions not run" in line]
-    assert len(not_run) == 1 and '"count": 2' in not_run[0], ran.stderr  # Paused and Hello, in one line
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    [host] = [line for line in lines if line["event"] == "host started"]
+    assert imports.read_text().split() == [str(host["pid"])]  # imported once, by the process that runs it
+    [not_run] = [line for line in lines if str(line["event"]).startswith("functions not run")]
+    assert not_run["count"] == 2  # Paused and Hello, in one line
 
     async def results() -> tuple[bytes | None, bytes | None, list[str]]:
         queues, blobs = open_backend(storage, tmp_path), open_blob_store(storage, tmp_path)
