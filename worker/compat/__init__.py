@@ -1,4 +1,4 @@
-"""Azure Functions compatibility: loading an app module and running an unchanged ``azure.functions.FunctionApp``.
+"""Azure Functions compatibility: loading an app, and running an unchanged ``azure.functions.FunctionApp`` or v1 app.
 
 Everything that knows ``azure.functions`` lives here, converted at load time
 into a :class:`worker.WorkerApp`, so the runtime never sees it. May import

@@ -33,8 +33,10 @@ whatever makes a queue-triggered function impossible to run (a binding type
 this host does not provide, a ``%setting%`` that is not set, parameters that
 do not match the bindings) in :attr:`ConvertedApp.problems`, one line each,
 for the caller to refuse the app with all of them at once.
+A v1 app's functions (function.json) come here too, described as the v2
+decorators would (:mod:`worker.compat.function_json`, :func:`from_functions`).
 This module imports azure-functions (the optional extra ``azure-functions``);
-``worker.ops.cli`` imports it only when the app is a FunctionApp.
+:mod:`worker.compat.loading` imports it only when the app is a FunctionApp or a v1 app.
 """
 
 from __future__ import annotations
