@@ -333,7 +333,7 @@ def test_a_settings_file_nested_past_the_recursion_limit_is_one_line_exit_2(tmp_
     ],
 )
 def test_run_with_a_bad_app_exits_2(tmp_path: Path, app: str, expected: str) -> None:
-    result = worker(tmp_path, "run", "--burst", "--app", app)
+    result = worker(tmp_path, "run", "--no-supervisor", "--burst", "--app", app)
 
     assert result.returncode == 2
     assert expected in result.stderr

@@ -88,7 +88,7 @@ def test_sample_host_yaml_loads_with_the_values_it_states() -> None:
     assert config.max_dequeue_count == 5
     assert config.message_encoding == "base64"
     assert config.lease_duration == 600.0
-    assert config.drain_timeout == 20.0
+    assert config.drain_timeout == 30.0
     assert config.base_dir == REPO_ROOT
     assert config.ignored_keys == ()
 
