@@ -231,7 +231,7 @@ def test_function_app_without_queue_triggers_is_refused_by_load_app(monkeypatch:
     monkeypatch.setitem(sys.modules, "compat_web_only", module)
 
     assert from_function_app(web_only).app.functions == []
-    with pytest.raises(AppLoadError, match="(?s)has no queue-triggered function .*function tick has a timer trigger"):
+    with pytest.raises(AppLoadError, match="(?s)without a queue-triggered function .*function tick has a timer trigger"):
         load_app("compat_web_only:app", Path.cwd())
 
 
@@ -552,4 +552,4 @@ def test_a_function_app_whose_only_queue_function_is_refused_is_refused_for_that
     with pytest.raises(AppLoadError) as caught:
         load_app("compat_only_refused:app", Path.cwd())
     assert "blob path 'UPPER/x.txt': container name 'UPPER' is not valid" in str(caught.value)
-    assert "no functions" not in str(caught.value) and "no queue-triggered function" not in str(caught.value)
+    assert "no functions" not in str(caught.value) and "without a queue-triggered function" not in str(caught.value)

@@ -124,7 +124,7 @@ def _v1_app(
         converted = from_folder(Path(target), function_files(Path(target)), os.environ, connection_problem)
     except FunctionAppError as exc:
         raise AppLoadError(f"{target}: {exc}") from None
-    return _converted(converted, f"the Functions app in {target}", problems)
+    return _converted(converted, f"{target} is a Functions v1 app", problems)
 
 
 def _converted(converted: ConvertedApp, what: str, problems: list[str]) -> WorkerApp:
@@ -140,7 +140,7 @@ def _converted(converted: ConvertedApp, what: str, problems: list[str]) -> Worke
     problems.extend(converted.problems)
     if not converted.app.functions and not problems and not converted.app.problems:
         listed = "".join(f"\n  {line}" for line in not_run)
-        raise AppLoadError(f"{what} has no queue-triggered function this host can run"
+        raise AppLoadError(f"{what} without a queue-triggered function this host can run"
                            + (f":{listed}" if listed else " (it has no functions)"))
     converted.app.not_run = tuple(not_run)
     return converted.app
