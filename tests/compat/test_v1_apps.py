@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,15 @@ from worker.backends.registry import open_backend, open_blob_store
 from worker.compat.loading import AppLoadError, load_app
 
 V1_APP = Path(__file__).resolve().parent / "v1_app"
+
+
+@pytest.fixture(autouse=True)
+def own_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A v1 app loaded here puts its folder on sys.path and its modules under ``__app__``: both undone after."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    yield
+    for name in [name for name in sys.modules if name == "__app__" or name.startswith("__app__.")]:
+        del sys.modules[name]
 
 
 @pytest.mark.subprocess
@@ -110,3 +120,25 @@ def test_what_keeps_a_v1_function_from_running_is_listed_each_with_its_file(tmp_
     assert "__init__.py has no function 'main'" in text
     assert f"function NotJson ({app / 'NotJson' / 'function.json'}): cannot be read:" in text and "line 1" in text
     assert f"scriptFile {app / 'NoScript' / 'run.py'} does not exist" in text
+
+
+def test_disabled_is_a_bool_its_text_or_a_setting_and_a_disabled_function_is_not_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AzureWebJobsStorage", f"sqlite:///{tmp_path / 'q.sqlite3'}")
+    monkeypatch.setenv("OFF_SETTING", "1")
+    monkeypatch.delenv("OFF_UNSET", raising=False)
+    never = "raise RuntimeError('a disabled function is not imported')\n"
+    for name, disabled in (("Bool", "true"), ("Text", '"True"'), ("Setting", '"OFF_SETTING"')):
+        _function(tmp_path / "app", name, QUEUE.replace('{"bindings"', f'{{"disabled": {disabled}, "bindings"'), never)
+    for name, disabled in (("Enabled", "false"), ("Unset", '"OFF_UNSET"')):
+        _function(tmp_path / "app", name, QUEUE.replace('{"bindings"', f'{{"disabled": {disabled}, "bindings"'),
+                  "def main(msg):\n    pass\n")
+
+    app = load_app(str(tmp_path / "app"), tmp_path)
+    assert sorted(spec.name for spec in app.functions) == ["Enabled", "Unset"]
+    assert sorted(app.not_run) == [
+        'function Bool is disabled ("disabled": true in function.json); it is not run',
+        'function Setting is disabled ("disabled": "OFF_SETTING" in function.json, and OFF_SETTING is 1); it is not run',
+        'function Text is disabled ("disabled": true in function.json); it is not run',
+    ]

@@ -137,7 +137,9 @@ def _read_function(root: Path, file: Path, environ: Mapping[str, str]) -> _Read:
 
 
 def _disabled(value: Any, environ: Mapping[str, str]) -> str | None:
-    """Why function.json's ``disabled`` switches the function off, or None: a bool, or the name of a setting."""
+    """Why function.json's ``disabled`` switches the function off, or None: a bool (or its text), or a setting's name."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        value = value.strip().lower() == "true"
     if isinstance(value, bool):
         return '"disabled": true in function.json' if value else None
     if isinstance(value, str) and environ.get(value, "").strip().lower() in ("true", "1"):
