@@ -63,7 +63,8 @@ def app_folder(tmp_path: Path) -> Path:
 
 @pytest.mark.subprocess
 def test_every_problem_is_listed_at_once_with_exit_code_2(app_folder: Path) -> None:
-    result = _run(app_folder, "run", "--app", "function_app:app", "--config", "host.yaml")
+    # Three processes: the first refuses the app, once, and the others are never started.
+    result = _run(app_folder, "run", "--app", "function_app:app", "--config", "host.yaml", "--processes", "3")
 
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
@@ -86,6 +87,8 @@ def test_every_problem_is_listed_at_once_with_exit_code_2(app_folder: Path) -> N
         "setting THUMBS_CONTAINER, which is not set",
         f"function Audit, trigger queueTrigger (msg): {missing_storage}",
     ]), result.stderr
+    assert [json.loads(line)["process"] for line in result.stderr.splitlines()
+            if '"worker process started"' in line] == [0]
 
 
 @pytest.mark.subprocess

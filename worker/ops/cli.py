@@ -59,7 +59,14 @@ from worker.observability.metrics import format_summary
 from worker.ops import preflight, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
 from worker.ops.spark_cluster import SparkServerError
-from worker.ops.supervisor import PROCESS_INDEX_ENV, SUPERVISOR_ENV, Supervisor, child_command, die_with_supervisor
+from worker.ops.supervisor import (
+    APP_LOADED_SIGNAL,
+    PROCESS_INDEX_ENV,
+    SUPERVISOR_ENV,
+    Supervisor,
+    child_command,
+    die_with_supervisor,
+)
 from worker.ops.terminal import printable
 from worker.runtime.console.state import StartFacts
 from worker.runtime.host import SERVICE_NAME, Host
@@ -234,6 +241,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         for found in preflight.exposed_files(app, config):
             log.warning("embedded queue or blob storage open to other users", path=str(found.path),
                         mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
+        if supervisor_pid is not None:  # the app can run: the supervisor starts the other processes now
+            os.kill(int(supervisor_pid), APP_LOADED_SIGNAL)
     handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)
     facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)
     host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None,

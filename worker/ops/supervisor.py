@@ -23,6 +23,13 @@ said it held (:mod:`worker.runtime.inflight`).
 A child dies with its supervisor (Linux's parent-death signal), so that
 ``kill -9`` of ``worker run`` still ends every process of it.
 
+The supervisor never imports the app: import-time code (creating queues,
+printing warnings) runs once per process that runs the app, not once more
+here. Process 0 loads and checks the app first and tells the supervisor
+(:data:`APP_LOADED_SIGNAL`) before the others start, so that an app that
+cannot run is refused once, by one process, with exit code 2, which the
+supervisor does not restart.
+
 Signals are forwarded: the first SIGTERM or SIGINT makes every child drain
 and exit, and the supervisor exits 0 once all have; a second one is passed on
 too (the children then exit at once, and so does the supervisor, with 128 +
@@ -89,6 +96,8 @@ CHILD_TIMEOUT = 5.0
 SUPERVISOR_ENV = "WORKER_SUPERVISOR_PID"
 #: The environment variable that tells a child its place among the supervisor's processes (0, 1, ...).
 PROCESS_INDEX_ENV = "WORKER_PROCESS_INDEX"
+#: What process 0 sends its supervisor once it has loaded and checked the app: the others may start then.
+APP_LOADED_SIGNAL = signal.SIGUSR1
 #: Where the children listen when the supervisor serves the endpoints for them: reachable from this machine only.
 CHILD_HOST = "127.0.0.1"
 #: prctl(2)'s option for the signal a process gets when its parent dies (Linux).
@@ -131,6 +140,7 @@ class Supervisor:
         ports = [http_port or None] if count == 1 else [_free_port() if http_port else None for _ in range(count)]
         self.children = [Child(index, port) for index, port in enumerate(ports)]
         self.stopping = asyncio.Event()
+        self._app_loaded = asyncio.Event()
         self._signals = StopSignals()
         self._last_signal = 0
         self._refused = False
@@ -142,13 +152,14 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, self._signal, signum)
+        loop.add_signal_handler(APP_LOADED_SIGNAL, self._app_loaded.set)  # before any child can send it
         # Holds message bodies for a moment: readable by this user only (mkdtemp makes it 0700).
         self._handovers = Path(tempfile.mkdtemp(prefix="worker-handover-"))
         log.info("supervisor started", processes=self.count, pid=os.getpid(), burst=self.burst)
         try:
             await asyncio.gather(*(self._keep(child) for child in self.children))
         finally:
-            for signum in STOP_SIGNALS:
+            for signum in (*STOP_SIGNALS, APP_LOADED_SIGNAL):
                 loop.remove_signal_handler(signum)
             if runner is not None:
                 await runner.cleanup()
@@ -178,6 +189,8 @@ class Supervisor:
 
     async def _keep(self, child: Child) -> None:
         """Run one child, starting it again whenever it dies, until the supervisor stops."""
+        if child.index > 0 and not await self._first_loads_the_app():
+            return
         delay = RESTART_DELAY
         while True:
             code = await self._run_once(child)
@@ -211,6 +224,18 @@ class Supervisor:
             if await wait_set(self.stopping, delay):
                 return
             delay = min(delay * 2, RESTART_DELAY_MAX)
+
+    async def _first_loads_the_app(self) -> bool:
+        """Wait until process 0 has loaded and checked the app; False when the supervisor stops first.
+
+        The supervisor never imports the app (its import-time code would run once more), so its processes are
+        the ones to refuse it: the first alone, so that a refusal is said once, not once per process.
+        """
+        waits = [asyncio.create_task(self._app_loaded.wait()), asyncio.create_task(self.stopping.wait())]
+        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        return self._app_loaded.is_set() and not self.stopping.is_set()
 
     async def _run_once(self, child: Child) -> int:
         assert self._handovers is not None
