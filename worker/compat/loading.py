@@ -1,4 +1,4 @@
-"""Finding and importing the app ``worker run --app MODULE:ATTR`` names, and turning a FunctionApp into a WorkerApp."""
+"""Finding and loading the app ``worker run --app MODULE:ATTR`` (or ``--app FOLDER``, a v1 app) names, as a WorkerApp."""
 
 from __future__ import annotations
 
