@@ -132,8 +132,9 @@ def test_disabled_is_a_bool_its_text_or_a_setting_and_a_disabled_function_is_not
     for name, disabled in (("Bool", "true"), ("Text", '"True"'), ("Setting", '"OFF_SETTING"')):
         _function(tmp_path / "app", name, QUEUE.replace('{"bindings"', f'{{"disabled": {disabled}, "bindings"'), never)
     for name, disabled in (("Enabled", "false"), ("Unset", '"OFF_UNSET"')):
-        _function(tmp_path / "app", name, QUEUE.replace('{"bindings"', f'{{"disabled": {disabled}, "bindings"'),
-                  "def main(msg):\n    pass\n")
+        # Functions reads binding types in any case.
+        described = QUEUE.replace('{"bindings"', f'{{"disabled": {disabled}, "bindings"').replace("queueT", "QueueT")
+        _function(tmp_path / "app", name, described, "def main(msg):\n    pass\n")
 
     app = load_app(str(tmp_path / "app"), tmp_path)
     assert sorted(spec.name for spec in app.functions) == ["Enabled", "Unset"]

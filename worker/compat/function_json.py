@@ -43,7 +43,15 @@ from azure.functions.decorators.function_app import Function
 from azure.functions.decorators.function_name import FunctionName
 from azure.functions.decorators.generic import GenericInputBinding, GenericOutputBinding, GenericTrigger
 
-from worker.compat.functions import QUEUE_TRIGGER, ConvertedApp, SkippedFunction, from_functions, skipped_function
+from worker.compat.functions import (
+    BLOB,
+    QUEUE,
+    QUEUE_TRIGGER,
+    ConvertedApp,
+    SkippedFunction,
+    from_functions,
+    skipped_function,
+)
 from worker.compat.tracebacks import import_failure
 from worker.settings import functions_json
 from worker.settings.connections import Service
@@ -52,6 +60,8 @@ from worker.settings.connections import Service
 APP_PACKAGE = "__app__"
 DEFAULT_SCRIPT = "__init__.py"
 DEFAULT_ENTRY_POINT = "main"
+#: The binding types this host provides, by their lower-case spelling (Functions reads types in any case).
+_KNOWN_TYPES = {known.lower(): known for known in (QUEUE_TRIGGER, QUEUE, BLOB)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +123,10 @@ def _read_function(root: Path, file: Path, environ: Mapping[str, str]) -> _Read:
     bindings = described.get("bindings") if isinstance(described, dict) else None
     if not isinstance(bindings, list) or not all(isinstance(b, dict) for b in bindings):
         return _Read(problems=(f"{where}: has no \"bindings\" list of objects",))
-    triggers = [b for b in bindings if str(b.get("type", "")).endswith("Trigger")]
+    triggers = [b for b in bindings if _type(b).lower().endswith("trigger")]
     if len(triggers) != 1:
         return _Read(problems=(f"{where}: has {len(triggers)} triggers; a function has exactly one",))
-    trigger_type = str(triggers[0]["type"])
+    trigger_type = _type(triggers[0])
     if trigger_type != QUEUE_TRIGGER:
         return _Read(not_run=skipped_function(name, trigger_type))
     if (off := _disabled(described.get("disabled", False), environ)) is not None:
@@ -170,10 +180,12 @@ def _entry_point(root: Path, folder: Path, described: Mapping[str, Any]) -> tupl
 def _add(function: Function, fields: Mapping[str, Any]) -> None:
     """One function.json binding, as the v2 generic decorators record it (every field kept)."""
     extra = {key: value for key, value in fields.items() if key not in ("name", "type", "direction", "dataType")}
-    name, kind, direction = str(fields["name"]), str(fields["type"]), str(fields.get("direction", "in")).lower()
+    name, kind, direction = str(fields["name"]), _type(fields), str(fields.get("direction", "in")).lower()
+    if "type" not in fields:
+        raise KeyError("type")
     data_type = _data_type(fields.get("dataType"))
     binding: Binding
-    if kind.endswith("Trigger"):
+    if kind.lower().endswith("trigger"):
         function.add_trigger(GenericTrigger(name=name, type=kind, data_type=data_type, **extra))
         return
     if direction == "out":
@@ -183,6 +195,12 @@ def _add(function: Function, fields: Mapping[str, Any]) -> None:
     else:
         raise ValueError(f"binding {name} has direction {direction!r}; a binding is in or out")
     function.add_binding(binding)
+
+
+def _type(fields: Mapping[str, Any]) -> str:
+    """A binding's type; Functions reads types in any case, so the ones this host provides are spelled its way."""
+    kind = str(fields.get("type", ""))
+    return _KNOWN_TYPES.get(kind.lower(), kind)
 
 
 def _data_type(value: Any) -> DataType | None:
