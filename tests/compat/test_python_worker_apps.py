@@ -59,14 +59,14 @@ def storage(azurite: Azurite) -> Iterator[tuple[QueueServiceClient, BlobServiceC
 def _user_functions(app_dir: Path) -> dict[str, Callable[..., Any]]:
     """The app's functions by name, imported from their files: function_app.py's, or each v1 folder's main.py."""
     if app_dir == V1_APP:
-        return {folder.name: _module(folder / "main.py", f"v1_{folder.name}").main
+        return {folder.name: module_from_file(folder / "main.py", f"v1_{folder.name}").main
                 for folder in sorted(app_dir.iterdir()) if (folder / "function.json").is_file()}
-    module = _module(app_dir / "function_app.py", f"stein_{abs(hash(app_dir))}")
+    module = module_from_file(app_dir / "function_app.py", f"stein_{abs(hash(app_dir))}")
     functions = module.app.get_functions()
     return {f.get_function_name(): f.get_user_function() for f in functions}
 
 
-def _module(file: Path, name: str) -> Any:
+def module_from_file(file: Path, name: str) -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(name, file)

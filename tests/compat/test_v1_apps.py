@@ -8,7 +8,7 @@ relative imports within a function's folder and of ``shared_code`` beside it
 (``..shared_code`` and ``__app__.shared_code``), ``disabled`` naming a setting,
 and an HTTP function. The functions not run raise at import: importing them
 would fail the start. The Functions Python worker's own v1 queue app runs in
-test_python_worker_apps.py.
+test_python_worker_apps.py, and its v1 Event Grid app's queue function here.
 """
 
 from __future__ import annotations
@@ -22,13 +22,18 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import azure.functions as func
 import pytest
+from azure.functions.blob import InputStream
 
 from tests.azurite import Azurite
 from tests.compat.test_function_app import bodies, put
+from tests.compat.test_python_worker_apps import module_from_file
 from tests.host.processes import worker_environment
+from tests.support import apoll, running
 from worker.backends.registry import open_backend, open_blob_store
 from worker.compat.loading import AppLoadError, load_app
+from worker.settings.config import HostConfig
 
 V1_APP = Path(__file__).resolve().parent / "v1_app"
 
@@ -143,3 +148,34 @@ def test_disabled_is_a_bool_its_text_or_a_setting_and_a_disabled_function_is_not
         'function Setting is disabled ("disabled": "OFF_SETTING" in function.json, and OFF_SETTING is 1); it is not run',
         'function Text is disabled ("disabled": true in function.json); it is not run',
     ]
+
+
+async def test_the_python_workers_v1_eventgrid_app_runs_its_queue_function(tmp_path: Path) -> None:
+    """tests/compat/apps/eventgrid_functions (unmodified): Event Grid delivers an event to a storage queue, whose
+    function (``__init__.py``, the default scriptFile) writes it to a blob that the app's HTTP function reads back.
+    This host runs the queue function and plays the rest, as that repository's test_eventgrid_output_binding
+    checks it; the four other functions (Event Grid and HTTP triggers) are not run, nor imported."""
+    app_dir = Path(__file__).resolve().parent / "apps" / "eventgrid_functions"
+    storage = "sqlite:///queues.sqlite3"
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1,
+                        connections={"AzureWebJobsStorage": storage})
+    app = load_app(str(app_dir), tmp_path)
+    assert [spec.name for spec in app.functions] == ["eventgrid_output_binding_message_to_blobstore"]
+    assert len(app.not_run) == 4
+
+    event = {"id": "test-id", "subject": "test-subject", "dataVersion": "1.0", "eventType": "test-event-1",
+             "data": {"test_uuid": uuid.uuid4().hex}, "eventTime": "2026-01-01T00:00:00Z"}
+    queues, blobs = open_backend(storage, tmp_path), open_blob_store(storage, tmp_path)
+    try:
+        await put(queues, "test-event-grid-storage-queue", json.dumps(event))
+        async with running(app, config):
+            written = await apoll(lambda: blobs.read("python-worker-tests", "test-eventgrid-output-binding.txt"), 20,
+                                  what="the blob the queue function writes")
+    finally:
+        await queues.close()
+        await blobs.close()
+    success = module_from_file(app_dir / "eventgrid_output_binding_success" / "__init__.py", "eventgrid_success").main
+    stream = InputStream(data=written.data, name="python-worker-tests/test-eventgrid-output-binding.txt")
+    response = json.loads(success(func.HttpRequest(method="GET", url="http://localhost/api/x", body=b""), file=stream))
+    for field in ("data", "id", "eventType", "subject", "dataVersion"):
+        assert response[field] == event[field], field
