@@ -198,7 +198,7 @@ def test_run_refuses_a_trigger_queue_whose_poison_queue_the_service_refuses(tmp_
         encoding="utf-8")
     (tmp_path / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
 
-    result = worker(tmp_path, "run", "--burst", "--app", "long_queue_app:app")
+    result = worker(tmp_path, "run", "--no-supervisor", "--burst", "--app", "long_queue_app:app")
 
     assert result.returncode == 2, result.stderr
     [line] = [line for line in result.stderr.splitlines() if f"'{queue}-poison'" in line]
