@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -98,6 +99,23 @@ class QueueMessage:
     @property
     def cancelled(self) -> threading.Event:
         return self._lease.cancelled
+
+    def holds_lease(self, margin: float = 0.0) -> bool:
+        """Whether the invocation still holds the message, for at least ``margin`` more seconds by this process's clock.
+
+        For a handler about to make its work visible (publish a table version,
+        move a pointer): once this is False another receiver may have the
+        message and be doing the same work, so publishing could undo theirs.
+        False once ``lease_lost`` or ``cancelled`` is set, and also when the
+        lease has run out by the clock although no renewal has said so yet: a
+        process resumed after a pause (SIGSTOP, a frozen VM) may get here
+        before its first renewal. A message built outside a host (a handler's
+        unit test) has no lease to lose and counts as held.
+        """
+        lease = self._lease
+        if lease.is_lost or lease.is_cancelled:
+            return False
+        return lease.keeper is None or lease.expires_at - time.monotonic() > margin
 
     def fail(self, reason: str, *, poison: bool = False) -> None:
         """Fail this message alone, though the handler returns normally (for ``cardinality="many"`` batches).
