@@ -168,14 +168,18 @@ def _validated(raw: DataFrame, sources: Column) -> DataFrame:
     )
 
 
-def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[IngestStats]:
-    """Validate, quarantine, de-duplicate and store the landed files, in one scan of them.
+def ingest(spark: SparkSession, warehouse: Path, paths: list[str], writer: tables.Writer | None = None
+           ) -> list[IngestStats]:
+    """Validate, quarantine, de-duplicate and store the landed files, in one scan of them; ``writer`` publishes.
 
     The files are read in one scan per format, not one per file, so that a
     batch of many small files costs about what one file does. Every row is
     marked once (its reason, and which copy of its event id it is) into a
     cached frame; the statistics are one aggregation of it, and both tables
     are written from it, so the files are read and de-duplicated once.
+    ``events`` is published before ``quarantine``: between the two a reader
+    may see a file's good rows and not yet its rejects, never its rejects
+    without its good rows (which would look like a file wholly refused).
 
     Raises UnreadableInput naming the first file that cannot be read at all.
     """
@@ -200,9 +204,9 @@ def ingest(spark: SparkSession, warehouse: Path, paths: list[str]) -> list[Inges
         )
         batches = [stat.batch_id for stat in stats]
         days = sorted({day for stat in stats for day in stat.days})
-        tables.publish(warehouse / "quarantine", lambda: rejected.repartition("batch_id"), ["batch_id"])
         tables.publish(warehouse / "events", lambda: _with_kept_events(spark, warehouse / "events", clean, batches, days),
-                       ["event_date"])
+                       ["event_date"], writer)
+        tables.publish(warehouse / "quarantine", lambda: rejected.repartition("batch_id"), ["batch_id"], writer)
     finally:
         marked.unpersist()
     seconds = round((time.monotonic() - started) / len(paths), 3)
@@ -269,22 +273,26 @@ def _with_kept_events(spark: SparkSession, table: Path, clean: DataFrame, batche
 
     A table written before, partitioned by day and landed file, is rewritten
     whole into the layout by day: its day folders could not be kept beside
-    the new ones.
+    the new ones. A table with nothing to read (none yet, or an empty version
+    from before versions kept their schema) is started afresh.
     """
     from pyspark.sql import functions as F
 
-    frame = clean
-    version = tables.current(table)
-    if version is not None:
+    try:
         before = tables.read(spark, table).where(~F.col("batch_id").isin(batches))
-        if next(version.glob("event_date=*/batch_id=*"), None) is None:
-            before = before.where(F.col("event_date").cast("string").isin(days))
-        frame = frame.unionByName(before.select(*EVENT_COLUMNS))
-    return frame.repartition("event_date")
+    except tables.NoVersion:
+        return clean.repartition("event_date")
+    version = tables.current(table)
+    if version is not None and next(version.glob("event_date=*/batch_id=*"), None) is None:
+        before = before.where(F.col("event_date").cast("string").isin(days))
+    return clean.unionByName(before.select(*EVENT_COLUMNS)).repartition("event_date")
 
 
-def aggregate(spark: SparkSession, warehouse: Path, days: list[str]) -> int:
-    """Recompute daily sales per day, SKU and country for ``days``; returns the number of result rows."""
+def aggregate(spark: SparkSession, warehouse: Path, days: list[str], writer: tables.Writer | None = None) -> int:
+    """Recompute daily sales per day, SKU and country for ``days``; returns the number of result rows.
+
+    Raises :class:`tables.NoVersion`, publishing nothing, when ``events`` has nothing to read yet.
+    """
     from pyspark.sql import functions as F
 
     started = time.monotonic()
@@ -300,15 +308,18 @@ def aggregate(spark: SparkSession, warehouse: Path, days: list[str]) -> int:
             F.sum(F.col("late").cast("int")).alias("late_events"),
         )
 
-    version = tables.publish(warehouse / "daily_sales", daily, ["event_date"])
-    rows = spark.read.parquet(str(version)).where(F.col("event_date").cast("string").isin(days)).count()  # as written
+    version = tables.publish(warehouse / "daily_sales", daily, ["event_date"], writer)
+    rows = tables.read_version(spark, version).where(F.col("event_date").cast("string").isin(days)).count()  # as written
     write_stats(warehouse, "aggregate", "-".join(sorted(days)), {"days": days, "rows": rows,
                                                                   "seconds": round(time.monotonic() - started, 3)})
     return rows
 
 
 def report(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
-    """Write reports/report.json and report.txt over everything aggregated so far; returns the JSON."""
+    """Write reports/report.json and report.txt over everything aggregated so far; returns the JSON.
+
+    Raises :class:`tables.NoVersion`, writing nothing, when ``daily_sales`` has nothing to read yet.
+    """
     from pyspark.sql import functions as F
 
     started = time.monotonic()

@@ -5,7 +5,15 @@ A table is a folder. A write goes into a new version folder inside it
 small pointer file ``_current`` switched to name it, by an atomic rename. A
 reader resolves the pointer once and reads that version, so it sees the table
 as it was before a write or after it, never a mix, and never a partition that
-a write is deleting.
+a write is deleting. :func:`read` is that reader, for the pipeline's steps and
+for anyone else (a notebook, a report job): it needs PySpark and this module,
+not the worker.
+
+Each version holds its schema (``_schema.json``, which Spark's readers skip as
+they skip every name that starts with ``_``), so a write of no rows publishes
+an empty table that reads as one, not a folder whose schema Spark cannot
+infer. A version with neither rows nor schema (written before schemas were
+kept) reads as no version at all, so the next write starts afresh.
 
 A write replaces the partitions its rows fall in and keeps the others, as
 Spark's dynamic partition overwrite does (so a message processed twice leaves
@@ -17,11 +25,21 @@ before the rows are computed until the pointer names the new version. Two
 writers that started from the same version would otherwise each publish it
 with only their own partitions replaced, and the second would undo the first;
 and a step that reads one table to write another (aggregate) reads its input
-under the lock, so the last writer to publish has seen the newest input.
+under the lock, so the last writer to publish has seen the newest input. A
+writer waits for the lock for a bounded time (:attr:`Writer.lock_wait`) and
+then gives up with :class:`LockTimeout`, so that a writer that hangs (a
+paused process) makes the others fail and be retried rather than wait for
+ever. Just before the pointer moves, still under the lock, the writer's
+:class:`Fence` is asked whether it may still publish: a writer whose queue
+message has meanwhile gone to another worker discards its version
+(:class:`StaleWriter`), so a stale writer can never publish after the one that
+replaced it.
 
-The next write removes a version retired for longer than
-:data:`RETIRED_GRACE`: a reader that resolved the pointer just before it moved
-is still reading that version.
+Every write first removes, under the lock, the versions nobody reads: a
+version never published (its writer was killed; with the lock held, no live
+writer is making it) at once, and a retired one once
+:attr:`Writer.retired_grace` has passed since it was retired, for a reader
+that resolved the pointer just before it moved is still reading it.
 
 All of this needs a filesystem: a local one, or a volume that replicas share
 over NFS or SMB (deploy/k8s), where a rename is atomic too and Linux makes
@@ -39,27 +57,77 @@ better, the tables would be kept in a table format whose commits are atomic
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 #: The file in a table's folder that names its current version.
 POINTER = "_current"
-#: The file in a table's folder whose lock its writer holds.
+#: The file in a table's folder whose lock its writer holds; it names the writer holding it, for whoever waits.
 WRITER_LOCK = "_writer.lock"
-#: How long a version stays after a write retired it. The readers are the pipeline's handlers, whose Spark jobs the
-#: host cancels at functionTimeout (5 minutes in the sample's host.yaml); three times that leaves room for a slow
-#: shutdown. A reader that runs longer (a notebook querying the warehouse) needs a longer grace.
-RETIRED_GRACE = timedelta(minutes=15)
+#: The file in a version's folder that holds the version's schema (Spark's JSON of a StructType).
+SCHEMA = "_schema.json"
+#: The file in a version's folder written when a write retires the version; its time starts the grace.
+RETIRED = "_retired"
+#: How long a retired version stays by default: an hour, twelve times the sample's functionTimeout (5 minutes),
+#: after which the host has long cancelled a step's Spark jobs, and longer than most queries of a notebook.
+RETIRED_GRACE = timedelta(hours=1)
+#: How long a writer waits for another writer's lock by default: under half the sample's functionTimeout, so
+#: that an attempt that gets the lock late still has time to write, and a retry (which waits again) is a back-off.
+LOCK_WAIT = timedelta(minutes=2)
+#: The longest pause between two tries of a taken lock.
+LOCK_POLL = 1.0
+
+
+class NoVersion(FileNotFoundError):
+    """The table has nothing to read: no version published yet, or one written before schemas were kept that holds
+    no rows (which Spark could not read)."""
+
+
+class StaleWriter(Exception):
+    """The writer may no longer publish (its queue message is someone else's now); its version was discarded."""
+
+
+class LockTimeout(TimeoutError):
+    """Another writer held the table's lock for longer than the writer would wait; nothing was written."""
+
+
+class Fence(Protocol):
+    """Whether a writer may still publish: asked under the lock, while it waits and just before the pointer moves."""
+
+    def check(self) -> None:
+        """Return if the writer may publish; raise :class:`StaleWriter` saying why not."""
+
+
+class Unfenced:
+    """The fence of a writer that nothing can make stale (a script, a test): it always may publish."""
+
+    def check(self) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Writer:
+    """How one writer publishes: who may still publish (``fence``), and the table's waits and grace."""
+
+    fence: Fence = field(default_factory=Unfenced)
+    #: How long a retired version stays for its readers: set it above the longest read of a table (twice the
+    #: longest step's functionTimeout at least, for the steps' own reads).
+    retired_grace: timedelta = RETIRED_GRACE
+    #: How long to wait for another writer's lock before :class:`LockTimeout`.
+    lock_wait: timedelta = LOCK_WAIT
 
 
 def current(table: Path) -> Path | None:
@@ -71,41 +139,65 @@ def current(table: Path) -> Path | None:
     return table / name
 
 
-def read(spark: SparkSession, table: Path) -> DataFrame:
-    """The table as its last write left it.
+def read(spark: SparkSession, table: str | os.PathLike[str]) -> DataFrame:
+    """The table as its last write left it; :class:`NoVersion` when it has nothing to read.
 
     The pointer is resolved here, once: every job of the frame reads that one
-    version, even when writes publish others meanwhile.
+    version, even when writes publish others meanwhile, for as long as the
+    writers' ``retired_grace`` after the next write retires it.
     """
-    version = current(table)
+    path = Path(table)
+    version = current(path)
     if version is None:
-        raise FileNotFoundError(f"table {table} has no published version yet")
+        raise NoVersion(f"table {path} has no published version yet")
+    return read_version(spark, version)
+
+
+def read_version(spark: SparkSession, version: Path) -> DataFrame:
+    """One version of a table (a folder :func:`publish` returned), read with the schema it was written with."""
+    schema_file = version / SCHEMA
+    if schema_file.is_file():
+        from pyspark.sql.types import StructType
+
+        schema = StructType.fromJson(json.loads(schema_file.read_text(encoding="utf-8")))
+        return spark.read.schema(schema).parquet(str(version))
+    if next(version.rglob("*.parquet"), None) is None:
+        raise NoVersion(f"table {version.parent}'s version {version.name} holds no rows and no schema (an empty "
+                        "write from before versions kept their schema); the next write replaces it")
     return spark.read.parquet(str(version))
 
 
-def publish(table: Path, build: Callable[[], DataFrame], partitions: Sequence[str]) -> Path:
+def publish(table: Path, build: Callable[[], DataFrame], partitions: Sequence[str], writer: Writer | None = None) -> Path:
     """Write the frame ``build`` returns as the table's new version, replacing the partitions its rows fall in.
 
     ``build`` is called under the table's writer lock, so that what it reads
     is at least as new as what the writer before it read. ``partitions`` (at
     least one column) are the columns the table is partitioned by. If the
-    write fails, the version folder is removed and readers go on reading the
-    one before. Returns the new version's folder.
+    write fails, or ``writer``'s fence says the writer is stale, the version
+    folder is removed and readers go on reading the one before. Returns the
+    new version's folder.
     """
+    writer = writer or Writer()
     table.mkdir(parents=True, exist_ok=True)
-    with _writer(table):
+    with _lock(table, writer):
         base = current(table)
+        _remove_unread(table, base, writer.retired_grace)
         version = table / f"v-{datetime.now(UTC):%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:8]}"
         try:
-            build().write.partitionBy(*partitions).parquet(str(version))
+            frame = build()
+            frame.write.partitionBy(*partitions).parquet(str(version))
+            (version / SCHEMA).write_text(frame.schema.json(), encoding="utf-8")
             if base is not None:
                 _link_kept(base, version, len(partitions))
-                os.utime(base)  # its grace starts now (before the switch, so that no crash can skip it)
+            writer.fence.check()
+            if base is not None:
+                # Its grace starts now, before the switch, so that no crash can skip it (a crash before the switch
+                # leaves it current, and the current version is never removed).
+                write_atomic(base / RETIRED, f"{datetime.now(UTC).isoformat()}\n")
             write_atomic(table / POINTER, version.name + "\n")
         except BaseException:
             shutil.rmtree(version, ignore_errors=True)
             raise
-        _remove_retired(table, version)
     return version
 
 
@@ -129,16 +221,48 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 @contextmanager
-def _writer(table: Path) -> Iterator[None]:
-    """One writer of ``table`` at a time, among the threads and processes of this machine.
+def _lock(table: Path, writer: Writer) -> Iterator[None]:
+    """One writer of ``table`` at a time, among the threads and processes of this machine, waiting at most
+    ``writer.lock_wait`` (and no longer than the writer's fence allows).
 
     ``flock`` locks belong to an open file, so two threads of one process that
     each open the file exclude each other too; the lock ends with the file's
-    closing or the process's exit, so a killed writer leaves none behind.
+    closing or the process's exit, so a killed writer leaves none behind. A
+    paused one (SIGSTOP, a frozen VM) keeps it until it runs again, which is
+    what the bounded wait is for. ``flock`` cannot wait with a deadline, so a
+    taken lock is tried again at growing intervals.
     """
-    with (table / WRITER_LOCK).open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    fd = os.open(table / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    with os.fdopen(fd, "r+", encoding="utf-8") as lock:
+        deadline = time.monotonic() + writer.lock_wait.total_seconds()
+        pause = 0.05
+        while not _try_lock(lock):
+            writer.fence.check()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LockTimeout(f"table {table}: its writer lock was not free within {writer.lock_wait} "
+                                  f"(held by {_holder(lock)}); nothing written")
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, LOCK_POLL)
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()} on {socket.gethostname()} since {datetime.now(UTC).isoformat()}\n")
+        lock.flush()
         yield
+
+
+def _try_lock(lock: IO[str]) -> bool:
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _holder(lock: IO[str]) -> str:
+    """Who holds the lock, as its holder wrote it when it took it."""
+    lock.seek(0)
+    return lock.read().strip() or "a writer that has not said who it is"
 
 
 def _link_kept(base: Path, version: Path, depth: int) -> None:
@@ -159,14 +283,22 @@ def _link(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def _remove_retired(table: Path, keep: Path) -> None:
-    """Remove every version but ``keep`` last touched more than RETIRED_GRACE ago.
+def _remove_unread(table: Path, keep: Path | None, grace: timedelta) -> None:
+    """Remove every version of ``table`` but ``keep`` (the current one) that no reader can be reading.
 
-    A retired version was touched when it was retired; one that a killed
-    writer left unpublished was last touched by its write, and no reader ever
-    had it. The caller holds the writer lock, so no other write is under way.
+    A version without a retirement mark was never published: its writer was
+    killed before the switch, or was fenced out and died before removing it,
+    and the caller, which holds the writer lock, knows no other write is under
+    way. It goes at once, whatever its age. A retired one goes once ``grace``
+    has passed since its retirement.
     """
-    cutoff = time.time() - RETIRED_GRACE.total_seconds()
+    cutoff = time.time() - grace.total_seconds()
     for version in table.glob("v-*"):
-        if version != keep and version.stat().st_mtime < cutoff:
-            shutil.rmtree(version)
+        if version == keep:
+            continue
+        try:
+            retired = (version / RETIRED).stat().st_mtime
+        except FileNotFoundError:
+            retired = None
+        if retired is None or retired < cutoff:
+            shutil.rmtree(version, ignore_errors=True)

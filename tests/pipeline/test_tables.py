@@ -129,7 +129,7 @@ def test_a_reader_keeps_its_version_and_a_retired_version_goes_only_after_the_gr
     assert first.is_dir() and second.is_dir(), "retired less than the grace ago: a reader may still be reading them"
 
     retired_long_ago = time.time() - tables.RETIRED_GRACE.total_seconds() - 1
-    os.utime(first, (retired_long_ago, retired_long_ago))
+    os.utime(first / tables.RETIRED, (retired_long_ago, retired_long_ago))
     fourth = tables.publish(table, partial(daily, spark, "fourth", 24), ["day"])
     assert sorted(table.glob("v-*")) == [second, third, fourth]
     assert tables.current(table) == fourth
@@ -145,6 +145,50 @@ def test_a_write_that_fails_leaves_the_table_as_it_was(tmp_path: Path, spark: Sp
 
     with pytest.raises(Exception, match="no such SKU"):
         tables.publish(table, failing, ["day"])
+    assert tables.current(table) == first
+    assert list(table.glob("v-*")) == [first]
+    assert versions_in(tables.read(spark, table)) == [("first", 6, 6)]
+
+
+def test_an_empty_write_publishes_an_empty_table_with_its_schema_and_an_empty_version_without_one_is_replaced(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """The first ingest of a file with no valid row must not wedge the table: Spark cannot infer the schema of a
+    version without data files, so the version says its own; one published before versions did reads as none."""
+    table = tmp_path / "events"
+    tables.publish(table, partial(daily, spark, "none", 0), ["day"])
+    empty = tables.read(spark, table)
+    assert (empty.count(), sorted(empty.columns)) == (0, ["day", "rows", "version"])
+
+    tables.publish(table, partial(daily, spark, "first", 6), ["day"])
+    assert versions_in(tables.read(spark, table)) == [("first", 6, 6)]
+
+    wedged = tmp_path / "quarantine"  # as such an ingest left it before: a version of no files but _SUCCESS
+    daily(spark, "none", 0).write.partitionBy("day").parquet(str(wedged / "v-old"))
+    (wedged / tables.POINTER).write_text("v-old\n", encoding="utf-8")
+    with pytest.raises(tables.NoVersion, match="holds no rows and no schema"):
+        tables.read(spark, wedged)
+    tables.publish(wedged, partial(daily, spark, "repaired", 6), ["day"])
+    assert versions_in(tables.read(spark, wedged)) == [("repaired", 6, 6)]
+
+
+def test_a_writer_that_turns_stale_while_it_writes_discards_its_version(tmp_path: Path, spark: SparkSession) -> None:
+    """The fence is asked after the files are written, just before the pointer moves."""
+    table = tmp_path / "daily_sales"
+    first = tables.publish(table, partial(daily, spark, "first", 6), ["day"])
+    stale = threading.Event()
+
+    class LostDuringTheWrite:
+        def check(self) -> None:
+            if stale.is_set():
+                raise tables.StaleWriter("lease lost")
+
+    def build() -> DataFrame:
+        stale.set()  # as a lease lost while the writer computes: it held when the writer took the lock
+        return daily(spark, "stale", 12)
+
+    with pytest.raises(tables.StaleWriter):
+        tables.publish(table, build, ["day"], tables.Writer(LostDuringTheWrite()))
     assert tables.current(table) == first
     assert list(table.glob("v-*")) == [first]
     assert versions_in(tables.read(spark, table)) == [("first", 6, 6)]
