@@ -125,6 +125,46 @@ async def test_the_same_ingest_message_twice_gives_identical_tables(
     assert first == second
 
 
+async def test_steps_before_their_input_have_nothing_to_do_and_a_first_file_with_no_valid_row_wedges_nothing(
+    tmp_path: Path, host_yaml: Path, queues: QueueBackend, monkeypatch: pytest.MonkeyPatch, spark_sessions: SparkSessions,
+    request: pytest.FixtureRequest,
+) -> None:
+    """An aggregate and a report sent before any table exists succeed at once, doing nothing (not five immediate
+    failures and poison). Then a file with no valid row is ingested on its own before a good one: the empty ``events``
+    it publishes must not stop the good file's rows reaching the report."""
+    warehouse = tmp_path / "warehouse"
+    monkeypatch.setenv("PIPELINE_WAREHOUSE", str(warehouse))
+    monkeypatch.delenv("AzureWebJobsStorage", raising=False)
+    host_yaml.write_text(host_yaml.read_text(encoding="utf-8") + "functions:\n" + "".join(
+        f"  {step}:\n    maxConcurrency: 1\n" + ("    batchSize: 1\n" if step == "ingest" else "")
+        for step in ("ingest", "aggregate", "report")), encoding="utf-8")  # one file per ingest, in order
+    config = load_config(host_yaml, environ={})
+    spark = spark_sessions.middleware(*master_and_conf("local", request))
+    for step in ("aggregate", "report"):
+        await queues.create_queue(step)
+        await queues.put(step, encode(json.dumps({"days": ["2026-11-16"]}), "base64"))
+
+    early = Host(app, config, burst=True, middleware=[spark])
+    await asyncio.wait_for(early.run(), 300)
+    assert (early.metrics.get("succeeded"), early.metrics.get("failed"), early.metrics.get("poisoned")) == (2, 0, 0)
+    assert tables.current(warehouse / "daily_sales") is None
+    assert not (warehouse / "reports").exists()
+
+    no_valid_row = tmp_path / "landing" / "2026-11-16" / "part-0900.csv"
+    manifest = data.generate(tmp_path / "landing", size_bytes=20_000, files=1, days=1, seed=7)
+    no_valid_row.write_text(",".join(data.COLUMNS) + "\n###,truncated\n"
+                            "e-1,o-1,c-1,SKU-001,three,9.99,DE,2026-11-16T10:00:00\n", encoding="utf-8")
+    await send_paths(queues, str(no_valid_row), *manifest.files)
+    host = Host(app, config, burst=True, middleware=[spark])
+    await asyncio.wait_for(host.run(), 300)
+
+    assert (host.metrics.get("failed"), host.metrics.get("poisoned")) == (0, 0)
+    report = json.loads((warehouse / "reports" / "report.json").read_text())
+    assert (report["files"], report["rows_out"]) == (2, manifest.clean)
+    assert sum(report["quarantined"].values()) == manifest.quarantined + 2
+    assert sum(day["units"] for day in report["days"]) > 0
+
+
 def snapshot(warehouse: Path, provider: SparkProvider) -> dict[str, Any]:
     """Every table's rows, sorted, and its current version's partition folders: what a reader of the tables sees."""
     session = provider.session()
