@@ -1,6 +1,9 @@
 """A writer paused while it holds a table's writer lock, in a real worker process: it loses its message, and when it
 runs again it publishes nothing; the writer that got the message meanwhile fails its attempts while the lock is held
-(a bounded wait), then publishes."""
+(a bounded wait), then publishes.
+
+The paused writer runs its Spark on the Spark tests' Connect server, the other one on this process's local session:
+two writers on two kinds of Spark, and no JVM of its own to start for the worker process (a local one took 15 s)."""
 
 from __future__ import annotations
 
@@ -29,14 +32,14 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(300)]
 PAUSED_LEASE = "00:00:02"
 
 
-def host_yaml(folder: Path) -> Path:
-    """The paused writer's settings: a short lease, many attempts, Spark on one core."""
+def host_yaml(folder: Path, master: str) -> Path:
+    """The paused writer's settings: a short lease, many attempts, Spark on ``master``."""
     settings = {
         "version": "1.0",
         "extensions": {"queues": {"maxPollingInterval": "200ms", "maxDequeueCount": 20}},
         "worker": {"drainTimeout": "5s"},
         "functions": {"write": {"leaseDuration": PAUSED_LEASE}},
-        "spark": {"master": "local[1]", "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "1"}},
+        "spark": {"master": master, "conf": {"spark.sql.shuffle.partitions": "1"}},
     }
     path = folder / "host.yaml"
     path.write_text(yaml.safe_dump(settings), encoding="utf-8")
@@ -50,7 +53,8 @@ async def test_a_writer_paused_under_the_lock_past_its_lease_publishes_nothing_a
     queues = open_backend(None, tmp_path)
     await queues.create_queue("writes")
     await queues.put("writes", encode(json.dumps({"write": 1}), "base64"))
-    paused = WorkerProcess(host_yaml(tmp_path), process_env(FENCED_FOLDER=str(tmp_path)), name="paused",
+    connect, _ = master_and_conf("connect", request)
+    paused = WorkerProcess(host_yaml(tmp_path, connect), process_env(FENCED_FOLDER=str(tmp_path)), name="paused",
                            app="tests.apps.fenced_writer:app").start()
     monkeypatch.setenv("FENCED_FOLDER", str(tmp_path))
     monkeypatch.setenv("PIPELINE_LOCK_WAIT", "1s")
