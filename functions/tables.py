@@ -286,19 +286,24 @@ def _link(source: str, target: str) -> None:
 def _remove_unread(table: Path, keep: Path | None, grace: timedelta) -> None:
     """Remove every version of ``table`` but ``keep`` (the current one) that no reader can be reading.
 
-    A version without a retirement mark was never published: its writer was
-    killed before the switch, or was fenced out and died before removing it,
-    and the caller, which holds the writer lock, knows no other write is under
-    way. It goes at once, whatever its age. A retired one goes once ``grace``
-    has passed since its retirement.
+    A retired one goes once ``grace`` has passed since its retirement. One
+    without a retirement mark was never published: its writer was killed
+    before the switch, or was fenced out and died before removing it, and the
+    caller, which holds the writer lock, knows no other write is under way. It
+    goes at once, whatever its age. But a version that Spark committed
+    (``_SUCCESS``) and that has no schema was written before versions were
+    marked, and may have been published and retired then (with the folder's
+    time as its retirement time): it is kept for the grace as it was then.
     """
     cutoff = time.time() - grace.total_seconds()
     for version in table.glob("v-*"):
         if version == keep:
             continue
-        try:
-            retired = (version / RETIRED).stat().st_mtime
-        except FileNotFoundError:
+        if (version / RETIRED).exists():
+            retired: float | None = (version / RETIRED).stat().st_mtime
+        elif (version / "_SUCCESS").exists() and not (version / SCHEMA).exists():
+            retired = version.stat().st_mtime
+        else:
             retired = None
         if retired is None or retired < cutoff:
             shutil.rmtree(version, ignore_errors=True)

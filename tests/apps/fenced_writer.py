@@ -10,10 +10,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from functions import tables
 from functions.function_app import writer
 from worker import QueueMessage, WorkerApp, spark
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 app = WorkerApp()
 #: How long a writer waits for ``go`` at most.
@@ -26,7 +30,7 @@ def write(msgs: list[QueueMessage]) -> None:
     session = spark.session()
     attempt = max(msg.dequeue_count for msg in msgs)
 
-    def build() -> object:
+    def build() -> DataFrame:
         (folder / f"building-{attempt}").touch()
         deadline = time.monotonic() + GO_DEADLINE
         while not (folder / "go").exists():
@@ -35,4 +39,4 @@ def write(msgs: list[QueueMessage]) -> None:
             time.sleep(0.05)
         return session.range(1).selectExpr(f"{attempt} AS attempt", "0 AS part")
 
-    tables.publish(folder / "table", build, ["part"], writer(msgs))  # type: ignore[arg-type]
+    tables.publish(folder / "table", build, ["part"], writer(msgs))

@@ -65,12 +65,17 @@ def held_lock(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_writer_gives_up_on_a_held_lock_after_its_wait_naming_the_holder(held_lock: Path) -> None:
-    built = threading.Event()
+    built = []
+
+    def build() -> NoReturn:
+        built.append(True)
+        refuse()
+
     started = time.monotonic()
     with pytest.raises(tables.LockTimeout, match=f"held by pid {os.getpid()} on "):
-        tables.publish(held_lock, built.set, ["day"], tables.Writer(lock_wait=timedelta(seconds=0.3)))  # type: ignore[arg-type]
+        tables.publish(held_lock, build, ["day"], tables.Writer(lock_wait=timedelta(seconds=0.3)))
     assert 0.3 <= time.monotonic() - started < 5
-    assert not built.is_set(), "nothing may be computed without the lock"
+    assert not built, "nothing may be computed without the lock"
     assert not list(held_lock.glob("v-*"))
 
 
@@ -98,19 +103,26 @@ def test_a_message_is_held_until_its_lease_is_lost_cancelled_or_run_out_by_the_c
 
 
 def test_the_next_write_removes_leftovers_at_once_and_retired_versions_after_the_grace(tmp_path: Path) -> None:
-    """Even a write that then fails: the removal comes first, under the lock."""
+    """Even a write that then fails: the removal comes first, under the lock. A version of a table written before
+    versions were marked (committed, no schema) is kept for the grace from its folder's time, as it was then."""
     table = tmp_path / "daily_sales"
-    versions = {name: table / f"v-{name}" for name in ("current", "leftover", "retired-now", "retired-long-ago")}
+    names = ("current", "leftover", "committed-leftover", "retired-now", "retired-long-ago", "unmarked-now",
+             "unmarked-long-ago")
+    versions = {name: table / f"v-{name}" for name in names}
     for folder in versions.values():
         folder.mkdir(parents=True)
     (table / tables.POINTER).write_text("v-current\n", encoding="utf-8")
+    for name in ("committed-leftover", "unmarked-now", "unmarked-long-ago"):  # Spark's commit mark
+        (versions[name] / "_SUCCESS").touch()
+    (versions["committed-leftover"] / tables.SCHEMA).touch()  # killed after its write, before the switch
     (versions["retired-now"] / tables.RETIRED).touch()
     (versions["retired-long-ago"] / tables.RETIRED).touch()
     long_ago = time.time() - 3601
     os.utime(versions["retired-long-ago"] / tables.RETIRED, (long_ago, long_ago))
+    os.utime(versions["unmarked-long-ago"], (long_ago, long_ago))  # retired before versions were marked
 
     with pytest.raises(BuildRefused):
         tables.publish(table, refuse, ["day"], tables.Writer(retired_grace=timedelta(hours=1)))
 
-    assert sorted(table.glob("v-*")) == [versions["current"], versions["retired-now"]]
+    assert sorted(table.glob("v-*")) == [versions["current"], versions["retired-now"], versions["unmarked-now"]]
     assert tables.current(table) == versions["current"]
