@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from functions import tables
+from tests.host.processes import REPO
 from tests.spark.sessions import SparkSessions, master_and_conf
 
 if TYPE_CHECKING:
@@ -192,3 +194,21 @@ def test_a_writer_that_turns_stale_while_it_writes_discards_its_version(tmp_path
     assert tables.current(table) == first
     assert list(table.glob("v-*")) == [first]
     assert versions_in(tables.read(spark, table)) == [("first", 6, 6)]
+
+
+def test_the_readmes_recipes_for_readers_outside_the_worker_read_the_current_version(
+    tmp_path: Path, spark: SparkSession
+) -> None:
+    """The README's code (with ``functions.tables``, then with plain PySpark), run as written but for the table."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Reading a table from outside the worker", 1)[1]
+    recipes = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
+    assert len(recipes) == 2, "the section's two recipes"
+    table = tmp_path / "events"
+    tables.publish(table, partial(daily, spark, "first", 6), ["day"])
+    tables.publish(table, partial(daily, spark, "second", 12), ["day"])
+
+    for code in recipes:
+        scope = {"spark": spark}
+        exec(code.replace('".worker/pipeline/warehouse/events"', repr(str(table))), scope)  # noqa: S102
+        assert versions_in(scope["events"]) == [("second", 12, 12)], code
