@@ -282,7 +282,7 @@ def _with_kept_events(spark: SparkSession, table: Path, clean: DataFrame, batche
         before = tables.read(spark, table).where(~F.col("batch_id").isin(batches))
     except tables.NoVersion:
         return clean.repartition("event_date")
-    version = tables.current(table)
+    version = tables.current(table)  # the version just read: the caller holds the writer lock, so it cannot move
     if version is not None and next(version.glob("event_date=*/batch_id=*"), None) is None:
         before = before.where(F.col("event_date").cast("string").isin(days))
     return clean.unionByName(before.select(*EVENT_COLUMNS)).repartition("event_date")
