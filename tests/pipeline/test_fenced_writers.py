@@ -71,13 +71,14 @@ async def test_a_writer_paused_under_the_lock_past_its_lease_publishes_nothing_a
             # Its lease runs out; the other worker takes the message and waits for the lock, in vain, and again.
             await apoll(lambda: _true(other.metrics.get("failed") >= 1), 60, what="a writer to give up on the lock")
             assert tables.current(table) is None
+            assert [file.name for file in tmp_path.glob("building-*")] == ["building-1"], "computed without the lock"
             (tmp_path / "go").touch()
         finally:
             os.kill(paused.host_pid, signal.SIGCONT)
         # The message's holder now publishes: the other worker, or the paused one if it received the message anew
         # (visible again after each failed wait) in an invocation of its own.
         await apoll(lambda: _true(tables.current(table) is not None), 120, what="the message's holder to publish")
-        stale = paused.wait_for_log("handler failed", timeout=60)
+        stale = await asyncio.to_thread(paused.wait_for_log, "handler failed", 60)
         assert "StaleWriter: lease lost" in stale["error"], stale
     finally:
         if running is not None:
