@@ -183,13 +183,16 @@ def test_files_of_one_day_ingested_apart_both_stay_and_a_repeat_changes_nothing(
 ) -> None:
     """``events`` is partitioned by day alone: a second file of a day joins the first file's rows in the day's
     folder (one Parquet file each) rather than replacing them, and ingesting the first file again leaves the table as
-    it was, its own earlier rows replaced."""
+    it was, its own earlier rows replaced. Also: ingest publishes ``events`` before ``quarantine``, so a reader never
+    sees a file's rejected rows without its good ones."""
     manifest = data.generate(tmp_path / "landing", size_bytes=40_000, files=2, days=1)
     session = spark_sessions.provider(*master_and_conf("local", request)).session()
     warehouse = tmp_path / "warehouse"
     first, second = (str(Path(file).resolve()) for file in manifest.files)
+    published = PublishedTables(warehouse)
 
-    pipeline.ingest(session, warehouse, [first])
+    pipeline.ingest(session, warehouse, [first], tables.Writer(published))
+    assert published.seen == [[], ["events"]], "each pointer about to move saw the tables published before it"
     pipeline.ingest(session, warehouse, [second])
     both = _events(session, warehouse)
     pipeline.ingest(session, warehouse, [first])
@@ -225,6 +228,17 @@ def test_an_events_table_partitioned_by_day_and_file_is_rewritten_by_day_at_the_
     version = tables.current(upgraded / "events")
     assert version is not None
     assert not list(version.glob("event_date=*/batch_id=*"))
+
+
+class PublishedTables:
+    """A fence that notes, each time a publish is about to move its table's pointer, which tables have one already."""
+
+    def __init__(self, warehouse: Path) -> None:
+        self.warehouse = warehouse
+        self.seen: list[list[str]] = []
+
+    def check(self) -> None:
+        self.seen.append([name for name in ("events", "quarantine") if tables.current(self.warehouse / name)])
 
 
 def _events(session: Any, warehouse: Path) -> list[str]:
