@@ -146,6 +146,29 @@ class OciTestServer:
         return COMPARTMENT
 
     @property
+    def faults_file(self) -> Path:
+        """The server's ``--faults`` file: what :meth:`fault` scripts."""
+        return self.workdir / "faults.json"
+
+    def fault(self, operation: str, status: int, code: str, *, times: int = 1, done: bool = False,
+              retry_after: float | None = None, message: str | None = None) -> None:
+        """Script the next ``times`` requests to ``operation`` (a route's name, e.g. ``put_messages``) to be answered
+        ``status``/``code``, after doing the work when ``done``, with ``retry-after`` when given."""
+        entries = json.loads(self.faults_file.read_text()) if self.faults_file.exists() else []
+        entries.append({"id": uuid.uuid4().hex, "operation": operation, "status": status, "code": code,
+                        "times": times, "done": done, "retryAfter": retry_after, "message": message})
+        self._write_faults(entries)
+
+    def clear_faults(self) -> None:
+        """Drop every scripted fault not yet met."""
+        self._write_faults([])
+
+    def _write_faults(self, entries: list[dict[str, Any]]) -> None:
+        partial = self.faults_file.with_name(self.faults_file.name + ".partial")
+        partial.write_text(json.dumps(entries))
+        partial.replace(self.faults_file)  # the server never reads half a file
+
+    @property
     def stderr_file(self) -> Path:
         return self.workdir / "server.stderr"
 
@@ -169,7 +192,7 @@ class OciTestServer:
                  "--token-issuer-key", str(issuer_file), "--ready-file", str(self.workdir / "ready"),
                  "--stale-receipt", self.modes.stale_receipt, "--retention-bound", self.modes.retention_bound,
                  "--put-answer", self.modes.put_answer, "--other-cell", self.modes.other_cell,
-                 "--hung-up-poll", self.modes.hung_up_poll],
+                 "--hung-up-poll", self.modes.hung_up_poll, "--faults", str(self.faults_file)],
                 cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
             )
         threading.Thread(target=self._read, daemon=True, name="oci-test-server-stdout").start()

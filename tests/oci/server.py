@@ -10,7 +10,7 @@ request's signature the way the service does, so a client that signs wrongly fai
 Run it as ``python -m tests.oci.server --port 0 --public-key PEM --tenancy T --user U --fingerprint F
 [--token-issuer-key PEM] [--ready-file PATH] [--stale-receipt 400|404] [--retention-bound refuse|clamp]
 [--put-answer send|close|reset] [--other-cell 404|serve]
-[--hung-up-poll deliver|withhold]``; it prints ``OCI Queue test server listening on
+[--hung-up-poll deliver|withhold] [--faults PATH]``; it prints ``OCI Queue test server listening on
 http://127.0.0.1:PORT, messages endpoints URL URL`` when it is ready. ``tests/oci/fixture.py`` starts it for tests
 with a fresh key, an SDK config file and a token issuer key of its own.
 
@@ -109,6 +109,16 @@ Modes: where the reference is silent about an answer a client must handle, the s
   the answer. ``deliver`` (the default): the messages are delivered all the same (delivery count up, hidden for the
   request's visibility, receipts nobody reads); ``withhold``: the server sees the hang-up and delivers nothing.
 
+Faults (``--faults PATH``): answers a client meets from a busy or changing service, played as a test scripts them.
+PATH is a JSON list the server reads again whenever the file changes (write it whole, by rename); each entry is
+``{"id", "operation", "status", "code", "times", "done", "retryAfter"}``: the next ``times`` requests routed to
+``operation`` (a :data:`ROUTES` name, e.g. ``put_messages``) are answered ``status``/``code`` with ``retry-after:
+retryAfter`` when given. ``done`` says whether the request is carried out first (the answer lost after the work,
+as a 500 may be) or not at all (as a 429 or 503 says). ``tests/oci/fixture.py``'s ``fault`` writes the file.
+Which statuses a client may take for "nothing done" is the backend's reading of the API errors page (see
+``worker/backends/oci/errors.py``); a fault that did the work and then answers such a status is how a test shows
+what that reading costs.
+
 Other choices where the reference is silent (each is one place in the code):
 
 * A receipt that is not one this server could have issued is 400 InvalidParameter.
@@ -186,11 +196,49 @@ LIFECYCLE_STATES = ("CREATING", "UPDATING", "ACTIVE", "DELETING", "DELETED", "FA
 class ApiError(Exception):
     """An error answer: the HTTP status and the ``{"code", "message"}`` body every OCI service sends."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers or {}
+
+
+class Faults:
+    """The scripted faults of ``--faults PATH`` (see the module's docstring): read again when the file changes,
+    each entry spent after its ``times`` requests, counted by id across readings."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._entries: list[dict[str, Any]] = []
+        self._used: dict[str, int] = {}
+
+    def take(self, operation: str) -> dict[str, Any] | None:
+        """The fault the next request to ``operation`` meets, if one is scripted and not yet spent."""
+        if self._path is None:
+            return None
+        with self._lock:
+            try:
+                info = self._path.stat()
+            except FileNotFoundError:
+                return None
+            if (info.st_ino, info.st_mtime_ns, info.st_size) != self._stamp:
+                self._entries = json.loads(self._path.read_text() or "[]")
+                self._stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
+            for entry in self._entries:
+                if entry["operation"] == operation and self._used.get(entry["id"], 0) < entry.get("times", 1):
+                    self._used[entry["id"]] = self._used.get(entry["id"], 0) + 1
+                    return entry
+        return None
+
+
+def fault_error(entry: dict[str, Any]) -> ApiError:
+    """The answer a scripted fault gives."""
+    headers = {"retry-after": str(entry["retryAfter"])} if entry.get("retryAfter") is not None else {}
+    return ApiError(int(entry["status"]), str(entry["code"]), entry.get("message") or f"scripted fault {entry['id']}",
+                    headers)
 
 
 STALE_RECEIPT_ANSWERS = ("400", "404")
@@ -1018,7 +1066,7 @@ class Handler(BaseHTTPRequestHandler):
             self.server.verifier.verify(self.command, self.path, self.headers, body)
             reply = self._dispatch(body)
         except ApiError as error:
-            reply = Reply(error.status, {"code": error.code, "message": error.message})
+            reply = Reply(error.status, {"code": error.code, "message": error.message}, error.headers)
         except Exception:  # a bug here must reach the client as the service's 500, and the log as a traceback
             traceback.print_exc()
             reply = Reply(500, {"code": "InternalServerError", "message": "the test server failed; see its stderr"})
@@ -1065,8 +1113,13 @@ class Handler(BaseHTTPRequestHandler):
             query = {name: values[0] for name, values in parse_qs(url.query, keep_blank_values=True).items()}
             params = {name: unquote(value) for name, value in match.groupdict().items()}
             self.operation = operation
+            fault = self.server.faults.take(operation)
+            if fault is not None and not fault.get("done"):
+                raise fault_error(fault)
             reply: Reply = getattr(self.server.service, operation)(
                 Request(params, query, parsed, self._gone, self.server.endpoint))
+            if fault is not None:
+                raise fault_error(fault)
             return reply
         if known_path:
             raise ApiError(405, "MethodNotAllowed", f"{self.command} is not supported on {url.path}")
@@ -1081,10 +1134,11 @@ class Server(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, port: int, verifier: SignatureVerifier) -> None:
+    def __init__(self, port: int, verifier: SignatureVerifier, faults: Faults) -> None:
         super().__init__(("127.0.0.1", port), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
         self.verifier = verifier
+        self.faults = faults
         self.service: QueueService
 
 
@@ -1117,6 +1171,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hung-up-poll", choices=HUNG_UP_POLLS, default=defaults.hung_up_poll,
                         help="a long poll whose client hung up before a message came: deliver to it all the same, "
                              "or withhold")
+    parser.add_argument("--faults", type=Path,
+                        help="a JSON file of scripted faults, read again when it changes (see the module's docstring)")
     args = parser.parse_args(argv)
     public_key = serialization.load_pem_public_key(args.public_key.read_bytes())
     if not isinstance(public_key, rsa.RSAPublicKey):
@@ -1127,7 +1183,8 @@ def main(argv: list[str] | None = None) -> None:
         if not isinstance(issuer, rsa.RSAPublicKey):
             parser.error(f"{args.token_issuer_key} is not an RSA public key")
     verifier = SignatureVerifier(f"{args.tenancy}/{args.user}/{args.fingerprint}", public_key, issuer)
-    servers = [Server(args.port if cell == 0 else 0, verifier) for cell in range(CELLS)]
+    faults = Faults(args.faults)
+    servers = [Server(args.port if cell == 0 else 0, verifier, faults) for cell in range(CELLS)]
     service = QueueService([server.endpoint for server in servers],
                            Modes(args.stale_receipt, args.retention_bound, args.put_answer, args.other_cell,
                                  args.hung_up_poll))
