@@ -7,15 +7,22 @@ timeouts, 5xx, 408, 429) are retried with jittered exponential back-off for a
 bounded time, logged once per incident rather than once per call, and counted
 (``on_retry``). What still fails surfaces as :class:`TransientError`, which
 the host treats as "try later", never as fatal; every other failure is mapped
-onto the protocol's errors by the backend.
+onto the protocol's errors by the backend. A backend may also name refusals
+worth a few more tries (``worth_retrying``: OCI's 401 and 409 IncorrectState,
+which its API error table marks "retry with backoff"): they get at most
+:data:`REFUSAL_ATTEMPTS`, and what persists is the backend's own error, not an
+outage. A service's ``retry-after`` (``retry_after``) lengthens the wait before
+the next attempt; the call's whole budget stays :data:`RETRY_BUDGET_SECONDS`,
+so a wait that would pass it ends the retries at once.
 
 A call that is not idempotent (a put: neither OCI's PutMessages nor Azure's Put
 Message takes a retry token, and the OCI SDK does not retry PutMessages by
-default for that reason) is retried only after a failure whose request never
-left this machine (refused, not resolved, a TLS handshake that failed, a
-connect timeout). Any other failure may have come after the service did the
-work, so it surfaces at once as :class:`OutcomeUnknown` instead of being sent
-again and done twice.
+default for that reason) is retried only after a failure that provably did
+nothing (``may_have_acted`` False): a request that never left this machine
+(refused, not resolved, a TLS handshake that failed, a connect timeout), or an
+answer that says nothing was done (a throttle). Any other failure may have come
+after the service did the work, so it surfaces at once as
+:class:`OutcomeUnknown` instead of being sent again by this call.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_before_delay
 from tenacity.wait import wait_random_exponential
 
 from worker.backends.queues import OutcomeUnknown, QueueError, TransientError
@@ -39,6 +46,9 @@ RETRY_BUDGET_SECONDS = 15.0
 #: Back-off before the first retry is random up to this many seconds, doubling at each retry, capped at the max.
 RETRY_FIRST_WAIT = 0.2
 RETRY_MAX_WAIT = 4.0
+#: Attempts of a call refused in a way worth a few more tries (``worth_retrying``): a signer may fetch a new token
+#: after a 401, a queue leaves UPDATING; a refusal that persists past these is the backend's to report.
+REFUSAL_ATTEMPTS = 3
 
 
 class Incident:
@@ -79,9 +89,11 @@ class Retrier:
     """Runs a backend's storage calls under the retry policy; one per backend, as its outage state is shared.
 
     ``is_transient`` says which failures the same call may get past later;
+    ``worth_retrying`` which refusals get :data:`REFUSAL_ATTEMPTS` before they are reported as they are;
     ``failure_kind`` names a failure for ``on_retry`` and the log (``HTTP 503 ServerBusy``, ``ConnectionError``);
-    ``request_left`` whether a failed call's request may have reached the service (False only where it provably
-    did not: nothing of it was sent), which decides whether a call that is not idempotent may be retried.
+    ``may_have_acted`` whether a failed call may have been carried out (False only where it provably was not:
+    nothing of it was sent, or the answer says nothing was done), which decides whether a call that is not
+    idempotent may be retried; ``retry_after`` the seconds a failure asks to wait before the next attempt.
     """
 
     def __init__(
@@ -89,12 +101,16 @@ class Retrier:
         *,
         is_transient: Callable[[BaseException], bool],
         failure_kind: Callable[[BaseException], str],
-        request_left: Callable[[BaseException], bool],
+        may_have_acted: Callable[[BaseException], bool],
         on_retry: Callable[[str], None] | None,
         log: Any,
+        worth_retrying: Callable[[BaseException], bool] = lambda exc: False,
+        retry_after: Callable[[BaseException], float | None] = lambda exc: None,
     ) -> None:
         self.is_transient = is_transient
-        self.request_left = request_left
+        self.worth_retrying = worth_retrying
+        self.may_have_acted = may_have_acted
+        self.retry_after = retry_after
         self.incident = Incident(on_retry, failure_kind, log)
 
     async def call(
@@ -111,8 +127,8 @@ class Retrier:
         (the endpoint and the cause); anything else becomes ``protocol_error``'s error, or is raised as it
         is when that gives None (not a service's answer: the backend's own errors, bugs).
 
-        ``unsure`` marks a call that is not idempotent: a transient failure whose request may have reached the
-        service is not retried but raised at once as OutcomeUnknown with ``unsure``'s text.
+        ``unsure`` marks a call that is not idempotent: a failure that may have been carried out
+        (``may_have_acted``) is not retried but raised at once as OutcomeUnknown with ``unsure``'s text.
 
         The first attempt is made directly: building a retry loop costs more than a no-op message's
         whole handling, and almost every call succeeds at once.
@@ -120,7 +136,8 @@ class Retrier:
         started = time.monotonic()
 
         def may_retry(exc: BaseException) -> bool:
-            return self.is_transient(exc) and (unsure is None or not self.request_left(exc))
+            retried = self.is_transient(exc) or self.worth_retrying(exc)
+            return retried and (unsure is None or not self.may_have_acted(exc))
 
         try:
             try:
@@ -129,10 +146,10 @@ class Retrier:
                 if not may_retry(exc):
                     raise
                 self.incident.failed(exc)
-                result = await self._retry(call, started, may_retry)
+                result = await self._retry(call, started, may_retry, exc)
         except Exception as exc:
             if self.is_transient(exc):
-                if unsure is not None and self.request_left(exc):
+                if unsure is not None and self.may_have_acted(exc):
                     raise OutcomeUnknown(unsure(exc)) from None
                 raise TransientError(unreachable(exc)) from None
             error = protocol_error(exc)
@@ -143,16 +160,35 @@ class Retrier:
         return result
 
     async def _retry(
-        self, call: Callable[[], Awaitable[T]], started: float, may_retry: Callable[[BaseException], bool]
+        self, call: Callable[[], Awaitable[T]], started: float, may_retry: Callable[[BaseException], bool],
+        first: BaseException,
     ) -> T:
-        """Attempts 2 to RETRY_ATTEMPTS of a call whose first attempt failed transiently, with back-off before each."""
-        await asyncio.sleep(random.uniform(0, RETRY_FIRST_WAIT))
+        """Attempts 2 to RETRY_ATTEMPTS of a call whose first attempt failed, with back-off before each.
+
+        Each wait is the back-off or what the failure's ``retry-after`` asks, whichever is longer; a wait that
+        would take the call past its budget is not waited: the last failure is raised instead.
+        """
+        pause = max(random.uniform(0, RETRY_FIRST_WAIT), self.retry_after(first) or 0.0)
+        if time.monotonic() - started + pause >= RETRY_BUDGET_SECONDS or self._spent(first, 1):
+            raise first
+        await asyncio.sleep(pause)
+        backoff = wait_random_exponential(multiplier=2 * RETRY_FIRST_WAIT, max=RETRY_MAX_WAIT)
+
+        def wait(state: RetryCallState) -> float:
+            # The n-th retry waits up to RETRY_FIRST_WAIT * 2**n, doubling on from the wait above, or longer if asked.
+            failure = state.outcome.exception() if state.outcome else None
+            return max(backoff(state), (self.retry_after(failure) if failure else None) or 0.0)
+
+        def refusals_spent(state: RetryCallState) -> bool:
+            failure = state.outcome.exception() if state.outcome else None
+            return failure is not None and self._spent(failure, state.attempt_number + 1)
+
         retrying = AsyncRetrying(
             retry=retry_if_exception(may_retry),
-            # The n-th retry waits up to RETRY_FIRST_WAIT * 2**n, doubling on from the wait above.
-            wait=wait_random_exponential(multiplier=2 * RETRY_FIRST_WAIT, max=RETRY_MAX_WAIT),
+            wait=wait,
             stop=stop_after_attempt(RETRY_ATTEMPTS - 1)
-            | stop_after_delay(max(0.0, RETRY_BUDGET_SECONDS - (time.monotonic() - started))),
+            | stop_before_delay(max(0.0, RETRY_BUDGET_SECONDS - (time.monotonic() - started)))
+            | refusals_spent,
             after=self.incident.after_attempt,
             reraise=True,
         )
@@ -161,3 +197,7 @@ class Retrier:
             return await call()
 
         return await retrying(attempt)
+
+    def _spent(self, failure: BaseException, attempts: int) -> bool:
+        """Whether ``attempts`` made so far use up what a refusal worth a few more tries gets."""
+        return not self.is_transient(failure) and self.worth_retrying(failure) and attempts >= REFUSAL_ATTEMPTS

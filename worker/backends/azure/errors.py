@@ -55,8 +55,8 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-def request_left(exc: BaseException) -> bool:
-    """Whether the request of a failed call may have reached storage.
+def may_have_acted(exc: BaseException) -> bool:
+    """Whether a failed call may have been carried out: its request may have reached storage (any answer did).
 
     Not where it provably did not: the sign-in failed before it, or aiohttp could not open the connection
     (refused, name not resolved, TLS handshake or certificate, connect timeout), which it reports before sending

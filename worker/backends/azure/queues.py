@@ -40,7 +40,7 @@ from worker.backends.azure.errors import (
     error_code,
     failure_kind,
     is_transient,
-    request_left,
+    may_have_acted,
 )
 from worker.backends.failures import CONNECT_TIMEOUT
 from worker.backends.queues import (
@@ -123,7 +123,7 @@ class AzureBackend:
         #: Delete Message per queue, built beside the SDK's generated layer (see worker.backends.azure.deletes).
         self._deletes: dict[str, DeleteRequests] = {}
         self._retrier = Retrier(
-            is_transient=is_transient, failure_kind=failure_kind, request_left=request_left, on_retry=on_retry, log=log
+            is_transient=is_transient, failure_kind=failure_kind, may_have_acted=may_have_acted, on_retry=on_retry, log=log
         )
 
     def __repr__(self) -> str:
@@ -153,8 +153,8 @@ class AzureBackend:
     def _unsure_put(self, queue: str, exc: BaseException) -> str:
         return (
             f"put to queue {queue!r} on storage {self.connection.queue_endpoint} failed after its request was sent "
-            f"({describe_failure(exc)}): the message may have been stored, so it is not sent again (Put Message "
-            "takes no retry token)"
+            f"({describe_failure(exc)}): the message may have been stored (Put Message takes no retry token), so this "
+            "call does not repeat it; sending it again may store it twice"
         )
 
     def _unreachable(self, queue: str, exc: BaseException) -> str:

@@ -55,7 +55,10 @@ class QueueAdmin:
     def _admin(self) -> Any:
         raise NotImplementedError
 
-    def _on_queue(self, queue: str, call: Callable[[Any, str], T]) -> T:
+    def _on_queue(self, queue: str, call: Callable[[Any, str], T], *, receipt: bool = False) -> T:
+        raise NotImplementedError
+
+    def _region_hint(self) -> str:
         raise NotImplementedError
 
     def _list(self, **filters: Any) -> list[Any]:
@@ -80,7 +83,7 @@ class QueueAdmin:
             if not matches:
                 raise QueueNotFound(
                     f"queue {queue!r} does not exist in compartment {self.connection.compartment_id} "
-                    "(no ACTIVE queue has that display name)"
+                    f"(no ACTIVE queue has that display name){self._region_hint()}"
                 )
             if len(matches) > 1:
                 raise QueueError(
@@ -95,7 +98,13 @@ class QueueAdmin:
         """Where the queue's messages are served: GetQueue's ``messagesEndpoint``, cached unless ``refresh`` (blocking)."""
         endpoint = None if refresh else self._endpoints.get(queue_id)
         if endpoint is None:
-            endpoint = self._endpoints[queue_id] = str(self._admin().get_queue(queue_id).data.messages_endpoint)
+            found = self._admin().get_queue(queue_id).data
+            if not found.messages_endpoint:  # a queue still CREATING may have none yet
+                raise QueueError(
+                    f"queue {queue_id} has no messages endpoint yet (lifecycle state {found.lifecycle_state}): "
+                    "its messages cannot be reached until it has one"
+                )
+            endpoint = self._endpoints[queue_id] = str(found.messages_endpoint)
         return endpoint
 
     # -- queues -------------------------------------------------------------------------------------------------

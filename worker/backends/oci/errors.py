@@ -9,6 +9,9 @@ causes as every remote backend names them (:mod:`worker.backends.failures`).
 
 from __future__ import annotations
 
+import email.utils
+import re
+import time
 from urllib.parse import urlsplit
 
 import oci
@@ -30,6 +33,17 @@ except ImportError:  # pragma: no cover - requests comes with azure-core
     installed_requests = None  # type: ignore[assignment]
 
 _TRANSIENT_STATUS = frozenset({408, 429})
+#: Refusals OCI's API error table (https://docs.oracle.com/iaas/Content/API/References/apierrors.htm) marks
+#: "Yes, with backoff": 401 NotAuthenticated (a signer fetches a new token after one), 409 IncorrectState (a queue
+#: UPDATING, as while a purge runs) and LockConflict. The SDK's default retry retries the same 409s
+#: (``RETRYABLE_STATUSES_AND_CODES`` in oci/retry/retry_checkers.py, used by ``DEFAULT_RETRY_STRATEGY`` in
+#: oci/retry/__init__.py). 404 NotAuthorizedOrNotFound is marked so too, but here it is a lost lease or a queue
+#: gone, which no wait mends.
+_WORTH_RETRYING = {401: frozenset({"NotAuthenticated"}), 409: frozenset({"IncorrectState", "LockConflict"})}
+#: Answers that say nothing was done: 429 (a throttle refuses the request before any work: RFC 6585, section 4,
+#: "too many requests") and 503 (RFC 9110, section 15.6.4: "unable to handle the request"). 500, 502 and 504 may
+#: come after the work was done.
+_NOTHING_DONE_STATUS = frozenset({429, 503})
 _REQUEST_ERRORS: tuple[type[BaseException], ...] = (vendored_requests.RequestException,) + (
     (installed_requests.exceptions.RequestException,) if installed_requests is not None else ()
 )
@@ -66,24 +80,59 @@ def _inner(exc: BaseException) -> BaseException:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for failures the same call may get past later: 408, 429, 5xx, the network, timeouts."""
+    """True for failures the same call may get past later: 408, 429, 5xx but 501 (as the SDK's retry: not
+    implemented stays so), the network, timeouts."""
     if isinstance(exc, oci.exceptions.ServiceError):
-        return exc.status in _TRANSIENT_STATUS or exc.status >= 500
+        return exc.status in _TRANSIENT_STATUS or (exc.status >= 500 and exc.status != 501)
     inner = _inner(exc)
     if isinstance(inner, _PERMANENT_REQUEST_ERRORS):
         return False
     return isinstance(inner, (*_REQUEST_ERRORS, TimeoutError, ConnectionError))
 
 
-def request_left(exc: BaseException) -> bool:
-    """Whether the request of a failed call may have reached the service: an answer did; for a network failure,
-    whether any byte of it was sent (``request_sent``, noted by :func:`worker.backends.oci.calls.sending`).
+def worth_retrying(exc: BaseException) -> bool:
+    """A refusal OCI says to retry with back-off (see :data:`_WORTH_RETRYING`); what persists is reported as it is."""
+    return isinstance(exc, oci.exceptions.ServiceError) and str(exc.code or "") in _WORTH_RETRYING.get(exc.status, ())
+
+
+def may_have_acted(exc: BaseException) -> bool:
+    """Whether a failed call may have been carried out: an answer unless it says nothing was done (429, 503, and
+    the refusals of :func:`worth_retrying`); for a network failure, whether any byte of the request was sent
+    (``request_sent``, noted by :func:`worker.backends.oci.calls.sending`).
 
     A failure without that note came before the request was made (looking the queue up, signing in).
     """
     if isinstance(exc, oci.exceptions.ServiceError):
-        return True
+        return exc.status not in _NOTHING_DONE_STATUS and not worth_retrying(exc)
     return bool(getattr(exc, "request_sent", False))
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds an answer's ``retry-after`` header asks to wait (RFC 9110, section 10.2.3: seconds or a date)."""
+    headers = getattr(exc, "headers", None) if isinstance(exc, oci.exceptions.ServiceError) else None
+    value = str((headers or {}).get("retry-after") or "").strip()
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+#: A region in an OCI host name: ``cell-1.queue.messaging.us-ashburn-1.oci.oraclecloud.com``.
+_REGION_IN_HOST = re.compile(r"(?:^|\.)([a-z]{2,3}-[a-z]+-\d+)(?:\.|$)")
+
+
+def region_of(endpoint: str | None) -> str | None:
+    """The region an endpoint's host names, if it names one."""
+    host = urlsplit(endpoint).hostname if endpoint and "://" in endpoint else endpoint
+    match = _REGION_IN_HOST.search(host or "")
+    return match.group(1) if match else None
 
 
 def failure_kind(exc: BaseException) -> str:
@@ -110,13 +159,14 @@ def origin(url: str | None) -> str | None:
 
 def answer_error(
     exc: oci.exceptions.ServiceError, queue: str, message_id: str | None, *, put: bool, stale_receipt: bool,
-    endpoint: str, identity: str, compartment: str, max_message_bytes: int,
+    endpoint: str, identity: str, compartment: str, max_message_bytes: int, region_hint: str = "",
 ) -> QueueError:
     """The protocol's error for a service answer that is not transient.
 
     ``message_id`` is given for the calls that take a receipt (update, delete): a refused receipt
     (:func:`receipt_refused`) is a lost lease, PopReceiptMismatch where ``stale_receipt`` (a later delivery of
-    the message replaced the receipt the call used), else MessageNotFound.
+    the message replaced the receipt the call used), else MessageNotFound. ``region_hint`` ends the text of a
+    queue not found (see ``OciBackend._region_hint``).
     """
     status, code = exc.status, str(exc.code or "")
     text = f"{code} {exc.message or ''}".lower()
@@ -133,6 +183,7 @@ def answer_error(
     if status == 404:
         return QueueNotFound(
             f"queue {queue!r} does not exist in compartment {compartment}, or this identity may not use it ({answer})"
+            f"{region_hint}"
         )
     if status == 413 or code in _TOO_LARGE_CODES or (
         put and status == 400 and any(word in text for word in ("too large", "size", "exceed"))

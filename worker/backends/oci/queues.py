@@ -54,9 +54,11 @@ from worker.backends.oci.errors import (
     describe,
     failure_kind,
     is_transient,
+    may_have_acted,
     origin,
-    receipt_refused,
-    request_left,
+    region_of,
+    retry_after,
+    worth_retrying,
 )
 from worker.backends.queues import (
     MessageCounts,
@@ -158,7 +160,8 @@ class OciBackend(QueueAdmin):
         #: ``poison=service`` leaves poison to the queue's own dead-letter queue.
         self.service_dead_letters = connection.poison == "service"
         self._retrier = Retrier(
-            is_transient=is_transient, failure_kind=failure_kind, request_left=request_left, on_retry=on_retry, log=log
+            is_transient=is_transient, worth_retrying=worth_retrying, failure_kind=failure_kind,
+            may_have_acted=may_have_acted, retry_after=retry_after, on_retry=on_retry, log=log,
         )
         self._executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="oci-queue")
         self._long_polls = DaemonThreads("oci-queue-long-poll", LONG_POLL_IDLE_SECONDS, self._drop_thread_clients)
@@ -207,22 +210,31 @@ class OciBackend(QueueAdmin):
         self._local.endpoint = endpoint
         return client
 
-    def _on_queue(self, queue: str, call: Callable[[Any, str], T]) -> T:
+    def _on_queue(self, queue: str, call: Callable[[Any, str], T], *, receipt: bool = False) -> T:
         """``call(client, queue_id)``: one data-plane call at the queue's own messages endpoint (blocking).
 
         A 404 there may mean the queue is served elsewhere now (the endpoint cached was another cell's): the
         endpoint is looked up again, and if it moved the call is made once more at the new one. Otherwise the 404
-        stands (a queue GetQueue no longer finds answers its own 404 from there).
+        stands (a queue GetQueue no longer finds answers its own 404 from there), marked ``queue_gone``.
+
+        For a call with a ``receipt`` a 404 is far more often the receipt's (a lost lease): one GetStats at the
+        same endpoint tells, so that a burst of lost leases costs data-plane calls, not the control plane's.
         """
         queue_id = self._resolve(queue)
         endpoint = self._messages_endpoint(queue_id)
+        client = self._messages(endpoint)
         try:
-            return call(self._messages(endpoint), queue_id)
+            return call(client, queue_id)
         except oci.exceptions.ServiceError as exc:
-            if exc.status != 404:
+            if exc.status != 404 or (receipt and _serves(client, queue_id)):
                 raise
-            moved = self._messages_endpoint(queue_id, refresh=True)
+            try:
+                moved = self._messages_endpoint(queue_id, refresh=True)
+            except oci.exceptions.ServiceError as lookup:
+                lookup.queue_gone = lookup.status == 404  # type: ignore[attr-defined]
+                raise
             if moved == endpoint:
+                exc.queue_gone = True  # type: ignore[attr-defined]
                 raise
         return call(self._messages(moved), queue_id)
 
@@ -393,14 +405,27 @@ class OciBackend(QueueAdmin):
         """The protocol's error for a service answer that is not transient; None for what is not an answer."""
         if not isinstance(exc, oci.exceptions.ServiceError):
             return None
-        if exc.status == 404:  # it may have been deleted and made again under the same name, elsewhere
+        queue_gone = exc.status == 404 and (message_id is None or getattr(exc, "queue_gone", False))
+        if queue_gone:  # it may have been deleted and made again under the same name, elsewhere
             self._endpoints.pop(self._ids.pop(queue, queue), None)
         stale = bool(message_id and receipt and self._receipts.replaced(queue, message_id, receipt))
         return answer_error(
             exc, queue, message_id, put=put, stale_receipt=stale, endpoint=self._endpoint(exc),
             identity=identity(self.connection), compartment=self.connection.compartment_id,
-            max_message_bytes=self.limits.max_message_bytes,
+            max_message_bytes=self.limits.max_message_bytes, region_hint=self._region_hint(),
         )
+
+    def _region_hint(self) -> str:
+        """Why a queue may not be found: the connection's messages endpoint names another region than the one signed
+        in to, whose admin endpoint is where queues are looked up by default. Empty when they agree or either is
+        unknown."""
+        endpoint_region = region_of(self.connection.messages_endpoint)
+        signed_in = (self._auth[0].get("region") if self._auth else None) or None
+        if not endpoint_region or not signed_in or endpoint_region == signed_in:
+            return ""
+        return (f"; the connection's messages endpoint is in region {endpoint_region}, but the sign-in's region is "
+                f"{signed_in}: sign in to {endpoint_region} (a profile or principal of that region), or give "
+                f"adminEndpoint= of {endpoint_region}")
 
     def _endpoint(self, exc: BaseException) -> str:
         """Which endpoint a failed call went to: the one the SDK names, else the client's, else the messages one."""
@@ -413,8 +438,8 @@ class OciBackend(QueueAdmin):
     def _unsure_put(self, queue: str, exc: BaseException) -> str:
         return (
             f"put to queue {queue!r} on OCI Queue {self._endpoint(exc)} failed after its request was sent "
-            f"({describe(exc)}): the message may have been stored, so it is not sent again (PutMessages takes no "
-            "retry token)"
+            f"({describe(exc)}): the message may have been stored (PutMessages takes no retry token), so this call "
+            "does not repeat it; sending it again may store it twice"
         )
 
     def _unreachable(self, queue: str, exc: BaseException) -> str:
@@ -489,15 +514,28 @@ class OciBackend(QueueAdmin):
         entries = [oci.queue.models.UpdateMessagesDetailsEntry(receipt=m.receipt, visibility_in_seconds=0)
                    for m in messages]
         try:
-            self._messages(self._messages_endpoint(queue_id)).update_messages(
+            result = self._messages(self._messages_endpoint(queue_id)).update_messages(
                 queue_id, oci.queue.models.UpdateMessagesDetails(entries=entries)
-            )
-            log.info("messages of a cancelled receive released", queue_id=queue_id, count=len(messages))
+            ).data
         except Exception as exc:
             log.warning(
                 "messages of a cancelled receive could not be released; they return when their lease ends",
                 queue_id=queue_id, count=len(messages), error=describe(exc),
             )
+            return
+        # UpdateMessages answers 200 when some entries failed: each result carries its own errorCode.
+        failed = [(message, entry) for message, entry in zip(messages, result.entries or [], strict=False)
+                  if entry.error_code is not None]
+        if not failed and not (result.client_failures or result.server_failures):
+            log.info("messages of a cancelled receive released", queue_id=queue_id, count=len(messages))
+            return
+        log.warning(
+            "some messages of a cancelled receive could not be released; they return when their lease ends",
+            queue_id=queue_id, released=len(messages) - len(failed), not_released=len(failed),
+            client_failures=result.client_failures, server_failures=result.server_failures,
+            errors=sorted({f"{entry.error_code} {first_line(entry.error_message or '')}".strip() for _, entry in failed}),
+            message_ids=[str(message.id) for message, _ in failed],
+        )
 
     async def update(
         self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
@@ -511,25 +549,22 @@ class OciBackend(QueueAdmin):
         details = oci.queue.models.UpdateMessageDetails(visibility_in_seconds=_seconds(visibility_timeout))
 
         def update() -> Any:
-            return self._on_queue(queue, lambda client, queue_id: client.update_message(queue_id, pop_receipt, details)) \
-                .data
+            return self._on_queue(
+                queue, lambda client, queue_id: client.update_message(queue_id, pop_receipt, details), receipt=True
+            ).data
 
         updated = await self._call(update, queue, message_id=message_id, receipt=pop_receipt)
         return Receipt(pop_receipt, _utc(updated.visible_after) or datetime.now(UTC))
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        """A retried delete whose receipt is refused raises that refusal (MessageNotFound): an earlier attempt may
+        have deleted it, or the lease ran out and another consumer holds the message now. Only the lease's own
+        clock tells which (:meth:`worker.runtime.completion.CompletionProcessor._delete`), so the refusal is not
+        taken for a success here."""
         self._check_owner(queue, message_id, pop_receipt)
-        attempts = 0
 
         def delete() -> None:
-            nonlocal attempts
-            attempts += 1
-            try:
-                self._on_queue(queue, lambda client, queue_id: client.delete_message(queue_id, pop_receipt))
-            except oci.exceptions.ServiceError as exc:
-                # A retried delete whose receipt is refused: the first attempt deleted it and its answer was lost.
-                if attempts == 1 or not receipt_refused(exc):
-                    raise
+            self._on_queue(queue, lambda client, queue_id: client.delete_message(queue_id, pop_receipt), receipt=True)
 
         await self._call(delete, queue, message_id=message_id, receipt=pop_receipt)
         self._receipts.deleted(queue, message_id)
@@ -582,6 +617,18 @@ class OciBackend(QueueAdmin):
             clients, self._clients = self._clients, []
         for client in clients:
             _close_client(client)
+
+
+def _serves(client: Any, queue_id: str) -> bool:
+    """Whether ``client``'s messages endpoint still serves the queue (GetStats answers); any failure but a 404
+    counts as yes, so that an unclear probe never costs a control-plane call."""
+    try:
+        client.get_stats(queue_id)
+    except oci.exceptions.ServiceError as exc:
+        return exc.status != 404
+    except Exception:
+        return True
+    return True
 
 
 def _close_client(client: Any) -> None:
