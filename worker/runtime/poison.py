@@ -29,6 +29,9 @@ from worker.model import Done, Finished
 POISON_SUFFIX = "-poison"
 #: How long a message taken for requeue or purge stays hidden; it comes back if the command dies.
 HOLD_SECONDS = 60
+#: A poison message left for the service's dead-letter queue is hidden 2**(deliveries past maxDequeueCount)
+#: seconds, up to this, so that a delivery limit above maxDequeueCount costs a few slow round trips, not a burst.
+DEAD_LETTER_WAIT_MAX = 60.0
 
 
 class CopyMemo(Protocol):
@@ -204,20 +207,33 @@ class DeadLetterQueue:
         if limit == 0:
             return (f"queue {queue!r} has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0), so a poison "
                     "message would come back for ever: set one on the queue, or use poison=host in the connection")
-        structlog.get_logger("worker.runtime.poison").info(
-            "poison messages go to the queue's dead-letter queue", queue=queue, delivery_limit=limit,
-            max_dequeue_count=max_dequeue_count)
+        log = structlog.get_logger("worker.runtime.poison")
+        log.info("poison messages go to the queue's dead-letter queue", queue=queue, delivery_limit=limit,
+                 max_dequeue_count=max_dequeue_count)
+        if limit < max_dequeue_count:
+            log.warning("the queue's dead-letter delivery limit is below maxDequeueCount: the service takes a message "
+                        "before the host has tried it maxDequeueCount times (deliveries released at stops count too)",
+                        queue=queue, delivery_limit=limit, max_dequeue_count=max_dequeue_count)
+        elif limit > max_dequeue_count:
+            log.warning("the queue's dead-letter delivery limit is above maxDequeueCount: each poison message is "
+                        "delivered and released again, with back-off, until the service takes it",
+                        queue=queue, delivery_limit=limit, max_dequeue_count=max_dequeue_count,
+                        extra_deliveries=limit - max_dequeue_count)
         return None
 
     async def settle(
         self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
-        """Release it at once: the service moves it to its dead-letter queue once its delivery limit is reached, and
-        each delivery until then comes straight back here (the dequeue-count gate) without running the handler."""
+        """Release it: the service moves it to its dead-letter queue once its delivery limit is reached, and each
+        delivery until then comes straight back here (the dequeue-count gate) without running the handler. It is
+        hidden 1 s after the maxDequeueCount-th delivery, doubling with each delivery past it
+        (:data:`DEAD_LETTER_WAIT_MAX` at most), so that a delivery limit above maxDequeueCount is not a burst."""
         receipt = item.lease.pop_receipt
         assert receipt is not None
-        await item.backend.update(item.queue, item.raw.id, receipt, 0)
-        item.log.error("message released for the queue's dead-letter queue", reason=reason)
+        past = max(0, item.raw.dequeue_count - item.config.max_dequeue_count)
+        wait = min(DEAD_LETTER_WAIT_MAX, 2.0 ** past, item.backend.limits.max_visibility)
+        await item.backend.update(item.queue, item.raw.id, receipt, wait)
+        item.log.error("message released for the queue's dead-letter queue", reason=reason, visible_in=wait)
         return Done.RELEASED
 
     async def count(self, queue: str) -> int:
