@@ -33,7 +33,14 @@ from collections import deque
 
 import structlog
 
-from worker.backends.queues import InvalidArgument, LeaseGone, MessageNotFound, MessageTooLarge, QueueError
+from worker.backends.queues import (
+    InvalidArgument,
+    LeaseGone,
+    MessageNotFound,
+    MessageTooLarge,
+    QueueError,
+    TransientError,
+)
 from worker.model import CheckpointFailed, Lease
 from worker.observability.metrics import Metrics
 from worker.waits import wait_set
@@ -42,6 +49,8 @@ log = structlog.get_logger("worker.runtime.lease")
 
 #: Soonest a failed renewal is tried again, in seconds.
 MIN_RETRY = 0.25
+#: Longest wait between renewals that keep failing for storage after the lease's own end.
+MAX_RETRY = 30.0
 #: Renewals in flight at once (one task each), so that a burst of due leases does not flood storage.
 MAX_CONCURRENT_RENEWALS = 64
 #: Heap entries of finished leases tolerated beyond the held ones before the heap is rebuilt.
@@ -241,10 +250,18 @@ class LeaseScheduler:
                 self._lose(lease, exc)
                 return
             except Exception as exc:  # storage trouble: keep the lease, try again sooner
+                if isinstance(exc, QueueError) and not isinstance(exc, TransientError) and not lease.holds():
+                    # An answer that is not an outage (a refusal the backend cannot read as a lost lease) and the
+                    # lease's own time is up: the message may be another receiver's now, and asking again would not
+                    # change that answer.
+                    self._lose(lease, exc)
+                    return
                 self.metrics.inc("storage_errors", lease.function)
                 now = time.monotonic()
-                retry_in = max(MIN_RETRY, (lease.expires_at - now) / 2)
                 lease.failed_renewals += 1
+                # Until the lease's end, halving the time left; after it, doubling from MIN_RETRY up to MAX_RETRY.
+                retry_in = (max(MIN_RETRY, (lease.expires_at - now) / 2) if lease.holds()
+                            else min(MAX_RETRY, MIN_RETRY * 2 ** lease.failed_renewals))
                 (log.warning if lease.failed_renewals == 1 else log.debug)(
                     "lease renewal failed; retrying",
                     **lease.log_fields(),
