@@ -6,6 +6,7 @@ from typing import Any
 
 import structlog
 
+from worker.backends.queues import OutcomeUnknown
 from worker.backends.storage import Storage
 from worker.bindings import expressions
 from worker.bindings.blobs import read_inputs
@@ -55,6 +56,11 @@ class Bindings(Middleware):
             log.error("output binding cannot be written for this message; it goes to the poison queue",
                       error=str(exc))
             return Result(Outcome.POISON, f"output binding: {exc}")
+        except OutcomeUnknown as exc:  # outputs are at-least-once: the retry sends every output again
+            log.error("output binding failed and may have been sent; the message will be retried, which sends its "
+                      "outputs again, so a consumer of them may see this one twice (see README, idempotent consumers)",
+                      error=f"{type(exc).__name__}: {exc}")
+            return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
         except Exception as exc:
             log.error("output binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
             return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
