@@ -49,22 +49,30 @@ POISON_MODES = ("service", "host")
 #: Where the OCI CLI and SDKs keep API-key profiles.
 DEFAULT_CONFIG_FILE = "~/.oci/config"
 
-#: OCI Queue (API 20210201): 20 messages a request, visibility 0 s to 12 h in whole seconds, 256 KiB messages,
-#: long polls up to 30 s (20 s used, as on the embedded queue), display names of 1-255 characters.
+#: OCI Queue (API 20210201): 20 messages a GetMessages, visibility 0 s to 12 h in whole seconds, 256 KiB messages,
+#: long polls up to 30 s, display names of 1-255 characters. The SDK (2.189.0) states none of these numbers in its
+#: docstrings: ``QueueClient.get_messages`` says only that ``limit`` "controls how many messages is returned
+#: at-most", ``PutMessagesDetailsEntry.content`` only "The content of the message". The numbers are those of the
+#: API reference (https://docs.oracle.com/iaas/api/#/en/queue/20210201/: GetMessages ``limit`` and
+#: ``timeoutInSeconds``, PutMessagesDetailsEntry ``content``, UpdateMessageDetails ``visibilityInSeconds``) as
+#: tooling generated from it quotes them, the same source as the test server's table (``tests/oci/server.py``),
+#: which refuses a request past them as the service does.
+#: The long poll used by default is 5 s, not the service's 30: a stop waits for a poll under way (see
+#: :data:`RELEASE_WAIT`), and 5 s lets an idle worker stop within Docker's default 10 s grace.
 OCI_LIMITS = Limits(
     max_batch=20,
     max_visibility=12 * 3600,
     max_message_bytes=256 * 1024,
     visibility_resolution=1.0,
-    long_poll=20.0,
+    long_poll=5.0,
     name_pattern=re.compile(r"[A-Za-z0-9._-]{1,255}"),
     name_rule="1-255 letters, digits, '.', '_' and '-' (the queue's display name), or a queue OCID",
 )
 #: The longest long poll the service takes (GetMessages ``timeoutInSeconds``); ``longPoll=`` chooses up to it.
 MAX_LONG_POLL = 30
 #: What the backend's ``close`` waits beyond a long poll's whole wait for receives cancelled under way (at stop):
-#: time to release what the poll brought.
-RELEASE_MARGIN = 5.0
+#: time to release what the poll brought (one UpdateMessages).
+RELEASE_MARGIN = 3.0
 #: Longest the backend's ``close`` waits at the default long poll.
 RELEASE_WAIT = OCI_LIMITS.long_poll + RELEASE_MARGIN
 OCI_CAPABILITIES = Capabilities(
