@@ -84,7 +84,9 @@ async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_pro
         # A long poll ends within moments of another process's write (bench/pickup.py measures how soon);
         # a backed-off poll could wait a minute.
         assert handled[0] - sent_at < 1.0, handled[0] - sent_at
-        assert len(receives) <= 4, receives
+        # Besides the message's own receives, one more for each long poll that ran its whole wait before the put.
+        waited_out = 0 if connection is None else int((sent_at - receives[1]) // DEFAULT_LONG_POLL)
+        assert len(receives) <= 4 + waited_out, receives
     finally:
         host.request_stop()
         stopping = time.monotonic()

@@ -29,8 +29,9 @@ from worker.model import Done, Finished
 POISON_SUFFIX = "-poison"
 #: How long a message taken for requeue or purge stays hidden; it comes back if the command dies.
 HOLD_SECONDS = 60
-#: A poison message left for the service's dead-letter queue is hidden 2**(deliveries past maxDequeueCount)
-#: seconds, up to this, so that a delivery limit above maxDequeueCount costs a few slow round trips, not a burst.
+#: A poison message delivered again past maxDequeueCount is hidden 2**(n-1) seconds on its n-th such delivery, up
+#: to this, before the service's dead-letter queue takes it: a delivery limit above maxDequeueCount costs a few slow
+#: round trips, not a burst.
 DEAD_LETTER_WAIT_MAX = 60.0
 
 
@@ -225,13 +226,14 @@ class DeadLetterQueue:
         self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
         """Release it: the service moves it to its dead-letter queue once its delivery limit is reached, and each
-        delivery until then comes straight back here (the dequeue-count gate) without running the handler. It is
-        hidden 1 s after the maxDequeueCount-th delivery, doubling with each delivery past it
-        (:data:`DEAD_LETTER_WAIT_MAX` at most), so that a delivery limit above maxDequeueCount is not a burst."""
+        delivery until then comes straight back here (the dequeue-count gate) without running the handler. After
+        the maxDequeueCount-th delivery it is visible again at once (where the two counts agree, the service takes
+        it then); each delivery past it is hidden 1 s, then 2, 4 ... (:data:`DEAD_LETTER_WAIT_MAX` at most), so that
+        a delivery limit above maxDequeueCount is not a burst of round trips."""
         receipt = item.lease.pop_receipt
         assert receipt is not None
-        past = max(0, item.raw.dequeue_count - item.config.max_dequeue_count)
-        wait = min(DEAD_LETTER_WAIT_MAX, 2.0 ** past, item.backend.limits.max_visibility)
+        past = item.raw.dequeue_count - item.config.max_dequeue_count
+        wait = 0.0 if past <= 0 else min(DEAD_LETTER_WAIT_MAX, 2.0 ** (past - 1), item.backend.limits.max_visibility)
         await item.backend.update(item.queue, item.raw.id, receipt, wait)
         item.log.error("message released for the queue's dead-letter queue", reason=reason, visible_in=wait)
         return Done.RELEASED
