@@ -247,8 +247,11 @@ class OciBackend(QueueAdmin):
             try:
                 client = oci.queue.QueueAdminClient(config, **extra, **client_kwargs(signer, self.limits.long_poll))
             except (ValueError, KeyError, oci.exceptions.ClientError) as exc:
+                where = ("OCI_RESOURCE_PRINCIPAL_REGION in the environment (OKE does not set it)"
+                         if self.connection.auth in ("resource_principal", "oke_workload_identity")
+                         else "a region in the profile")
                 raise QueueError(
-                    "no OCI Queue admin endpoint: give adminEndpoint= in the connection or a region in the profile "
+                    f"no OCI Queue admin endpoint: give adminEndpoint= in the connection or {where} "
                     f"({type(exc).__name__}: {first_line(exc)})"
                 ) from None
             self._admin_endpoint = client.base_client.endpoint
