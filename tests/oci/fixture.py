@@ -154,10 +154,16 @@ class OciTestServer:
               retry_after: float | None = None, message: str | None = None) -> None:
         """Script the next ``times`` requests to ``operation`` (a route's name, e.g. ``put_messages``) to be answered
         ``status``/``code``, after doing the work when ``done``, with ``retry-after`` when given."""
+        self._add_fault({"operation": operation, "status": status, "code": code, "times": times, "done": done,
+                         "retryAfter": retry_after, "message": message})
+
+    def omit(self, operation: str, *fields: str, times: int = 1) -> None:
+        """Script the next ``times`` answers to ``operation`` to come without ``fields`` of their JSON body."""
+        self._add_fault({"operation": operation, "omit": list(fields), "times": times})
+
+    def _add_fault(self, entry: dict[str, Any]) -> None:
         entries = json.loads(self.faults_file.read_text()) if self.faults_file.exists() else []
-        entries.append({"id": uuid.uuid4().hex, "operation": operation, "status": status, "code": code,
-                        "times": times, "done": done, "retryAfter": retry_after, "message": message})
-        self._write_faults(entries)
+        self._write_faults([*entries, {"id": uuid.uuid4().hex, **entry}])
 
     def clear_faults(self) -> None:
         """Drop every scripted fault not yet met."""

@@ -111,10 +111,12 @@ Modes: where the reference is silent about an answer a client must handle, the s
 
 Faults (``--faults PATH``): answers a client meets from a busy or changing service, played as a test scripts them.
 PATH is a JSON list the server reads again whenever the file changes (write it whole, by rename); each entry is
-``{"id", "operation", "status", "code", "times", "done", "retryAfter"}``: the next ``times`` requests routed to
-``operation`` (a :data:`ROUTES` name, e.g. ``put_messages``) are answered ``status``/``code`` with ``retry-after:
-retryAfter`` when given. ``done`` says whether the request is carried out first (the answer lost after the work,
-as a 500 may be) or not at all (as a 429 or 503 says). ``tests/oci/fixture.py``'s ``fault`` writes the file.
+``{"id", "operation", "status", "code", "times", "done", "retryAfter", "omit"}``: the next ``times`` requests
+routed to ``operation`` (a :data:`ROUTES` name, e.g. ``put_messages``) are answered ``status``/``code`` with
+``retry-after: retryAfter`` when given. ``done`` says whether the request is carried out first (the answer lost
+after the work, as a 500 may be) or not at all (as a 429 or 503 says). An entry with ``omit`` instead answers
+as usual without those fields of the JSON body, as a service may answer before it has them (a queue still being
+made has no ``messagesEndpoint`` yet). ``tests/oci/fixture.py``'s ``fault`` and ``omit`` write the file.
 Which statuses a client may take for "nothing done" is the backend's reading of the API errors page (see
 ``worker/backends/oci/errors.py``); a fault that did the work and then answers such a status is how a test shows
 what that reading costs.
@@ -1114,10 +1116,13 @@ class Handler(BaseHTTPRequestHandler):
             params = {name: unquote(value) for name, value in match.groupdict().items()}
             self.operation = operation
             fault = self.server.faults.take(operation)
-            if fault is not None and not fault.get("done"):
+            if fault is not None and not fault.get("done") and not fault.get("omit"):
                 raise fault_error(fault)
             reply: Reply = getattr(self.server.service, operation)(
                 Request(params, query, parsed, self._gone, self.server.endpoint))
+            if fault is not None and fault.get("omit"):
+                return Reply(reply.status, {k: v for k, v in reply.body.items() if k not in fault["omit"]},
+                             reply.headers)
             if fault is not None:
                 raise fault_error(fault)
             return reply

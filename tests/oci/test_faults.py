@@ -8,6 +8,9 @@ to retry with back-off, and the answers that are read as a lost lease.
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from tests.conftest import oci_connection
-from tests.oci.fixture import OciTestServer
+from tests.oci.fixture import REPO, OciTestServer
 from tests.support import apoll
 from worker.backends.queues import (
     LeaseGone,
@@ -100,6 +103,21 @@ async def test_a_put_refused_with_nothing_done_is_sent_again_and_stored_once(
     server.fault("put_messages", status, code)
     await backend.put(queue_name, "throttled")
     assert retries == [f"HTTP {status} {code}"]
+    assert await backend.approximate_count(queue_name) == 1
+
+
+@pytest.mark.subprocess
+async def test_worker_send_to_a_throttled_queue_succeeds(
+    server: OciTestServer, backend: QueueBackend, queue_name: str, tmp_path: Path
+) -> None:
+    (tmp_path / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
+    server.fault("put_messages", 429, "TooManyRequests")
+    sent = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "worker", "send", queue_name, "throttled once",
+                         "--config", str(tmp_path / "host.yaml")],
+        env={"PYTHONPATH": str(REPO), "AzureWebJobsStorage": oci_connection(server)}, cwd=REPO,
+        capture_output=True, text=True)
+    assert sent.returncode == 0, sent.stderr
     assert await backend.approximate_count(queue_name) == 1
 
 
@@ -194,6 +212,16 @@ async def test_a_queue_not_found_names_the_region_when_the_endpoint_is_in_anothe
             await backend.approximate_count("nowhere-here")
     finally:
         await backend.close()
+
+
+async def test_a_queue_whose_get_queue_has_no_messages_endpoint_yet_is_an_error_saying_so(
+    server: OciTestServer, backend: QueueBackend, queue_name: str
+) -> None:
+    server.omit("get_queue", "messagesEndpoint")
+    with pytest.raises(QueueError, match="has no messages endpoint yet") as caught:
+        await backend.approximate_count(queue_name)
+    assert "None" not in str(caught.value)
+    assert await backend.approximate_count(queue_name) == 0  # looked up again once GetQueue gives one
 
 
 async def test_poison_service_warns_where_the_dead_letter_count_and_max_dequeue_count_disagree(
