@@ -77,8 +77,8 @@ def otlp_receiver() -> Iterator[Receiver]:
 def oci_connection(server: OciTestServer, long_poll: int = 2) -> str:
     """An ``oci+http://`` connection string to the test server, signing with its test key.
 
-    Its long poll is 2 s rather than the service's 20 s: a stopping worker waits out the poll under way (see the
-    README), and two seconds show the same as twenty. Tests of the default pass ``long_poll=20``.
+    Its long poll is 2 s rather than the default 5 s: a stopping worker waits out the poll under way (see the
+    README), and two seconds show the same as five. Tests of the default pass ``long_poll=5``.
     """
     return (f"oci+http://{server.endpoint.split('://', 1)[1]}?compartment={server.compartment_id}"
             f"&config={server.config_file}&adminEndpoint={server.endpoint}&longPoll={long_poll}")
