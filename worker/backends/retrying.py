@@ -8,8 +8,8 @@ bounded time, logged once per incident rather than once per call, and counted
 (``on_retry``). What still fails surfaces as :class:`TransientError`, which
 the host treats as "try later", never as fatal; every other failure is mapped
 onto the protocol's errors by the backend. A backend may also name refusals
-worth a few more tries (``worth_retrying``: OCI's 401 and 409 IncorrectState,
-which its API error table marks "retry with backoff"): they get at most
+worth a few more tries (``worth_retrying``: OCI's 401, which its API error
+table marks "retry with backoff"): they get at most
 :data:`REFUSAL_ATTEMPTS`, and what persists is the backend's own error, not an
 outage. A service's ``retry-after`` (``retry_after``) lengthens the wait before
 the next attempt; the call's whole budget stays :data:`RETRY_BUDGET_SECONDS`,

@@ -1,5 +1,5 @@
-"""How the OCI backend reads a failed call: transient or not, which protocol error a service answer is, and what
-to tell people.
+"""How the OCI backend reads a failed call: transient or not, a refusal worth a few more tries, whether it may
+have been carried out, how long it asks to wait, which protocol error a service answer is, and what to tell people.
 
 The SDK raises ``oci.exceptions.ServiceError`` for an answer and wraps the
 network's failures (its vendored ``requests``, or the installed one from its
@@ -34,16 +34,17 @@ except ImportError:  # pragma: no cover - requests comes with azure-core
 
 _TRANSIENT_STATUS = frozenset({408, 429})
 #: Refusals OCI's API error table (https://docs.oracle.com/iaas/Content/API/References/apierrors.htm) marks
-#: "Yes, with backoff": 401 NotAuthenticated (a signer fetches a new token after one), 409 IncorrectState (a queue
-#: UPDATING, as while a purge runs) and LockConflict. The SDK's default retry retries the same 409s
-#: (``RETRYABLE_STATUSES_AND_CODES`` in oci/retry/retry_checkers.py, used by ``DEFAULT_RETRY_STRATEGY`` in
-#: oci/retry/__init__.py). 404 NotAuthorizedOrNotFound is marked so too, but here it is a lost lease or a queue
-#: gone, which no wait mends.
-_WORTH_RETRYING = {401: frozenset({"NotAuthenticated"}), 409: frozenset({"IncorrectState", "LockConflict"})}
+#: "Yes, with backoff". 409 IncorrectState (a queue UPDATING, as while a purge runs) and LockConflict pass with
+#: time, so they are transient; the SDK's default retry retries the same 409s (``RETRYABLE_STATUSES_AND_CODES`` in
+#: oci/retry/retry_checkers.py, used by ``DEFAULT_RETRY_STRATEGY`` in oci/retry/__init__.py). 401 NotAuthenticated
+#: is worth a few tries (a signer fetches a new token after one) but, if it persists, is a refused sign-in, not an
+#: outage (:func:`worth_retrying`). 404 NotAuthorizedOrNotFound is marked so too, but here it is a lost lease or a
+#: queue gone, which no wait mends.
+_TRANSIENT_CONFLICTS = frozenset({"IncorrectState", "LockConflict"})
 #: Answers that say nothing was done: 429 (a throttle refuses the request before any work: RFC 6585, section 4,
-#: "too many requests") and 503 (RFC 9110, section 15.6.4: "unable to handle the request"). 500, 502 and 504 may
-#: come after the work was done.
-_NOTHING_DONE_STATUS = frozenset({429, 503})
+#: "too many requests"), 503 (RFC 9110, section 15.6.4: "unable to handle the request"), 401 (not signed in) and
+#: the 409s above (refused for the resource's state). 500, 502 and 504 may come after the work was done.
+_NOTHING_DONE_STATUS = frozenset({401, 429, 503})
 _REQUEST_ERRORS: tuple[type[BaseException], ...] = (vendored_requests.RequestException,) + (
     (installed_requests.exceptions.RequestException,) if installed_requests is not None else ()
 )
@@ -83,7 +84,8 @@ def is_transient(exc: BaseException) -> bool:
     """True for failures the same call may get past later: 408, 429, 5xx but 501 (as the SDK's retry: not
     implemented stays so), the network, timeouts."""
     if isinstance(exc, oci.exceptions.ServiceError):
-        return exc.status in _TRANSIENT_STATUS or (exc.status >= 500 and exc.status != 501)
+        return (exc.status in _TRANSIENT_STATUS or (exc.status >= 500 and exc.status != 501)
+                or (exc.status == 409 and str(exc.code or "") in _TRANSIENT_CONFLICTS))
     inner = _inner(exc)
     if isinstance(inner, _PERMANENT_REQUEST_ERRORS):
         return False
@@ -91,19 +93,21 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def worth_retrying(exc: BaseException) -> bool:
-    """A refusal OCI says to retry with back-off (see :data:`_WORTH_RETRYING`); what persists is reported as it is."""
-    return isinstance(exc, oci.exceptions.ServiceError) and str(exc.code or "") in _WORTH_RETRYING.get(exc.status, ())
+    """401 NotAuthenticated: OCI says to retry it with back-off (see :data:`_TRANSIENT_CONFLICTS`), and a signer
+    fetches a new token after one; a 401 that persists is reported as a refused sign-in."""
+    return isinstance(exc, oci.exceptions.ServiceError) and exc.status == 401 and exc.code == "NotAuthenticated"
 
 
 def may_have_acted(exc: BaseException) -> bool:
-    """Whether a failed call may have been carried out: an answer unless it says nothing was done (429, 503, and
-    the refusals of :func:`worth_retrying`); for a network failure, whether any byte of the request was sent
+    """Whether a failed call may have been carried out: an answer unless it says nothing was done (see
+    :data:`_NOTHING_DONE_STATUS`); for a network failure, whether any byte of the request was sent
     (``request_sent``, noted by :func:`worker.backends.oci.calls.sending`).
 
     A failure without that note came before the request was made (looking the queue up, signing in).
     """
     if isinstance(exc, oci.exceptions.ServiceError):
-        return exc.status not in _NOTHING_DONE_STATUS and not worth_retrying(exc)
+        refused = exc.status in _NOTHING_DONE_STATUS or (exc.status == 409 and str(exc.code or "") in _TRANSIENT_CONFLICTS)
+        return not refused
     return bool(getattr(exc, "request_sent", False))
 
 
