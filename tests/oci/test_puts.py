@@ -1,4 +1,4 @@
-"""A put is never sent twice by the OCI backend's own retries.
+"""A put is never sent twice by the OCI backend's own retries, and what may send it again says so.
 
 PutMessages takes no retry token, and the SDK does not retry it by default for that reason; the backend sends
 it again only after a failure that sent nothing of it. The test server's ``--put-answer close`` and ``reset``
@@ -13,13 +13,18 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.conftest import oci_connection
 from tests.oci.fixture import OciTestServer
 from tests.oci.server import Modes
+from tests.support import apoll, running
+from worker import Out, QueueMessage, WorkerApp
 from worker.backends.queues import OutcomeUnknown, QueueBackend, TransientError
 from worker.backends.registry import open_backend
 from worker.backends.retrying import RETRY_ATTEMPTS
+from worker.bindings.encoding import encode
+from worker.settings.config import HostConfig
 
 
 @pytest.fixture(scope="module", params=["close", "reset"])
@@ -73,3 +78,34 @@ async def test_a_put_that_could_not_connect_is_tried_again(stopping: OciTestServ
         await backend.close()
     assert not isinstance(caught.value, OutcomeUnknown)
     assert len(retries) == RETRY_ATTEMPTS, f"every attempt is made and reported: {retries}"
+
+
+async def test_a_queue_output_whose_put_may_have_been_stored_is_logged_as_sent_again_by_the_retry(
+    hanging_up: OciTestServer, tmp_path: Path, queue: QueueBackend, queue_name: str
+) -> None:
+    """Outputs are at-least-once: the output was stored, its answer lost; the attempt fails and its retry sends the
+    output again, which is what the log must say (not "not sent again")."""
+    outputs = f"{queue_name}-out"
+    await queue.create_queue(outputs)
+    hanging_up.set_delivery_limit(queue_name, 5)  # poison=service: the trigger queue has its dead-letter count
+    with pytest.raises(OutcomeUnknown):  # this server stores every put and hangs up: the trigger is there
+        await queue.put(queue_name, encode("order-1", "base64"))
+    app = WorkerApp()
+
+    @app.queue_output(arg_name="out", queue_name=outputs)
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    async def forward(msg: QueueMessage, out: Out[str]) -> None:
+        out.set("forwarded")
+
+    config = HostConfig(base_dir=tmp_path, drain_timeout=1,
+                        connections={"AzureWebJobsStorage": oci_connection(hanging_up)})
+    with capture_logs() as logs:
+        async with running(app, config):
+            await apoll(lambda: _at_least(queue, outputs, 2), 15, what="the output sent again by the retry")
+    failed = [line for line in logs if line["event"].startswith("output binding failed")]
+    assert failed and all("sends its outputs again" in line["event"] for line in failed), failed
+    assert all("not sent again" not in f"{line['event']} {line.get('error')}" for line in failed), failed
+
+
+async def _at_least(backend: QueueBackend, queue: str, count: int) -> bool:
+    return await backend.approximate_count(queue) >= count
