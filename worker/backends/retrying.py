@@ -47,7 +47,7 @@ RETRY_BUDGET_SECONDS = 15.0
 RETRY_FIRST_WAIT = 0.2
 RETRY_MAX_WAIT = 4.0
 #: Attempts of a call refused in a way worth a few more tries (``worth_retrying``): a signer may fetch a new token
-#: after a 401, a queue leaves UPDATING; a refusal that persists past these is the backend's to report.
+#: after a 401; a refusal that persists past these is the backend's to report.
 REFUSAL_ATTEMPTS = 3
 
 
