@@ -7,10 +7,14 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from email.message import Message
-from typing import TypeVar
+from types import ModuleType
+from typing import Any, TypeVar
+
+import pytest
+import structlog
 
 from worker import WorkerApp
 from worker.runtime.host import Host
@@ -41,6 +45,18 @@ async def apoll(check: Callable[[], Awaitable[T]], timeout: float, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+@contextmanager
+def captured_logs(monkeypatch: pytest.MonkeyPatch, *modules: ModuleType) -> Iterator[list[dict[str, Any]]]:
+    """The lines the ``log`` of each of ``modules`` writes in the block, as ``structlog.testing.capture_logs`` gives
+    them. Each module's logger is replaced by a fresh one of the same name for the block: once logging is configured
+    (``cache_logger_on_first_use``, as earlier tests in the process may have done), a module's own logger keeps the
+    processors it was first used with, and capture_logs would not see its lines."""
+    with structlog.testing.capture_logs() as logs:
+        for module in modules:
+            monkeypatch.setattr(module, "log", structlog.get_logger(*module.log._logger_factory_args))
+        yield logs
 
 
 @asynccontextmanager

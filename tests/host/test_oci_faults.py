@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from tests.oci.fixture import OciTestServer
-from tests.support import apoll, running
+from tests.support import apoll, captured_logs, running
 from worker import QueueMessage, WorkerApp
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
+from worker.runtime import dispatcher
 from worker.settings.config import HostConfig
 
 QUEUE = "busy"
@@ -78,7 +78,7 @@ async def test_a_renewal_refused_in_a_way_the_backend_cannot_read_loses_the_leas
 
 @pytest.mark.parametrize("backend_kind", ["oci"])
 async def test_poison_service_holds_a_delivery_past_max_dequeue_count_back_before_releasing_it(
-    tmp_path: Path, connection: str, queue: QueueBackend, oci_server: OciTestServer
+    tmp_path: Path, connection: str, queue: QueueBackend, oci_server: OciTestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """maxDequeueCount 1, the queue's delivery limit 2: the failed delivery is released at once, the next one (the
     host gives up on it) is hidden a second before the service's dead-letter queue takes it."""
@@ -92,7 +92,7 @@ async def test_poison_service_holds_a_delivery_past_max_dequeue_count_back_befor
     await queue.put(QUEUE, encode("poison", "base64"))
     config = HostConfig(base_dir=tmp_path, drain_timeout=1, max_dequeue_count=1,
                         connections={"AzureWebJobsStorage": connection})
-    with capture_logs() as logs:
+    with captured_logs(monkeypatch, dispatcher) as logs:
         async with running(app, config):
             await apoll(lambda: queue.dead_letter_count(QUEUE), 10, what="the message in the dead-letter queue")  # type: ignore[attr-defined]
     released = [line for line in logs if line["event"] == "message released for the queue's dead-letter queue"]

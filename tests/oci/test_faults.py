@@ -20,7 +20,8 @@ from structlog.testing import capture_logs
 
 from tests.conftest import oci_connection
 from tests.oci.fixture import REPO, OciTestServer
-from tests.support import apoll
+from tests.support import apoll, captured_logs
+from worker.backends.oci import queues as oci_queues
 from worker.backends.queues import (
     LeaseGone,
     MessageNotFound,
@@ -182,7 +183,7 @@ async def test_a_404_for_a_stale_receipt_costs_no_control_plane_call(
 
 
 async def test_a_release_at_stop_that_partly_fails_is_logged_as_such(
-    backend: QueueBackend, other: QueueBackend, queue_name: str
+    backend: QueueBackend, other: QueueBackend, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """UpdateMessages answers 200 with a per-entry errorCode for a receipt another consumer replaced."""
     await backend.put(queue_name, "one")
@@ -193,7 +194,7 @@ async def test_a_release_at_stop_that_partly_fails_is_logged_as_such(
     queue_id, _ = await backend._call(  # type: ignore[attr-defined]
         lambda: backend._on_queue(queue_name, lambda client, queue_id: (queue_id, None)), queue_name)  # type: ignore[attr-defined]
     sdk_messages = [type("Taken", (), {"id": m.id, "receipt": m.pop_receipt})() for m in got]
-    with capture_logs() as logs:
+    with captured_logs(monkeypatch, oci_queues) as logs:
         backend._release((queue_id, sdk_messages))  # type: ignore[attr-defined]
     [line] = [log for log in logs if "cancelled receive" in log["event"]]
     assert line["event"].startswith("some messages of a cancelled receive could not be released")

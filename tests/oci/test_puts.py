@@ -13,17 +13,17 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from tests.conftest import oci_connection
 from tests.oci.fixture import OciTestServer
 from tests.oci.server import Modes
-from tests.support import apoll, running
+from tests.support import apoll, captured_logs, running
 from worker import Out, QueueMessage, WorkerApp
 from worker.backends.queues import OutcomeUnknown, QueueBackend, TransientError
 from worker.backends.registry import open_backend
 from worker.backends.retrying import RETRY_ATTEMPTS
 from worker.bindings.encoding import encode
+from worker.middleware import bindings
 from worker.settings.config import HostConfig
 
 
@@ -81,7 +81,7 @@ async def test_a_put_that_could_not_connect_is_tried_again(stopping: OciTestServ
 
 
 async def test_a_queue_output_whose_put_may_have_been_stored_is_logged_as_sent_again_by_the_retry(
-    hanging_up: OciTestServer, tmp_path: Path, queue: QueueBackend, queue_name: str
+    hanging_up: OciTestServer, tmp_path: Path, queue: QueueBackend, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Outputs are at-least-once: the output was stored, its answer lost; the attempt fails and its retry sends the
     output again, which is what the log must say (not "not sent again")."""
@@ -99,7 +99,7 @@ async def test_a_queue_output_whose_put_may_have_been_stored_is_logged_as_sent_a
 
     config = HostConfig(base_dir=tmp_path, drain_timeout=1,
                         connections={"AzureWebJobsStorage": oci_connection(hanging_up)})
-    with capture_logs() as logs:
+    with captured_logs(monkeypatch, bindings) as logs:
         async with running(app, config):
             await apoll(lambda: _at_least(queue, outputs, 2), 15, what="the output sent again by the retry")
     failed = [line for line in logs if line["event"].startswith("output binding failed")]
