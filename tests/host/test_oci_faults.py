@@ -43,7 +43,8 @@ async def test_a_delete_retried_after_another_consumer_took_the_message_is_a_los
     await queue.put(QUEUE, encode("taken twice", "base64"))
     # Asked to wait past a call's budget, each renewal gives up at its first answer, and holds the lease's lock briefly.
     faults.fault("update_message", 503, "ServiceUnavailable", times=1000, retry_after=600)
-    config = HostConfig(base_dir=tmp_path, drain_timeout=1, lease_duration=1,
+    # One message in flight at most: the host does not take the message again itself once its lease has lapsed.
+    config = HostConfig(base_dir=tmp_path, drain_timeout=1, lease_duration=1, max_in_flight=1,
                         connections={"AzureWebJobsStorage": connection})
     async with running(app, config) as host:
         await apoll(lambda: _true(host.metrics.get("received") == 1), 10, what="the host to take the message")
