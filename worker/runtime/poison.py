@@ -12,7 +12,8 @@ here it is a :class:`PoisonPolicy` chosen from the backend's capabilities
   poison queue, so an interruption can duplicate a message but never lose one.
 - :class:`DeadLetterQueue`: the service moves a message to its own dead-letter
   queue after its delivery limit (OCI Queue). The host releases such a message
-  at once, on each delivery, until the service takes it; the tools can count
+  on each delivery until the service takes it: at once after the
+  maxDequeueCount-th, with back-off after any later one; the tools can count
   and purge that queue, but not read it.
 """
 
