@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
-from tests.support import apoll, running
+from tests.support import apoll, captured_logs, running
 from worker import QueueMessage, WorkerApp
 from worker.backends.queues import QueueBackend, QueueNotFound
 from worker.bindings.encoding import encode
+from worker.runtime import dispatcher
 from worker.settings.config import HostConfig
 
 pytestmark = pytest.mark.parametrize("backend_kind", ["sqlite"])
@@ -29,7 +29,7 @@ RAISED = {"SystemExit": SystemExit(3), "KeyboardInterrupt": KeyboardInterrupt(),
 @pytest.mark.parametrize("raised", list(RAISED))
 @pytest.mark.parametrize("kind", ["sync", "async"])
 async def test_a_handler_raising_a_base_exception_fails_that_attempt_and_the_batch_goes_on(
-    tmp_path: Path, queue: QueueBackend, raised: str, kind: str
+    tmp_path: Path, queue: QueueBackend, raised: str, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handled: list[str] = []
 
@@ -47,7 +47,7 @@ async def test_a_handler_raising_a_base_exception_fails_that_attempt_and_the_bat
     for body in ("ok 1", "exit", "ok 2"):
         await queue.put(QUEUE, encode(body, "base64"))
     config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, max_dequeue_count=1, drain_timeout=1)
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs(monkeypatch, dispatcher) as logs:
         async with running(app, replace(config, batch_size=3)) as host:
             poisoned = await apoll(lambda: _poison(queue), 15, what="the exiting message in poison")
             await apoll(lambda: _empty(queue), 15, what="the other two deleted")
