@@ -15,11 +15,11 @@ NODE_INSTALLED := node_modules/.installed
 TEST_PROCESSES ?= 4
 PYTEST_PARALLEL := -n $(TEST_PROCESSES) --dist loadgroup --durations=25
 # The fast tier: what needs no emulator, test server, Spark or worker process, in two processes; then the linter.
-FAST_TIER := not (azurite or oci or spark or subprocess or slow)
+FAST_TIER := not (azurite or oci or sqs or spark or subprocess or slow)
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect,oci,otel,browser]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect,oci,sqs,otel,browser]'
 	touch $@
 
 # Azurite, the Azure Storage emulator the tests run against, pinned in package-lock.json.

@@ -21,6 +21,7 @@ from worker.backends.registry import open_backend
 from worker.observability.logs import configure_logging
 
 if TYPE_CHECKING:
+    from tests.moto import Moto
     from tests.oci.fixture import OciTestServer
     from tests.spark.cluster import ConnectServer, StandaloneCluster
     from tests.spark.sessions import SparkSessions
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["tests.tiers"]
 
-#: Every backend the host tests run on; the conformance suite and the host process tests also run on "oci".
+#: Every backend the host tests run on; the conformance suite and the host process tests also run on "oci" (and
+#: the conformance suite on "sqs").
 BACKENDS = ["sqlite", "azurite"]
 
 #: How every JVM of the suite runs: Spark's drivers (pyspark's ``spark-submit``, in this process or a worker's), the
@@ -60,6 +62,16 @@ def oci_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServ
     from tests.oci.fixture import OciTestServer
 
     server = OciTestServer(tmp_path_factory.mktemp("oci")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[Moto]:
+    """One moto server (SQS over real HTTP) for the whole run; tests keep apart by queue names."""
+    from tests.moto import Moto
+
+    server = Moto().start()
     yield server
     server.stop()
 
@@ -96,6 +108,8 @@ def connection(backend_kind: str, request: pytest.FixtureRequest) -> str | None:
         return request.getfixturevalue("azurite").connection_string
     if backend_kind == "oci":
         return oci_connection(request.getfixturevalue("oci_server"))
+    if backend_kind == "sqs":
+        return request.getfixturevalue("moto_server").connection()
     return None
 
 

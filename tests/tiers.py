@@ -4,6 +4,7 @@ Markers (``-m`` selects by them; ``make check`` runs what carries none of them):
 
 - ``azurite``: uses the Azurite emulator (its fixture, or a ``backend_kind``-style parameter naming it);
 - ``oci``: uses the OCI Queue test server (likewise);
+- ``sqs``: uses moto's server, Amazon SQS over real HTTP (likewise);
 - ``spark``: runs Spark (the ``tests/spark`` and ``tests/pipeline`` folders, or a Spark server fixture);
 - ``slow``: the reliability scenarios (``tests/reliability``: outages, crash loops, competing workers, the
   model check), which wait on leases and processes by design; and, written on the test, the install of the
@@ -43,12 +44,13 @@ TESTS = Path(__file__).resolve().parent
 FIXTURES = {
     "azurite": {"azurite"},
     "oci": {"oci_server"},
+    "sqs": {"moto_server"},
     "spark": {"spark_cluster", "spark_connect", "spark_sessions"},
 }
 #: Marker -> folders (under tests/) whose tests carry it.
 FOLDERS = {"spark": {"spark", "pipeline"}, "slow": {"reliability"}}
 #: A parameter value that names a backend: the fixtures resolve it to the server (``connection``, ``backend``).
-PARAMETERS = {"azurite": "azurite", "oci": "oci"}
+PARAMETERS = {"azurite": "azurite", "oci": "oci", "sqs": "sqs"}
 #: xdist group -> the folders (under tests/) whose tests run in it: the Spark tests, the reliability scenarios, the
 #: console's tests.
 GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"console"}}
@@ -56,6 +58,7 @@ GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"con
 MARKERS = {
     "azurite": "uses the Azurite emulator",
     "oci": "uses the OCI Queue test server",
+    "sqs": "uses moto's server (Amazon SQS)",
     "spark": "runs Spark (local, the standalone cluster or the Connect server)",
     "slow": "a reliability scenario (waits on leases, outages and processes by design), or the install of the wheel",
     "subprocess": "starts real worker processes and sends them signals",
@@ -123,7 +126,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 #: A test with any of these markers is outside the fast tier (``make check``).
-OUTSIDE_THE_FAST_TIER = ("azurite", "oci", "spark", "slow", "subprocess")
+OUTSIDE_THE_FAST_TIER = ("azurite", "oci", "sqs", "spark", "slow", "subprocess")
 
 #: Processes started by the body of the test running now (set around each test's call phase only).
 _started: list[str] | None = None

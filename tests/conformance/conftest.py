@@ -1,4 +1,4 @@
-"""The conformance suite runs on every backend, OCI Queue (on its test server) included.
+"""The conformance suite runs on every backend, OCI Queue (on its test server) and Amazon SQS (on moto) included.
 
 OCI Queue runs twice, once for each answer the test server may give a stale receipt (``Modes.stale_receipt``:
 Oracle documents neither), so that the backend is held to the protocol whichever the service gives.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 OCI_STALE_404 = "oci-stale-404"
 
 
-@pytest.fixture(params=["sqlite", "azurite", "oci", pytest.param(OCI_STALE_404, marks=pytest.mark.oci)])
+@pytest.fixture(params=["sqlite", "azurite", "oci", pytest.param(OCI_STALE_404, marks=pytest.mark.oci), "sqs"])
 def backend_kind(request: pytest.FixtureRequest) -> str:
     return request.param
 

@@ -51,6 +51,7 @@ from worker.backends.queues import (
     Unsupported,
 )
 from worker.backends.registry import open_backend
+from worker.backends.sqs.connection import SQS_LIMITS
 
 #: A visibility timeout long enough that a message stays hidden for the whole test.
 HIDDEN = 30
@@ -186,6 +187,15 @@ NAME_EXAMPLES = {
         },
         shortest=1,
         longest=255,
+    ),
+    # Amazon SQS: 1-80 letters, digits, '-' and '_', a FIFO queue's name ending in ".fifo".
+    SQS_LIMITS.name_pattern.pattern: NameExamples(
+        invalid={
+            "empty": "", "space": "a b", "too-long": "x" * 81, "slash": "bad/name", "trailing-newline": "newline\n",
+            "non-ascii": "naïve", "dot": "a.b", "fifo-too-long": "x" * 76 + ".fifo",
+        },
+        shortest=1,
+        longest=80,
     ),
 }
 

@@ -16,7 +16,9 @@ Azure SDKs, so the size limit applies to what is stored.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -321,6 +323,43 @@ def check_no_properties(properties: Mapping[str, str] | None, service: str) -> N
     """Raise Unsupported for message properties on a service whose messages have none."""
     if properties:
         raise Unsupported(f"{service} messages have no properties (asked for {', '.join(sorted(properties))})")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The message whose attempt is putting messages now: its queue and id, and how many puts it made to each queue."""
+
+    queue: str
+    message_id: str
+    puts: dict[str, int] = field(default_factory=dict)
+
+    def next_put(self, target: str) -> int:
+        """The ordinal of this attempt's next put to ``target`` (0, 1, ...): the same in every attempt that puts the
+        same outputs in the same order."""
+        n = self.puts.get(target, 0)
+        self.puts[target] = n + 1
+        return n
+
+
+#: Set by the host around an attempt's outputs (:func:`writing_outputs_of`): a service that drops repeated puts
+#: (SQS FIFO queues, by deduplication id) derives their ids from it, so that a retried attempt's outputs are not
+#: stored twice.
+_WRITING_FOR: ContextVar[Attempt | None] = ContextVar("writing_outputs_of", default=None)
+
+
+@contextmanager
+def writing_outputs_of(queue: str, message_id: str) -> Iterator[None]:
+    """Within the block, puts in this task are the outputs of an attempt on message ``message_id`` of ``queue``."""
+    token = _WRITING_FOR.set(Attempt(queue, message_id))
+    try:
+        yield
+    finally:
+        _WRITING_FOR.reset(token)
+
+
+def current_attempt() -> Attempt | None:
+    """The attempt whose outputs are being put in this task, if any."""
+    return _WRITING_FOR.get()
 
 
 async def put_creating(backend: QueueBackend, queue: str, content: str, **options: Any) -> RawMessage:

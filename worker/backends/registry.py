@@ -2,7 +2,7 @@
 
 A connection string says which service it is: ``sqlite:///PATH`` (or none at
 all) is the embedded queue, ``oci://`` and ``oci+http://`` OCI Queue, and the
-``Key=Value;...`` form Azure Functions uses is Azure Storage. Each
+``Key=Value;...`` form Azure Functions uses is Azure Storage, ``sqs://`` Amazon SQS. Each
 :class:`BackendKind` states its service's limits and capabilities without
 opening anything, so start-up checks read them before a connection is made;
 a scheme nobody registered is refused, never taken for Azure. Blob stores are
@@ -10,7 +10,7 @@ opened here too, from the same connection strings. The OCI backend is
 imported when an ``oci://`` connection opens, never with this module (only its
 connection strings are read here, without the SDK): the SDK is an extra
 (``queueworker[oci]``), and such a connection without it is refused at start
-with the command that installs it.
+with the command that installs it; so is the SQS backend (botocore, ``queueworker[sqs]``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from worker.backends.embedded.queues import EMBEDDED_CAPABILITIES, EMBEDDED_LIMI
 from worker.backends.failures import ConnectionStringError
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, parse_oci_connection
 from worker.backends.queues import Capabilities, Limits, QueueBackend
+from worker.backends.sqs.connection import SQS_CAPABILITIES, SQS_LIMITS, parse_sqs_connection
 
 #: Where the embedded queue lives when a function names no connection, relative to host.yaml.
 DEFAULT_SQLITE_PATH = Path(".worker") / "queues.sqlite3"
@@ -136,6 +137,34 @@ def _oci_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> Queu
     return OciBackend(parse_oci_connection(connection or ""), on_retry=on_retry)
 
 
+#: What installs botocore, an extra so that the other backends install without it.
+SQS_INSTALL = "pip install 'queueworker[sqs]'"
+
+
+def _sqs_problem(connection: str | None, base_dir: Path) -> str | None:
+    # Looked up, not imported, as for OCI: botocore is imported with the backend, when a connection opens.
+    if importlib.util.find_spec("botocore") is None:
+        return f"Amazon SQS needs botocore, which is not installed: {SQS_INSTALL}"
+    try:
+        parse_sqs_connection(connection or "")
+    except ConnectionStringError as exc:
+        return str(exc)
+    return None
+
+
+def _sqs_host_poison(connection: str | None) -> bool:
+    try:
+        return parse_sqs_connection(connection or "").poison == "host"
+    except ConnectionStringError:  # refused as a connection problem
+        return False
+
+
+def _sqs_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
+    from worker.backends.sqs.queues import SqsBackend
+
+    return SqsBackend(parse_sqs_connection(connection or ""), on_retry=on_retry)
+
+
 EMBEDDED = BackendKind(
     "embedded queue", EMBEDDED_LIMITS, EMBEDDED_CAPABILITIES, _sqlite_problem,
     _sqlite_describe, _sqlite_open,
@@ -144,9 +173,11 @@ AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_pr
                     _describer(parse_connection_string, "Azure Storage"), _azure_open)
 OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES, _oci_problem,
                   _describer(parse_oci_connection, "OCI Queue"), _oci_open, _oci_host_poison)
+SQS = BackendKind("Amazon SQS", SQS_LIMITS, SQS_CAPABILITIES, _sqs_problem,
+                  _describer(parse_sqs_connection, "Amazon SQS"), _sqs_open, _sqs_host_poison)
 
 #: Backends by the scheme their connection strings start with (``scheme://``).
-SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI}
+SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI, "sqs": SQS}
 
 
 def backend_kind(connection: str | None) -> BackendKind:

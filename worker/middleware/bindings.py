@@ -6,7 +6,7 @@ from typing import Any
 
 import structlog
 
-from worker.backends.queues import OutcomeUnknown
+from worker.backends.queues import OutcomeUnknown, writing_outputs_of
 from worker.backends.storage import Storage
 from worker.bindings import expressions
 from worker.bindings.blobs import read_inputs
@@ -50,8 +50,11 @@ class Bindings(Middleware):
         if result.outcome is not Outcome.SUCCEEDED or not function.outputs:
             return None
         values = {binding.arg_name: invocation.kwargs[binding.arg_name] for binding in function.outputs}
+        # Named after the batch's first message: a retried attempt puts the same ids where the service drops repeats.
+        trigger = invocation.deliveries[0].raw.id if invocation.deliveries else invocation.id
         try:
-            await send_outputs(function.outputs, values, self.storage, self.encoding, invocation.binding_data)
+            with writing_outputs_of(function.queue_name, trigger):
+                await send_outputs(function.outputs, values, self.storage, self.encoding, invocation.binding_data)
         except Unusable as exc:  # no attempt could write it: a name the service refuses, a value of the wrong type
             log.error("output binding cannot be written for this message; it goes to the poison queue",
                       error=str(exc))

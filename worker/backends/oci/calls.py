@@ -126,25 +126,3 @@ class DaemonThreads:
             idle, self._idle = self._idle, 0
         for _ in range(idle):
             self._jobs.put(None)
-
-
-class Unsettled:
-    """A count of calls whose result may still have to be released, and a wait for it to reach zero (any thread)."""
-
-    def __init__(self) -> None:
-        self._zero = threading.Condition()
-        self.pending = 0
-
-    def hold(self) -> None:
-        with self._zero:
-            self.pending += 1
-
-    def settle(self) -> None:
-        with self._zero:
-            self.pending -= 1
-            self._zero.notify_all()
-
-    def wait(self, timeout: float) -> bool:
-        """Whether the count reached zero within ``timeout`` seconds."""
-        with self._zero:
-            return self._zero.wait_for(lambda: self.pending == 0, timeout)

@@ -47,7 +47,7 @@ import structlog
 from worker.backends.failures import first_line
 from worker.backends.oci.admin import QueueAdmin
 from worker.backends.oci.auth import client_kwargs, identity, sign_in
-from worker.backends.oci.calls import DaemonThreads, Unsettled, sending, track_sending
+from worker.backends.oci.calls import DaemonThreads, sending, track_sending
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, PROFILE_AUTH, RELEASE_MARGIN, OciConnection
 from worker.backends.oci.errors import (
     answer_error,
@@ -69,7 +69,9 @@ from worker.backends.queues import (
     Unsupported,
     check_no_properties,
 )
+from worker.backends.receipts import Receipts
 from worker.backends.retrying import Retrier
+from worker.backends.unsettled import Unsettled
 
 log = structlog.get_logger("worker.backends.oci.queues")
 
@@ -79,8 +81,6 @@ T = TypeVar("T")
 THREADS = 8
 #: How long an idle long-poll thread is kept for the next long poll (and its connection with it).
 LONG_POLL_IDLE_SECONDS = 60.0
-#: Receipts this backend remembers (see :class:`_Receipts`): far more than a host holds leases on at once.
-RECEIPT_BOOK_SIZE = 20_000
 
 
 
@@ -105,45 +105,6 @@ def _raw(message: Any) -> RawMessage:
         time_next_visible=_utc(message.visible_after),
         pop_receipt=message.receipt,
     )
-
-
-class _Receipts:
-    """Which message each receipt this backend handed out belongs to, and each message's latest receipt.
-
-    OCI's update and delete take a receipt alone, and answer alike (404, or 400 InvalidParameter: see
-    :func:`worker.backends.oci.errors.receipt_refused`) for a message that is gone and for a receipt a later
-    delivery has replaced; the protocol names the message too and tells the two apart. So a receipt of another
-    message than the one named is refused here (MessageNotFound, as the named message has no such delivery), and
-    a refusal of a receipt older than the latest one received is a stale receipt (PopReceiptMismatch). What this
-    process never saw (another worker's deliveries) reads as MessageNotFound. Used on the event loop only.
-    """
-
-    def __init__(self, size: int = RECEIPT_BOOK_SIZE) -> None:
-        self._size = size
-        self._owner: dict[str, str] = {}
-        #: Latest receipt by (queue, message id): ids are only known to be unique within a queue.
-        self._latest: dict[tuple[str, str], str] = {}
-
-    def received(self, queue: str, message_id: str, receipt: str) -> None:
-        self._latest.pop((queue, message_id), None)  # re-insert: the oldest entries are the ones dropped
-        self._latest[(queue, message_id)] = receipt
-        self._owner[receipt] = message_id
-        while len(self._latest) > self._size:
-            del self._latest[next(iter(self._latest))]
-        while len(self._owner) > self._size:
-            del self._owner[next(iter(self._owner))]
-
-    def owner(self, receipt: str) -> str | None:
-        """The id of the message ``receipt`` was handed out with, if this backend handed it out."""
-        return self._owner.get(receipt)
-
-    def replaced(self, queue: str, message_id: str, receipt: str) -> bool:
-        """Whether a later delivery of the message gave it another receipt than ``receipt``."""
-        latest = self._latest.get((queue, message_id))
-        return latest is not None and latest != receipt
-
-    def deleted(self, queue: str, message_id: str) -> None:
-        self._latest.pop((queue, message_id), None)
 
 
 class OciBackend(QueueAdmin):
@@ -174,7 +135,7 @@ class OciBackend(QueueAdmin):
         self._ids: dict[str, str] = {}
         #: Messages endpoints by queue OCID.
         self._endpoints: dict[str, str] = {}
-        self._receipts = _Receipts()
+        self._receipts = Receipts()
         #: Calls whose result, if their caller has gone, is still to be released.
         self._unsettled = Unsettled()
         self._closed = False

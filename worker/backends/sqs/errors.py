@@ -1,0 +1,108 @@
+"""How the SQS backend reads a failed botocore call: transient or not, which protocol error an answer is, and what
+to tell people.
+
+botocore raises ``ClientError`` for a service answer, with the query API's error code (SQS's JSON protocol answers
+carry it beside the JSON one, and botocore prefers it: ``AWS.SimpleQueueService.NonExistentQueue``), and its own
+exceptions for the network (``EndpointConnectionError``, ``ReadTimeoutError`` ...) and for sign-in
+(``NoCredentialsError``); the network's causes read as every remote backend names them
+(:mod:`worker.backends.failures`).
+"""
+
+from __future__ import annotations
+
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+from botocore.exceptions import ConnectionError as BotocoreConnectionError
+
+from worker.backends.failures import describe_network_failure, first_line
+from worker.backends.queues import (
+    InvalidArgument,
+    MessageNotFound,
+    MessageTooLarge,
+    QueueError,
+    QueueNotFound,
+)
+
+#: Codes of answers a later attempt may get past: throttling and the service's own trouble.
+_TRANSIENT_CODES = frozenset({
+    "RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled", "ServiceUnavailable", "InternalError",
+    "InternalFailure", "RequestTimeout", "RequestTimeoutException",
+})
+#: A queue that does not exist (the query code, and the JSON protocol's shape name).
+_NO_QUEUE = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+#: A receipt handle that names no current delivery: the message was deleted, received again, or its handle is not
+#: one (SQS answers each of these on ChangeMessageVisibility; DeleteMessage answers only the last).
+RECEIPT_GONE = frozenset({
+    "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidReceiptHandle",
+})
+
+
+def error_code(exc: BaseException) -> str:
+    """The answer's error code, or "" for what is not an answer."""
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code") or "")
+    return ""
+
+
+def status(exc: BaseException) -> int:
+    """The answer's HTTP status, or 0 for what is not an answer."""
+    if isinstance(exc, ClientError):
+        return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+    return 0
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for failures the same call may get past later: throttling, 5xx, the network, timeouts."""
+    if isinstance(exc, ClientError):
+        return error_code(exc) in _TRANSIENT_CODES or status(exc) >= 500 or status(exc) in (408, 429)
+    return isinstance(exc, (HTTPClientError, BotocoreConnectionError, TimeoutError, ConnectionError))
+
+
+def request_left(exc: BaseException) -> bool:
+    """Whether the request of a failed call may have reached the service: an answer did; of the network's failures,
+    all but one that could not connect (botocore names those apart)."""
+    return not isinstance(exc, (EndpointConnectionError, ConnectTimeoutError))
+
+
+def failure_kind(exc: BaseException) -> str:
+    """A short name for a failure, for counters' labels: status and code, or the exception's type."""
+    if isinstance(exc, ClientError):
+        return f"HTTP {status(exc)} {error_code(exc)}".strip()
+    return type(exc).__name__
+
+
+def describe(exc: BaseException) -> str:
+    """What went wrong, for people: "HTTP 500 InternalError: ...", "connection refused", "timed out" ..."""
+    if isinstance(exc, ClientError):
+        message = exc.response.get("Error", {}).get("Message")
+        return f"HTTP {status(exc)} {error_code(exc)}".strip() + (f": {first_line(message)}" if message else "")
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return f"no AWS credentials: {first_line(exc)}"
+    return describe_network_failure(exc)
+
+
+def answer_error(exc: BaseException, queue: str, message_id: str | None, where: str) -> QueueError | None:
+    """The protocol's error for an answer (or sign-in failure) that is not transient; None for what is neither."""
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return QueueError(f"{where}: {describe(exc)} (botocore's provider chain found none)")
+    if not isinstance(exc, ClientError):
+        return None
+    code = error_code(exc)
+    subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
+    if code in _NO_QUEUE:
+        return QueueNotFound(f"queue {queue!r} does not exist in {where}, or this identity may not use it")
+    if message_id and code in RECEIPT_GONE:
+        return MessageNotFound(f"{subject} is gone, or its receipt handle is no longer current ({describe(exc)})")
+    if status(exc) in (401, 403):
+        return QueueError(f"{where} refused the request for {subject}: {describe(exc)}")
+    if "too long" in str(exc).lower() or "MessageTooLong" in code:
+        return MessageTooLarge(f"message is larger than {where} accepts: {describe(exc)}")
+    if status(exc) == 400:
+        return InvalidArgument(f"{where} refused the request for {subject}: {describe(exc)}")
+    return QueueError(f"{where} call for {subject} failed: {describe(exc)}")

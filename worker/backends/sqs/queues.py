@@ -1,0 +1,484 @@
+"""Amazon SQS through botocore, which is synchronous: every call runs in a thread.
+
+Why botocore in threads rather than aiobotocore on the event loop: the host's
+other blocking SDK (OCI's) runs the same way, so a long poll cancelled at stop
+is handled alike (below); and aiobotocore pins botocore to a narrow range,
+which would fight the boto3 a Lambda app brings along. botocore's clients are
+thread-safe, so one client serves every thread.
+
+botocore's own retries are off; calls run under the retry policy every
+remote backend shares (:mod:`worker.backends.retrying`), and SQS's answers are
+read onto the protocol's errors (:mod:`worker.backends.sqs.errors`).
+Credentials are botocore's provider chain's, untouched.
+
+Queue names are SQS names in the connection's region; each queue's URL is
+looked up once (GetQueueUrl) and kept. What SQS does its own way, and how it
+reads through the protocol:
+
+- A message's id is its MessageId, its receipt the receipt handle, its dequeue
+  count ``ApproximateReceiveCount``; its properties are string message
+  attributes (where a producer's trace context travels).
+- ChangeMessageVisibility keeps the receipt handle, and SQS will not hide a
+  message past 12 hours from its first receive (``ApproximateFirstReceiveTimestamp``):
+  an update is cut to that cap (:func:`within_cap`), and one made at the cap
+  raises MessageNotFound, a lost lease, since the message is visible to every
+  consumer from then on.
+- SQS answers a receipt handle a later receive replaced, and a delete of a
+  message already deleted, with success or with an error that does not say
+  which; the protocol names the message and tells a stale receipt from a gone
+  message. So, as for OCI Queue, the backend keeps a book of the handles it
+  handed out (:class:`worker.backends.receipts.Receipts`) and answers those
+  cases itself, before any request.
+- FIFO queues (``.fifo``) are received one message per request: SQS gives out
+  no second message of a group while one is in flight, but one request may
+  return several of a group, which the host would then run at once. Puts to
+  them carry a group and deduplication id (:mod:`worker.backends.sqs.fifo`).
+- A receive cancelled under way is not cut: SQS may still hand its messages to
+  a request whose client hung up, so the request runs to its end and what it
+  brings is released at once (ChangeMessageVisibilityBatch to 0); ``close``
+  waits for those releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import json
+import math
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import botocore.loaders
+import botocore.session
+import structlog
+from botocore.config import Config
+
+from worker.backends.failures import CONNECT_TIMEOUT
+from worker.backends.queues import (
+    InvalidArgument,
+    MessageCounts,
+    MessageNotFound,
+    MessageTooLarge,
+    QueueError,
+    QueueNotFound,
+    RawMessage,
+    Receipt,
+    Unsupported,
+    check_no_channel,
+)
+from worker.backends.receipts import Receipts
+from worker.backends.retrying import Retrier
+from worker.backends.sqs import errors
+from worker.backends.sqs.connection import (
+    MAX_LONG_POLL,
+    RELEASE_MARGIN,
+    SQS_CAPABILITIES,
+    SQS_LIMITS,
+    SqsConnection,
+    is_fifo,
+)
+from worker.backends.sqs.fifo import group_and_deduplication
+from worker.backends.unsettled import Unsettled
+
+log = structlog.get_logger("worker.backends.sqs.queues")
+
+T = TypeVar("T")
+
+#: Threads for calls; long polls hold one each for up to 20 s, so there are enough for many functions' polls.
+THREADS = 32
+#: The visibility cap: no message is hidden past this long after its first receive.
+CAP = timedelta(seconds=SQS_LIMITS.max_visibility)
+#: The attributes a receive asks for: the receive count and the times the protocol reports.
+SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp",
+                     "MessageGroupId", "SequenceNumber"]
+
+
+@functools.cache
+def _models() -> botocore.loaders.Loader:
+    """botocore's reader of its service models, shared by every backend of the process: each session would read
+    and parse SQS's model again (a sixth of a second), and the model never changes while the process runs."""
+    return botocore.loaders.create_loader()
+
+
+def within_cap(visibility: int, first_receive: datetime, now: datetime) -> int:
+    """The visibility SQS accepts now for a message first received at ``first_receive``: ``visibility``, cut to the
+    12-hour cap; 0 when the cap is reached (the message is visible to everyone then, whoever holds it)."""
+    return max(0, min(visibility, math.floor((first_receive + CAP - now).total_seconds())))
+
+
+def _seconds(value: float) -> int:
+    """SQS takes whole seconds: round up, so a lease is never shorter than asked (as for Azure and OCI)."""
+    return math.ceil(value)
+
+
+def _when(milliseconds: str | None) -> datetime | None:
+    return datetime.fromtimestamp(int(milliseconds) / 1000, UTC) if milliseconds else None
+
+
+def _attribute_bytes(properties: Mapping[str, str]) -> int:
+    """What message attributes add to a message's size, as SQS counts it: each name, type and value."""
+    return sum(len(k.encode()) + len("String") + len(v.encode()) for k, v in properties.items())
+
+
+class SqsBackend:
+    """Queues of one SQS region (or endpoint); implements :class:`worker.backends.queues.QueueBackend`."""
+
+    limits = SQS_LIMITS
+    capabilities = SQS_CAPABILITIES
+    messaging_system = "aws_sqs"
+
+    def __init__(self, connection: SqsConnection, on_retry: Callable[[str], None] | None = None) -> None:
+        self.connection = connection
+        if connection.long_poll != MAX_LONG_POLL:
+            self.limits = replace(SQS_LIMITS, long_poll=float(connection.long_poll))
+        #: ``poison=service`` leaves poison to the queue's redrive policy.
+        self.service_dead_letters = connection.poison == "service"
+        self._retrier = Retrier(is_transient=errors.is_transient, failure_kind=errors.failure_kind,
+                                request_left=errors.request_left, on_retry=on_retry, log=log)
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="sqs")
+        self._lock = threading.Lock()
+        self._client: Any = None
+        #: Queue URLs by name, looked up once.
+        self._urls: dict[str, str] = {}
+        #: Each queue's MessageRetentionPeriod (when its messages expire), by name, looked up once.
+        self._retention: dict[str, timedelta] = {}
+        self._receipts = Receipts()
+        #: When each handle's message was first received, for the 12-hour cap, by receipt handle.
+        self._first_receives: dict[str, datetime] = {}
+        self._unsettled = Unsettled()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SqsBackend({self.connection.describe()})"
+
+    # -- the client and calls ---------------------------------------------------------------------------------
+
+    def client(self) -> Any:
+        """The one botocore client (made in the calling thread, as it reads config files), retries off."""
+        with self._lock:
+            if self._client is None:
+                session = botocore.session.Session(profile=self.connection.profile)
+                session.register_component("data_loader", _models())
+                self._client = session.create_client(
+                    "sqs", region_name=self.connection.region, endpoint_url=self.connection.endpoint,
+                    config=Config(
+                        retries={"total_max_attempts": 1}, connect_timeout=CONNECT_TIMEOUT,
+                        read_timeout=MAX_LONG_POLL + 10, max_pool_connections=THREADS, user_agent_extra="queueworker",
+                    ),
+                )
+            return self._client
+
+    def _url(self, queue: str) -> str:
+        """The queue's URL (blocking; looked up once)."""
+        url = self._urls.get(queue)
+        if url is None:
+            url = self._urls[queue] = self.client().get_queue_url(QueueName=queue)["QueueUrl"]
+        return url
+
+    def _kept_for(self, queue: str) -> timedelta:
+        """How long the queue keeps a message (blocking; looked up once): SQS has no per-message time to live."""
+        kept = self._retention.get(queue)
+        if kept is None:
+            got = self.client().get_queue_attributes(QueueUrl=self._url(queue),
+                                                     AttributeNames=["MessageRetentionPeriod"])["Attributes"]
+            kept = self._retention[queue] = timedelta(seconds=int(got["MessageRetentionPeriod"]))
+        return kept
+
+    async def _in_thread(self, fn: Callable[[], T], release: Callable[[T], None] | None = None) -> T:
+        """Run ``fn`` on the pool and await it. Cancelled, a call not yet started is skipped, and one under way runs
+        to its end with its result handed to ``release`` (in a thread); :meth:`close` waits for those."""
+        if self._closed:
+            raise QueueError(f"{self!r} is closed")
+        try:
+            job = self._executor.submit(fn)
+        except RuntimeError:
+            raise QueueError(f"{self!r} is closed") from None
+        try:
+            return await asyncio.shield(asyncio.wrap_future(job))
+        except asyncio.CancelledError:
+            if not job.cancel() and release is not None:
+                self._unsettled.hold()
+
+                def settle(done: concurrent.futures.Future[T]) -> None:
+                    try:
+                        if not done.cancelled() and done.exception() is None:
+                            release(done.result())
+                    finally:
+                        self._unsettled.settle()
+
+                job.add_done_callback(lambda done: threading.Thread(
+                    target=settle, args=(done,), name="sqs-release", daemon=True).start())
+            raise
+
+    async def _call(self, fn: Callable[[], T], queue: str, *, message_id: str | None = None, put: bool = False,
+                    release: Callable[[T], None] | None = None) -> T:
+        """One blocking call in a thread under the shared retry policy; failures read as the protocol's errors."""
+        def protocol_error(exc: BaseException) -> QueueError | None:
+            if errors.error_code(exc) in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
+                self._forget(queue)
+            if put and "shorter than" in str(exc):
+                return MessageTooLarge(f"message is larger than queue {queue!r} accepts: {errors.describe(exc)}")
+            return errors.answer_error(exc, queue, message_id, self.connection.describe())
+
+        return await self._retrier.call(
+            lambda: self._in_thread(fn, release),
+            unreachable=lambda exc: f"{self.connection.describe()} unreachable for queue {queue!r}: "
+                                    f"{errors.describe(exc)}",
+            protocol_error=protocol_error,
+            unsure=(lambda exc: f"put to queue {queue!r} on {self.connection.describe()} failed after its request "
+                                f"was sent ({errors.describe(exc)}): the message may have been stored, so it is not "
+                                "sent again") if put else None,
+        )
+
+    # -- queues -----------------------------------------------------------------------------------------------
+
+    async def create_queue(self, queue: str) -> None:
+        """Create the queue (FIFO where its name says so) taking the largest messages SQS allows; one that exists is
+        left as it is (CreateQueue would refuse other attributes than its own)."""
+        self.limits.check_name(queue)
+        attributes = {"MaximumMessageSize": str(self.limits.max_message_bytes)}
+        if is_fifo(queue):
+            attributes["FifoQueue"] = "true"
+
+        def create() -> None:
+            try:
+                self._url(queue)
+            except Exception as exc:
+                if not isinstance(errors.answer_error(exc, queue, None, ""), QueueNotFound):
+                    raise
+                self._urls[queue] = self.client().create_queue(QueueName=queue, Attributes=attributes)["QueueUrl"]
+
+        await self._call(create, queue)
+
+    async def delete_queue(self, queue: str) -> None:
+        def delete() -> None:
+            try:
+                self.client().delete_queue(QueueUrl=self._url(queue))
+            except Exception as exc:
+                if not isinstance(errors.answer_error(exc, queue, None, ""), QueueNotFound):
+                    raise
+            finally:
+                self._forget(queue)
+
+        await self._call(delete, queue)
+
+    def _forget(self, queue: str) -> None:
+        """Drop what is known of a queue that is gone: it may be made again under the same name, with another URL."""
+        self._urls.pop(queue, None)
+        self._retention.pop(queue, None)
+
+    async def list_queues(self) -> list[str]:
+        def names() -> list[str]:
+            found: list[str] = []
+            for page in self.client().get_paginator("list_queues").paginate(PaginationConfig={"PageSize": 1000}):
+                found.extend(url.rsplit("/", 1)[-1] for url in page.get("QueueUrls", []))
+            return sorted(found)
+
+        return await self._call(names, "*")
+
+    async def queue_attributes(self, queue: str) -> dict[str, str]:
+        """The queue's attributes (RedrivePolicy, FifoQueue, VisibilityTimeout ...), as SQS gives them."""
+        return await self._call(lambda: dict(self.client().get_queue_attributes(
+            QueueUrl=self._url(queue), AttributeNames=["All"])["Attributes"]), queue)
+
+    # -- messages ---------------------------------------------------------------------------------------------
+
+    async def put(
+        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
+        channel: str | None = None, properties: Mapping[str, str] | None = None,
+    ) -> RawMessage:
+        """Properties go as String message attributes; a put to a FIFO queue carries a group and a deduplication id
+        (:func:`worker.backends.sqs.fifo.group_and_deduplication`)."""
+        check_no_channel(channel, "Amazon SQS")
+        self.limits.check_visibility(visibility_timeout, 0)
+        if visibility_timeout > 0 or time_to_live is not None:
+            raise Unsupported("Amazon SQS has no per-message time to live, and its per-message delay is for standard "
+                              "queues only: a message is kept for its queue's retention period")
+        properties = dict(properties or {})
+        size = len(content.encode("utf-8")) + _attribute_bytes(properties)
+        if size > self.limits.max_message_bytes:
+            raise MessageTooLarge(f"message is {size} bytes with its attributes; the limit is "
+                                  f"{self.limits.max_message_bytes} bytes ({self.limits.max_message_bytes // 1024} KiB)")
+        request: dict[str, Any] = {"MessageBody": content}
+        if properties:
+            request["MessageAttributes"] = {k: {"DataType": "String", "StringValue": v} for k, v in properties.items()}
+        if is_fifo(queue):
+            request["MessageGroupId"], request["MessageDeduplicationId"] = group_and_deduplication(queue, content)
+
+        def send() -> tuple[str, timedelta]:
+            kept = self._kept_for(queue)
+            return self.client().send_message(QueueUrl=self._url(queue), **request)["MessageId"], kept
+
+        message_id, kept = await self._call(send, queue, put=True)
+        now = datetime.now(UTC)
+        return RawMessage(id=message_id, content=content, dequeue_count=0, insertion_time=now,
+                          expiration_time=now + kept, time_next_visible=now, pop_receipt=None, properties=properties)
+
+    async def receive(
+        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0, channel: str | None = None
+    ) -> list[RawMessage]:
+        """With ``wait`` > 0 the service holds the request until a message is visible (up to ``limits.long_poll``);
+        a FIFO queue is asked one message a request (see the module's docstring)."""
+        check_no_channel(channel, "Amazon SQS")
+        self.limits.check_count(max_messages)
+        self.limits.check_visibility(visibility_timeout, 1)
+        visibility = _seconds(visibility_timeout)
+        wait_seconds = int(min(max(wait, 0), self.limits.long_poll))
+        fifo = is_fifo(queue)
+
+        def get() -> tuple[str, list[dict[str, Any]], timedelta]:
+            url, kept = self._url(queue), self._kept_for(queue)
+            taken: list[dict[str, Any]] = []
+            while len(taken) < max_messages:
+                answer = self.client().receive_message(
+                    QueueUrl=url, MaxNumberOfMessages=1 if fifo else max_messages, VisibilityTimeout=visibility,
+                    WaitTimeSeconds=0 if taken else wait_seconds, MessageSystemAttributeNames=SYSTEM_ATTRIBUTES,
+                    MessageAttributeNames=["All"],
+                )
+                got = answer.get("Messages", [])
+                taken.extend(got)
+                if not fifo or not got:
+                    break
+            return url, taken, kept
+
+        now = datetime.now(UTC)
+        _, messages, kept = await self._call(get, queue, release=self._release)
+        received = []
+        for message in messages:
+            attributes = message.get("Attributes", {})
+            receipt = message["ReceiptHandle"]
+            self._receipts.received(queue, message["MessageId"], receipt)
+            self._first_receives[receipt] = _when(attributes.get("ApproximateFirstReceiveTimestamp")) or now
+            sent = _when(attributes.get("SentTimestamp")) or now
+            received.append(RawMessage(
+                id=message["MessageId"], content=message["Body"],
+                dequeue_count=int(attributes.get("ApproximateReceiveCount", "1")),
+                insertion_time=sent, expiration_time=sent + kept,
+                time_next_visible=now + timedelta(seconds=visibility), pop_receipt=receipt,
+                properties={k: v["StringValue"] for k, v in message.get("MessageAttributes", {}).items()
+                            if "StringValue" in v},
+            ))
+        while len(self._first_receives) > self._receipts.size:
+            del self._first_receives[next(iter(self._first_receives))]
+        return received
+
+    def _release(self, got: tuple[str, list[dict[str, Any]], timedelta]) -> None:
+        """Make messages whose receiver has gone visible again at once (in a thread), reading each entry's result."""
+        url, messages, _ = got
+        if not messages:
+            return
+        try:
+            answer = self.client().change_message_visibility_batch(QueueUrl=url, Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                for i, m in enumerate(messages)])
+            failed = answer.get("Failed", [])
+            log.info("messages of a cancelled receive released", queue_url=url,
+                     count=len(messages) - len(failed))
+            for entry in failed:
+                log.warning("a message of a cancelled receive could not be released; it returns when its lease ends",
+                            queue_url=url, code=entry.get("Code"), error=entry.get("Message"))
+        except Exception as exc:
+            log.warning("messages of a cancelled receive could not be released; they return when their lease ends",
+                        queue_url=url, count=len(messages), error=errors.describe(exc))
+
+    async def update(
+        self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
+    ) -> Receipt:
+        """ChangeMessageVisibility, within the 12-hour cap (:func:`within_cap`); the receipt handle stays the same."""
+        if content is not None:
+            raise Unsupported("Amazon SQS cannot change a message's content: ChangeMessageVisibility sets the "
+                              "visibility only")
+        self.limits.check_visibility(visibility_timeout, 0)
+        self._receipts.check(queue, message_id, pop_receipt)
+        asked = _seconds(visibility_timeout)
+        first = self._first_receives.get(pop_receipt)
+        now = datetime.now(UTC)
+        visibility = asked if first is None else within_cap(asked, first, now)
+        if asked > 0 and visibility == 0:
+            raise MessageNotFound(f"message {message_id} in queue {queue!r} reached SQS's 12-hour visibility cap "
+                                  f"(first received {first:%Y-%m-%d %H:%M:%S} UTC): it is visible to every consumer")
+
+        def change() -> None:
+            self.client().change_message_visibility(QueueUrl=self._url(queue), ReceiptHandle=pop_receipt,
+                                                    VisibilityTimeout=visibility)
+
+        await self._call(change, queue, message_id=message_id)
+        return Receipt(pop_receipt, now + timedelta(seconds=visibility))
+
+    async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        self._receipts.check(queue, message_id, pop_receipt)
+        await self._call(lambda: self.client().delete_message(QueueUrl=self._url(queue), ReceiptHandle=pop_receipt),
+                         queue, message_id=message_id)
+        self._receipts.deleted(queue, message_id)
+        self._first_receives.pop(pop_receipt, None)
+
+    async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
+        raise Unsupported("Amazon SQS cannot show messages without receiving them: every receive counts")
+
+    async def approximate_count(self, queue: str) -> int:
+        counts = await self.message_counts(queue)
+        return counts.visible + counts.invisible
+
+    async def message_counts(self, queue: str) -> MessageCounts:
+        """Visible: ``ApproximateNumberOfMessages``; invisible: those in flight and those delayed."""
+        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
+                 "ApproximateNumberOfMessagesDelayed"]
+        got = await self._call(lambda: self.client().get_queue_attributes(QueueUrl=self._url(queue),
+                                                                         AttributeNames=names)["Attributes"], queue)
+        return MessageCounts(visible=int(got.get(names[0], 0)), invisible=int(got.get(names[1], 0))
+                             + int(got.get(names[2], 0)))
+
+    # -- the queue's redrive policy (dead-letter queue) ---------------------------------------------------------
+
+    async def dead_letter_limit(self, queue: str) -> int:
+        """The redrive policy's ``maxReceiveCount``; 0 where the queue has none."""
+        policy = (await self.queue_attributes(queue)).get("RedrivePolicy")
+        return int(json_field(policy, "maxReceiveCount") or 0) if policy else 0
+
+    async def dead_letter_queue(self, queue: str) -> str | None:
+        """The name of the queue's dead-letter queue (from its redrive policy's ARN), or None."""
+        policy = (await self.queue_attributes(queue)).get("RedrivePolicy")
+        arn = json_field(policy, "deadLetterTargetArn") if policy else None
+        return str(arn).rsplit(":", 1)[-1] if arn else None
+
+    async def dead_letter_count(self, queue: str) -> int:
+        target = await self.dead_letter_queue(queue)
+        if target is None:
+            raise InvalidArgument(f"queue {queue!r} has no redrive policy, so no dead-letter queue")
+        return await self.approximate_count(target)
+
+    async def purge_dead_letters(self, queue: str) -> None:
+        target = await self.dead_letter_queue(queue)
+        if target is None:
+            raise InvalidArgument(f"queue {queue!r} has no redrive policy, so no dead-letter queue")
+        await self._call(lambda: self.client().purge_queue(QueueUrl=self._url(target)), target)
+
+    async def close(self) -> None:
+        """Refuse new calls; wait (up to a long poll's whole wait and :data:`RELEASE_MARGIN`) until every cancelled
+        receive has ended and its messages are released; then drop the threads and the client."""
+        self._closed = True
+        if self._unsettled.pending:
+            wait = self.limits.long_poll + RELEASE_MARGIN
+            log.info("waiting for cancelled receives to end, to release what they bring",
+                     receives=self._unsettled.pending, at_most_seconds=wait)
+            if not await asyncio.to_thread(self._unsettled.wait, wait):
+                log.warning("cancelled receives did not end in time; what they bring stays hidden for its lease",
+                            receives=self._unsettled.pending)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+def json_field(text: str, key: str) -> Any:
+    """One field of a JSON attribute value (a redrive policy); None where the text is not a JSON object."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value.get(key) if isinstance(value, dict) else None
