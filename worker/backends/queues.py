@@ -295,6 +295,16 @@ class DeadLetters(Protocol):
         """Delete every message of the queue's dead-letter queue."""
 
 
+@runtime_checkable
+class RedrivePolicies(Protocol):
+    """A backend whose queues may carry a dead-letter rule of their own (SQS's redrive policy), with which where the
+    host sends poison must agree."""
+
+    async def poison_problem(self, queue: str, max_dequeue_count: int) -> str | None:
+        """Why poison of ``queue`` cannot go where the connection sends it, the queue's own rule saying otherwise;
+        None where the two agree."""
+
+
 @dataclass(frozen=True, slots=True)
 class MessageCounts:
     """A queue's messages split as the service can tell: visible to a receive now, and held invisible (in flight or

@@ -71,7 +71,7 @@ from worker.ops.terminal import printable
 from worker.runtime.console.state import StartFacts
 from worker.runtime.host import SERVICE_NAME, Host
 from worker.runtime.inflight import INFLIGHT_ENV
-from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for
+from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for, source_queue
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.runtime.signals import forwarded_act_as_original
 from worker.settings import local_settings
@@ -471,7 +471,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     async def work(backend: QueueBackend) -> list[dict[str, Any]]:
         names = set(await backend.list_queues())
-        sources = sorted({name.removesuffix("-poison") for name in names})
+        sources = sorted({source_queue(name) for name in names})
         return [
             {
                 "queue": source,

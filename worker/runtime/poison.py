@@ -24,10 +24,19 @@ from typing import Protocol
 
 import structlog
 
-from worker.backends.queues import DeadLetters, LeaseGone, QueueBackend, QueueNotFound, RawMessage, put_creating
+from worker.backends.queues import (
+    DeadLetters,
+    LeaseGone,
+    QueueBackend,
+    QueueNotFound,
+    RawMessage,
+    RedrivePolicies,
+    put_creating,
+)
 from worker.model import Done, Finished
 
 POISON_SUFFIX = "-poison"
+FIFO_SUFFIX = ".fifo"
 #: How long a message taken for requeue or purge stays hidden; it comes back if the command dies.
 HOLD_SECONDS = 60
 #: A poison message delivered again past maxDequeueCount is hidden 2**(n-1) seconds on its n-th such delivery, up
@@ -55,14 +64,34 @@ class PoisonPolicy(Protocol):
         """Take the message out of circulation (``delete`` deletes it with its lease's receipt)."""
 
 
+def _stem(queue: str) -> tuple[str, str]:
+    """A queue's name and its FIFO suffix apart: SQS requires ``.fifo`` at the end of every FIFO queue's name."""
+    return (queue.removesuffix(FIFO_SUFFIX), FIFO_SUFFIX) if queue.endswith(FIFO_SUFFIX) else (queue, "")
+
+
 def poison_queue(queue: str) -> str:
-    """``<queue>-poison``, or ``queue`` itself when it is a poison queue already."""
-    return queue if queue.endswith(POISON_SUFFIX) else queue + POISON_SUFFIX
+    """``<queue>-poison`` (``orders-poison.fifo`` for ``orders.fifo``: a FIFO queue's dead letters must be FIFO
+    too), or ``queue`` itself when it is a poison queue already."""
+    stem, fifo = _stem(queue)
+    return queue if stem.endswith(POISON_SUFFIX) else stem + POISON_SUFFIX + fifo
+
+
+def source_queue(poison: str) -> str:
+    """The queue whose poison queue ``poison`` is (``poison`` itself when it is none)."""
+    stem, fifo = _stem(poison)
+    return stem.removesuffix(POISON_SUFFIX) + fifo
 
 
 def is_poison_queue(queue: str) -> bool:
     """A poison queue has no poison queue of its own."""
-    return queue.endswith(POISON_SUFFIX)
+    return _stem(queue)[0].endswith(POISON_SUFFIX)
+
+
+async def _redrive_problem(backend: object, queue: str, max_dequeue_count: int) -> str | None:
+    """Where the queue's own dead-letter rule disagrees with where its poison goes (a backend with redrive policies)."""
+    if isinstance(backend, RedrivePolicies):
+        return await backend.poison_problem(queue, max_dequeue_count)
+    return None
 
 
 def policy_for(backend: QueueBackend) -> PoisonQueue | DeadLetterQueue:
@@ -82,6 +111,8 @@ class PoisonQueue:
         return poison_queue(queue)
 
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
+        if problem := await _redrive_problem(self.backend, queue, max_dequeue_count):
+            return problem
         if self.backend.capabilities.creates_queues:
             return None
         try:
@@ -134,7 +165,7 @@ class PoisonQueue:
         backend = self.backend
         poison = poison_queue(queue)
         if requeue and backend.capabilities.creates_queues:
-            await backend.create_queue(_source(poison))
+            await backend.create_queue(source_queue(poison))
         done = 0
         while done < limit:
             batch = await backend.receive(poison, min(backend.limits.max_batch, limit - done), HOLD_SECONDS)
@@ -167,7 +198,7 @@ class PoisonQueue:
                 for message in batch:
                     if message.id == message_id and not found:
                         if backend.capabilities.creates_queues:
-                            await backend.create_queue(_source(poison))
+                            await backend.create_queue(source_queue(poison))
                         await self._take(poison, message, requeue=True)
                         found = True
                     else:
@@ -185,14 +216,9 @@ class PoisonQueue:
         """Delete a received poison message, first putting it back on its queue if ``requeue``: with its properties
         (the trace context its producer wrote), where the backend has them, so that its trace goes on."""
         if requeue:
-            await self.backend.put(_source(poison), message.content, properties=message.properties or None)
+            await self.backend.put(source_queue(poison), message.content, properties=message.properties or None)
         assert message.pop_receipt is not None
         await self.backend.delete(poison, message.id, message.pop_receipt)
-
-
-def _source(poison: str) -> str:
-    """The queue a poison queue's messages came from."""
-    return poison[: -len(POISON_SUFFIX)]
 
 
 class DeadLetterQueue:
@@ -205,6 +231,8 @@ class DeadLetterQueue:
         return f"the dead-letter queue of {queue}"
 
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
+        if problem := await _redrive_problem(self.backend, queue, max_dequeue_count):
+            return problem
         limit = await self.backend.dead_letter_limit(queue)
         if limit == 0:
             return (f"queue {queue!r} has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0), so a poison "

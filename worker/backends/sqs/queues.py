@@ -445,6 +445,25 @@ class SqsBackend:
         arn = json_field(policy, "deadLetterTargetArn") if policy else None
         return str(arn).rsplit(":", 1)[-1] if arn else None
 
+    async def poison_problem(self, queue: str, max_dequeue_count: int) -> str | None:
+        """With ``poison=host`` the queue must have no redrive policy (SQS would move a message the host means to copy
+        to ``<queue>-poison``, or keep one the host has given up on); with ``poison=service`` it must have one whose
+        ``maxReceiveCount`` is the function's ``maxDequeueCount``."""
+        limit = await self.dead_letter_limit(queue)
+        if not self.service_dead_letters:
+            if limit:
+                return (f"queue {queue!r} has a redrive policy (to {await self.dead_letter_queue(queue)!r} after "
+                        f"{limit} receives), and poison=host would copy its poison to {queue!r}'s poison queue "
+                        "after maxDequeueCount as well: give the connection poison=service, or remove the policy")
+            return None
+        if not limit:
+            return (f"queue {queue!r} has no redrive policy, so with poison=service a poison message would come back "
+                    "for ever: give it one, or use poison=host (the default)")
+        if limit != max_dequeue_count:
+            return (f"queue {queue!r}'s redrive policy moves a message after {limit} receives, but maxDequeueCount is "
+                    f"{max_dequeue_count}: make them equal")
+        return None
+
     async def dead_letter_count(self, queue: str) -> int:
         target = await self.dead_letter_queue(queue)
         if target is None:

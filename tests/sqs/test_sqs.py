@@ -1,0 +1,166 @@
+"""Amazon SQS as only SQS does it, on moto's server through the real botocore: FIFO groups and deduplication,
+redrive policies against the host's poison, and a host handling, holding and poisoning messages.
+
+What moto does not do as SQS does is named where it matters: the 12-hour visibility cap (moto has none) is
+held by :func:`worker.backends.sqs.queues.within_cap`, tested on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.moto import Moto
+from tests.support import apoll, running
+from worker import QueueMessage, WorkerApp
+from worker.backends.queues import MessageNotFound, QueueNotFound, writing_outputs_of
+from worker.backends.registry import open_backend
+from worker.backends.sqs.queues import SqsBackend, within_cap
+from worker.runtime.host import Host
+from worker.settings.config import HostConfig
+
+
+@pytest.fixture
+async def sqs(moto_server: Moto, tmp_path: Path) -> AsyncIterator[SqsBackend]:
+    backend = open_backend(moto_server.connection(), tmp_path)
+    assert isinstance(backend, SqsBackend)
+    yield backend
+    await backend.close()
+
+
+def test_a_renewal_is_cut_to_twelve_hours_from_the_first_receive_and_none_is_left_at_the_cap() -> None:
+    first = datetime(2026, 1, 1, tzinfo=UTC)
+    assert within_cap(600, first, first + timedelta(hours=1)) == 600
+    assert within_cap(600, first, first + timedelta(hours=12, minutes=-5)) == 300
+    assert within_cap(600, first, first + timedelta(hours=12)) == 0
+    assert within_cap(600, first, first + timedelta(hours=13)) == 0
+
+
+async def test_an_update_at_the_cap_is_a_lost_lease(sqs: SqsBackend, queue_name: str) -> None:
+    """At the cap the message is visible to every consumer whatever is asked: the lease is lost, and said so before
+    any request. (moto has no cap, so the first receive is set back twelve hours here.)"""
+    await sqs.create_queue(queue_name)
+    await sqs.put(queue_name, "long job")
+    [got] = await sqs.receive(queue_name, 1, 30)
+    assert got.pop_receipt is not None
+    sqs._first_receives[got.pop_receipt] = datetime.now(UTC) - timedelta(hours=12)
+    with pytest.raises(MessageNotFound, match="12-hour visibility cap"):
+        await sqs.update(queue_name, got.id, got.pop_receipt, 30)
+
+
+async def test_a_fifo_group_is_handed_out_one_message_at_a_time_in_order(sqs: SqsBackend, queue_name: str) -> None:
+    fifo = f"{queue_name}.fifo"
+    await sqs.create_queue(fifo)
+    for n in range(3):
+        with writing_outputs_of("orders", f"trigger-{n}"):
+            await sqs.put(fifo, f"a{n}")
+    # Every put here is its own attempt's output, so each is its own group: put three of one group instead.
+    with writing_outputs_of("orders", "one-group"):
+        for n in range(3):
+            await sqs.put(fifo, f"g{n}")
+    got = await sqs.receive(fifo, 10, 30)
+    groups_seen = [m.content for m in got if m.content.startswith("g")]
+    assert groups_seen == ["g0"], f"one receive handed out {groups_seen} of one group"
+    seen = []
+    while len(seen) < 3:
+        [head] = [m for m in got if m.content.startswith("g")]
+        seen.append(head.content)
+        assert head.pop_receipt is not None
+        await sqs.delete(fifo, head.id, head.pop_receipt)
+        got = await apoll(lambda: sqs.receive(fifo, 10, 30), 10, what="the group's next message") if len(seen) < 3 \
+            else []
+    assert seen == ["g0", "g1", "g2"]
+
+
+async def test_a_retried_attempts_outputs_to_a_fifo_queue_are_stored_once(sqs: SqsBackend, queue_name: str) -> None:
+    fifo = f"{queue_name}.fifo"
+    await sqs.create_queue(fifo)
+    for _attempt in range(2):  # the same trigger message, twice: the second attempt puts what the first did
+        with writing_outputs_of("orders", "message-1"):
+            await sqs.put(fifo, "first output")
+            await sqs.put(fifo, "second output")
+    with writing_outputs_of("orders", "message-2"):
+        await sqs.put(fifo, "first output")  # another message's output, the same text: a message of its own
+    assert await sqs.approximate_count(fifo) == 3
+
+
+async def _with_redrive(sqs: SqsBackend, queue: str, max_receives: int) -> None:
+    await sqs.create_queue(queue)
+    await sqs.create_queue(f"{queue}-dlq")
+    arn = (await sqs.queue_attributes(f"{queue}-dlq"))["QueueArn"]
+    client = sqs.client()
+    await asyncio.to_thread(client.set_queue_attributes, QueueUrl=client.get_queue_url(QueueName=queue)["QueueUrl"],
+                            Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn,
+                                                                     "maxReceiveCount": max_receives})})
+
+
+async def test_poison_and_a_queues_redrive_policy_that_disagree_are_refused_at_start(
+    moto_server: Moto, tmp_path: Path, queue_name: str
+) -> None:
+    host_poison = open_backend(moto_server.connection(), tmp_path)
+    service_poison = open_backend(moto_server.connection(poison="service"), tmp_path)
+    assert isinstance(host_poison, SqsBackend) and isinstance(service_poison, SqsBackend)
+    try:
+        await _with_redrive(host_poison, queue_name, 3)
+        await host_poison.create_queue(f"{queue_name}-plain")
+
+        refused = await host_poison.poison_problem(queue_name, 3)
+        assert refused is not None and "has a redrive policy" in refused and "poison=service" in refused
+        assert await host_poison.poison_problem(f"{queue_name}-plain", 3) is None
+        assert "has no redrive policy" in (await service_poison.poison_problem(f"{queue_name}-plain", 3) or "")
+        assert "moves a message after 3 receives, but maxDequeueCount is 5" in (
+            await service_poison.poison_problem(queue_name, 5) or "")
+        assert await service_poison.poison_problem(queue_name, 3) is None
+    finally:
+        await host_poison.close()
+        await service_poison.close()
+
+
+async def test_a_host_on_sqs_deletes_holds_a_long_handler_and_poisons(
+    moto_server: Moto, sqs: SqsBackend, tmp_path: Path, queue_name: str
+) -> None:
+    """Handled and deleted; a handler three times longer than the lease is not handed out again (the host renews
+    it); a message failing every attempt ends on ``<queue>-poison``."""
+    await sqs.create_queue(queue_name)
+    runs: dict[str, int] = {}
+
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    async def handler(msg: QueueMessage) -> None:
+        body = msg.get_body().decode()
+        runs[body] = runs.get(body, 0) + 1
+        if body == "slow":
+            await asyncio.sleep(3.5)  # the work: three and a half leases long
+        if body == "bad":
+            raise RuntimeError("always fails")
+
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, lease_duration=1, max_dequeue_count=2,
+                        drain_timeout=1, connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)},
+                        message_encoding="none")
+    for body in ("ok", "slow", "bad"):
+        await sqs.put(queue_name, body)
+    async with running(app, config) as host:
+        assert isinstance(host, Host)
+        poison = f"{queue_name}-poison"
+
+        async def settled() -> bool:
+            return runs.get("slow") == 1 and runs.get("ok") == 1 and await _count(sqs, poison) == 1 \
+                and await sqs.approximate_count(queue_name) == 0
+
+        await apoll(settled, 20, interval=0.2, what="ok and slow handled, bad poisoned")
+    assert runs == {"ok": 1, "slow": 1, "bad": 2}, "the slow message came back while its handler ran"
+    [poisoned] = await sqs.receive(poison, 10, 30)
+    assert poisoned.content == "bad"
+
+
+async def _count(sqs: SqsBackend, queue: str) -> int:
+    try:
+        return await sqs.approximate_count(queue)
+    except QueueNotFound:  # the poison queue is made with the first poison message
+        return 0
