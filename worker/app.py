@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -97,6 +97,7 @@ class WorkerApp:
         channel: str | None = None,
         checkpoints: bool = False,
         spark: bool = False,
+        settings: Mapping[str, Any] | None = None,
     ) -> Callable[[F], F]:
         """Run the decorated function for each message on ``queue_name``, passed as ``arg_name``.
 
@@ -118,6 +119,10 @@ class WorkerApp:
         the background as it starts, so that the first message does not pay for
         the JVM and the cold first jobs (a handler without it can still call
         ``spark.session()``, which then starts Spark at its first call).
+        ``settings`` are the function's own settings given with its code (by
+        their HostConfig names: ``batch_size``, ``function_timeout`` ...), as a
+        converted SAM template gives them; host.yaml's ``functions.<name>``
+        section wins over them.
         """
         try:
             if cardinality not in ("one", "many"):
@@ -156,6 +161,7 @@ class WorkerApp:
                 channel=channel,
                 checkpoints=checkpoints,
                 spark=spark,
+                settings=dict(settings or {}),
             )
             return handler
 

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import json
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,8 @@ class QueueMessage:
         "insertion_time",
         "expiration_time",
         "time_next_visible",
+        "properties",
+        "service_attributes",
         "_body",
         "_lease",
         "_failure",
@@ -73,6 +76,8 @@ class QueueMessage:
         pop_receipt: str | None = None,
         lease: Lease | None = None,
         checkpoint_encoding: str | None = None,
+        properties: Mapping[str, str] | None = None,
+        service_attributes: Mapping[str, str] | None = None,
     ) -> None:
         """``checkpoint_encoding`` is the function's messageEncoding when it declares checkpoints (the host sets it);
         None: :meth:`checkpoint` is refused."""
@@ -81,6 +86,11 @@ class QueueMessage:
         self.insertion_time = insertion_time
         self.expiration_time = expiration_time
         self.time_next_visible = time_next_visible
+        #: What the sender put beside the content (SQS message attributes); empty where the service has none.
+        self.properties: Mapping[str, str] = properties or {}
+        #: What the service says of the message beyond the protocol (SQS's system attributes: SenderId,
+        #: MessageGroupId ...), for handlers written for that service; empty elsewhere.
+        self.service_attributes: Mapping[str, str] = service_attributes or {}
         self._body = body
         self._lease = lease if lease is not None else Lease.detached(id, pop_receipt)
         self._failure: str | None = None

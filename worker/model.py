@@ -15,7 +15,7 @@ import asyncio
 import enum
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -81,6 +81,9 @@ class FunctionSpec:
     checkpoints: bool = False
     #: The handler runs Spark (``spark=True``): the host starts the Spark session as it starts, not at the first message.
     spark: bool = False
+    #: Settings given with the function's code (a SAM template's BatchSize, Timeout ...), by FunctionOptions field;
+    #: host.yaml's ``functions.<name>`` section wins over them, and they over the global settings.
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def has_blob_bindings(self) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from worker.app import WorkerApp
-from worker.backends.registry import AZURE, EMBEDDED, OCI, UnsupportedConnection, backend_kind, open_backend
+from worker.backends.registry import AZURE, EMBEDDED, OCI, SQS, UnsupportedConnection, backend_kind, open_backend
 from worker.ops import preflight
 from worker.settings.config import load_config
 
@@ -40,11 +40,12 @@ def test_each_connection_form_names_its_backend() -> None:
     assert backend_kind("AccountName=a;AccountKey=k;QueueEndpoint=https://x/y") is AZURE
     assert backend_kind(OCI_CONNECTION) is OCI
     assert backend_kind("oci+http://127.0.0.1:1?compartment=c") is OCI
+    assert backend_kind("sqs://?region=us-east-1") is SQS
 
 
 def test_an_unknown_scheme_is_refused_not_taken_for_azure(tmp_path: Path) -> None:
-    with pytest.raises(UnsupportedConnection, match=r"no queue backend for sqs:// connections \(known: sqlite://"):
-        open_backend("sqs://queue.amazonaws.com/1/q", tmp_path)
+    with pytest.raises(UnsupportedConnection, match=r"no queue backend for amqp:// connections \(known: sqlite://"):
+        open_backend("amqp://broker.example/q", tmp_path)
 
 
 def test_the_limits_differ_by_service() -> None:

@@ -180,6 +180,8 @@ class RawMessage:
     pop_receipt: str | None
     #: What the sender put beside the content (``Capabilities.message_properties``); empty elsewhere.
     properties: Mapping[str, str] = field(default_factory=dict)
+    #: What the service says of the message beyond the protocol (SQS's system attributes); empty elsewhere.
+    service_attributes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

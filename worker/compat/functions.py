@@ -49,7 +49,6 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import azure.functions as func
@@ -64,6 +63,7 @@ from worker.bindings import blobs as blob_bindings
 from worker.bindings import expressions
 from worker.bindings.errors import UnusableOutput
 from worker.bindings.outputs import Out
+from worker.compat.converted import ConvertedApp, SkippedFunction
 from worker.context import Context, RetryContext, TraceContext
 from worker.message import QueueMessage
 from worker.settings.connections import Service
@@ -87,30 +87,6 @@ _abc.RetryContext.register(RetryContext)
 
 class FunctionAppError(ValueError):
     """The FunctionApp cannot be indexed at all (a function without a trigger, two functions of one name)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SkippedFunction:
-    """A function of the FunctionApp that this host does not run, and why."""
-
-    name: str
-    #: The trigger's binding type as in function.json: ``httpTrigger``, ``timerTrigger``, ``queueTrigger`` ...
-    trigger_type: str
-    #: One sentence for the log, naming the function.
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class ConvertedApp:
-    """What :func:`from_function_app` made: the queue-triggered functions as a WorkerApp, and the rest."""
-
-    app: WorkerApp
-    #: Functions with a trigger this host does not run (listed at start, not run).
-    skipped: tuple[SkippedFunction, ...]
-    #: Names of functions switched off with ``AzureWebJobs.<name>.Disabled`` (listed at start, not run).
-    disabled: tuple[str, ...] = ()
-    #: Why queue-triggered functions cannot run, one line each naming the function and binding: refuse the app.
-    problems: tuple[str, ...] = ()
 
 
 class FunctionsQueueMessage(_FullQueueMessage):

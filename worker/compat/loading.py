@@ -1,4 +1,5 @@
-"""Finding and loading the app ``worker run --app MODULE:ATTR`` (or ``--app FOLDER``, a v1 app) names, as a WorkerApp."""
+"""Finding and loading the app ``worker run --app MODULE:ATTR`` (or ``--app FOLDER``, a v1 app, or ``--app
+template.yaml``, an AWS SAM app) names, as a WorkerApp."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from worker.app import WorkerApp
+from worker.compat.converted import ConvertedApp
+from worker.compat.sam import from_template, is_template, template_in
 from worker.compat.tracebacks import import_failure
 from worker.settings.connections import Service
-
-if TYPE_CHECKING:  # the conversion imports azure-functions, an optional dependency: imported when an app needs it
-    from worker.compat.functions import ConvertedApp
 
 #: The file the Functions Python v2 model starts from, in the app's folder (``PYTHON_SCRIPT_FILE_NAME`` names another).
 SCRIPT_FILE = "function_app.py"
@@ -44,7 +44,9 @@ def load_app(
     """Import ``MODULE:ATTR`` (looked up from ``search_path`` first), or a v1 app's folder, and check it can run.
 
     Without ``:ATTR``, the module's app is its ``app``, else the one WorkerApp or FunctionApp it defines.
-    A folder holding ``*/function.json`` is a Functions v1 app (:mod:`worker.compat.function_json`).
+    A folder holding ``*/function.json`` is a Functions v1 app (:mod:`worker.compat.function_json`). A target
+    ending in ``.yaml`` or ``.yml`` is an AWS SAM template whose SQS-triggered Lambda functions are registered into
+    a WorkerApp (:mod:`worker.compat.sam`).
 
     The app is a WorkerApp, or an ``azure.functions.FunctionApp`` whose queue-triggered functions are
     registered into one (:mod:`worker.compat.functions`); the functions not run (another trigger, or switched
@@ -56,6 +58,8 @@ def load_app(
     problems: list[str] = list(found)
     if is_v1_target(target):
         return _checked(_v1_app(target, connection_problem, problems), target, problems, check)
+    if is_template(target):
+        return _checked(_template_app(target, search_path, problems), target, problems, check)
     module_name, colon, attr = target.partition(":")
     if not module_name or (colon and not attr):
         raise AppLoadError(f"--app must look like MODULE or MODULE:ATTR (for example function_app:app), got {target!r}")
@@ -92,7 +96,8 @@ def load_app(
                 converted = from_function_app(app, connection_problem=connection_problem)
             except FunctionAppError as exc:
                 raise AppLoadError(f"{target}: {exc}") from None
-            app = _converted(converted, f"{target} is an azure.functions.FunctionApp", problems)
+            app = _converted(converted, f"{target} is an azure.functions.FunctionApp without a queue-triggered "
+                                        "function this host can run", problems)
     if not isinstance(app, WorkerApp):
         raise AppLoadError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
     return _checked(app, target, problems, check)
@@ -124,11 +129,27 @@ def _v1_app(
         converted = from_folder(Path(target), function_files(Path(target)), os.environ, connection_problem)
     except FunctionAppError as exc:
         raise AppLoadError(f"{target}: {exc}") from None
-    return _converted(converted, f"{target} is a Functions v1 app", problems)
+    return _converted(converted, f"{target} is a Functions v1 app without a queue-triggered function this host can "
+                                 "run", problems)
 
 
-def _converted(converted: ConvertedApp, what: str, problems: list[str]) -> WorkerApp:
-    """The WorkerApp of a converted Functions app; what it does not run logged and kept, its problems added."""
+def _template_app(target: str, search_path: Path, problems: list[str]) -> WorkerApp:
+    """The SQS-triggered Lambda functions of a SAM template (:mod:`worker.compat.sam`), as a WorkerApp."""
+    path = Path(target) if Path(target).is_absolute() else search_path / target
+    if not path.is_file():
+        path = Path(os.getcwd()) / target
+    if not path.is_file():
+        raise AppLoadError(f"SAM template {target} does not exist")
+    try:
+        converted = from_template(path, os.environ)
+    except ValueError as exc:
+        raise AppLoadError(f"{target}: {exc}") from None
+    return _converted(converted, f"{target} has no SQS-triggered Python function this host can run", problems)
+
+
+def _converted(converted: ConvertedApp, nothing_to_run: str, problems: list[str]) -> WorkerApp:
+    """The WorkerApp of a converted app (Functions or Lambda); what it does not run logged and kept, its problems
+    added; ``nothing_to_run`` is the refusal when it runs nothing and nothing else is wrong."""
     not_run = [skipped.message for skipped in converted.skipped]
     not_run += [f"function {name} is disabled (AzureWebJobs.{name}.Disabled)" for name in converted.disabled]
     if not_run:
@@ -140,8 +161,7 @@ def _converted(converted: ConvertedApp, what: str, problems: list[str]) -> Worke
     problems.extend(converted.problems)
     if not converted.app.functions and not problems and not converted.app.problems:
         listed = "".join(f"\n  {line}" for line in not_run)
-        raise AppLoadError(f"{what} without a queue-triggered function this host can run"
-                           + (f":{listed}" if listed else " (it has no functions)"))
+        raise AppLoadError(nothing_to_run + (f":{listed}" if listed else " (it has no functions)"))
     converted.app.not_run = tuple(not_run)
     return converted.app
 
@@ -188,7 +208,8 @@ def discover(folder: Path, environ: Mapping[str, str]) -> str:
     """What ``worker run`` runs without ``--app``, found as Functions finds it in ``folder``.
 
     ``function_app.py`` (the v2 model; ``PYTHON_SCRIPT_FILE_NAME`` names another) as a module name; else,
-    when function folders (``*/function.json``) are there, the folder itself: a v1 app.
+    when function folders (``*/function.json``) are there, the folder itself: a v1 app; else the folder's AWS SAM
+    ``template.yaml``.
     """
     name = environ.get(SCRIPT_SETTING) or SCRIPT_FILE
     script = folder / name
@@ -198,11 +219,13 @@ def discover(folder: Path, environ: Mapping[str, str]) -> str:
         return script.stem
     if function_files(folder):
         return str(folder.resolve())
+    if SCRIPT_SETTING not in environ and (template := template_in(folder)) is not None:
+        return template.name  # an AWS SAM app: its Lambda SQS functions
     raise AppLoadError(
         f"no app to run: no {name} in {folder} (the Functions Python entry point"
         + ("" if name != SCRIPT_FILE else f"; {SCRIPT_SETTING} names another")
-        + f") and no function folders (*/{FUNCTION_JSON}, a v1 app); run in the app's folder, "
-        "or give --app MODULE:ATTR"
+        + f"), no function folders (*/{FUNCTION_JSON}, a v1 app) and no AWS SAM template.yaml; run in the app's "
+        "folder, or give --app MODULE:ATTR"
     )
 
 
@@ -230,9 +253,13 @@ def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
 
 
 def app_directory(target: str) -> Path | None:
-    """The folder of the module ``MODULE:ATTR`` names (or the v1 app folder named), found without importing anything."""
+    """The folder of the module ``MODULE:ATTR`` names (or the v1 app folder, or a SAM template's), found without
+    importing anything."""
     if is_v1_target(target):
         return Path(target).resolve()
+    if is_template(target):
+        path = Path(target)
+        return (path if path.is_absolute() else Path(os.getcwd()) / path).parent.resolve()
     parts = target.partition(":")[0].split(".")
     if not all(parts):
         return None

@@ -128,7 +128,7 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
     if spec.checkpoints and not kind.capabilities.updates_content:
         found.append(f"checkpoints=True: {kind.name} cannot change a message's content while it is held, so "
                      "msg.checkpoint could not store anything")
-    own = config.for_function(spec.name)
+    own = config.for_function(spec.name, spec.retry, spec.settings)
     for attr, limit_attr, meaning in _BOUNDED:
         value, limit = getattr(own, attr), getattr(kind.limits, limit_attr)
         if value > limit:

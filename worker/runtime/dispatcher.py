@@ -175,6 +175,7 @@ class Dispatcher:
             id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
             expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=delivery.lease,
             checkpoint_encoding=inv.config.message_encoding if inv.function.checkpoints else None,
+            properties=raw.properties, service_attributes=raw.service_attributes,
         )
         return True
 

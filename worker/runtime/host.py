@@ -209,7 +209,7 @@ class Host:
             refused = []
             for function in self.app.functions:
                 backend = backends.queues(function.connection)
-                own = config.for_function(function.name, function.retry)
+                own = config.for_function(function.name, function.retry, function.settings)
                 # Storage that cannot be reached now is no reason to stop: the listener retries and waits for it,
                 # and /readyz says why from the start.
                 unreachable = None
@@ -236,7 +236,8 @@ class Host:
                 raise StartupRefused(refused)
             if self.handover is not None and (handed := take(self.handover)):
                 await settle_handed_over(handed, self.app.functions, lambda function: (
-                    backends.queues(function.connection), config.for_function(function.name, function.retry)
+                    backends.queues(function.connection),
+                    config.for_function(function.name, function.retry, function.settings),
                 ), completion, self.metrics)
             if config.http_port:
                 endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble,

@@ -472,14 +472,18 @@ class HostConfig:
             found[keys.get(item.name, item.name)] = text
         return found
 
-    def for_function(self, name: str, code_retry: RetryPolicy | None = None) -> FunctionOptions:
+    def for_function(
+        self, name: str, code_retry: RetryPolicy | None = None, code_settings: Mapping[str, Any] | None = None
+    ) -> FunctionOptions:
         """The settings function ``name`` runs with: its ``functions:`` section over the global ones.
 
         ``code_retry`` is a retry policy given in code (``@app.retry``); the
         function's own host.yaml ``retry`` wins over it, and it wins over the
         global ``retry``, as a function's retry wins over host.json's in Functions.
+        ``code_settings`` (FunctionOptions fields given with the code: a SAM
+        template's) stand likewise between the two.
         """
-        overrides = dict(self.functions[name].settings) if name in self.functions else {}
+        overrides = {**(code_settings or {}), **(self.functions[name].settings if name in self.functions else {})}
         if code_retry is not None and "retry" not in overrides:
             overrides["retry"] = code_retry
         values = {attr: overrides.get(attr, getattr(self, attr)) for attr in _FUNCTION_OPTIONS}

@@ -92,9 +92,9 @@ T = TypeVar("T")
 THREADS = 32
 #: The visibility cap: no message is hidden past this long after its first receive.
 CAP = timedelta(seconds=SQS_LIMITS.max_visibility)
-#: The attributes a receive asks for: the receive count and the times the protocol reports.
-SYSTEM_ATTRIBUTES = ["ApproximateReceiveCount", "SentTimestamp", "ApproximateFirstReceiveTimestamp",
-                     "MessageGroupId", "SequenceNumber"]
+#: The system attributes a receive asks for: the receive count and times the protocol reports, and the rest
+#: (SenderId, MessageGroupId ...) for handlers written for SQS (``RawMessage.service_attributes``).
+SYSTEM_ATTRIBUTES = ["All"]
 
 
 @functools.cache
@@ -361,6 +361,7 @@ class SqsBackend:
                 time_next_visible=now + timedelta(seconds=visibility), pop_receipt=receipt,
                 properties={k: v["StringValue"] for k, v in message.get("MessageAttributes", {}).items()
                             if "StringValue" in v},
+                service_attributes=attributes,
             ))
         while len(self._first_receives) > self._receipts.size:
             del self._first_receives[next(iter(self._first_receives))]

@@ -1,0 +1,33 @@
+"""What converting another platform's app (an Azure Functions FunctionApp, a SAM template's Lambda functions) gives:
+the functions this host runs as a WorkerApp, the ones it does not run and why, and what stops it running at all."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.app import WorkerApp
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFunction:
+    """A function (or a Lambda function's event) that this host does not run, and why."""
+
+    name: str
+    #: The trigger's binding type as in function.json (``httpTrigger``, ``timerTrigger`` ...), or the SAM event's
+    #: type (``Schedule``, ``Api`` ...).
+    trigger_type: str
+    #: One sentence for the log, naming the function.
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConvertedApp:
+    """The functions this host runs, as a WorkerApp, and the rest."""
+
+    app: WorkerApp
+    #: Functions with a trigger this host does not run (listed at start, not run).
+    skipped: tuple[SkippedFunction, ...]
+    #: Names of functions switched off with ``AzureWebJobs.<name>.Disabled`` (listed at start, not run).
+    disabled: tuple[str, ...] = ()
+    #: Why queue-triggered functions cannot run, one line each naming the function and binding: refuse the app.
+    problems: tuple[str, ...] = ()

@@ -1,0 +1,245 @@
+"""Run the SQS-triggered Lambda functions of an AWS SAM template (``template.yaml``) on this host, unchanged.
+
+Why: a Lambda SQS function is a queue trigger with Lambda's event and context; here it runs on a laptop or
+Kubernetes against the real queue, with its visibility renewed while it runs and no 15-minute cap. ``worker run``
+in a folder with a ``template.yaml`` (and no ``function_app.py``) reads it: :func:`from_template` registers each
+``AWS::Serverless::Function`` event of ``Type: SQS`` into a :class:`~worker.app.WorkerApp` whose handler calls
+the function's handler as Lambda does (:mod:`worker.compat.lambda_sqs`).
+
+What maps to what:
+
+- ``Queue`` (``!GetAtt Q.Arn``, ``!Ref Q`` of an ``AWS::SQS::Queue``, or an ARN): the queue's ``QueueName``, else
+  its logical id (``.fifo`` added for a FIFO queue without a name, as CloudFormation does); read through the
+  connection setting ``AWS_SQS`` (``sqs://?region=...``);
+- ``BatchSize``: ``batchSize`` (SQS hands out 10 a receive: a larger one is cut to 10, and said so);
+- ``ScalingConfig.MaximumConcurrency``: ``maxConcurrency``;
+- ``Timeout`` (Lambda's default 3 s): ``functionTimeout``, and ``get_remaining_time_in_millis``;
+- the queue's ``VisibilityTimeout``: ``visibilityTimeout``, the wait before a failed record comes back (Lambda
+  leaves a failed record hidden until its visibility ends); its ``RedrivePolicy.maxReceiveCount``:
+  ``maxDequeueCount``, so that the queue's redrive policy and the host agree (see the ``poison=`` connection key);
+- ``Handler`` and ``CodeUri``: the module is imported with ``CodeUri`` on the import path, as ``sam build`` lays
+  it out; ``Environment.Variables`` are set in the process (a variable already set in the environment wins);
+- ``Globals.Function`` under each function's own properties.
+
+Not run, and listed at start: events of other types, functions of another runtime or packaged as images, events
+with ``Enabled: false``. Refused, every problem listed: ``FilterCriteria`` (Lambda deletes what a filter drops; this
+host would run it), a handler that cannot be imported, two functions setting one variable to different values (one
+process has one environment), two ``CodeUri`` folders with modules of one name.
+``MaximumBatchingWindowInSeconds`` is read and not applied: a batch is what one receive brings.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from worker.app import WorkerApp
+from worker.backends.failures import ConnectionStringError
+from worker.backends.sqs.connection import FIFO_SUFFIX, SQS_LIMITS, parse_sqs_connection
+from worker.compat.cloudformation import ACCOUNT_ID, Resolver, Unresolvable, read_template
+from worker.compat.converted import ConvertedApp, SkippedFunction
+from worker.compat.lambda_sqs import REPORT_BATCH_ITEM_FAILURES, LambdaFunction, lambda_handler
+
+log = structlog.get_logger("worker.compat.sam")
+
+#: The template ``worker run`` looks for beside ``function_app.py``, and the names ``--app`` takes as one.
+TEMPLATE_FILES = ("template.yaml", "template.yml")
+#: The connection setting the template's queues are read through.
+CONNECTION = "AWS_SQS"
+#: Lambda's defaults: a function's timeout and memory, an event source's batch size.
+DEFAULT_TIMEOUT = 3
+DEFAULT_MEMORY_MB = 128
+DEFAULT_BATCH_SIZE = 10
+
+
+def is_template(target: str) -> bool:
+    """Whether ``worker run --app`` names a SAM template rather than a module."""
+    return target.endswith((".yaml", ".yml"))
+
+
+def _region(environ: Mapping[str, str]) -> str:
+    """``AWS::Region``: the ``AWS_SQS`` connection's region, else the SDKs' region variables, else us-east-1."""
+    connection = environ.get(f"AzureWebJobs{CONNECTION}") or environ.get(CONNECTION)
+    if connection:
+        try:
+            return parse_sqs_connection(connection).region
+        except ConnectionStringError:
+            pass
+    return environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def _merged(globals_: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
+    """A function's properties over ``Globals.Function``; maps (Environment, Variables) merge, as SAM merges them."""
+    merged = dict(globals_)
+    for key, value in own.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _queue_names(template: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
+    """Each ``AWS::SQS::Queue``'s name by logical id: its QueueName, else the id (``.fifo`` for a FIFO queue)."""
+    names = {}
+    for logical_id, resource in (template.get("Resources") or {}).items():
+        if (resource or {}).get("Type") != "AWS::SQS::Queue":
+            continue
+        properties = resource.get("Properties") or {}
+        try:
+            name = str(resolver.resolve(properties["QueueName"])) if "QueueName" in properties else None
+        except Unresolvable:
+            name = None
+        fifo = str(properties.get("FifoQueue", "")).lower() == "true"
+        names[logical_id] = name or (logical_id + (FIFO_SUFFIX if fifo else ""))
+    return names
+
+
+def _queue_of(source: Any, resolver: Resolver) -> tuple[str, str | None]:
+    """The queue an event's ``Queue`` names (resolved already: an ARN, or a name or URL as ``!Ref`` gives it), and
+    its resource's logical id when the template defines it."""
+    text = str(source)
+    name = text.rsplit(":", 1)[-1] if text.startswith("arn:") else text.rstrip("/").rsplit("/", 1)[-1]
+    return name, next((logical_id for logical_id, queue in resolver.names.items() if queue == name), None)
+
+
+def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp:
+    """The SQS-triggered functions of the SAM template at ``path`` as a WorkerApp; the rest listed, the problems
+    gathered. Raises ValueError for a file that is no template."""
+    template = read_template(path)
+    folder = path.parent.resolve()
+    resolver = Resolver(template, _region(environ), stack_name=folder.name)
+    resolver.names.update(_queue_names(template, resolver))
+    globals_ = (template.get("Globals") or {}).get("Function") or {}
+    app = WorkerApp()
+    skipped: list[SkippedFunction] = []
+    problems: list[str] = []
+    variables: dict[str, tuple[str, str]] = {}
+    modules: dict[str, Path] = {}
+    for logical_id, resource in (template.get("Resources") or {}).items():
+        if (resource or {}).get("Type") != "AWS::Serverless::Function":
+            continue
+        try:
+            properties = resolver.resolve(_merged(globals_, resource.get("Properties") or {}))
+        except Unresolvable as exc:
+            problems.append(f"function {logical_id}: {exc}")
+            continue
+        name = str(properties.get("FunctionName") or logical_id)
+        events = properties.get("Events") or {}
+        sqs_events = {event: spec for event, spec in events.items() if (spec or {}).get("Type") == "SQS"}
+        for event, spec in events.items():
+            if event not in sqs_events:
+                kind = str((spec or {}).get("Type"))
+                skipped.append(SkippedFunction(name, kind, f"function {name}: event {event} of type {kind} is not run "
+                                                           "(this host runs SQS events only)"))
+        if not sqs_events:
+            continue
+        runtime = str(properties.get("Runtime", "python"))
+        if properties.get("PackageType") == "Image" or not runtime.startswith("python"):
+            skipped.append(SkippedFunction(name, "SQS", f"function {name} is not run: its runtime is "
+                                           f"{properties.get('PackageType') or runtime}, not Python"))
+            continue
+        handler = _import_handler(properties, folder, name, modules, problems)
+        for key, value in ((properties.get("Environment") or {}).get("Variables") or {}).items():
+            value = "" if value is None else str(value)
+            if key in variables and variables[key][1] != value:
+                problems.append(f"function {name}: environment variable {key} is {value!r} here and "
+                                f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
+                                "environment")
+            variables.setdefault(key, (name, value))
+        for event, spec in sqs_events.items():
+            event_name = name if len(sqs_events) == 1 else f"{name}-{event}"
+            _register(app, event_name, spec.get("Properties") or {}, properties, handler, template, resolver,
+                      skipped, problems)
+    for key, (_, value) in variables.items():
+        if key not in environ:
+            environ[key] = value
+        elif environ[key] != value:
+            log.info("template environment variable set otherwise in the environment; the environment's kept",
+                     variable=key)
+    return ConvertedApp(app, tuple(skipped), (), tuple(problems))
+
+
+def _import_handler(properties: Mapping[str, Any], folder: Path, name: str, modules: dict[str, Path],
+                    problems: list[str]) -> Any:
+    """The function's handler, imported with its CodeUri first on the import path; None (a problem said) if not."""
+    handler_name = str(properties.get("Handler") or "")
+    module_name, _, attr = handler_name.rpartition(".")
+    if not module_name or not attr:
+        problems.append(f"function {name}: Handler {handler_name!r} is not MODULE.FUNCTION")
+        return None
+    code = (folder / str(properties.get("CodeUri") or ".")).resolve()
+    if not code.is_dir():
+        problems.append(f"function {name}: CodeUri {properties.get('CodeUri')!r} is not a folder (sam build unpacks "
+                        "archives; give the folder)")
+        return None
+    top = module_name.split(".")[0]
+    if top in modules and modules[top] != code:
+        problems.append(f"function {name}: module {top!r} is in {code} and in {modules[top]}; one process imports "
+                        "one module of a name")
+        return None
+    modules[top] = code
+    if str(code) not in sys.path:
+        sys.path.insert(0, str(code))
+    try:
+        handler = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:
+        problems.append(f"function {name}: cannot import Handler {handler_name}: {type(exc).__name__}: {exc}")
+        return None
+    if not callable(handler):
+        problems.append(f"function {name}: Handler {handler_name} is not a function")
+        return None
+    return handler
+
+
+def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: Mapping[str, Any], handler: Any,
+              template: Mapping[str, Any], resolver: Resolver, skipped: list[SkippedFunction],
+              problems: list[str]) -> None:
+    """One SQS event of a function, as a queue trigger of ``app`` with the settings the template gives it."""
+    if str(event.get("Enabled", True)).lower() == "false":
+        skipped.append(SkippedFunction(name, "SQS", f"function {name} is not run: its SQS event has Enabled: false"))
+        return
+    if event.get("FilterCriteria"):
+        problems.append(f"function {name}: FilterCriteria is not supported (Lambda deletes the messages a filter "
+                        "drops; this host would run them)")
+    queue, logical_id = _queue_of(event.get("Queue"), resolver)
+    settings: dict[str, Any] = {"message_encoding": "none",
+                                "function_timeout": float(properties.get("Timeout") or DEFAULT_TIMEOUT)}
+    batch_size = int(event.get("BatchSize") or DEFAULT_BATCH_SIZE)
+    if batch_size > SQS_LIMITS.max_batch:
+        log.warning("BatchSize is more than one SQS receive brings; batches of at most that many", function=name,
+                    batch_size=batch_size, at_most=SQS_LIMITS.max_batch)
+    settings["batch_size"] = min(batch_size, SQS_LIMITS.max_batch)
+    if "MaximumBatchingWindowInSeconds" in event:
+        log.info("MaximumBatchingWindowInSeconds is not applied: a batch is what one receive brings", function=name)
+    concurrency = (event.get("ScalingConfig") or {}).get("MaximumConcurrency")
+    if concurrency:
+        settings["max_concurrency"] = int(concurrency)
+    queue_resource = (template.get("Resources") or {}).get(logical_id) or {} if logical_id else {}
+    queue_properties = queue_resource.get("Properties") or {}
+    if "VisibilityTimeout" in queue_properties:
+        settings["visibility_timeout"] = float(queue_properties["VisibilityTimeout"])
+    redrive = queue_properties.get("RedrivePolicy") or {}
+    if isinstance(redrive, Mapping) and "maxReceiveCount" in redrive:
+        settings["max_dequeue_count"] = int(redrive["maxReceiveCount"])
+    if handler is None:
+        return
+    function = LambdaFunction(
+        name=name, handler=handler, queue=queue, queue_arn=f"arn:aws:sqs:{resolver.region}:{ACCOUNT_ID}:{queue}",
+        region=resolver.region, timeout=settings["function_timeout"],
+        memory_mb=int(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
+        reports_failures=REPORT_BATCH_ITEM_FAILURES in (event.get("FunctionResponseTypes") or []),
+    )
+    app.queue_trigger(arg_name="messages", queue_name=queue, connection=CONNECTION, cardinality="many",
+                      settings=settings)(lambda_handler(function, ACCOUNT_ID))
+
+
+def template_in(folder: Path) -> Path | None:
+    """The SAM template of ``folder``, if it has one."""
+    return next((folder / name for name in TEMPLATE_FILES if (folder / name).is_file()), None)
+
