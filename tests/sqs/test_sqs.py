@@ -164,3 +164,22 @@ async def _count(sqs: SqsBackend, queue: str) -> int:
         return await sqs.approximate_count(queue)
     except QueueNotFound:  # the poison queue is made with the first poison message
         return 0
+
+
+async def test_deletes_made_together_go_in_batches_and_each_reads_its_own_entry(sqs: SqsBackend, queue_name: str) -> None:
+    """Twenty deletes at once cost fewer than twenty requests; one whose receipt SQS refuses fails alone."""
+    await sqs.create_queue(queue_name)
+    for n in range(20):
+        await sqs.put(queue_name, f"m{n}")
+    taken = [m for _ in range(4) for m in await sqs.receive(queue_name, 10, 30)]
+    assert len(taken) == 20
+    requests: list[str] = []
+    sqs.client().meta.events.register("before-call.sqs.*", lambda model, **_: requests.append(model.name))
+
+    results = await asyncio.gather(*(sqs.delete(queue_name, m.id, m.pop_receipt or "") for m in taken),
+                                   sqs.delete(queue_name, "never-received", "not-a-receipt-handle"),
+                                   return_exceptions=True)
+    assert results[:20] == [None] * 20
+    assert isinstance(results[20], MessageNotFound), results[20]
+    assert "DeleteMessageBatch" in requests and len(requests) < 21, requests
+    assert await sqs.approximate_count(queue_name) == 0

@@ -27,6 +27,7 @@ from worker.backends.queues import (
     MessageTooLarge,
     QueueError,
     QueueNotFound,
+    TransientError,
 )
 
 #: Codes of answers a later attempt may get past: throttling and the service's own trouble.
@@ -106,3 +107,15 @@ def answer_error(exc: BaseException, queue: str, message_id: str | None, where: 
     if status(exc) == 400:
         return InvalidArgument(f"{where} refused the request for {subject}: {describe(exc)}")
     return QueueError(f"{where} call for {subject} failed: {describe(exc)}")
+
+
+def entry_error(failed: dict[str, str], queue: str, message_id: str, where: str) -> QueueError:
+    """The protocol's error for one entry a batch request failed (its ``Failed`` item: Code, Message, SenderFault)."""
+    code, text = failed.get("Code", ""), failed.get("Message") or ""
+    answer = f"{code}: {first_line(text)}" if text else code
+    subject = f"message {message_id} in queue {queue!r}"
+    if code in RECEIPT_GONE:
+        return MessageNotFound(f"{subject} is gone, or its receipt handle is no longer current ({answer})")
+    if not failed.get("SenderFault", True) or code in _TRANSIENT_CODES:
+        return TransientError(f"{where} failed the entry for {subject}; it may succeed later ({answer})")
+    return InvalidArgument(f"{where} refused the entry for {subject} ({answer})")

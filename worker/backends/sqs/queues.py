@@ -33,6 +33,9 @@ reads through the protocol:
   no second message of a group while one is in flight, but one request may
   return several of a group, which the host would then run at once. Puts to
   them carry a group and deduplication id (:mod:`worker.backends.sqs.fifo`).
+- Deletes and visibility changes made while others of their queue are under way go out together, ten to a
+  request (DeleteMessageBatch, ChangeMessageVisibilityBatch: :mod:`worker.backends.sqs.batches`), each caller
+  reading its own entry's result.
 - A receive cancelled under way is not cut: SQS may still hand its messages to
   a request whose client hung up, so the request runs to its end and what it
   brings is released at once (ChangeMessageVisibilityBatch to 0); ``close``
@@ -73,6 +76,7 @@ from worker.backends.queues import (
 from worker.backends.receipts import Receipts
 from worker.backends.retrying import Retrier
 from worker.backends.sqs import errors
+from worker.backends.sqs.batches import Batcher, Entry
 from worker.backends.sqs.connection import (
     MAX_LONG_POLL,
     RELEASE_MARGIN,
@@ -150,6 +154,8 @@ class SqsBackend:
         #: When each handle's message was first received, for the 12-hour cap, by receipt handle.
         self._first_receives: dict[str, datetime] = {}
         self._unsettled = Unsettled()
+        self._deletes = Batcher(self._delete_one, self._delete_batch)
+        self._visibilities = Batcher(self._change_one, self._change_batch)
         self._closed = False
 
     def __repr__(self) -> str:
@@ -403,19 +409,47 @@ class SqsBackend:
             raise MessageNotFound(f"message {message_id} in queue {queue!r} reached SQS's 12-hour visibility cap "
                                   f"(first received {first:%Y-%m-%d %H:%M:%S} UTC): it is visible to every consumer")
 
-        def change() -> None:
-            self.client().change_message_visibility(QueueUrl=self._url(queue), ReceiptHandle=pop_receipt,
-                                                    VisibilityTimeout=visibility)
-
-        await self._call(change, queue, message_id=message_id)
+        await self._visibilities.submit(queue, {"message_id": message_id, "ReceiptHandle": pop_receipt,
+                                                "VisibilityTimeout": visibility})
         return Receipt(pop_receipt, now + timedelta(seconds=visibility))
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        """DeleteMessage, or a DeleteMessageBatch with other deletes of the queue made meanwhile (see
+        :mod:`worker.backends.sqs.batches`)."""
         self._receipts.check(queue, message_id, pop_receipt)
-        await self._call(lambda: self.client().delete_message(QueueUrl=self._url(queue), ReceiptHandle=pop_receipt),
-                         queue, message_id=message_id)
+        await self._deletes.submit(queue, {"message_id": message_id, "ReceiptHandle": pop_receipt})
         self._receipts.deleted(queue, message_id)
         self._first_receives.pop(pop_receipt, None)
+
+    # -- deletes and visibility changes, alone or in batches ---------------------------------------------------
+
+    async def _delete_one(self, queue: str, entry: Entry) -> None:
+        await self._call(lambda: self.client().delete_message(QueueUrl=self._url(queue),
+                                                              ReceiptHandle=entry["ReceiptHandle"]),
+                         queue, message_id=entry["message_id"])
+
+    async def _change_one(self, queue: str, entry: Entry) -> None:
+        await self._call(lambda: self.client().change_message_visibility(
+            QueueUrl=self._url(queue), ReceiptHandle=entry["ReceiptHandle"],
+            VisibilityTimeout=entry["VisibilityTimeout"]), queue, message_id=entry["message_id"])
+
+    async def _delete_batch(self, queue: str, entries: list[Entry]) -> list[BaseException | None]:
+        return await self._batch(queue, entries, "delete_message_batch", ("ReceiptHandle",))
+
+    async def _change_batch(self, queue: str, entries: list[Entry]) -> list[BaseException | None]:
+        return await self._batch(queue, entries, "change_message_visibility_batch",
+                                 ("ReceiptHandle", "VisibilityTimeout"))
+
+    async def _batch(self, queue: str, entries: list[Entry], operation: str,
+                     fields: tuple[str, ...]) -> list[BaseException | None]:
+        """One batch request; each entry's result read from the answer's ``Failed`` list (None: it succeeded)."""
+        request = [{"Id": str(i), **{name: entry[name] for name in fields}} for i, entry in enumerate(entries)]
+        answer = await self._call(lambda: getattr(self.client(), operation)(QueueUrl=self._url(queue),
+                                                                             Entries=request), queue)
+        failed = {item["Id"]: item for item in answer.get("Failed", [])}
+        return [None if str(i) not in failed else errors.entry_error(failed[str(i)], queue, entry["message_id"],
+                                                                     self.connection.describe())
+                for i, entry in enumerate(entries)]
 
     async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
         raise Unsupported("Amazon SQS cannot show messages without receiving them: every receive counts")

@@ -1,0 +1,88 @@
+"""Deletes and visibility changes of one queue sent in batches (DeleteMessageBatch, ChangeMessageVisibilityBatch)
+where the host has several at once.
+
+A call made while few of its kind are under way goes out alone, at once: a lone completion waits for nothing.
+Calls made while :data:`MAX_IN_FLIGHT` requests of their kind to their queue are under way wait, and go out
+together, up to :data:`BATCH` to a request, as soon as one of those ends: under load, ten completions cost one
+request. Each call gets its own entry's result (a batch answers entry by entry), so one stale receipt fails only its
+own caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Entries a batch request takes (SQS's limit for both calls).
+BATCH = 10
+#: Requests of one kind to one queue under way at once before further calls wait to go out together.
+MAX_IN_FLIGHT = 4
+
+Entry = dict[str, Any]
+SendOne = Callable[[str, Entry], Awaitable[None]]
+#: Sends entries as one request; returns, entry by entry, None for success or the error for that entry's caller.
+SendBatch = Callable[[str, list[Entry]], Awaitable[list[BaseException | None]]]
+
+
+@dataclass
+class _Queue:
+    in_flight: int = 0
+    waiting: list[tuple[Entry, asyncio.Future[None]]] = field(default_factory=list)
+
+
+class Batcher:
+    """One kind of call (delete, or visibility change) to every queue of a backend; used on the event loop only."""
+
+    def __init__(self, send_one: SendOne, send_batch: SendBatch) -> None:
+        self._send_one = send_one
+        self._send_batch = send_batch
+        self._queues: dict[str, _Queue] = {}
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    async def submit(self, queue: str, entry: Entry) -> None:
+        """Send ``entry``: alone at once, or in the next batch of its queue; raises its own error."""
+        state = self._queues.setdefault(queue, _Queue())
+        if state.in_flight < MAX_IN_FLIGHT and not state.waiting:
+            state.in_flight += 1
+            try:
+                await self._send_one(queue, entry)
+            finally:
+                state.in_flight -= 1
+                self._next(queue, state)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        state.waiting.append((entry, future))
+        await future
+
+    def _next(self, queue: str, state: _Queue) -> None:
+        """Send what waits, a batch at a time, while there is room."""
+        while state.waiting and state.in_flight < MAX_IN_FLIGHT:
+            chunk, state.waiting[:BATCH] = state.waiting[:BATCH], []
+            state.in_flight += 1
+            flush = asyncio.ensure_future(self._flush(queue, state, chunk))
+            self._flushes.add(flush)
+            flush.add_done_callback(self._flushes.discard)
+        if not state.waiting and not state.in_flight:
+            self._queues.pop(queue, None)
+
+    async def _flush(self, queue: str, state: _Queue, chunk: list[tuple[Entry, asyncio.Future[None]]]) -> None:
+        try:
+            if len(chunk) == 1:
+                results: list[BaseException | None] = [None]
+                await self._send_one(queue, chunk[0][0])
+            else:
+                results = await self._send_batch(queue, [entry for entry, _ in chunk])
+        except BaseException as exc:  # the request as a whole: every caller hears it
+            results = [exc] * len(chunk)
+        finally:
+            state.in_flight -= 1
+        for (_, future), error in zip(chunk, results, strict=True):
+            if future.done():  # its caller has gone
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+        self._next(queue, state)
