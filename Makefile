@@ -74,3 +74,4 @@ bench: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) bench/pipeline.py
 	$(PY) bench/spark_start.py
 	$(PY) bench/console.py
+	$(PY) bench/sqs_throughput.py

@@ -1,5 +1,5 @@
-"""A small install: ``pip install queueworker`` without the ``oci`` or ``otel`` extras runs the embedded queue and
-Azure Storage.
+"""A small install: ``pip install queueworker`` without the ``oci``, ``sqs`` or ``otel`` extras runs the embedded
+queue and Azure Storage.
 
 The OCI SDK is made missing here the way Python itself knows a missing module:
 ``sys.modules["oci"] = None`` makes ``import oci`` fail and ``find_spec`` answer
@@ -64,6 +64,8 @@ def test_worker_version_is_the_packages(tmp_path: Path) -> None:
 #: counts as the core's; tracing's own modules are imported only when OTEL_* variables ask for traces.
 EXTRAS = {
     "oci": lambda name: name.startswith("worker.backends.oci.") and name != "worker.backends.oci.connection",
+    # SQS connection strings, FIFO ids and batching are read without botocore; the errors and the backend need it.
+    "botocore": lambda name: name in ("worker.backends.sqs.errors", "worker.backends.sqs.queues"),
     "opentelemetry": lambda name: name in ("worker.observability.otel", "worker.middleware.tracing"),
 }
 
@@ -83,3 +85,13 @@ def test_no_module_of_the_core_imports_an_extras_sdk(sdk: str) -> None:
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
     assert "worker.backends.registry" in core and "worker.ops.cli" in core and "worker.runtime.host" in core
+
+
+def test_a_queue_command_on_sqs_without_botocore_says_how_to_install_it(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "botocore", None)
+    ran = run_cli(tmp_path, "send", "orders", "hello", env={"AzureWebJobsStorage": "sqs://?region=us-east-1"})
+
+    assert ran.returncode == 2, ran.stderr
+    assert ran.stderr.strip() == ("worker send: error: connection AzureWebJobsStorage: Amazon SQS needs botocore, "
+                                  "which is not installed: pip install 'queueworker[sqs]'")
