@@ -111,58 +111,47 @@ def _azure_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> Qu
 
 #: What installs the OCI SDK, an extra so that the embedded queue and Azure Storage install without it.
 OCI_INSTALL = "pip install 'queueworker[oci]'"
-
-
-def _oci_problem(connection: str | None, base_dir: Path) -> str | None:
-    # Looked up, not imported: the SDK is imported with the backend, when a connection opens (_oci_open).
-    if importlib.util.find_spec("oci") is None:
-        return f"OCI Queue needs the OCI SDK, which is not installed: {OCI_INSTALL}"
-    try:
-        parse_oci_connection(connection or "")
-    except ConnectionStringError as exc:
-        return str(exc)
-    return None
-
-
-def _oci_host_poison(connection: str | None) -> bool:
-    try:
-        return parse_oci_connection(connection or "").poison == "host"
-    except ConnectionStringError:  # refused as a connection problem
-        return False
-
-
-def _oci_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
-    from worker.backends.oci.queues import OciBackend
-
-    return OciBackend(parse_oci_connection(connection or ""), on_retry=on_retry)
-
-
 #: What installs botocore, an extra so that the other backends install without it.
 SQS_INSTALL = "pip install 'queueworker[sqs]'"
 
 
-def _sqs_problem(connection: str | None, base_dir: Path) -> str | None:
-    # Looked up, not imported, as for OCI: botocore is imported with the backend, when a connection opens.
-    if importlib.util.find_spec("botocore") is None:
-        return f"Amazon SQS needs botocore, which is not installed: {SQS_INSTALL}"
-    try:
-        parse_sqs_connection(connection or "")
-    except ConnectionStringError as exc:
-        return str(exc)
-    return None
+def _needing(sdk: str, needs: str, install: str, parse: Callable[[str], Any]) -> Callable[[str | None, Path], str | None]:
+    """``problem`` for a kind whose SDK is an extra: the SDK is looked up, not imported (it is imported with the
+    backend, when a connection opens: :func:`_opening`), then the connection string is read."""
+
+    def problem(connection: str | None, base_dir: Path) -> str | None:
+        if importlib.util.find_spec(sdk) is None:
+            return f"{needs}, which is not installed: {install}"
+        try:
+            parse(connection or "")
+        except ConnectionStringError as exc:
+            return str(exc)
+        return None
+
+    return problem
 
 
-def _sqs_host_poison(connection: str | None) -> bool:
-    try:
-        return parse_sqs_connection(connection or "").poison == "host"
-    except ConnectionStringError:  # refused as a connection problem
-        return False
+def _opening(module: str, backend: str, parse: Callable[[str], Any]) -> Callable[[str | None, Path, OnRetry],
+                                                                                   QueueBackend]:
+    """``open`` for a kind whose SDK is an extra: its backend's module is imported when a connection opens."""
+
+    def open_(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
+        backend_class = getattr(importlib.import_module(module), backend)
+        return backend_class(parse(connection or ""), on_retry=on_retry)  # type: ignore[no-any-return]
+
+    return open_
 
 
-def _sqs_open(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
-    from worker.backends.sqs.queues import SqsBackend
+def _host_poison(parse: Callable[[str], Any]) -> Callable[[str | None], bool]:
+    """``host_poison`` for a kind whose connection says where poison goes (``poison=host|service``)."""
 
-    return SqsBackend(parse_sqs_connection(connection or ""), on_retry=on_retry)
+    def host_poison(connection: str | None) -> bool:
+        try:
+            return bool(parse(connection or "").poison == "host")
+        except ConnectionStringError:  # refused as a connection problem
+            return False
+
+    return host_poison
 
 
 EMBEDDED = BackendKind(
@@ -171,10 +160,16 @@ EMBEDDED = BackendKind(
 )
 AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem,
                     _describer(parse_connection_string, "Azure Storage"), _azure_open)
-OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES, _oci_problem,
-                  _describer(parse_oci_connection, "OCI Queue"), _oci_open, _oci_host_poison)
-SQS = BackendKind("Amazon SQS", SQS_LIMITS, SQS_CAPABILITIES, _sqs_problem,
-                  _describer(parse_sqs_connection, "Amazon SQS"), _sqs_open, _sqs_host_poison)
+OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES,
+                  _needing("oci", "OCI Queue needs the OCI SDK", OCI_INSTALL, parse_oci_connection),
+                  _describer(parse_oci_connection, "OCI Queue"),
+                  _opening("worker.backends.oci.queues", "OciBackend", parse_oci_connection),
+                  _host_poison(parse_oci_connection))
+SQS = BackendKind("Amazon SQS", SQS_LIMITS, SQS_CAPABILITIES,
+                  _needing("botocore", "Amazon SQS needs botocore", SQS_INSTALL, parse_sqs_connection),
+                  _describer(parse_sqs_connection, "Amazon SQS"),
+                  _opening("worker.backends.sqs.queues", "SqsBackend", parse_sqs_connection),
+                  _host_poison(parse_sqs_connection))
 
 #: Backends by the scheme their connection strings start with (``scheme://``).
 SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI, "sqs": SQS}
