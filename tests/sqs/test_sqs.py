@@ -166,8 +166,11 @@ async def _count(sqs: SqsBackend, queue: str) -> int:
         return 0
 
 
-async def test_deletes_made_together_go_in_batches_and_each_reads_its_own_entry(sqs: SqsBackend, queue_name: str) -> None:
-    """Twenty deletes at once cost fewer than twenty requests; one whose receipt SQS refuses fails alone."""
+async def test_renewals_and_deletes_made_together_go_in_batches_and_each_reads_its_own_entry(
+    sqs: SqsBackend, queue_name: str
+) -> None:
+    """Twenty renewals, then twenty deletes, at once cost fewer than twenty requests each; one whose receipt SQS
+    refuses fails alone."""
     await sqs.create_queue(queue_name)
     for n in range(20):
         await sqs.put(queue_name, f"m{n}")
@@ -176,6 +179,10 @@ async def test_deletes_made_together_go_in_batches_and_each_reads_its_own_entry(
     requests: list[str] = []
     sqs.client().meta.events.register("before-call.sqs.*", lambda model, **_: requests.append(model.name))
 
+    renewed = await asyncio.gather(*(sqs.update(queue_name, m.id, m.pop_receipt or "", 60) for m in taken))
+    assert all(r.pop_receipt == m.pop_receipt for r, m in zip(renewed, taken, strict=True))
+    assert "ChangeMessageVisibilityBatch" in requests and len(requests) < 20, requests
+    requests.clear()
     results = await asyncio.gather(*(sqs.delete(queue_name, m.id, m.pop_receipt or "") for m in taken),
                                    sqs.delete(queue_name, "never-received", "not-a-receipt-handle"),
                                    return_exceptions=True)
