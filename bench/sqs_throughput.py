@@ -153,6 +153,7 @@ async def bench(args: argparse.Namespace, moto: Moto) -> None:
             contenders[name].seconds.append(seconds)
             contenders[name].python_cpu.append(time.process_time() - cpu)
             contenders[name].moto_cpu.append(moto_cpu.seconds() - moto_before)
+            print(f"round {round_number + 1}: {name} {args.messages / seconds:.0f} msgs/s", file=sys.stderr, flush=True)
             await sqs.delete_queue(queue)
     await sqs.close()
     n = args.messages
