@@ -210,6 +210,7 @@ def test_builder_installs_the_project_with_its_constraints(dockerfile: Dockerfil
 #: them only when a connection (OCI Queue) or the OTEL_* variables (traces) need them
 #: (tests/unit/test_small_install.py holds it to that).
 LEFT_OUT = {"oci": ("worker/backends/oci/",),
+            "sqs": ("worker/backends/sqs/",),
             "otel": ("worker/observability/otel.py", "worker/middleware/tracing.py")}
 
 
