@@ -65,9 +65,9 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, (HTTPClientError, BotocoreConnectionError, TimeoutError, ConnectionError))
 
 
-def request_left(exc: BaseException) -> bool:
-    """Whether the request of a failed call may have reached the service: an answer did; of the network's failures,
-    all but one that could not connect (botocore names those apart)."""
+def may_have_acted(exc: BaseException) -> bool:
+    """Whether a failed call may have been carried out: any answer may have (SQS states nothing otherwise); of the
+    network's failures, all but one that could not connect (botocore names those apart)."""
     return not isinstance(exc, (EndpointConnectionError, ConnectTimeoutError))
 
 

@@ -142,7 +142,7 @@ class SqsBackend:
         #: ``poison=service`` leaves poison to the queue's redrive policy.
         self.service_dead_letters = connection.poison == "service"
         self._retrier = Retrier(is_transient=errors.is_transient, failure_kind=errors.failure_kind,
-                                request_left=errors.request_left, on_retry=on_retry, log=log)
+                                may_have_acted=errors.may_have_acted, on_retry=on_retry, log=log)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="sqs")
         self._lock = threading.Lock()
         self._client: Any = None
