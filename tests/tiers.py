@@ -18,11 +18,13 @@ other test is scheduled on its own). They are made here by :func:`pytest_xdist_m
 tests' folders, because xdist's own ``xdist_group`` mark does not reach its scheduler under pytest 9 (it
 renames the node ids, which pytest 9 no longer lets it do):
 
-- ``spark`` (``tests/spark``, ``tests/pipeline``): every Spark test. One process then starts the
-  standalone cluster and the Connect server and holds the one in-process session
-  (tests/spark/sessions.py), and Spark's JVMs, which each want a core to start, never run beside each
-  other: split by master over three processes, the same tests took longer than one after another on two
-  cores, and end-to-end runs passed their timeouts.
+- ``spark`` (``tests/spark``, ``tests/pipeline``): every Spark test but the demo's. One process then starts
+  the standalone cluster and the Connect server and holds the one in-process session
+  (tests/spark/sessions.py): split by master over three processes, the same tests took longer than one
+  after another on two cores, and end-to-end runs passed their timeouts.
+- ``spark-demo`` (``tests/pipeline/test_demo.py``): the demo on servers ``worker spark`` starts, as a user
+  runs it; it shares nothing with the ``spark`` group, whose longest path it would otherwise lengthen by a
+  minute, so it runs beside it.
 - ``timing`` (``tests/reliability``): the reliability scenarios, whose deadlines assume a share of the machine they keep for
   themselves rather than three other processes' worth of neighbours each.
 - ``browser`` (``tests/console``): the console's tests, which share one worker process and one Chromium per module
@@ -54,6 +56,9 @@ PARAMETERS = {"azurite": "azurite", "oci": "oci", "sqs": "sqs"}
 #: xdist group -> the folders (under tests/) whose tests run in it: the Spark tests, the reliability scenarios, the
 #: console's tests.
 GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"console"}}
+#: Files of a Spark folder that run as a group of their own, beside the ``spark`` group: they start their own Spark
+#: servers and worker processes (as a user does) and share nothing with the group's servers and session.
+SPARK_FILES = {"tests/pipeline/test_demo.py": "spark-demo"}
 
 MARKERS = {
     "azurite": "uses the Azurite emulator",
@@ -100,13 +105,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         found = markers_for(item)
         for marker in sorted(found):
             item.add_marker(marker)
-        if "spark" in found and group_of(item.nodeid) != "spark":
+        if "spark" in found and group_of(item.nodeid) not in ("spark", *SPARK_FILES.values()):
             raise pytest.UsageError(f"{item.nodeid} runs Spark outside {sorted(FOLDERS['spark'])}: move it there, "
                                     "so that it runs in the Spark group")
 
 
 def group_of(nodeid: str) -> str | None:
-    """The xdist group of a test, from its folder; None for a test scheduled on its own."""
+    """The xdist group of a test, from its file or folder; None for a test scheduled on its own."""
+    if (group := SPARK_FILES.get(nodeid.partition("::")[0])) is not None:
+        return group
     folder = nodeid.split("/", 2)[1] if nodeid.startswith("tests/") else ""
     return next((group for group, folders in GROUPS.items() if folder in folders), None)
 
