@@ -130,6 +130,13 @@ def test_builder_and_slim_runtime_stages(dockerfile: Dockerfile) -> None:
             assert source.group(1) in names, f"COPY --from={source.group(1)} names no earlier stage"
 
 
+def test_no_parser_directive_fetches_a_frontend(dockerfile: Dockerfile) -> None:
+    """A ``# syntax=`` line makes Docker's BuildKit fetch its frontend image from a registry before building: the
+    Dockerfile is plain syntax, which Docker and podman build with no registry but the base image's."""
+    directives = [(line, text) for line, text in dockerfile.comments if re.match(r"#\s*syntax\s*=", text, re.I)]
+    assert not directives, f"Dockerfile:{directives[0][0]}: {directives[0][1]}"
+
+
 def test_runtime_runs_as_an_unprivileged_numeric_user(runtime: Stage) -> None:
     user = runtime.last("USER")
     assert user is not None, "the runtime stage sets no USER: it would run as root"
