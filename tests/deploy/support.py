@@ -16,9 +16,18 @@ K8S = DEPLOY / "k8s"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 COMPOSE = DEPLOY / "compose.yaml"
+DEPLOY_README = DEPLOY / "README.md"
 
 #: The port the deployment files give the worker's HTTP endpoints (WORKER__worker__httpPort).
 HTTP_PORT = 8080
+
+
+def documented_stop_timeout() -> int:
+    """The ``--stop-timeout`` deploy/README.md gives ``podman run`` and ``docker run``: seconds from ``stop``'s
+    SIGTERM to its SIGKILL (their default, 10 s, is shorter than the worker's drain)."""
+    found = {int(m) for m in re.findall(r"--stop-timeout[ =](\d+)", DEPLOY_README.read_text(encoding="utf-8"))}
+    assert len(found) == 1, f"deploy/README.md gives --stop-timeout {sorted(found) or 'nowhere'}: one value expected"
+    return found.pop()
 
 
 def yaml_documents(path: Path) -> list[dict[str, Any]]:
