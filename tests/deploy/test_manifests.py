@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import json
 import posixpath
+import shutil
+import subprocess
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
@@ -25,6 +27,7 @@ from tests.deploy.support import (
     K8S,
     REPO,
     cpu_millis,
+    documented_stop_timeout,
     jvm_memory_bytes,
     memory_bytes,
     yaml_documents,
@@ -200,6 +203,44 @@ def test_kustomization_lists_every_manifest_but_the_example_secret() -> None:
     images = {image["name"] for image in kustomization.get("images", [])}
     image_name = worker_container()["image"].rsplit(":", 1)[0]
     assert image_name in images, "kustomization.yaml's images: should let the worker's image be set"
+
+
+def kustomize_build() -> list[dict[str, Any]]:
+    """What ``kubectl apply -k deploy/k8s`` would send: ``kubectl kustomize``'s output, rendered offline."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl is not None, "kubectl is not installed: it renders deploy/k8s with its built-in kustomize"
+    rendered = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60,
+                              check=False)
+    assert rendered.returncode == 0, f"kubectl kustomize deploy/k8s exited {rendered.returncode}: {rendered.stderr}"
+    return [doc for doc in yaml.safe_load_all(rendered.stdout) if doc is not None]
+
+
+@pytest.mark.subprocess
+def test_kustomize_renders_the_objects_these_tests_check_and_kubernetes_accepts_them() -> None:
+    """The objects kustomize renders are the ones the files hold (the image set by ``images:``), so that every
+    check here holds for what is applied; and each built-in one is valid for every Kubernetes version checked."""
+    import kubernetes_validate
+
+    kustomization = yaml_documents(K8S / "kustomization.yaml")[0]
+    images = {i["name"]: f"{i.get('newName', i['name'])}:{i['newTag']}" for i in kustomization["images"]}
+    expected = []
+    for resource in kustomization["resources"]:
+        for obj in yaml_documents(K8S / resource):
+            obj = json.loads(json.dumps(obj))
+            for container in obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+                container["image"] = images.get(container["image"].rsplit(":", 1)[0], container["image"])
+            expected.append(obj)
+
+    def key(obj: dict[str, Any]) -> tuple[str, str]:
+        return obj["kind"], obj["metadata"]["name"]
+
+    rendered = kustomize_build()
+    assert sorted(rendered, key=key) == sorted(expected, key=key)
+    for obj in rendered:
+        if obj["apiVersion"].startswith("keda.sh/"):
+            continue  # no schema offline: test_keda_objects_use_known_fields reads them
+        for version in KUBERNETES_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
 
 
 # ---------------------------------------------------------------------------------------------- Deployment
@@ -456,6 +497,14 @@ def test_compose_stop_grace_period_is_longer_than_the_drain_timeout() -> None:
     grace = parse_duration(worker["stop_grace_period"])
     assert grace >= config.drain_timeout + SHUTDOWN_MARGIN, (
         f"stop_grace_period {worker['stop_grace_period']} leaves no room after drainTimeout {config.drain_timeout}s"
+    )
+
+
+def test_the_stop_timeout_given_for_podman_and_docker_run_is_longer_than_the_drain_timeout() -> None:
+    """``podman stop`` and ``docker stop`` kill after 10 s unless the container was run with ``--stop-timeout``."""
+    config = load_config(REPO / "host.yaml", environ={})
+    assert documented_stop_timeout() >= config.drain_timeout + SHUTDOWN_MARGIN, (
+        f"--stop-timeout {documented_stop_timeout()} leaves no room after drainTimeout {config.drain_timeout}s"
     )
 
 
