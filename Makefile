@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 NODE_INSTALLED := node_modules/.installed
 
-.PHONY: run test check clean browser
+.PHONY: run test check clean browser containers
 
 # The whole suite in parallel processes: most tests wait (on leases, processes, servers) rather than compute, so
 # four processes share two cores. The Spark tests, and the reliability scenarios, each run as a group on one
@@ -15,7 +15,7 @@ NODE_INSTALLED := node_modules/.installed
 TEST_PROCESSES ?= 4
 PYTEST_PARALLEL := -n $(TEST_PROCESSES) --dist loadgroup --durations=25
 # The fast tier: what needs no emulator, test server, Spark or worker process, in two processes; then the linter.
-FAST_TIER := not (azurite or oci or sqs or spark or subprocess or slow)
+FAST_TIER := not (azurite or oci or sqs or spark or subprocess or slow or container)
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,10 +39,25 @@ browser:
 		exit 1; \
 	fi
 
+# podman (with runc), mmdebstrap and podman-compose (Debian's packages), which the container tests build and run the
+# image with (tests/container): installed with apt-get when missing and this runs as root; otherwise make test stops
+# here, naming the command. The tests' own containers.conf is tests/container/containers.conf: the machine's is left
+# as it is.
+CONTAINER_TOOLS := podman runc mmdebstrap podman-compose
+containers:
+	@if command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null \
+		&& command -v podman-compose >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CONTAINER_TOOLS); \
+	else \
+		echo "make test: the container tests need $(CONTAINER_TOOLS); run as root: apt-get update && apt-get install -y $(CONTAINER_TOOLS)" >&2; \
+		exit 1; \
+	fi
+
 run: $(INSTALLED)
 	$(PY) -m functions.demo
 
-test: $(INSTALLED) $(NODE_INSTALLED) browser
+test: $(INSTALLED) $(NODE_INSTALLED) browser containers
 	@start=$$(date +%s); status=0; $(PY) -m pytest $(PYTEST_PARALLEL) || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s wall time"; exit $$status
 

@@ -9,6 +9,7 @@ Markers (``-m`` selects by them; ``make check`` runs what carries none of them):
 - ``slow``: the reliability scenarios (``tests/reliability``: outages, crash loops, competing workers, the
   model check), which wait on leases and processes by design; and, written on the test, the install of the
   built wheel into a fresh virtualenv (``tests/deploy/test_wheel.py``);
+- ``container``: builds deploy/Dockerfile with podman and runs the image (the ``tests/container`` folder);
 - ``subprocess``: starts worker processes (or other programs: the linters). This one is written on the test,
   because only the test knows; it is checked, not trusted: a test that starts a process in its body and
   carries none of these markers fails, naming the mark.
@@ -29,6 +30,8 @@ renames the node ids, which pytest 9 no longer lets it do):
   themselves rather than three other processes' worth of neighbours each.
 - ``browser`` (``tests/console``): the console's tests, which share one worker process and one Chromium per module
   (module-scoped fixtures): split over processes, each would start its own.
+- ``container`` (``tests/container``): the container tests, which share the images they build (session fixtures)
+  and mostly wait on downloads, the disk and containers, so that they overlap the rest on a process of their own.
 """
 
 from __future__ import annotations
@@ -50,12 +53,13 @@ FIXTURES = {
     "spark": {"spark_cluster", "spark_connect", "spark_sessions"},
 }
 #: Marker -> folders (under tests/) whose tests carry it.
-FOLDERS = {"spark": {"spark", "pipeline"}, "slow": {"reliability"}}
+FOLDERS = {"spark": {"spark", "pipeline"}, "slow": {"reliability"}, "container": {"container"}}
 #: A parameter value that names a backend: the fixtures resolve it to the server (``connection``, ``backend``).
 PARAMETERS = {"azurite": "azurite", "oci": "oci", "sqs": "sqs"}
 #: xdist group -> the folders (under tests/) whose tests run in it: the Spark tests, the reliability scenarios, the
-#: console's tests.
-GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"console"}}
+#: console's tests, the container tests.
+GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"console"},
+          "container": FOLDERS["container"]}
 #: Files of a Spark folder that run as a group of their own, beside the ``spark`` group: they start their own Spark
 #: servers and worker processes (as a user does) and share nothing with the group's servers and session.
 SPARK_FILES = {"tests/pipeline/test_demo.py": "spark-demo"}
@@ -67,6 +71,7 @@ MARKERS = {
     "spark": "runs Spark (local, the standalone cluster or the Connect server)",
     "slow": "a reliability scenario (waits on leases, outages and processes by design), or the install of the wheel",
     "subprocess": "starts real worker processes and sends them signals",
+    "container": "builds deploy/Dockerfile with podman and runs the image",
 }
 
 
@@ -133,7 +138,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 
 #: A test with any of these markers is outside the fast tier (``make check``).
-OUTSIDE_THE_FAST_TIER = ("azurite", "oci", "sqs", "spark", "slow", "subprocess")
+OUTSIDE_THE_FAST_TIER = ("azurite", "oci", "sqs", "spark", "slow", "subprocess", "container")
 
 #: Processes started by the body of the test running now (set around each test's call phase only).
 _started: list[str] | None = None
