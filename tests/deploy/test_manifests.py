@@ -463,6 +463,15 @@ def test_compose_worker_reaches_azurite_by_service_name() -> None:
     assert azurite["healthcheck"]["test"]
 
 
+def test_compose_healthchecks_are_in_shell_form() -> None:
+    """podman-compose 1.0 (Debian 12's) quotes an exec-form (``CMD``) test holding parentheses into a shell syntax
+    error, so that the check always fails there; the shell form (``CMD-SHELL``, one string) runs under it and Docker
+    Compose alike."""
+    for name, service in compose()["services"].items():
+        test = service["healthcheck"]["test"]
+        assert test[0] == "CMD-SHELL" and len(test) == 2, f"{name}: healthcheck test {test!r} is not in shell form"
+
+
 def test_compose_azurite_runs_the_queue_service_like_the_tests() -> None:
     azurite = compose()["services"]["azurite"]
     image, _, tag = azurite["image"].rpartition(":")
@@ -517,6 +526,6 @@ def test_compose_worker_is_built_from_the_dockerfile_with_a_healthcheck() -> Non
     assert env["WORKER__worker__httpPort"] == str(HTTP_PORT)
     assert any(str(p).endswith(f":{HTTP_PORT}") for p in worker["ports"])
     test = worker["healthcheck"]["test"]
-    assert test[0] == "CMD" and any(f":{HTTP_PORT}/healthz" in part for part in test)
+    assert test[0] == "CMD-SHELL" and f":{HTTP_PORT}/healthz" in test[1]
     assert env["PIPELINE_WAREHOUSE"].startswith("/data/")
     assert any(v.split(":")[1] == "/data" for v in worker["volumes"])
