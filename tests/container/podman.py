@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 CONTAINERS_CONF = Path(__file__).with_name("containers.conf")
 #: Executable -> the Debian package that brings it.
-TOOLS = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap", "podman-compose": "podman-compose"}
+TOOLS = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap"}
 INSTALL = f"apt-get update && apt-get install -y {' '.join(TOOLS.values())}"
 #: Debian packages of the base image: what python:3.11-slim gives the Dockerfile (python with venv, and the
 #: certificate store pip uses).
@@ -53,7 +53,7 @@ class PodmanError(AssertionError):
 
 @dataclass
 class Podman:
-    """Runs podman (and podman-compose) with the tests' containers.conf."""
+    """Runs podman with the tests' containers.conf."""
 
     env: dict[str, str]
 

@@ -157,7 +157,7 @@ def test_the_image_runs_the_sample_pipeline_as_a_non_root_user_and_stops_with_ex
         healthy, ready = wait_ready(container, port, started, READY_TIMEOUT)
         print(f"\nshipped image {image.size / 1e9:.2f} GB: /healthz after {healthy:.1f} s, /readyz after {ready:.1f} s")
 
-        # The worker itself, PID 1 (exec form), runs as the image's user.
+        # worker run, PID 1 (the exec form's ENTRYPOINT) and its processes' parent, runs as the image's user.
         status_lines = dict(line.split(":", 1) for line in container.exec("cat", "/proc/1/status").splitlines())
         assert status_lines["Name"].strip() == "worker"
         assert [int(uid) for uid in status_lines["Uid"].split()] == [WORKER_UID] * 4
