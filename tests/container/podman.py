@@ -33,9 +33,9 @@ CONTAINERS_CONF = Path(__file__).with_name("containers.conf")
 #: Executable -> the Debian package that brings it.
 TOOLS = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap"}
 INSTALL = f"apt-get update && apt-get install -y {' '.join(TOOLS.values())}"
-#: Debian packages of the base image: what python:3.11-slim gives the Dockerfile (python with venv, and the
+#: Debian packages of the base image: what python:3.11-slim gives the Dockerfile (python3 with venv, and the
 #: certificate store pip uses).
-BASE_PACKAGES = ("python3", "python3-venv", "python-is-python3", "ca-certificates")
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 #: Where a machine keeps certificate authorities of its own (update-ca-certificates adds them to the bundle).
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")
 #: Longest a build may take: from an empty store it downloads PySpark (some 450 MB) and a JRE.
