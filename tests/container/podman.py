@@ -186,4 +186,5 @@ class Container:
         return (found.stdout + found.stderr)[-8000:]
 
     def remove(self) -> None:
-        self.podman.run("rm", "--force", "--time", "0", self.name, check=False)
+        """The container and its anonymous volumes (the image's ``VOLUME /data``), which would outlive it otherwise."""
+        self.podman.run("rm", "--force", "--volumes", "--time", "0", self.name, check=False)
