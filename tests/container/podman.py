@@ -60,16 +60,12 @@ class Podman:
     def run(self, *args: str, timeout: float = 120.0, check: bool = True,
             input: bytes | None = None) -> subprocess.CompletedProcess[str]:
         """``podman ARGS``; with ``check`` a non-zero exit raises PodmanError with its output."""
-        return self.command("podman", *args, timeout=timeout, check=check, input=input)
-
-    def command(self, *command: str, timeout: float = 120.0, check: bool = True, input: bytes | None = None,
-                cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(list(command), env=self.env, cwd=cwd, capture_output=True, timeout=timeout,
+        result = subprocess.run(["podman", *args], env=self.env, cwd=REPO, capture_output=True, timeout=timeout,
                                 input=input, check=False)
         done = subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(errors="replace"),
                                            result.stderr.decode(errors="replace"))
         if check and done.returncode != 0:
-            raise PodmanError(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-4000:]}\n"
+            raise PodmanError(f"podman {' '.join(args)} exited {done.returncode}:\n{done.stdout[-4000:]}\n"
                               f"{done.stderr[-4000:]}")
         return done
 
@@ -142,22 +138,22 @@ def base_image(podman: Podman) -> str:
 
 @dataclass(frozen=True)
 class Image:
-    """An image built from deploy/Dockerfile: its id, the tag it was given, and its size as podman reports it."""
+    """An image built from deploy/Dockerfile: its id and its size as podman reports it."""
 
     id: str
-    tag: str
     size: int
 
 
 def build(podman: Podman, base: str, tag: str, work: Path, *build_args: str) -> Image:
-    """deploy/Dockerfile as shipped, built from the repository with only the base image replaced."""
+    """deploy/Dockerfile as shipped, built from the repository with only the base image replaced; tagged ``tag`` for
+    whoever looks at the store, while the tests use the id."""
     iidfile = work / f"iid-{uuid.uuid4().hex[:8]}"
     args = [f"--build-arg=PYTHON_IMAGE={base}", *(f"--build-arg={arg}" for arg in build_args)]
     podman.run("build", "--pull=never", "--layers", "-f", str(DOCKERFILE), *args, "--iidfile", str(iidfile),
                "-t", tag, str(REPO), timeout=BUILD_TIMEOUT)
     image_id = iidfile.read_text(encoding="utf-8").strip().removeprefix("sha256:")
     size = int(podman.run("image", "inspect", "--format", "{{.Size}}", image_id).stdout.strip())
-    return Image(image_id, tag, size)
+    return Image(image_id, size)
 
 
 # -------------------------------------------------------------------------------------------------- containers
