@@ -237,9 +237,34 @@ def _alive(server: Server) -> bool:
     if not Path("/proc/self/cmdline").exists():  # no /proc (macOS): the pid is all there is to go by
         return True
     try:
-        return MAIN_CLASS[server.kind] in Path(f"/proc/{server.pid}/cmdline").read_bytes().decode(errors="replace")
+        command = Path(f"/proc/{server.pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return False
+    if not _threads_left(server.pid):
+        return False
+    # A process on its way out releases its memory, so its command line reads empty, before its last thread closes
+    # its files and sockets (a JVM with a hundred threads takes a while): until then it still holds its port.
+    return not command or MAIN_CLASS[server.kind] in command
+
+
+def _threads_left(pid: int) -> bool:
+    """Whether a thread of ``pid`` has yet to finish exiting.
+
+    The leader thread turns zombie as soon as it is done, while its siblings may still be closing the files they
+    share; a thread counts as done once it is a zombie or has left ``/proc/<pid>/task``.
+    """
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            status = Path(f"/proc/{pid}/task/{thread}/stat").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if status.rpartition(")")[2].split()[:1] != ["Z"]:
+            return True
+    return False
 
 
 def stop(state: Path, *, kinds: tuple[str, ...] = STOP_ORDER, timeout: float = 20.0) -> list[Server]:
