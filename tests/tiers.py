@@ -19,10 +19,15 @@ other test is scheduled on its own). They are made here by :func:`pytest_xdist_m
 tests' folders, because xdist's own ``xdist_group`` mark does not reach its scheduler under pytest 9 (it
 renames the node ids, which pytest 9 no longer lets it do):
 
-- ``spark`` (``tests/spark``, ``tests/pipeline``): every Spark test but the demo's. One process then starts
-  the standalone cluster and the Connect server and holds the one in-process session
-  (tests/spark/sessions.py): split by master over three processes, the same tests took longer than one
-  after another on two cores, and end-to-end runs passed their timeouts.
+- ``spark`` (``tests/spark``, ``tests/pipeline``): the Spark tests but the pipeline's end-to-end runs and the
+  demo's. Its process starts the standalone cluster and the Connect server as its tests first ask for them and
+  holds one in-process session (tests/spark/sessions.py); its tests run in the order of their masters
+  (:func:`order_by_master`), so that the session changes master twice, not at every file. (Split by master
+  over three processes, the same tests once took longer than one after another on two cores.)
+- ``spark-pipeline`` (``test_pipeline.py``, ``test_fenced_writers.py`` in ``tests/pipeline``): the pipeline's
+  end-to-end runs, which mostly wait on worker processes and their jobs, in a second Spark process with servers
+  and a session of its own, so that the two halves of the Spark tests, about three minutes each, run side by side
+  instead of one six-minute chain.
 - ``spark-demo`` (``tests/pipeline/test_demo.py``): the demo on servers ``worker spark`` starts, as a user
   runs it; it shares nothing with the ``spark`` group, whose longest path it would otherwise lengthen by a
   minute, so it runs beside it.
@@ -62,7 +67,11 @@ GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"con
           "container": FOLDERS["container"]}
 #: Files of a Spark folder that run as a group of their own, beside the ``spark`` group: they start their own Spark
 #: servers and worker processes (as a user does) and share nothing with the group's servers and session.
-SPARK_FILES = {"tests/pipeline/test_demo.py": "spark-demo"}
+SPARK_FILES = {
+    "tests/pipeline/test_demo.py": "spark-demo",
+    "tests/pipeline/test_pipeline.py": "spark-pipeline",
+    "tests/pipeline/test_fenced_writers.py": "spark-pipeline",
+}
 
 MARKERS = {
     "azurite": "uses the Azurite emulator",
@@ -113,6 +122,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "spark" in found and group_of(item.nodeid) not in ("spark", *SPARK_FILES.values()):
             raise pytest.UsageError(f"{item.nodeid} runs Spark outside {sorted(FOLDERS['spark'])}: move it there, "
                                     "so that it runs in the Spark group")
+    order_by_master(items)
+
+
+#: The order of the masters a Spark test runs on, in which the Spark groups run their tests.
+MASTER_ORDER = ("local", "cluster", "connect")
+
+
+def master_of(item: pytest.Item) -> str:
+    """The master a Spark test asks its process's session for: its ``where`` parameter, else the server it uses."""
+    callspec = getattr(item, "callspec", None)
+    where = callspec.params.get("where") if callspec is not None else None
+    if where in MASTER_ORDER:
+        return str(where)
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return "connect" if "spark_connect" in fixtures else "cluster" if "spark_cluster" in fixtures else "local"
+
+
+def order_by_master(items: list[pytest.Item]) -> None:
+    """Put the Spark tests in the order of their masters, in the places they hold, the other tests left as they are.
+
+    A process holds one session (tests/spark/sessions.py): each change of master stops it and starts the next (a
+    cluster's costs its executors' start too), so each group changes master twice at most, not at every file.
+    """
+    places = [i for i, item in enumerate(items) if group_of(item.nodeid) in ("spark", *SPARK_FILES.values())]
+    ordered = sorted((items[i] for i in places), key=lambda item: MASTER_ORDER.index(master_of(item)))
+    for place, item in zip(places, ordered, strict=True):
+        items[place] = item
 
 
 def group_of(nodeid: str) -> str | None:

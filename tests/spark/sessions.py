@@ -5,8 +5,9 @@ middleware over a provider from here instead of building (and stopping) a
 session of its own, so a JVM and its first jobs are paid once per master, not
 per test. A process holds at most one session: PySpark allows one
 SparkContext and refuses a Connect session beside it, so asking for another
-master stops the session before. The Spark tests run in one process
-(tests/tiers.py), ordered by master, so that happens once or twice a run.
+master stops the session before. The Spark tests run in two processes, each
+with its own servers and session (the ``spark`` and ``spark-pipeline`` groups
+of tests/tiers.py), ordered by master, so that happens twice a process at most.
 """
 
 from __future__ import annotations
