@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from typing import Any
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
 
 from worker.ops import cli
 from worker.settings import config as settings
@@ -30,6 +32,12 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     files.append(File.generated(config, CLI_PAGE, content=cli_page()))
     files.append(File.generated(config, SETTINGS_PAGE, content=settings_page()))
     return files
+
+
+def on_page_content(html: str, page: Page, **_: Any) -> str:
+    """The docstrings' Sphinx roles (``:class:`Out```) shown as the code they name, as the mkdocstrings handler
+    leaves the role's name in front of it."""
+    return re.sub(r":(?:attr|class|meth|func|mod|data|exc|obj):(?=<code>)", "", html)
 
 
 # -- worker commands ---------------------------------------------------------------------------------------------
@@ -245,6 +253,8 @@ def settings_page() -> str:
     ]
     for key, setting in schema.items():
         meaning, functions = MEANINGS[key]
+        if functions == f"`{key}`":
+            functions = "the same key"
         lines.append(f"| `{key}` | {_kind(setting)} | {_default(setting.attr)} | {_cell(_range(setting))} | "
                      f"{functions} | {_cell(meaning)} |")
     lines += [

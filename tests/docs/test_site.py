@@ -28,9 +28,7 @@ from worker.settings import config as settings
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("site")
+def build(out: Path) -> Path:
     env = worker_environment(DOCS_SCREENSHOTS="0", NO_MKDOCS_2_WARNING="1")
     built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=REPO,
                            env=env, capture_output=True, text=True, timeout=300)
@@ -52,7 +50,17 @@ def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> 
 
 
 @pytest.mark.subprocess
-def test_the_site_builds_strict_with_a_start_page_and_every_guide(site: Path) -> None:
+def test_the_site_builds_strict_and_holds_what_its_references_promise(tmp_path: Path) -> None:
+    """One build (about 2 s), every check on it: a build per check would cost a build per test process."""
+    site = build(tmp_path / "site")
+    start_page_and_guides(site)
+    cli_reference(site)
+    settings_reference(site)
+    nothing_fetched_at_view_time(site)
+    api_reference(site)
+
+
+def start_page_and_guides(site: Path) -> None:
     for page in ("index", "start", "apps", "leases", "backends", "settings", "operating", "deploying", "spark",
                  "functions", "lambda", "middleware", "security", "troubleshooting", "reference/cli",
                  "reference/settings", "reference/api"):
@@ -63,8 +71,8 @@ def test_the_site_builds_strict_with_a_start_page_and_every_guide(site: Path) ->
     assert "<svg" in (site / "images" / "lease-timeline.svg").read_text(encoding="utf-8")
 
 
-@pytest.mark.subprocess
-def test_the_cli_reference_lists_every_command_and_flag_of_the_parser(site: Path) -> None:
+def cli_reference(site: Path) -> None:
+    """Every command and flag of the CLI's parser."""
     page = text(site / "reference" / "cli.html")
     parser = cli._parser()
     commands = subcommands(parser)
@@ -85,8 +93,8 @@ def _parser_of(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> argpar
     return parser
 
 
-@pytest.mark.subprocess
-def test_the_settings_reference_lists_every_key_the_loader_accepts(site: Path) -> None:
+def settings_reference(site: Path) -> None:
+    """Every key the loader accepts."""
     page = text(site / "reference" / "settings.html")
     for key in [*settings._SCHEMA, *(f"functions.<name>.{key}" for key in settings._FUNCTION_KEYS),
                 "connections.<name>", *settings.IGNORED_HOST_JSON_KEYS]:
@@ -94,16 +102,16 @@ def test_the_settings_reference_lists_every_key_the_loader_accepts(site: Path) -
     assert "1 .. 1024" in page and "FUNCTIONS_WORKER_PROCESS_COUNT" in page and "batchSize / 2 × processors" in page
 
 
-@pytest.mark.subprocess
-def test_the_site_fetches_nothing_at_view_time(site: Path) -> None:
+def nothing_fetched_at_view_time(site: Path) -> None:
+    """No script, stylesheet, image or font from another site."""
     for page in site.glob("**/*.html"):
         source = page.read_text(encoding="utf-8")
         assert not re.findall(r"<(?:script|link|img)\b[^>]*(?:src|href)=\"(?:https?:)?//", source), page
         assert "fonts.googleapis" not in source and "fonts.gstatic" not in source, page
 
 
-@pytest.mark.subprocess
-def test_the_api_reference_has_the_public_api_from_its_docstrings(site: Path) -> None:
+def api_reference(site: Path) -> None:
+    """The public API, from its docstrings."""
     import worker
 
     page = text(site / "reference" / "api.html")
