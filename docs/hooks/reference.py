@@ -144,14 +144,17 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "worker.httpHost": ("address the endpoints listen on (`worker run --http-host` wins); see "
                         "[Running and operating](../operating.md)", ""),
     "worker.httpTokenFile": ("file (relative to host.yaml's folder) holding the bearer token `/metrics`, `/leases` "
-                             "and the console's data require; or set `WORKER_HTTP_TOKEN` (not both). "
+                             "and the console's data require (and the console's poison actions); or set "
+                             "`WORKER_HTTP_TOKEN` (not both). "
                              "`worker.httpToken` is refused: a token does not belong in the settings", ""),
     "worker.httpOpenData": ("with no token, serve `/leases` and the console's data on a `worker.httpHost` beyond "
-                            "loopback too (warned at start); without it they answer 403 there", ""),
+                            "loopback too (anyone who reaches the address reads them; warned at start). Without it "
+                            "they answer 403 there (on loopback they answer, with a warning at start)", ""),
     "worker.httpAllowedHosts": ("names, besides `localhost`, IP addresses and `worker.httpHost`, that requests may "
                                 "reach the endpoints by (the `Host` header); any other answers 421 (DNS rebinding)",
                                 ""),
-    "worker.invocationLogs": ("an INFO line when each invocation starts (`Executing`) and ends (`Executed`)",
+    "worker.invocationLogs": ("an INFO line when each invocation starts (`Executing`) and ends (`Executed`, with outcome "
+                              "and duration)",
                               "the Functions host's own Executing / Executed lines"),
     "worker.middleware": ("middleware to add after the host's own and the app's, as `module:attribute`", ""),
     "worker.processes": ("worker processes under one supervisor (`worker run --processes N` wins)",
