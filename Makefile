@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 NODE_INSTALLED := node_modules/.installed
 
-.PHONY: run test check clean browser containers
+.PHONY: run test check clean browser containers docs
 
 # The whole suite in parallel processes: most tests wait (on leases, processes, servers) rather than compute, so
 # four processes share two cores. The Spark tests, and the reliability scenarios, each run as a group on one
@@ -19,7 +19,7 @@ FAST_TIER := not (azurite or oci or sqs or spark or subprocess or slow or contai
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect,oci,sqs,otel,browser]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,spark,connect,oci,sqs,otel,browser,docs]'
 	touch $@
 
 # Azurite, the Azure Storage emulator the tests run against, pinned in package-lock.json.
@@ -62,12 +62,17 @@ test: $(INSTALLED) $(NODE_INSTALLED) browser containers
 
 check: $(INSTALLED)
 	@start=$$(date +%s); status=0; \
-	$(PY) -m ruff check worker tests functions bench && \
+	$(PY) -m ruff check worker tests functions bench docs examples && \
 	$(PY) -m pytest -n 2 -m "$(FAST_TIER)" --durations=10 -q || status=$$?; \
 	echo "make check: $$(( $$(date +%s) - start )) s wall time"; exit $$status
 
+# The documentation site, into site/ (open site/index.html), with every warning an error. Its console screenshots come
+# from a worker it runs and Chromium (the browser target); DOCS_SCREENSHOTS=0 builds without them.
+docs: $(INSTALLED) browser
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --clean --site-dir site
+
 clean:
-	rm -rf $(VENV) node_modules .worker .pytest_cache
+	rm -rf $(VENV) node_modules .worker .pytest_cache site
 
 # Benchmarks (about forty minutes): worker throughput on Azurite beside a raw-SDK ceiling and a naive loop
 # (directly, then at the host's default settings with 10 and 25 ms added to every request as a storage

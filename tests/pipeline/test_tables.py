@@ -196,11 +196,12 @@ def test_a_writer_that_turns_stale_while_it_writes_discards_its_version(tmp_path
     assert versions_in(tables.read(spark, table)) == [("first", 6, 6)]
 
 
-def test_the_readmes_recipes_for_readers_outside_the_worker_read_the_current_version(
+def test_the_docs_recipes_for_readers_outside_the_worker_read_the_current_version(
     tmp_path: Path, spark: SparkSession
 ) -> None:
-    """The README's code (with ``functions.tables``, then with plain PySpark), run as written but for the table."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    """The documentation's code (docs/spark.md: with ``functions.tables``, then with plain PySpark), run as written but
+    for the table."""
+    readme = (REPO / "docs" / "spark.md").read_text(encoding="utf-8")
     section = readme.split("### Reading a table from outside the worker", 1)[1]
     recipes = re.findall(r"```python\n(.*?)```", section, re.S)[:2]
     assert len(recipes) == 2, "the section's two recipes"

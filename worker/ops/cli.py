@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -56,7 +57,7 @@ from worker.model import StartupRefused
 from worker.observability import tracing
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
-from worker.ops import preflight, spark_cluster
+from worker.ops import completion, preflight, scaffold, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
 from worker.ops.spark_cluster import SparkServerError
 from worker.ops.supervisor import (
@@ -83,6 +84,14 @@ from worker.settings.local_settings import LocalSettings, LocalSettingsError
 T = TypeVar("T")
 
 DEFAULT_CONNECTION = "AzureWebJobsStorage"
+#: Said after a refusal for a missing AzureWebJobsStorage: where `worker send` put the messages, and how to run there.
+MISSING_STORAGE_HINT = (
+    f"what to do: with {DEFAULT_CONNECTION} unset, the other worker commands (worker send) use the embedded queue, "
+    f".worker/queues.sqlite3 beside the settings file (else in the current folder); to run the app on it, set "
+    f"{DEFAULT_CONNECTION}=sqlite:///.worker/queues.sqlite3 in the environment, in local.settings.json's Values or "
+    f"under host.yaml's connections:, or leave connection= out of the trigger; for Azure Storage, set it to the "
+    f"account's connection string (UseDevelopmentStorage=true for Azurite)"
+)
 
 
 class UsageError(Exception):
@@ -575,6 +584,23 @@ def cmd_spark(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    folder = Path(args.folder)
+    try:
+        scaffold.init(folder)
+    except scaffold.FolderNotEmpty as exc:
+        raise UsageError(str(exc)) from None
+    go = "" if folder.resolve() == Path.cwd() else f"cd {shlex.quote(args.folder)} && "
+    print(f"made an app in {folder}: function_app.py, host.json, local.settings.json, .gitignore\n"
+          f"try it: {go}worker send {scaffold.QUEUE} world && worker run --burst")
+    return 0
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    print(completion.script(_parser(), args.shell), end="")
+    return 0
+
+
 def _tell(line: str) -> None:
     """A line for people on stderr: stdout of ``start-*`` is the URL alone, for scripts."""
     print(printable(line), file=sys.stderr)
@@ -702,6 +728,19 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--timeout", type=_startup_timeout, default=120.0 if action.startswith("start-") else 20.0,
                          help="how long a server may take to be ready (start-*: default 2m), or to stop after "
                               "SIGTERM before it is killed (stop: default 20s)")
+    init = commands.add_parser("init", help="make a folder holding an app that runs at once: function_app.py, "
+                                            "host.json, local.settings.json (the embedded queue), .gitignore",
+                               description="make a folder holding an app that runs at once: function_app.py, "
+                                           "host.json, local.settings.json (the embedded queue), .gitignore")
+    init.set_defaults(handler=cmd_init)
+    init.add_argument("folder", nargs="?", default=".", metavar="FOLDER",
+                      help="where to make it (default: the current folder); made if missing, and no file is overwritten")
+    shells = commands.add_parser("completion", help="print a shell completion script for worker: "
+                                                    "source <(worker completion bash)",
+                                 description="print a shell completion script for worker: "
+                                             "source <(worker completion bash)")
+    shells.set_defaults(handler=cmd_completion)
+    shells.add_argument("shell", choices=completion.SHELLS)
     return parser
 
 
@@ -724,6 +763,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, AppLoadError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile, StartupRefused,
             LocalSettingsError) as exc:
         print(f"worker {args.command}: error: {exc}", file=sys.stderr)
+        if args.command == "run" and f"connection string '{DEFAULT_CONNECTION}' does not exist" in str(exc):
+            print(MISSING_STORAGE_HINT, file=sys.stderr)
         return 2
     except (QueueError, SparkServerError) as exc:
         print(f"worker {args.command}: error: {exc}", file=sys.stderr)

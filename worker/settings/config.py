@@ -255,17 +255,29 @@ def _optional_duration(value: Any) -> float | None:
     return parse_duration(value)
 
 
-def _between(low: float, high: float, unit: str = "") -> Callable[[Any], str | None]:
-    """A range check; with ``unit`` "s" the values are durations, written as the settings write them."""
-    show = _duration_text if unit == "s" else (lambda number: f"{number:g}{unit}")
+@dataclass(frozen=True, slots=True)
+class _Between:
+    """A range check; with ``unit`` "s" the values are durations, written as the settings write them. Its text
+    (``str()``) is the range as the settings reference gives it."""
 
-    def check(value: Any) -> str | None:
-        if value is None or low <= value <= high:
+    low: float
+    high: float
+    unit: str = ""
+
+    def show(self, number: float) -> str:
+        return _duration_text(number) if self.unit == "s" else f"{number:g}{self.unit}"
+
+    def __call__(self, value: Any) -> str | None:
+        if value is None or self.low <= value <= self.high:
             return None
-        got = "NaN" if value != value else show(value)
-        return f"must be between {show(low)} and {show(high)}, got {got}"
+        got = "NaN" if value != value else self.show(value)
+        return f"must be between {self.show(self.low)} and {self.show(self.high)}, got {got}"
 
-    return check
+    def __str__(self) -> str:
+        return f"{self.show(self.low)} .. {self.show(self.high)}"
+
+
+_between = _Between
 
 
 def _duration_text(seconds: float) -> str:
@@ -278,11 +290,21 @@ def _duration_text(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _one_of(*choices: str) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
-        return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
+@dataclass(frozen=True, slots=True)
+class _OneOf:
+    """A check that the value is one of ``choices``; its text is the choices."""
 
-    return check
+    choices: tuple[str, ...]
+
+    def __call__(self, value: Any) -> str | None:
+        return None if value in self.choices else f"must be one of {', '.join(self.choices)}, got {value!r}"
+
+    def __str__(self) -> str:
+        return ", ".join(self.choices)
+
+
+def _one_of(*choices: str) -> _OneOf:
+    return _OneOf(choices)
 
 
 _WEEK = 7 * 86400.0

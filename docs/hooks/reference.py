@@ -1,0 +1,292 @@
+"""The references, written from the code at build time so that they cannot drift from it.
+
+- ``reference/cli.md``: every ``worker`` command, subcommand and argument, walked from the CLI's own argparse parser
+  (``worker.ops.cli._parser``), with its help text, default and choices.
+- ``reference/settings.md``: every key host.yaml and host.json accept, from the settings schema
+  (``worker.settings.config``): its type (from the parser the schema reads it with), its default (from
+  ``HostConfig``), its range (from the schema's check), the Functions setting it mirrors and what it means. A key
+  of the schema with no meaning below, or a meaning for a key the schema no longer has, fails the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import re
+from typing import Any
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import PluginError
+from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
+
+from worker.ops import cli
+from worker.settings import config as settings
+
+CLI_PAGE = "reference/cli.md"
+SETTINGS_PAGE = "reference/settings.md"
+
+
+def on_files(files: Files, config: MkDocsConfig) -> Files:
+    files.append(File.generated(config, CLI_PAGE, content=cli_page()))
+    files.append(File.generated(config, SETTINGS_PAGE, content=settings_page()))
+    return files
+
+
+def on_page_content(html: str, page: Page, **_: Any) -> str:
+    """The docstrings' Sphinx roles (``:class:`Out```) shown as the code they name, as the mkdocstrings handler
+    leaves the role's name in front of it."""
+    return re.sub(r":(?:attr|class|meth|func|mod|data|exc|obj):(?=<code>)", "", html)
+
+
+# -- worker commands ---------------------------------------------------------------------------------------------
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...],
+                                                                                      argparse.ArgumentParser]]:
+    found = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.extend(_commands(sub, (*path, name)))
+    return found
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _argument(action: argparse.Action) -> tuple[str, str, str]:
+    """The argument as typed, its default, and what it does (with its choices)."""
+    if action.option_strings:
+        name = ", ".join(f"`{option}`" for option in action.option_strings)
+        if action.nargs != 0:
+            metavar = action.metavar or (action.dest.upper() if not action.choices else "{" + ",".join(
+                map(str, action.choices)) + "}")
+            name += f" `{metavar}`"
+    else:
+        name = f"`{action.metavar or action.dest}`"
+        if action.nargs in ("?", "*"):
+            name += " (optional)"
+        elif action.nargs == "+":
+            name += " (one or more)"
+    default = action.default
+    if action.nargs == 0 or default in (None, argparse.SUPPRESS) or default is False:
+        shown = ""
+    else:
+        shown = f"`{default:g}`" if isinstance(default, float) else f"`{default}`"
+    help_text = (action.help or "") % {"default": action.default, "prog": "worker"} if action.help else ""
+    if action.choices and not isinstance(action, argparse._SubParsersAction):
+        help_text = f"{help_text} (one of {', '.join(f'`{choice}`' for choice in action.choices)})".strip()
+    return name, shown, help_text
+
+
+def cli_page() -> str:
+    parser = cli._parser()
+    lines = [
+        "# worker commands",
+        "",
+        "Generated from the `worker` command's own parser at build time: every command, subcommand and argument, "
+        "with what `--help` says of it. Exit codes: 0 success; 1 a queue operation failed; 2 bad arguments, "
+        "settings or app; 3 a process recycled after a timeout (`worker run --no-supervisor` only).",
+        "",
+        "Shell completion: `source <(worker completion bash)` (or `zsh`), for instance in `~/.bashrc`.",
+        "",
+    ]
+    for path, sub in _commands(parser):
+        if not path:
+            continue
+        title = " ".join(("worker", *path))
+        lines += [f"## {title}", "", _cell(sub.description or ""), "", "```text", sub.format_usage().strip(), "```", ""]
+        rows = [_argument(action) for action in sub._actions
+                if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))]
+        children = [action for action in sub._actions if isinstance(action, argparse._SubParsersAction)]
+        for action in children:
+            lines += ["| subcommand | what it does |", "|---|---|"]
+            for choice in action._choices_actions:
+                anchor = f"{title} {choice.dest}".replace(" ", "-")
+                lines.append(f"| [`{choice.dest}`](#{anchor}) | {_cell(choice.help)} |")
+            lines.append("")
+        if rows:
+            lines += ["| argument | default | what it does |", "|---|---|---|"]
+            lines += [f"| {name} | {default} | {_cell(help_text)} |" for name, default, help_text in rows]
+            lines.append("")
+    return "\n".join(lines)
+
+
+# -- settings -----------------------------------------------------------------------------------------------------
+
+#: What each key means, and the Azure Functions setting it mirrors ("" where Functions has none).
+MEANINGS: dict[str, tuple[str, str]] = {
+    "version": ("accepted as in host.json", "`version`"),
+    "functionTimeout": ("longest a handler may run; past it the invocation fails and its Spark jobs are cancelled; "
+                        "`-1`: no limit", "`functionTimeout`"),
+    "extensions.queues.batchSize": ("messages per receive, per function; at most the backend's limit (OCI Queue: "
+                                    "20, SQS: 10)", "`extensions.queues.batchSize`"),
+    "extensions.queues.newBatchThreshold": ("fetch again when a function's in-flight count falls to this",
+                                            "`extensions.queues.newBatchThreshold`"),
+    "extensions.queues.maxPollingInterval": ("longest back-off on an empty queue (backends that cannot long-poll)",
+                                             "`extensions.queues.maxPollingInterval`"),
+    "extensions.queues.visibilityTimeout": ("delay before a failed message is visible again",
+                                            "`extensions.queues.visibilityTimeout`"),
+    "extensions.queues.maxDequeueCount": ("attempts before a message goes to `<queue>-poison`",
+                                          "`extensions.queues.maxDequeueCount`"),
+    "extensions.queues.messageEncoding": ("how bodies are stored", "`extensions.queues.messageEncoding`"),
+    "worker.leaseDuration": ("lease taken at receive and renewed while the handler runs",
+                             "none: Functions' lease is a fixed 10 minutes"),
+    "worker.leaseRenewalFraction": ("renew when this part of the lease has passed", "none: Functions renews at half"),
+    "worker.drainTimeout": ("time running handlers get after SIGTERM (a stop then takes at most 7 s more: "
+                            "[shutdown](../leases.md#what-happens-to-a-message))", ""),
+    "worker.maxInFlight": ("messages held at once across all functions", ""),
+    "worker.handlerThreads": ("threads for synchronous handlers", ""),
+    "worker.httpPort": ("port of `/healthz`, `/readyz`, `/metrics`, `/leases` and the web console at `/`; 0: off", ""),
+    "worker.httpHost": ("address the endpoints listen on (`worker run --http-host` wins); see "
+                        "[Running and operating](../operating.md)", ""),
+    "worker.httpTokenFile": ("file (relative to host.yaml's folder) holding the bearer token `/metrics`, `/leases` "
+                             "and the console's data require (and the console's poison actions); or set "
+                             "`WORKER_HTTP_TOKEN` (not both). "
+                             "`worker.httpToken` is refused: a token does not belong in the settings", ""),
+    "worker.httpOpenData": ("with no token, serve `/leases` and the console's data on a `worker.httpHost` beyond "
+                            "loopback too (anyone who reaches the address reads them; warned at start). Without it "
+                            "they answer 403 there (on loopback they answer, with a warning at start)", ""),
+    "worker.httpAllowedHosts": ("names, besides `localhost`, IP addresses and `worker.httpHost`, that requests may "
+                                "reach the endpoints by (the `Host` header); any other answers 421 (DNS rebinding)",
+                                ""),
+    "worker.invocationLogs": ("an INFO line when each invocation starts (`Executing`) and ends (`Executed`, with outcome "
+                              "and duration)",
+                              "the Functions host's own Executing / Executed lines"),
+    "worker.middleware": ("middleware to add after the host's own and the app's, as `module:attribute`", ""),
+    "worker.processes": ("worker processes under one supervisor (`worker run --processes N` wins)",
+                         "`FUNCTIONS_WORKER_PROCESS_COUNT`"),
+    "retry": ("delay before each retry of a failed message: `{strategy: fixedDelay, delayInterval}` or "
+              "`{strategy: exponentialBackoff, minimumInterval, maximumInterval}` (see "
+              "[Retry](../apps.md#retry))", "`retry` (host.json) and `@app.retry`"),
+    "spark.master": ("where Spark runs: `local[n]`, `spark://`, `sc://` (Spark Connect), `yarn`, `k8s://`", ""),
+    "spark.appName": ("Spark application name", ""),
+    "spark.conf": ("Spark properties, given to the session builder", ""),
+    "spark.startTimeout": ("how long making the session and its warm-up job may take before the start counts as "
+                           "failed", ""),
+    "spark.checkTimeout": ("how long the check that a session is alive (and a Connect session's release) may wait",
+                           ""),
+    "spark.webUi": ("a Spark Connect server's web UI (`http://host:port`), where the host cancels jobs an interrupt "
+                    "missed", ""),
+    "logging.logLevel": ("log levels by Functions category (`default`, `Host`, `Function`, `Function.<name>`, "
+                         "`Function.<name>.User`, a library's logger); `worker run --log-level` wins",
+                         "`logging.logLevel`"),
+    "maxConcurrency": ("invocations of that function at once (per function only)",
+                       "none: on Functions a queue trigger's concurrency is `batchSize` + `newBatchThreshold`"),
+}
+
+#: The settings' types, by the function the schema parses them with.
+TYPES: dict[str, str] = {
+    "_integer": "whole number", "_boolean": "true or false", "_number": "number", "_text": "text",
+    "_version": "text", "parse_duration": "duration", "_optional_duration": "duration, or -1",
+    "_spark_conf": "map of Spark properties", "_log_levels": "map of category to level",
+    "_names": "list of `module:attribute`", "parse_http_host": "address or host name",
+    "_host_names": "list of host names", "_spark_master": "Spark master", "_web_ui": "URL", "<lambda>": "retry policy",
+}
+
+DURATION_ATTRIBUTES = {"function_timeout", "max_polling_interval", "visibility_timeout", "lease_duration",
+                       "drain_timeout", "spark_start_timeout", "spark_check_timeout"}
+
+
+def _hms(seconds: float) -> str:
+    whole = int(seconds)
+    if whole != seconds or whole >= 86400:
+        return f"{seconds:g}s"
+    return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def _default(attr: str) -> str:
+    field = next(f for f in dataclasses.fields(settings.HostConfig) if f.name == attr)
+    if field.default_factory is not dataclasses.MISSING:  # computed at start
+        if attr == "new_batch_threshold":
+            return "batchSize / 2 × processors"
+        return "none" if not field.default_factory() else str(field.default_factory())
+    value = field.default
+    if value is None or value == ():
+        return "none"
+    if attr in DURATION_ATTRIBUTES:
+        return f"`{_hms(value)}`"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float) and math.isfinite(value) and value == int(value) and attr != "lease_renewal_fraction":
+        return f"`{int(value)}`"
+    return f"`{value}`"
+
+
+def _kind(setting: Any) -> str:
+    name = getattr(setting.parse, "__name__", "")
+    if name not in TYPES:
+        raise PluginError(f"settings reference: no type name for {name!r}; add it to docs/hooks/reference.py")
+    return TYPES[name]
+
+
+def _range(setting: Any) -> str:
+    check = setting.check
+    if isinstance(check, (settings._Between, settings._OneOf)):
+        text = str(check)
+        return f"{text}, or `-1`" if setting.parse is settings._optional_duration else text
+    return ""
+
+
+def settings_page() -> str:
+    schema = settings._SCHEMA
+    function_keys = settings._FUNCTION_KEYS
+    documented = set(MEANINGS)
+    known = set(schema) | set(settings._FUNCTION_ONLY)
+    if missing := sorted(known - documented):
+        raise PluginError(f"settings reference: keys of the schema with no meaning in docs/hooks/reference.py: {missing}")
+    if stale := sorted(documented - known):
+        raise PluginError(f"settings reference: meanings for keys the schema no longer has: {stale}")
+    lines = [
+        "# Settings",
+        "",
+        "Generated from the settings schema at build time: every key host.yaml (and host.json) accepts, with its "
+        "type, default and range as the loader checks them, and the Azure Functions setting it mirrors. "
+        "[Settings](../settings.md) tells how the file is found, read and overridden.",
+        "",
+        "Durations accept `hh:mm:ss`, `d.hh:mm:ss`, `250ms`, `30s`, `10m`, `2h`, `1d` or seconds. Every key can be "
+        "set from the environment: `WORKER__` and the key's parts joined by `__` "
+        "(`WORKER__extensions__queues__batchSize=4`).",
+        "",
+        "| key | type | default | range | Functions | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, setting in schema.items():
+        meaning, functions = MEANINGS[key]
+        if functions == f"`{key}`":
+            functions = "the same key"
+        lines.append(f"| `{key}` | {_kind(setting)} | {_default(setting.attr)} | {_cell(_range(setting))} | "
+                     f"{functions} | {_cell(meaning)} |")
+    lines += [
+        "| `connections.<name>` | connection string, or `<name>__serviceUri` ... entries | none | | app settings "
+        "(`AzureWebJobsStorage`, `<name>__queueServiceUri`) | looked up after the environment, as Functions looks "
+        "up app settings; see [Backends](../backends.md) |",
+        "",
+        "## Per function",
+        "",
+        "A `functions.<name>` section sets these for one function (`WORKER__functions__<name>__<key>` from the "
+        "environment); each has the range of the global key it stands for.",
+        "",
+        "| key | global key | type | range | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for key, global_key in function_keys.items():
+        setting = settings._FUNCTION_ONLY.get(key) or schema[global_key]
+        meaning = MEANINGS[key][0] if key in MEANINGS else MEANINGS[global_key][0]
+        shown = "(per function only)" if key in settings._FUNCTION_ONLY else f"`{global_key}`"
+        lines.append(f"| `functions.<name>.{key}` | {shown} | {_kind(setting)} | {_cell(_range(setting))} | "
+                     f"{_cell(meaning)} |")
+    lines += [
+        "",
+        "## host.json keys accepted and not used",
+        "",
+        "These keys mean something to the Functions host only; a host.json that has them loads, with a warning "
+        "naming the file:",
+        "",
+        ", ".join(f"`{key}`" for key in sorted(settings.IGNORED_HOST_JSON_KEYS)),
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,139 @@
+"""The documentation site builds with every warning an error, and holds what the references promise.
+
+The suite builds the whole site once (``mkdocs build --strict``, as ``make docs`` does) into a scratch folder, with
+the console's screenshots off (``DOCS_SCREENSHOTS=0``: a worker and a Chromium for two pictures would triple the
+build's time); a test of its own runs the screenshot hook, which starts a worker and drives Chromium as the build
+does. A broken link or anchor, a page missing from the navigation, a settings key with no meaning or a reference
+that no longer builds from the code fails the build, and so this test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import importlib.util
+import os
+import re
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.host.processes import worker_environment
+from worker.ops import cli
+from worker.settings import config as settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def build(out: Path) -> Path:
+    env = worker_environment(DOCS_SCREENSHOTS="0", NO_MKDOCS_2_WARNING="1")
+    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=REPO,
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stdout + built.stderr
+    return out
+
+
+def text(page: Path) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", page.read_text(encoding="utf-8")))
+
+
+def subcommands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += [(*path, name), *subcommands(sub, (*path, name))]
+    return found
+
+
+@pytest.mark.subprocess
+def test_the_site_builds_strict_and_holds_what_its_references_promise(tmp_path: Path) -> None:
+    """One build (about 2 s), every check on it: a build per check would cost a build per test process."""
+    site = build(tmp_path / "site")
+    start_page_and_guides(site)
+    cli_reference(site)
+    settings_reference(site)
+    nothing_fetched_at_view_time(site)
+    api_reference(site)
+
+
+def start_page_and_guides(site: Path) -> None:
+    for page in ("index", "start", "apps", "leases", "backends", "settings", "operating", "deploying", "spark",
+                 "functions", "lambda", "middleware", "security", "troubleshooting", "reference/cli",
+                 "reference/settings", "reference/api"):
+        assert (site / f"{page}.html").is_file(), page
+    assert "worker init hello-app" in text(site / "start.html")
+    for image in ("message-path.svg", "lease-timeline.svg", "console-functions.png", "console-poison.png"):
+        assert (site / "images" / image).stat().st_size > 0, image
+    assert "<svg" in (site / "images" / "lease-timeline.svg").read_text(encoding="utf-8")
+
+
+def cli_reference(site: Path) -> None:
+    """Every command and flag of the CLI's parser."""
+    page = text(site / "reference" / "cli.html")
+    parser = cli._parser()
+    commands = subcommands(parser)
+    assert {("init",), ("completion",), ("spark", "stop")} <= set(commands)
+    for path in commands:
+        assert f"worker {' '.join(path)}" in page, path
+    flags = {option for action in [a for p in commands for a in _parser_of(parser, p)._actions]
+             for option in action.option_strings}
+    assert {"--burst", "--processes", "--ttl", "--delay", "--max", "--memory"} <= flags
+    for flag in flags:
+        assert flag in page, flag
+
+
+def _parser_of(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> argparse.ArgumentParser:
+    for name in path:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = action.choices[name]
+    return parser
+
+
+def settings_reference(site: Path) -> None:
+    """Every key the loader accepts."""
+    page = text(site / "reference" / "settings.html")
+    for key in [*settings._SCHEMA, *(f"functions.<name>.{key}" for key in settings._FUNCTION_KEYS),
+                "connections.<name>", *settings.IGNORED_HOST_JSON_KEYS]:
+        assert key in page, key
+    assert "1 .. 1024" in page and "FUNCTIONS_WORKER_PROCESS_COUNT" in page and "batchSize / 2 × processors" in page
+
+
+def nothing_fetched_at_view_time(site: Path) -> None:
+    """No script, stylesheet, image or font from another site."""
+    for page in site.glob("**/*.html"):
+        source = page.read_text(encoding="utf-8")
+        assert not re.findall(r"<(?:script|link|img)\b[^>]*(?:src|href)=\"(?:https?:)?//", source), page
+        assert "fonts.googleapis" not in source and "fonts.gstatic" not in source, page
+
+
+def api_reference(site: Path) -> None:
+    """The public API, from its docstrings."""
+    import worker
+
+    page = text(site / "reference" / "api.html")
+    for name in worker.__all__:
+        assert name in page, name
+    assert worker.QueueMessage.__doc__.split("\n")[0].strip()[:40] in page
+
+
+@pytest.mark.subprocess
+def test_the_screenshot_hook_takes_the_console_of_a_running_worker_in_chromium() -> None:
+    spec = importlib.util.spec_from_file_location("docs_screenshots", REPO / "docs" / "hooks" / "screenshots.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    saved = {name: os.environ.pop(name) for name in list(os.environ) if name.startswith(("WORKER__", "AzureWebJobs"))}
+    try:
+        shots = hook.take()
+    finally:
+        os.environ.update(saved)
+
+    assert set(shots) == {"images/console-functions.png", "images/console-poison.png"}
+    for name, png in shots.items():
+        assert png[:8] == b"\x89PNG\r\n\x1a\n", name
+        width, height = struct.unpack(">II", png[16:24])
+        assert width >= 800 and height >= 300, (name, width, height)

@@ -1,0 +1,97 @@
+"""A newcomer's first commands: ``worker init`` makes a folder that ``worker run --burst`` runs at once, a first app
+that names ``AzureWebJobsStorage`` without setting it is told what to do, and ``worker completion`` completes in bash.
+
+Each runs the ``worker`` command as a real process, as a user's shell would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.host.processes import worker_environment
+from worker.ops import scaffold
+
+pytestmark = pytest.mark.subprocess
+
+
+def worker(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=worker_environment(),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_init_makes_a_folder_that_send_and_run_burst_use_at_once(tmp_path: Path) -> None:
+    made = worker(tmp_path, "init", "app")
+    assert made.returncode == 0, made.stderr
+    folder = tmp_path / "app"
+    assert sorted(p.name for p in folder.iterdir()) == [".gitignore", "function_app.py", "host.json",
+                                                        "local.settings.json"]
+    assert "worker send hello world && worker run --burst" in made.stdout
+
+    sent = worker(folder, "send", scaffold.QUEUE, "world")
+    assert sent.returncode == 0, sent.stderr
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    assert {"event": "hello, world"}.items() <= next(line for line in lines if line["event"].startswith("hello")).items()
+    assert any(line["event"] == "queue storage opened" and str(folder / ".worker" / "queues.sqlite3") in line["storage"]
+               for line in lines)
+    assert ".worker/" in (folder / ".gitignore").read_text(encoding="utf-8").splitlines()
+
+
+def test_init_overwrites_nothing(tmp_path: Path) -> None:
+    (tmp_path / "host.json").write_text("{}", encoding="utf-8")
+
+    made = worker(tmp_path, "init")
+
+    assert made.returncode == 2
+    assert "already has host.json; worker init overwrites nothing" in made.stderr
+    assert not (tmp_path / "function_app.py").exists()
+
+
+def test_a_first_app_naming_an_unset_azurewebjobsstorage_is_told_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "function_app.py").write_text(
+        "from worker import WorkerApp\napp = WorkerApp()\n"
+        "@app.queue_trigger(arg_name='msg', queue_name='images', connection='AzureWebJobsStorage')\n"
+        "def resize(msg) -> None: ...\n", encoding="utf-8")
+
+    ran = worker(tmp_path, "run", "--burst")
+
+    assert ran.returncode == 2
+    assert "set AzureWebJobsStorage=sqlite:///.worker/queues.sqlite3" in ran.stderr
+    assert "leave connection= out of the trigger" in ran.stderr
+
+
+def completions(script: Path, *words: str) -> list[str]:
+    """What bash offers after ``words`` (the last is the word being completed), with ``script`` sourced."""
+    words_array = " ".join(f"'{word}'" for word in words)
+    program = (f"source {script}; COMP_WORDS=({words_array}); COMP_CWORD={len(words) - 1}; "
+               "_worker_complete; printf '%s\\n' \"${COMPREPLY[@]}\"")
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout.split()
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_scripts_come_from_the_parser_and_register_for_worker(tmp_path: Path, shell: str) -> None:
+    written = worker(tmp_path, "completion", shell)
+    assert written.returncode == 0, written.stderr
+    script = tmp_path / f"worker.{shell}"
+    script.write_text(written.stdout, encoding="utf-8")
+    if shell == "zsh":
+        assert written.stdout.splitlines()[2] == "autoload -U +X bashcompinit && bashcompinit"
+        return
+
+    registered = subprocess.run(["bash", "-c", f"source {script} && complete -p worker"], capture_output=True,
+                                text=True, timeout=30)
+    assert registered.stdout.strip() == "complete -o default -F _worker_complete worker", registered.stderr
+    assert {"run", "send", "init", "completion", "spark"} <= set(completions(script, "worker", ""))
+    assert completions(script, "worker", "spark", "st") == ["start-cluster", "start-connect", "status", "stop"]
+    assert completions(script, "worker", "run", "--log-level", "") == ["DEBUG", "INFO", "WARNING", "ERROR"]
+    assert completions(script, "worker", "poison", "re") == ["requeue"]
+    assert "--burst" in completions(script, "worker", "run", "--b")
+    assert completions(script, "worker", "spark", "stop", "--t") == ["--timeout"]

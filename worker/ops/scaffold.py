@@ -1,0 +1,77 @@
+"""``worker init [FOLDER]``: a new app folder that runs at once, laid out as a Functions app is.
+
+It holds ``function_app.py`` (one queue-triggered function), ``host.json``, ``local.settings.json`` (its
+``AzureWebJobsStorage`` is the embedded queue, so ``worker send`` and ``worker run`` in that folder use one queue
+file, ``.worker/queues.sqlite3``) and a ``.gitignore``. Pointing ``AzureWebJobsStorage`` at a storage account
+moves the app to Azure Storage unchanged. Nothing is overwritten: a folder that already holds one of the files is
+refused, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+#: The trigger queue of the app ``worker init`` writes.
+QUEUE = "hello"
+
+FUNCTION_APP = f'''"""A queue-triggered app: `worker send {QUEUE} world`, then `worker run`."""
+
+import logging
+
+from worker import QueueMessage, WorkerApp
+
+app = WorkerApp()
+
+
+@app.queue_trigger(arg_name="msg", queue_name="{QUEUE}", connection="AzureWebJobsStorage")
+def hello(msg: QueueMessage) -> None:
+    # Returning deletes the message; raising retries it (then moves it to {QUEUE}-poison).
+    logging.info("hello, %s", msg.get_body().decode())
+'''
+
+HOST_JSON = json.dumps({
+    "version": "2.0",
+    "functionTimeout": "00:05:00",
+    "extensions": {"queues": {"batchSize": 16, "maxDequeueCount": 5}},
+}, indent=2) + "\n"
+
+LOCAL_SETTINGS = json.dumps({
+    "IsEncrypted": False,
+    "Values": {
+        "FUNCTIONS_WORKER_RUNTIME": "python",
+        # The embedded queue, beside host.json; a storage account's connection string moves the app to Azure.
+        "AzureWebJobsStorage": "sqlite:///.worker/queues.sqlite3",
+    },
+}, indent=2) + "\n"
+
+GITIGNORE = """.worker/
+__pycache__/
+.venv/
+local.settings.json
+"""
+
+FILES = {
+    "function_app.py": FUNCTION_APP,
+    "host.json": HOST_JSON,
+    "local.settings.json": LOCAL_SETTINGS,
+    ".gitignore": GITIGNORE,
+}
+
+
+class FolderNotEmpty(Exception):
+    """The folder already holds a file ``worker init`` would write."""
+
+
+def init(folder: Path) -> list[Path]:
+    """Write the app's files into ``folder`` (made if missing); the files written."""
+    taken = [name for name in FILES if (folder / name).exists()]
+    if taken:
+        raise FolderNotEmpty(f"{folder} already has {', '.join(taken)}; worker init overwrites nothing")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in FILES.items():
+        path = folder / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
