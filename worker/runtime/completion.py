@@ -126,7 +126,7 @@ class CompletionProcessor:
             return Done.LEFT
         limit = item.config.max_dequeue_count
         if result.outcome is Outcome.POISON or item.raw.dequeue_count >= limit:
-            return await policy_for(item.backend).settle(item, result.reason, lambda: self._delete(item), progress)
+            return await policy_for(item.backend).take(item, result.reason, lambda: self._delete(item), progress)
         # Never past the message's expiry, which the service would refuse: it is gone then anyway.
         delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.config.visibility_timeout))
         await item.backend.update(item.queue, item.raw.id, receipt, delay)
