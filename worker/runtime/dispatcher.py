@@ -12,8 +12,9 @@ may fail single messages with ``message.fail(reason)``.
 
 The dispatcher only runs handlers and announces it: bindings, invocation logs
 and counting are middleware (:mod:`worker.middleware`), the threads of sync
-handlers are :mod:`worker.runtime.threads`', and the rule that poisons a
-message before it runs is the completion processor's ``begin``.
+handlers are :mod:`worker.runtime.threads`', and whether a message is poison
+(before it runs, undecodable, or from what the handler raised) is
+:mod:`worker.runtime.verdict`'s to say.
 """
 
 from __future__ import annotations
@@ -28,16 +29,17 @@ import structlog
 
 from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.encoding import MessageDecodeError, decode
-from worker.bindings.errors import Unusable
 from worker.context import Context, RetryContext
 from worker.invocation import Delivery, Invocation, current_invocation
-from worker.message import Poison, QueueMessage
-from worker.middleware import Chain, InvocationFailed
+from worker.message import QueueMessage
+from worker.middleware import Chain
 from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
+from worker.runtime import verdict
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.recycle import Recycler
 from worker.runtime.threads import HandlerThreads, Overran, TimedOut
+from worker.runtime.verdict import HandlerExited
 from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.dispatcher")
@@ -162,14 +164,14 @@ class Dispatcher:
     def _admit(self, inv: Invocation, delivery: Delivery) -> bool:
         """Decode one message for the handler; or decide at once that it goes to poison. True if admitted."""
         raw = delivery.raw
-        if (refused := self.completion.begin(raw, inv.config)) is not None:
+        if (refused := verdict.admitted(raw, inv.config.max_dequeue_count)) is not None:
             delivery.result = refused
             return False
         try:
             body = decode(raw.content, inv.config.message_encoding, utf8=inv.function.trigger_kind == "str")
         except MessageDecodeError as exc:
             inv.log.error("message decoding has failed", message_id=raw.id, reason=str(exc))
-            delivery.result = Result(Outcome.POISON, str(exc))
+            delivery.result = verdict.undecodable(exc)
             return False
         delivery.message = QueueMessage(
             id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
@@ -187,14 +189,7 @@ class Dispatcher:
         inv.messages = [d.message for d in live if d.message is not None]
         result = await self._run(inv)
         for delivery in live:
-            message = delivery.message
-            if result.outcome is Outcome.SUCCEEDED and message is not None and message.failure is not None:
-                inv.log.warning("handler failed one message", message_id=delivery.raw.id, reason=message.failure,
-                                poison=message.poison_requested)
-                outcome = Outcome.POISON if message.poison_requested else Outcome.FAILED
-                delivery.result = Result(outcome, message.failure, requested=message.poison_requested)
-            else:
-                delivery.result = result
+            delivery.result = verdict.of_message(delivery.message, result, inv.log)
 
     async def _run(self, inv: Invocation) -> Result:
         """before_invocation hooks, the handler, after_invocation hooks: the outcome of the whole call."""
@@ -215,13 +210,13 @@ class Dispatcher:
         try:
             await self.middleware.before_invocation(inv)
         except Exception as exc:
-            result = _failure(inv, exc, "before the handler")
+            result = verdict.raised(exc, "before the handler", inv.log)
         else:
             result = await self._call(inv)
         try:
             return await self.middleware.after_invocation(inv, result)
         except Exception as exc:
-            return _failure(inv, exc, "after the handler")
+            return verdict.raised(exc, "after the handler", inv.log)
 
     async def _call(self, inv: Invocation) -> Result:
         """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
@@ -255,7 +250,7 @@ class Dispatcher:
             if inv.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
                 inv.log.warning("invocation cancelled", reason=inv.cancel_reason, error=f"{type(exc).__name__}: {exc}")
                 return Result(Outcome.RELEASE, inv.cancel_reason)
-            return _failure(inv, exc, "")
+            return verdict.raised(exc, "", inv.log)
         if inv.cancel_reason is not None:
             inv.log.warning("invocation cancelled", reason=inv.cancel_reason)
             return Result(Outcome.RELEASE, inv.cancel_reason)
@@ -297,19 +292,6 @@ class Dispatcher:
                                about={"function": function.name, "invocation_id": inv.id})
 
 
-class HandlerExited(Exception):  # noqa: N818 -- what happened, as the log says it
-    """A handler raised a BaseException that is not an error (SystemExit, KeyboardInterrupt, GeneratorExit).
-
-    Left alone, it would leave the event loop (asyncio lets SystemExit and
-    KeyboardInterrupt through) or the invocation's task, and take the process
-    or the batch's other completions with it; wrapped, it fails its attempt
-    like any exception. The original is the ``__cause__``.
-    """
-
-    def __init__(self, raised: BaseException) -> None:
-        super().__init__(f"{type(raised).__name__}: {raised}")
-
-
 @contextmanager
 def _exits_fail() -> Iterator[None]:
     """Turn a BaseException from a handler into :class:`HandlerExited`; cancellation and errors pass as they are."""
@@ -319,26 +301,6 @@ def _exits_fail() -> Iterator[None]:
         raise
     except BaseException as exc:
         raise HandlerExited(exc) from exc
-
-
-def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
-    """The result of a handler (or middleware ``where``) that raised: poison if it asked for it, else a failure."""
-    if isinstance(exc, Poison) and not where:
-        inv.log.error("handler asked for the poison queue", reason=exc.reason)
-        return Result(Outcome.POISON, exc.reason, requested=True)
-    # No attempt can succeed: a middleware found so (a blob path that cannot be used), or a value the handler gave
-    # cannot be used (an azure.functions handler's output of a type no message can carry).
-    if isinstance(exc, (Poison, Unusable)):
-        reason = exc.reason if isinstance(exc, Poison) else str(exc)
-        inv.log.error(f"message cannot be handled{f' ({where})' if where else ''}; it goes to the poison queue",
-                      reason=reason)
-        return Result(Outcome.POISON, reason)
-    error = str(exc) if isinstance(exc, HandlerExited) else f"{type(exc).__name__}: {exc}"
-    if where:
-        inv.log.error(f"invocation failed {where}; the message will be retried", error=error)
-        return Result(Outcome.FAILED, str(exc) if isinstance(exc, InvocationFailed) else error)
-    inv.log.exception("handler failed", error=error)
-    return Result(Outcome.FAILED, error, exception=exc)
 
 
 def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:
