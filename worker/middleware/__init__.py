@@ -12,7 +12,18 @@ hooks run in reverse order, so that the first middleware sees the last word
 (as layers of an onion). Invocation hooks may be ``async def``. A hook that raises
 in ``before_invocation`` or ``after_invocation`` fails the invocation (raising
 :class:`worker.Poison` poisons its messages); one that raises elsewhere is
-logged and the host goes on.
+logged and the host goes on. The API, with a worked example, is documented in
+one place: ``docs/middleware.md``.
+
+The host's own middleware, in the order :mod:`.builtin` puts them (and where
+it loads host.yaml's): :mod:`.tracing` (when traces are on, first of all: the
+CONSUMER span of each invocation), :mod:`.counting` (the counters),
+:mod:`.logs` (Executing / Executed), :mod:`.bindings` (inputs, and outputs
+written before the message is deleted), :mod:`.concurrency`
+(``maxConcurrency``), :mod:`.retry` (the retry delay), :mod:`.spark` (one Spark session per process,
+job tags bound to leases, every Spark call within a deadline; with
+:mod:`.connect_jobs`, which kills the Spark Connect jobs an interrupt missed
+through the server's web UI).
 """
 
 from __future__ import annotations
