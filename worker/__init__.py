@@ -1,10 +1,11 @@
 """A queue-trigger worker host: Azure Functions' queue trigger, runnable anywhere.
 
 The public API is what this module exports; everything else is internal. It
-includes every type a middleware hook receives (:class:`Invocation`,
-:class:`FunctionSpec`, :class:`FunctionOptions`, :class:`Delivery`,
-:class:`Lease`, :class:`RawMessage`, :class:`Result`, :class:`Outcome`,
-:class:`Finished`, :class:`Done`), so that a middleware author imports nothing
+includes every type a middleware hook receives or reaches through what it
+receives (:class:`Invocation`, :class:`Delivery`, :class:`FunctionSpec`,
+:class:`FunctionOptions`, :class:`Lease`, :class:`RawMessage`,
+:class:`QueueBackend`, :class:`QueueMessage`, :class:`Context`,
+:class:`Result`, :class:`Outcome`, :class:`Finished`, :class:`Done`), so that a middleware author imports nothing
 from the runtime (docs/middleware.md).
 
 The top-level modules are the types every layer shares: :mod:`.waits`
@@ -20,15 +21,18 @@ decorator registry), :mod:`.spark` (``spark.session()`` for handlers) and
 """
 
 from worker.app import WorkerApp
+from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.blobs import InputStream
 from worker.bindings.outputs import Out
 from worker.context import Context
-from worker.invocation import Invocation
+from worker.invocation import Delivery, Invocation
 from worker.message import Poison, QueueMessage
 from worker.middleware import InvocationFailed, Middleware
-from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Outcome, Result
+from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Lease, Outcome, Result
+from worker.settings.config import FunctionOptions
 
 __all__ = [
-    "CheckpointFailed", "Context", "Done", "Finished", "FunctionSpec", "InputStream", "Invocation", "InvocationFailed",
-    "Middleware", "Out", "Outcome", "Poison", "QueueMessage", "Result", "WorkerApp",
+    "CheckpointFailed", "Context", "Delivery", "Done", "Finished", "FunctionOptions", "FunctionSpec", "InputStream",
+    "Invocation", "InvocationFailed", "Lease", "Middleware", "Out", "Outcome", "Poison", "QueueBackend", "QueueMessage",
+    "RawMessage", "Result", "WorkerApp",
 ]

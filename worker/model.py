@@ -15,6 +15,7 @@ import asyncio
 import enum
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -252,8 +253,14 @@ class Finished:
     queue: str
     raw: RawMessage
     lease: Lease
-    #: The settings of the message's function (maxDequeueCount, visibilityTimeout, retry).
-    config: FunctionOptions
+    #: The options of the message's function (maxDequeueCount, visibilityTimeout, retry).
+    options: FunctionOptions
     #: The logger every line about this message goes to, bound to function, queue, invocation and message ids and
     #: dequeue count (the invocation's own for a single message: one bind per message, not two).
     log: structlog.typing.FilteringBoundLogger
+
+    @property
+    def config(self) -> FunctionOptions:
+        """Deprecated: :attr:`options`."""
+        warnings.warn("Finished.config is deprecated; use Finished.options", DeprecationWarning, stacklevel=2)
+        return self.options

@@ -22,7 +22,8 @@ def test_public_api_exports_app_message_and_out() -> None:
     # The types middleware hooks receive are public too, so that a middleware imports nothing from the runtime.
     assert set(worker.__all__) == {"Context", "InputStream", "InvocationFailed", "Middleware", "Out", "Poison",
                                    "QueueMessage", "WorkerApp", "Invocation", "FunctionSpec", "Result", "Outcome",
-                                   "Finished", "Done", "CheckpointFailed"}
+                                   "Finished", "Done", "CheckpointFailed", "Delivery", "FunctionOptions", "Lease",
+                                   "RawMessage", "QueueBackend"}
     assert all(getattr(worker, name).__module__.split(".")[1] not in {"runtime", "ops"} for name in worker.__all__)
 
 

@@ -61,7 +61,7 @@ class Middleware:
         """
         return []
 
-    def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
+    def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
         """How many messages the listener of ``function`` may receive now, at most ``room``.
 
         ``running`` is the function's invocations held now (received and not
@@ -132,9 +132,9 @@ class Chain:
                 problems.append(f"{getattr(hook, '__qualname__', repr(hook))} failed: {type(exc).__name__}: {exc}")
         return problems
 
-    def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
+    def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
         for hook in self._limits:
-            room = max(0, min(room, hook(function, config, running, room)))
+            room = max(0, min(room, hook(function, options, running, room)))
         return room
 
     def after_receive(self, function: FunctionSpec, count: int) -> None:

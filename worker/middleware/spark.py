@@ -447,8 +447,7 @@ class SparkProvider:
             context.addJobTag(tag)
             cancel = lambda: context.cancelJobsWithTag(tag)  # noqa: E731
             invocation.thread_cleanup.append(lambda: context.removeJobTag(tag))
-        if tag not in invocation.job_tags:
-            invocation.job_tags.append(tag)
+        invocation.add_work_tag(tag)
         with self._lock:
             self._tagged.setdefault(invocation.id, []).append((cancel, tag, handler_returned, after))
         if invocation.interrupted:

@@ -99,7 +99,7 @@ class CompletionProcessor:
     async def _apply(self, item: Finished, result: Result, progress: _Progress) -> Done:
         receipt = item.lease.pop_receipt
         assert receipt is not None
-        limit = item.config.max_dequeue_count
+        limit = item.options.max_dequeue_count
         match verdict(item.queue, item.raw.dequeue_count, limit, result):
             case Verdict.DELETE:
                 await self._delete(item)
@@ -114,7 +114,7 @@ class CompletionProcessor:
             case Verdict.POISON:
                 return await policy_for(item.backend).take(item, result.reason, lambda: self._delete(item), progress)
         # Never past the message's expiry, which the service would refuse: it is gone then anyway.
-        delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.config.visibility_timeout))
+        delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.options.visibility_timeout))
         await item.backend.update(item.queue, item.raw.id, receipt, delay)
         item.log.warning(
             "message failed; it will be retried",

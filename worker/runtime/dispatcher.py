@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,7 +31,7 @@ import structlog
 from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.encoding import MessageDecodeError, decode
 from worker.context import Context, RetryContext
-from worker.invocation import Delivery, Invocation, current_invocation
+from worker.invocation import Delivery, Invocation, InvocationState, current_invocation, state_of
 from worker.message import QueueMessage
 from worker.middleware import Chain
 from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
@@ -67,24 +68,30 @@ class Dispatcher:
     def dispatch(
         self,
         function: FunctionSpec,
-        config: FunctionOptions,
+        options: FunctionOptions,
         backend: QueueBackend,
         raws: list[RawMessage],
         on_done: Callable[[], None],
     ) -> Invocation:
         """Take the leases on ``raws``, start their invocation, and call ``on_done`` once all are completed.
 
-        One message per invocation, or a whole batch for a ``cardinality="many"`` function; ``config`` is the
-        function's settings.
+        One message per invocation, or a whole batch for a ``cardinality="many"`` function; ``options`` are the
+        function's.
         """
-        inv = Invocation(function, config, backend, [])
-        inv.deliveries = [
+        invocation_id = str(uuid.uuid4())
+        deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
-                                dequeue_count=raw.dequeue_count, invocation_id=inv.id,
-                                duration=config.lease_duration,
+                                dequeue_count=raw.dequeue_count, invocation_id=invocation_id,
+                                duration=options.lease_duration,
                                 message_expires=raw.expiration_time.timestamp() if raw.expiration_time else None))
             for raw in raws
         ]
+        if function.many:
+            bound = log.bind(function=function.name, queue=function.queue_name, invocation_id=invocation_id)
+        else:
+            bound = log.bind(function=function.name, queue=function.queue_name, invocation_id=invocation_id,
+                             message_id=raws[0].id, dequeue_count=raws[0].dequeue_count)
+        inv = Invocation(function, options, backend, deliveries, InvocationState(), id=invocation_id, log=bound)
         for delivery in inv.deliveries:
             if not function.many:  # a batch goes on without a message whose lease was lost
                 # Refers back to the invocation; the scheduler drops it when the lease is completed or lost.
@@ -118,8 +125,9 @@ class Dispatcher:
 
     def _give_up(self, inv: Invocation, reason: str) -> None:
         """The host gives up on ``inv``: its messages are released, the handler told, an async one cancelled."""
-        if inv.cancel_reason is None:
-            inv.cancel_reason = reason
+        state = state_of(inv)
+        if state.cancel_reason is None:
+            state.cancel_reason = reason
         self._interrupt(inv)
         handler = self._handlers.get(inv)
         if handler is not None:
@@ -135,21 +143,16 @@ class Dispatcher:
         # including the handler's own logging and structlog lines. The task's context is its own: nothing leaks.
         function = inv.function
         structlog.contextvars.bind_contextvars(function=function.name, invocation_id=inv.id)
-        if function.many:
-            inv.log = log.bind(function=function.name, queue=function.queue_name, invocation_id=inv.id)
-        else:
-            raw = inv.deliveries[0].raw
-            inv.log = log.bind(function=function.name, queue=function.queue_name, invocation_id=inv.id,
-                               message_id=raw.id, dequeue_count=raw.dequeue_count)
-        inv.began = time.monotonic()
+        state = state_of(inv)
+        state.began = time.monotonic()
         await self._execute(inv)
         deliveries = inv.deliveries
-        if inv.overran is not None:  # settled by the next process, once this one (and the handler's thread) is gone
-            self.recycler.hold(inv, [d for d in deliveries if d.message is not None], inv.overran)
+        if state.overran is not None:  # completed by the next process, once this one (and the handler's thread) is gone
+            self.recycler.hold(inv, [d for d in deliveries if d.message is not None], state.overran)
             deliveries = [d for d in deliveries if d.message is None]
         completions = [
             self.completion.complete(
-                Finished(function.name, inv.id, inv.backend, function.queue_name, d.raw, d.lease, inv.config,
+                Finished(function.name, inv.id, inv.backend, function.queue_name, d.raw, d.lease, inv.options,
                          inv.log.bind(message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many
                          else inv.log),
                 d.result or Result(Outcome.RELEASE, "no result"),
@@ -164,11 +167,11 @@ class Dispatcher:
     def _admit(self, inv: Invocation, delivery: Delivery) -> bool:
         """Decode one message for the handler; or decide at once that it goes to poison. True if admitted."""
         raw = delivery.raw
-        if (refused := verdict.admitted(raw, inv.config.max_dequeue_count)) is not None:
+        if (refused := verdict.admitted(raw, inv.options.max_dequeue_count)) is not None:
             delivery.result = refused
             return False
         try:
-            body = decode(raw.content, inv.config.message_encoding, utf8=inv.function.trigger_kind == "str")
+            body = decode(raw.content, inv.options.message_encoding, utf8=inv.function.trigger_kind == "str")
         except MessageDecodeError as exc:
             inv.log.error("message decoding has failed", message_id=raw.id, reason=str(exc))
             delivery.result = verdict.undecodable(exc)
@@ -176,7 +179,7 @@ class Dispatcher:
         delivery.message = QueueMessage(
             id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
             expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=delivery.lease,
-            checkpoint_encoding=inv.config.message_encoding if inv.function.checkpoints else None,
+            checkpoint_encoding=inv.options.message_encoding if inv.function.checkpoints else None,
             properties=raw.properties, service_attributes=raw.service_attributes,
         )
         return True
@@ -186,15 +189,16 @@ class Dispatcher:
         live = [d for d in inv.deliveries if self._admit(inv, d)]
         if not live:
             return
-        inv.messages = [d.message for d in live if d.message is not None]
+        state_of(inv).messages = [d.message for d in live if d.message is not None]
         result = await self._run(inv)
         for delivery in live:
             delivery.result = verdict.of_message(delivery.message, result, inv.log)
 
     async def _run(self, inv: Invocation) -> Result:
         """before_invocation hooks, the handler, after_invocation hooks: the outcome of the whole call."""
-        if inv.cancel_reason is not None:
-            return Result(Outcome.RELEASE, inv.cancel_reason)
+        state = state_of(inv)
+        if state.cancel_reason is not None:
+            return Result(Outcome.RELEASE, state.cancel_reason)
         function = inv.function
         try:
             argument = inv.messages if function.many else _trigger_argument(inv.messages[0], function)
@@ -204,8 +208,8 @@ class Dispatcher:
         inv.kwargs[function.arg_name] = argument
         if function.wants_context:  # made only for handlers that ask for one
             first = inv.deliveries[0].raw
-            inv.kwargs["context"] = inv.context = Context(inv.id, function.name, function.directory, RetryContext(
-                retry_count=max(0, first.dequeue_count - 1), max_retry_count=inv.config.max_dequeue_count - 1,
+            inv.kwargs["context"] = state.context = Context(inv.id, function.name, function.directory, RetryContext(
+                retry_count=max(0, first.dequeue_count - 1), max_retry_count=inv.options.max_dequeue_count - 1,
             ))
         try:
             await self.middleware.before_invocation(inv)
@@ -220,10 +224,11 @@ class Dispatcher:
 
     async def _call(self, inv: Invocation) -> Result:
         """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
-        if inv.cancel_reason is not None:
+        state = state_of(inv)
+        if state.cancel_reason is not None:
             # Given up while a before_invocation hook ran (shutdown releases what has not started): the handler
             # must not start now, or it would run to its end and then see its message released.
-            return Result(Outcome.RELEASE, inv.cancel_reason)
+            return Result(Outcome.RELEASE, state.cancel_reason)
         # From here the handler's task is known to _give_up, which cancels it (before it starts, if it has not).
         handler = self._handlers[inv] = asyncio.create_task(self._invoke(inv))
         started = time.monotonic()
@@ -231,39 +236,40 @@ class Dispatcher:
             try:
                 await handler
             finally:
-                inv.handler_seconds = time.monotonic() - started
+                state.handler_seconds = time.monotonic() - started
                 del self._handlers[inv]
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # the host itself is being torn down
                 raise
-            if inv.cancel_reason is None:
+            if state.cancel_reason is None:
                 inv.log.error("handler cancelled itself")
                 return Result(Outcome.FAILED, "handler raised CancelledError")
         except Overran as exc:  # a sync handler, still running: its messages wait for the process to be recycled
-            inv.overran = str(exc)
+            state.overran = str(exc)
             return Result(Outcome.FAILED, str(exc))
         except TimedOut as exc:
             inv.log.error("handler timed out", reason=str(exc))
             return Result(Outcome.FAILED, str(exc))
         except Exception as exc:
-            if inv.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
-                inv.log.warning("invocation cancelled", reason=inv.cancel_reason, error=f"{type(exc).__name__}: {exc}")
-                return Result(Outcome.RELEASE, inv.cancel_reason)
+            if state.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
+                inv.log.warning("invocation cancelled", reason=state.cancel_reason, error=f"{type(exc).__name__}: {exc}")
+                return Result(Outcome.RELEASE, state.cancel_reason)
             return verdict.raised(exc, "", inv.log)
-        if inv.cancel_reason is not None:
-            inv.log.warning("invocation cancelled", reason=inv.cancel_reason)
-            return Result(Outcome.RELEASE, inv.cancel_reason)
-        inv.log.debug("handler succeeded", seconds=round(inv.handler_seconds, 3), messages=len(inv.messages))
+        if state.cancel_reason is not None:
+            inv.log.warning("invocation cancelled", reason=state.cancel_reason)
+            return Result(Outcome.RELEASE, state.cancel_reason)
+        inv.log.debug("handler succeeded", seconds=round(state.handler_seconds, 3), messages=len(inv.messages))
         return Result(Outcome.SUCCEEDED)
 
     async def _invoke(self, inv: Invocation) -> None:
         """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread."""
         function = inv.function
         current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
-        timeout = inv.config.function_timeout
+        timeout = inv.options.function_timeout
+        state = state_of(inv)
         if function.is_async:
-            inv.started = True
+            state.started = True
             try:
                 async with asyncio.timeout(timeout) as deadline:
                     with _exits_fail():
@@ -286,7 +292,7 @@ class Dispatcher:
                     cleanup()
 
         def started() -> None:
-            inv.started = True
+            state.started = True
 
         await self.threads.run(in_thread, timeout, on_start=started, on_timeout=lambda: self._interrupt(inv),
                                about={"function": function.name, "invocation_id": inv.id})

@@ -341,9 +341,9 @@ class Host:
         spark = next((m for m in middleware.middleware if isinstance(m, Spark)), None)
         recorder = next(m for m in middleware.middleware if isinstance(m, ConsoleRecorder))
         watched = [
-            Watched(lst.function, lst.config, lst.backend,
+            Watched(lst.function, lst.options, lst.backend,
                     describe(config.connection_string(lst.function.connection), config.base_dir),
-                    _own_settings(config, lst.config))
+                    _own_settings(config, lst.options))
             for lst in listeners
         ]
         parts = HostParts(self.metrics, scheduler, config, running, endpoints.readiness,
@@ -407,7 +407,7 @@ def _own_settings(config: HostConfig, own: FunctionOptions) -> dict[str, object]
     return changed
 
 
-async def _queue_problem(backend: QueueBackend, queue: str, config: FunctionOptions) -> str | None:
+async def _queue_problem(backend: QueueBackend, queue: str, options: FunctionOptions) -> str | None:
     """Why a trigger queue cannot be served as configured, found at start; None when it can.
 
     Where the service creates queues quickly (Azure Storage, the embedded
@@ -424,4 +424,4 @@ async def _queue_problem(backend: QueueBackend, queue: str, config: FunctionOpti
             await backend.approximate_count(queue)
         except QueueNotFound as exc:
             return f"{exc}; this host does not create queues there"
-    return await policy_for(backend).startup_problem(queue, config.max_dequeue_count)
+    return await policy_for(backend).startup_problem(queue, options.max_dequeue_count)

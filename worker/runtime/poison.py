@@ -301,7 +301,7 @@ class DeadLetterQueue:
         a delivery limit above maxDequeueCount is not a burst of round trips."""
         receipt = item.lease.pop_receipt
         assert receipt is not None
-        past = item.raw.dequeue_count - item.config.max_dequeue_count
+        past = item.raw.dequeue_count - item.options.max_dequeue_count
         wait = 0.0 if past <= 0 else min(DEAD_LETTER_WAIT_MAX, 2.0 ** (past - 1), item.backend.limits.max_visibility)
         await item.backend.update(item.queue, item.raw.id, receipt, wait)
         item.log.error("message released for the queue's dead-letter queue", reason=reason, visible_in=wait)
