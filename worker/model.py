@@ -51,6 +51,10 @@ class StartupRefused(ValueError):
         super().__init__("the app cannot run:\n" + "\n".join(f"  {line}" for line in problems))
 
 
+#: Options that were FunctionSpec fields once, with their defaults then (still read as attributes, deprecated).
+_FORMER_FIELDS: dict[str, Any] = {"channel": None, "checkpoints": False, "spark": False}
+
+
 @dataclass(frozen=True, slots=True)
 class FunctionSpec:
     """One queue-triggered function as the host runs it."""
@@ -76,15 +80,25 @@ class FunctionSpec:
     directory: str = ""
     #: The retry policy given in code (``@app.retry``); host.yaml's ``functions.<name>.retry`` wins over it.
     retry: RetryPolicy | None = None
-    #: Receive from this channel of the queue only (OCI Queue); None: any.
-    channel: str | None = None
-    #: The handler replaces its message's content as it goes (``msg.checkpoint``): the backend must update content.
-    checkpoints: bool = False
-    #: The handler runs Spark (``spark=True``): the host starts the Spark session as it starts, not at the first message.
-    spark: bool = False
+    #: The decorator's other keyword arguments, each an option of the part of the host that reads it and declares
+    #: it (a middleware's ``function_options``, the listener's ``channel``, the dispatcher's ``checkpoints``); one
+    #: that nothing declares is refused at start (:func:`worker.ops.preflight.problems`).
+    extras: Mapping[str, Any] = field(default_factory=dict)
     #: Settings given with the function's code (a SAM template's BatchSize, Timeout ...), by FunctionOptions field;
     #: host.yaml's ``functions.<name>`` section wins over them, and they over the global settings.
     settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def extra(self, name: str, default: Any = None) -> Any:
+        """The option ``name`` as the decorator gave it, or ``default``."""
+        return self.extras.get(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        """Deprecated: an option as an attribute (``spec.spark``); use :meth:`extra`."""
+        if name.startswith("_") or name not in _FORMER_FIELDS:
+            raise AttributeError(name)
+        warnings.warn(f"FunctionSpec.{name} is deprecated; use FunctionSpec.extra({name!r})", DeprecationWarning,
+                      stacklevel=2)
+        return self.extras.get(name, _FORMER_FIELDS[name])
 
     @property
     def has_blob_bindings(self) -> bool:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import typing
 import warnings
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import worker
 from tests.support import apoll, running
@@ -26,6 +29,9 @@ from worker import (
 )
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import encode
+from worker.model import StartupRefused
+from worker.ops import preflight
+from worker.runtime.host import Host
 from worker.settings.config import HostConfig
 
 
@@ -146,3 +152,58 @@ async def test_a_middleware_written_against_the_older_names_still_runs_and_is_to
 
 async def _true(value: bool) -> bool | None:
     return value or None
+
+
+class Tenants(Middleware):
+    """Reads a function option of its own, as Spark's middleware reads ``spark=True``."""
+
+    function_options = {"tenant": "tenant='name': the tenant whose work the function does"}
+
+    def __init__(self) -> None:
+        self.tenants: dict[str, str] = {}
+
+    def host_started(self, functions: Sequence[FunctionSpec]) -> None:
+        self.tenants = {f.name: f.extra("tenant") for f in functions if f.extra("tenant") is not None}
+
+
+def test_an_option_nothing_reads_is_refused_at_start_by_name_with_every_other_problem(tmp_path: Path) -> None:
+    app = WorkerApp()
+    app.add_middleware(Tenants())
+
+    @app.queue_trigger(arg_name="msg", queue_name="aaa", tenant="acme", spark=True)
+    def declared(msg: QueueMessage) -> None:
+        """Every option read by someone: Tenants, Spark's middleware."""
+
+    @app.queue_trigger(arg_name="msg", queue_name="bbb", sparkk=True, connection="Missing")
+    def misspelt(msg: QueueMessage) -> None:
+        """An option nobody reads, and a connection that resolves to nothing."""
+
+    config = HostConfig(base_dir=tmp_path)
+    found = preflight.problems(app, config, environ={})
+    assert [line for line in found if "option" in line] == [
+        "function misspelt: option 'sparkk' is not one the host or its middleware reads (they read: channel, "
+        "checkpoints, spark, tenant)"]
+    assert any("Missing" in line for line in found)  # listed together
+    with pytest.raises(StartupRefused) as refused:
+        Host(app, config)
+    assert refused.value.problems == [line for line in found if "option" in line]
+
+
+async def test_a_middleware_reads_its_own_function_options_and_old_keywords_still_work(tmp_path: Path) -> None:
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.1)
+    tenants = Tenants()
+    app = WorkerApp()
+    app.add_middleware(tenants)
+
+    @app.queue_trigger(arg_name="msg", queue_name="tenants", tenant="acme", checkpoints=True)
+    def handle(msg: QueueMessage) -> None:
+        """Nothing to do."""
+
+    [spec] = app.functions
+    with pytest.warns(DeprecationWarning, match="FunctionSpec.checkpoints"):
+        assert spec.checkpoints is True  # type: ignore[attr-defined]
+    with pytest.warns(DeprecationWarning, match="FunctionSpec.spark"):
+        assert spec.spark is False  # type: ignore[attr-defined]
+    async with running(app, config):
+        await apoll(lambda: _true(bool(tenants.tenants)), 30, what="the host started")
+    assert tenants.tenants == {"handle": "acme"}

@@ -110,7 +110,7 @@ def test_checkpoints_are_declared_on_the_trigger_and_need_the_message_itself() -
     def plain(msg: QueueMessage) -> None:
         pass
 
-    assert {s.name: s.checkpoints for s in app.functions} == {"chunked": True, "batch": True, "plain": False}
+    assert {s.name: s.extra("checkpoints", False) for s in app.functions} == {"chunked": True, "batch": True, "plain": False}
     @app.queue_trigger(arg_name="msg", queue_name="texts", checkpoints=True)
     def text(msg: str) -> None:
         pass

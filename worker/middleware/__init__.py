@@ -29,8 +29,8 @@ through the server's web UI).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import structlog
 
@@ -47,6 +47,11 @@ class InvocationFailed(Exception):
 
 class Middleware:
     """Base class: every hook does nothing. Override the ones you need."""
+
+    #: The function options this middleware reads (decorator keyword arguments: ``spark=True``), by name, each with
+    #: a line saying what it does. A function given an option that no middleware (nor the host) declares is refused
+    #: at start, by the option's name (Dramatiq's ``actor_options``).
+    function_options: ClassVar[Mapping[str, str]] = {}
 
     def host_started(self, functions: Sequence[FunctionSpec]) -> None:
         """The host has started its listeners for ``functions``."""

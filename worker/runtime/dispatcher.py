@@ -45,6 +45,10 @@ from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.dispatcher")
 
+#: The function option the dispatcher reads (see :attr:`worker.Middleware.function_options`).
+FUNCTION_OPTIONS = {"checkpoints": "checkpoints=True: the handler replaces its message's content as it works "
+                                   "(msg.checkpoint); refused at start where the backend cannot change content"}
+
 LEASE_LOST = "lease lost"
 SHUTDOWN = "shutdown"
 
@@ -179,7 +183,7 @@ class Dispatcher:
         delivery.message = QueueMessage(
             id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
             expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=delivery.lease,
-            checkpoint_encoding=inv.options.message_encoding if inv.function.checkpoints else None,
+            checkpoint_encoding=inv.options.message_encoding if inv.function.extras.get("checkpoints") else None,
             properties=raw.properties, service_attributes=raw.service_attributes,
         )
         return True

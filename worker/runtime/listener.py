@@ -43,6 +43,10 @@ from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.dispatcher import Dispatcher
 from worker.settings.config import FunctionOptions
 
+#: The function option the listener reads (see :attr:`worker.Middleware.function_options`).
+FUNCTION_OPTIONS = {"channel": "channel='name': receive from that channel of the queue only, where the backend has "
+                               "channels (OCI Queue); refused at start elsewhere"}
+
 log = structlog.get_logger("worker.runtime.listener")
 
 #: Shortest back-off, and the first step of the exponential sequence (as in Functions).
@@ -312,7 +316,7 @@ class Listener:
         cancels a long poll; the backend then gives back what the poll takes (``QueueBackend.receive``).
         """
         receive = self.backend.receive(self.function.queue_name, held.room, self.options.lease_duration, wait=wait,
-                                       channel=self.function.channel)
+                                       channel=self.function.extras.get("channel"))
         if wait <= 0:
             return await receive
         name = self.function.name
