@@ -4,6 +4,7 @@ from ``worker``, and a middleware written against the older names still runs (wi
 
 from __future__ import annotations
 
+import re
 import typing
 import warnings
 from collections.abc import Sequence
@@ -207,3 +208,22 @@ async def test_a_middleware_reads_its_own_function_options_and_old_keywords_stil
     async with running(app, config):
         await apoll(lambda: _true(bool(tenants.tenants)), 30, what="the host started")
     assert tenants.tenants == {"handle": "acme"}
+
+
+async def test_the_worked_example_of_docs_middleware_md_runs_as_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "middleware.md").read_text()
+    [example, *_] = re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+    namespace: dict[str, Any] = {"__name__": "middleware_example"}
+    exec(compile(example, "docs/middleware.md", "exec"), namespace)  # noqa: S102 -- the page's own example
+    app: WorkerApp = namespace["app"]
+    [tenants] = app.middleware
+    queue = open_backend(None, tmp_path)
+    await queue.create_queue("orders")
+    await queue.put("orders", encode("order 1", "base64"))
+    async with running(app, HostConfig(base_dir=tmp_path, max_polling_interval=0.1)) as host:
+        await apoll(lambda: _true(host.metrics.get("succeeded") == 1), 30, what="the order handled")
+    await queue.close()
+    assert "acme b'order 1'" in capsys.readouterr().out
+    assert set(tenants.slowest) == {"handle"}  # type: ignore[attr-defined]
