@@ -16,7 +16,7 @@
   failures (connection-string errors, network causes);
 - :mod:`.receipts`: the book of receipts handed out, for services that cannot
   tell a stale receipt from a gone message (OCI Queue, SQS);
-- :mod:`.unsettled`: the count of cancelled receives still to be released,
+- :mod:`.releasing`: the count of cancelled receives still to be released,
   for the backends whose SDKs block;
 - the services: :mod:`.embedded` (SQLite file and blob folder), :mod:`.azure`,
   :mod:`.oci`, :mod:`.sqs`.

@@ -112,7 +112,7 @@ class Chain:
         self._not_ready = hooks["not_ready"]
         self._limits = hooks["receive_limit"]
         self._received = hooks["after_receive"]
-        # Whether each invocation hook is a coroutine function is settled once, not asked per message.
+        # Whether each invocation hook is a coroutine function is decided once, not asked per message.
         self._before = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks["before_invocation"]]
         self._after = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks["after_invocation"][::-1]]
         self._interrupts = hooks["on_interrupt"]

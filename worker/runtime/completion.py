@@ -1,5 +1,10 @@
 """What to do with a message after its invocation: the WebJobs SDK's QueueProcessor (Complete).
 
+To *settle* a message, in this code's one sense of the word, is to decide its
+fate on storage: delete it, make it visible again (a retry or a release) or
+poison it. Completion settles messages, and only completion (here, or in the
+next process for a handed-over one: :mod:`worker.runtime.recycle`).
+
 It carries out the attempt's verdict (:mod:`worker.runtime.verdict`, which
 alone decides what is poison): success deletes the message; failure releases
 it after the retry delay (``visibilityTimeout``, or a retry policy: the
