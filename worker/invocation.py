@@ -76,11 +76,11 @@ def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"Invocation.{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
 
 
-class Invocation:
-    """One run of one function for one message (or, with cardinality many, one batch), as hooks see it: frozen."""
+class _InvocationFields:
+    """An invocation's fields, writable only while :class:`Invocation` makes it (plain stores are the fast way)."""
 
-    __slots__ = ("function", "options", "backend", "deliveries", "id", "log", "kwargs", "thread_cleanup",
-                 "_state", "_work_tags", "_scratch")
+    __slots__ = ("function", "options", "backend", "deliveries", "id", "log", "kwargs", "thread_cleanup", "_state",
+                 "_work_tags", "_scratch")
 
     function: FunctionSpec
     #: The function's options (host.yaml's ``functions:`` section over the global ones).
@@ -96,21 +96,32 @@ class Invocation:
     thread_cleanup: list[Callable[[], None]]
 
     def __init__(self, function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
-                 deliveries: list[Delivery], state: InvocationState, *, id: str | None = None,  # noqa: A002
-                 log: Any = None) -> None:
-        """Made by the dispatcher, which keeps ``state`` to write."""
-        setter = object.__setattr__
-        setter(self, "function", function)
-        setter(self, "options", options)
-        setter(self, "backend", backend)
-        setter(self, "deliveries", deliveries)
-        setter(self, "id", id or str(uuid.uuid4()))
-        setter(self, "log", log)
-        setter(self, "kwargs", {})
-        setter(self, "thread_cleanup", [])
-        setter(self, "_state", state)
-        setter(self, "_work_tags", [])
-        setter(self, "_scratch", None)
+                 deliveries: list[Delivery], state: InvocationState, id: str, log: Any) -> None:  # noqa: A002
+        self.function = function
+        self.options = options
+        self.backend = backend
+        self.deliveries = deliveries
+        self.id = id
+        self.log = log
+        self.kwargs = {}
+        self.thread_cleanup = []
+        self._state = state
+        # _work_tags and _scratch are made on first use: most invocations need neither.
+
+
+class Invocation(_InvocationFields):
+    """One run of one function for one message (or, with cardinality many, one batch), as hooks see it: frozen."""
+
+    __slots__ = ()
+
+    def __new__(cls, function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
+                deliveries: list[Delivery], state: InvocationState, *, id: str | None = None,  # noqa: A002
+                log: Any = None) -> Invocation:
+        """One made with ``state`` to write (the dispatcher uses :func:`new_invocation`, the same without keywords)."""
+        return new_invocation(function, options, backend, deliveries, state, id or str(uuid.uuid4()), log)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Everything was done by :func:`new_invocation`."""
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"an Invocation is read-only to middleware: cannot set {name!r} (see docs/middleware.md)")
@@ -161,17 +172,25 @@ class Invocation:
     @property
     def work_tags(self) -> tuple[str, ...]:
         """Names of the invocation's work elsewhere (its Spark jobs' tags), as middleware added them."""
-        return tuple(self._work_tags)
+        return tuple(getattr(self, "_work_tags", ()))
 
     def add_work_tag(self, tag: str) -> None:
         """Name the invocation's work elsewhere (a Spark job tag): shown by the console and on the invocation's span."""
-        if tag not in self._work_tags:
-            self._work_tags.append(tag)
+        tags = self._tags()
+        if tag not in tags:
+            tags.append(tag)
+
+    def _tags(self) -> list[str]:
+        tags: list[str] | None = getattr(self, "_work_tags", None)
+        if tags is None:
+            tags = []
+            object.__setattr__(self, "_work_tags", tags)
+        return tags
 
     def scratch(self, owner: object) -> dict[str, Any]:
         """``owner``'s own per-invocation state: a dict made on first use and dropped with the invocation. A
         middleware passes itself (or a key it owns); no other party reads it."""
-        scratch = self._scratch
+        scratch: dict[object, dict[str, Any]] | None = getattr(self, "_scratch", None)
         if scratch is None:
             scratch = {}
             object.__setattr__(self, "_scratch", scratch)
@@ -191,7 +210,7 @@ class Invocation:
     def job_tags(self) -> list[str]:
         """Deprecated: :attr:`work_tags` (read) and :meth:`add_work_tag` (write)."""
         _deprecated("job_tags", "Invocation.work_tags and Invocation.add_work_tag")
-        return self._work_tags
+        return self._tags()
 
     @property
     def binding_data(self) -> dict[str, Any]:
@@ -205,6 +224,15 @@ class Invocation:
         """Deprecated: the dispatcher's own (use :attr:`interrupted`)."""
         _deprecated("cancel_reason", "Invocation.interrupted")
         return self._state.cancel_reason
+
+
+def new_invocation(function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
+                   deliveries: list[Delivery], state: InvocationState, id: str, log: Any) -> Invocation:  # noqa: A002
+    """An :class:`Invocation` whose dispatcher keeps ``state`` to write: built with plain stores, then frozen by
+    taking its class (the fast way: one per message)."""
+    made = _InvocationFields(function, options, backend, deliveries, state, id, log)
+    object.__setattr__(made, "__class__", Invocation)
+    return made  # type: ignore[return-value]
 
 
 def state_of(invocation: Invocation) -> InvocationState:

@@ -31,7 +31,7 @@ import structlog
 from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.encoding import MessageDecodeError, decode
 from worker.context import Context, RetryContext
-from worker.invocation import Delivery, Invocation, InvocationState, current_invocation, state_of
+from worker.invocation import Delivery, Invocation, InvocationState, current_invocation, new_invocation, state_of
 from worker.message import QueueMessage
 from worker.middleware import Chain
 from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
@@ -95,7 +95,7 @@ class Dispatcher:
         else:
             bound = log.bind(function=function.name, queue=function.queue_name, invocation_id=invocation_id,
                              message_id=raws[0].id, dequeue_count=raws[0].dequeue_count)
-        inv = Invocation(function, options, backend, deliveries, InvocationState(), id=invocation_id, log=bound)
+        inv = new_invocation(function, options, backend, deliveries, InvocationState(), invocation_id, bound)
         for delivery in inv.deliveries:
             if not function.many:  # a batch goes on without a message whose lease was lost
                 # Refers back to the invocation; the scheduler drops it when the lease is completed or lost.
