@@ -9,12 +9,15 @@ here it is a :class:`PoisonPolicy` chosen from the backend's capabilities
   Queue with ``poison=host``). The tools list it, move it back as a new message
   (new id, dequeue count 0, exactly as Azure's tools do: no service can move a
   message) or purge it; each one is put back before it is deleted from the
-  poison queue, so an interruption can duplicate a message but never lose one.
+  poison queue, so an interruption can duplicate a message but never lose one;
+  a requeued message keeps its properties (its producer's trace context).
 - :class:`DeadLetterQueue`: the service moves a message to its own dead-letter
   queue after its delivery limit (OCI Queue). The host releases such a message
   on each delivery until the service takes it: at once after the
   maxDequeueCount-th, with back-off after any later one; the tools can count
   and purge that queue, but not read it.
+
+The tools ask the policy what it can do (:meth:`PoisonPolicy.unreadable`), never which class it is.
 """
 
 from __future__ import annotations
@@ -78,11 +81,6 @@ class PoisonPolicy(Protocol):
         """Move one poison message back to ``queue``, False when it is not found (:class:`Unreadable` where
         :meth:`unreadable` says why not)."""
 
-
-class Unreadable(Exception):  # noqa: N818 -- what the policy says of its poison
-    """The tools asked to read poison that its policy keeps where nothing can read it (:meth:`PoisonPolicy.unreadable`
-    says why)."""
-
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
         """Why poison of ``queue`` could not be kept, found at start; None when it can."""
 
@@ -90,6 +88,11 @@ class Unreadable(Exception):  # noqa: N818 -- what the policy says of its poison
         self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
         """Take the message out of circulation (``delete`` deletes it with its lease's receipt)."""
+
+
+class Unreadable(Exception):  # noqa: N818 -- what the policy says of its poison
+    """The tools asked to read poison that its policy keeps where nothing can read it (:meth:`PoisonPolicy.unreadable`
+    says why)."""
 
 
 def _stem(queue: str) -> tuple[str, str]:
