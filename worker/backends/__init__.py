@@ -22,6 +22,11 @@
   :mod:`.oci`, :mod:`.sqs`.
 
 The lowest layer: imports nothing else of the host. A new backend is a package
-here plus one ``BackendKind`` in :mod:`.registry`, and must pass
-``tests/conformance``.
+here (implementing ``QueueBackend`` and ``BlobStore``, with its own ``Limits``
+and ``Capabilities``) plus one ``BackendKind`` in :mod:`.registry` (an SDK that
+is not a core dependency is an extra, imported when a connection opens, and its
+kind's ``problem`` names the install command), and must pass
+``tests/conformance`` (add it to the ``backend_kind`` parameters, and its
+emulator's fixture and tier marker to ``tests/conftest.py`` and
+``tests/tiers.py``, as ``sqs`` and its ``moto_server`` are).
 """
