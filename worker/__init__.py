@@ -1,21 +1,38 @@
 """A queue-trigger worker host: Azure Functions' queue trigger, runnable anywhere.
 
 The public API is what this module exports; everything else is internal. It
-includes the types middleware hooks receive (``Invocation``, ``FunctionSpec``,
-``Result``, ``Outcome``, ``Finished``, ``Done``), so that a middleware author
-imports nothing from the runtime.
+includes every type a middleware hook receives or reaches through what it
+receives (:class:`Invocation`, :class:`Delivery`, :class:`FunctionSpec`,
+:class:`FunctionOptions`, :class:`Lease`, :class:`RawMessage`,
+:class:`QueueBackend`, :class:`QueueMessage`, :class:`Context`,
+:class:`Result`, :class:`Outcome`, :class:`Finished`, :class:`Done`), so that a middleware author imports nothing
+from the runtime (docs/middleware.md).
+
+The top-level modules are the types every layer shares: :mod:`.waits`
+(``wait_set``, a deadline-bound wait that never swallows a cancellation),
+:mod:`.model` (``FunctionSpec``, ``Lease``, ``Result``, ``Finished``, ``Done``),
+:mod:`.context` (the handler's ``Context``), :mod:`.message` (``QueueMessage``
+and ``Poison``: what a handler receives and raises), :mod:`.invocation` (one run
+of one function, as middleware sees it), :mod:`.app` (``WorkerApp``, the
+decorator registry), :mod:`.spark` (``spark.session()`` for handlers) and
+:mod:`.__main__` (``python -m worker``). The packages, lowest layer first:
+:mod:`.backends`, :mod:`.observability`, :mod:`.settings`, :mod:`.bindings`,
+:mod:`.middleware`, :mod:`.runtime`, :mod:`.compat`, :mod:`.ops`.
 """
 
 from worker.app import WorkerApp
+from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.blobs import InputStream
 from worker.bindings.outputs import Out
 from worker.context import Context
-from worker.invocation import Invocation
+from worker.invocation import Delivery, Invocation
 from worker.message import Poison, QueueMessage
 from worker.middleware import InvocationFailed, Middleware
-from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Outcome, Result
+from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Lease, Outcome, Result
+from worker.settings.config import FunctionOptions
 
 __all__ = [
-    "CheckpointFailed", "Context", "Done", "Finished", "FunctionSpec", "InputStream", "Invocation", "InvocationFailed",
-    "Middleware", "Out", "Outcome", "Poison", "QueueMessage", "Result", "WorkerApp",
+    "CheckpointFailed", "Context", "Delivery", "Done", "Finished", "FunctionOptions", "FunctionSpec", "InputStream",
+    "Invocation", "InvocationFailed", "Lease", "Middleware", "Out", "Outcome", "Poison", "QueueBackend", "QueueMessage",
+    "RawMessage", "Result", "WorkerApp",
 ]

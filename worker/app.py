@@ -94,10 +94,8 @@ class WorkerApp:
         queue_name: str,
         connection: str | None = None,
         cardinality: str = "one",
-        channel: str | None = None,
-        checkpoints: bool = False,
-        spark: bool = False,
         settings: Mapping[str, Any] | None = None,
+        **options: Any,
     ) -> Callable[[F], F]:
         """Run the decorated function for each message on ``queue_name``, passed as ``arg_name``.
 
@@ -109,7 +107,11 @@ class WorkerApp:
         body as that type, as in the Functions Python worker; otherwise a
         :class:`QueueMessage`. ``cardinality="many"`` passes each received
         batch (up to batchSize) as a list instead; the handler may fail single
-        messages with ``msg.fail(reason)``. ``channel`` receives from one
+        messages with ``msg.fail(reason)``.
+
+        Other keyword arguments are options of the part of the host that reads
+        them, which declares them; one that nothing declares is refused at start,
+        by name. The host's own: ``channel`` receives from one
         channel of the queue only, where the backend has channels (OCI Queue);
         elsewhere it is refused at start. ``checkpoints=True`` lets the handler
         replace its message's content as it works (``msg.checkpoint``), for
@@ -141,7 +143,7 @@ class WorkerApp:
             if cardinality == "many" and (inputs or any(isinstance(b, BlobOutput) for b in outputs)):
                 raise ValueError("blob bindings need cardinality 'one' (a path names one message)")
             trigger_kind = "object" if cardinality == "many" else data_kind(handler, arg_name)
-            if checkpoints and trigger_kind != "object":
+            if options.get("checkpoints") and trigger_kind != "object":
                 raise ValueError(f"checkpoints=True needs the QueueMessage itself as {arg_name!r} "
                                  f"(it is annotated {trigger_kind}, which gets the body only)")
             self._specs[handler] = FunctionSpec(
@@ -158,10 +160,8 @@ class WorkerApp:
                 wants_context="context" in inspect.signature(handler).parameters and arg_name != "context",
                 directory=_directory(handler),
                 retry=getattr(handler, _RETRY_ATTR, None),
-                channel=channel,
-                checkpoints=checkpoints,
-                spark=spark,
                 settings=dict(settings or {}),
+                extras=dict(options),
             )
             return handler
 

@@ -1,17 +1,28 @@
-"""An invocation: one run of one function for one message (or a batch), as the dispatcher runs it and middleware sees it.
+"""An invocation: one run of one function for one message (or a batch), as middleware sees it.
 
-Middleware hooks and extensions receive the :class:`Invocation`; they read it,
-add to ``kwargs`` (what the handler is called with) and ``thread_cleanup``; the
-other fields are written by the dispatcher alone. It holds no task and no
-callable that refers back to it, so that once its task ends, reference
-counting frees it and all it holds at once (a cycle would leave every
-message's objects to the garbage collector).
+Middleware hooks receive the :class:`Invocation`, a frozen view: assigning to
+any of its attributes raises :class:`AttributeError`. What a middleware may
+change is in containers the view hands out: ``kwargs`` (what the handler is
+called with), ``thread_cleanup`` (called in the handler's thread when it
+returns), :meth:`Invocation.add_work_tag` (names of the invocation's work
+elsewhere, such as Spark job tags, which traces and the console show) and
+:meth:`Invocation.scratch` (a middleware's own per-invocation state, which no
+other party reads).
+
+What the dispatcher writes as the invocation runs (whether the handler has
+started, when it began, how long it ran, why the host gave up on it) is an
+:class:`InvocationState`, the dispatcher's alone; the view shows the parts a
+middleware may read as read-only properties. Neither holds a task or a callable
+that refers back to the invocation, so that once its task ends, reference
+counting frees it and all it holds at once (a cycle would leave every message's
+objects to the garbage collector).
 """
 
 from __future__ import annotations
 
 import contextvars
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +38,9 @@ current_invocation: contextvars.ContextVar[Invocation | None] = contextvars.Cont
     "current_invocation", default=None
 )
 
+#: The key of the bindings middleware's scratch, which the deprecated ``Invocation.binding_data`` reads.
+BINDINGS_SCRATCH = "worker.bindings"
+
 
 @dataclass(eq=False, slots=True)
 class Delivery:
@@ -39,38 +53,110 @@ class Delivery:
 
 
 @dataclass(eq=False, slots=True)
-class Invocation:
-    """One run of one function for one message (or, with cardinality many, one batch)."""
+class InvocationState:
+    """What the dispatcher writes as an invocation runs: its own, written by it alone."""
 
-    function: FunctionSpec
-    #: The function's settings (host.yaml's ``functions:`` section over the global ones).
-    config: FunctionOptions
-    backend: QueueBackend
-    deliveries: list[Delivery]
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
     started: bool = False
+    #: Why the host gave up on the invocation (shutdown, lease lost), once it has.
     cancel_reason: str | None = None
-    #: Called in the handler's thread when it returns, to clear what the handler left on the thread.
-    thread_cleanup: list[Callable[[], None]] = field(default_factory=list)
-    #: What a handler with a ``context`` parameter gets.
-    context: Context | None = None
-    #: The messages handed to the handler (those not poisoned before it ran).
-    messages: list[QueueMessage] = field(default_factory=list)
-    #: What the handler is called with: the trigger argument, then what middleware adds (outputs, inputs, context).
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    #: The message's binding data for blob paths (cardinality one), filled by the bindings middleware when needed.
-    binding_data: dict[str, Any] = field(default_factory=dict)
-    #: How long the handler ran, once it has.
-    handler_seconds: float | None = None
     #: Set when a sync handler ran past functionTimeout and still runs (why): its messages then wait for the
     #: process to be recycled (:mod:`worker.runtime.recycle`).
     overran: str | None = None
     #: time.monotonic() when processing began.
     began: float = 0.0
+    #: How long the handler ran, once it has.
+    handler_seconds: float | None = None
+    #: What a handler with a ``context`` parameter gets.
+    context: Context | None = None
+    #: The messages handed to the handler (those not poisoned before it ran).
+    messages: list[QueueMessage] = field(default_factory=list)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"Invocation.{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+
+
+class _InvocationFields:
+    """An invocation's fields, writable only while :class:`Invocation` makes it (plain stores are the fast way)."""
+
+    __slots__ = ("function", "options", "backend", "deliveries", "id", "log", "kwargs", "thread_cleanup", "_state",
+                 "_work_tags", "_scratch")
+
+    function: FunctionSpec
+    #: The function's options (host.yaml's ``functions:`` section over the global ones).
+    options: FunctionOptions
+    backend: QueueBackend
+    deliveries: list[Delivery]
+    id: str
     #: The invocation's logger, bound to function, queue and ids.
-    log: Any = None
-    #: Tags that name the invocation's work elsewhere (its Spark jobs'), added by the middleware that tags it.
-    job_tags: list[str] = field(default_factory=list)
+    log: Any
+    #: What the handler is called with: the trigger argument, then what middleware adds (outputs, inputs, context).
+    kwargs: dict[str, Any]
+    #: Called in the handler's thread when it returns, to clear what the handler left on the thread.
+    thread_cleanup: list[Callable[[], None]]
+
+    def __init__(self, function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
+                 deliveries: list[Delivery], state: InvocationState, id: str, log: Any) -> None:  # noqa: A002
+        self.function = function
+        self.options = options
+        self.backend = backend
+        self.deliveries = deliveries
+        self.id = id
+        self.log = log
+        self.kwargs = {}
+        self.thread_cleanup = []
+        self._state = state
+        # _work_tags and _scratch are made on first use: most invocations need neither.
+
+
+class Invocation(_InvocationFields):
+    """One run of one function for one message (or, with cardinality many, one batch), as hooks see it: frozen."""
+
+    __slots__ = ()
+
+    def __new__(cls, function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
+                deliveries: list[Delivery], state: InvocationState, *, id: str | None = None,  # noqa: A002
+                log: Any = None) -> Invocation:
+        """One made with ``state`` to write (the dispatcher uses :func:`new_invocation`, the same without keywords)."""
+        return new_invocation(function, options, backend, deliveries, state, id or str(uuid.uuid4()), log)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Everything was done by :func:`new_invocation`."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"an Invocation is read-only to middleware: cannot set {name!r} (see docs/middleware.md)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"an Invocation is read-only to middleware: cannot delete {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Invocation(function={self.function.name!r}, id={self.id!r}, messages={len(self.deliveries)})"
+
+    # What the dispatcher writes, read-only here.
+    @property
+    def started(self) -> bool:
+        """True once the handler has started (a sync one has its thread)."""
+        return self._state.started
+
+    @property
+    def began(self) -> float:
+        """time.monotonic() when processing began."""
+        return self._state.began
+
+    @property
+    def handler_seconds(self) -> float | None:
+        """How long the handler ran, once it has."""
+        return self._state.handler_seconds
+
+    @property
+    def context(self) -> Context | None:
+        """What a handler with a ``context`` parameter gets (None for one without)."""
+        return self._state.context
+
+    @property
+    def messages(self) -> list[QueueMessage]:
+        """The messages handed to the handler (those not poisoned before it ran)."""
+        return self._state.messages
 
     @property
     def interrupted(self) -> bool:
@@ -82,3 +168,73 @@ class Invocation:
         middleware's ``on_interrupt``, and cancels an async handler it gives up on)."""
         for delivery in self.deliveries:
             delivery.lease.cancelled.set()
+
+    @property
+    def work_tags(self) -> tuple[str, ...]:
+        """Names of the invocation's work elsewhere (its Spark jobs' tags), as middleware added them."""
+        return tuple(getattr(self, "_work_tags", ()))
+
+    def add_work_tag(self, tag: str) -> None:
+        """Name the invocation's work elsewhere (a Spark job tag): shown by the console and on the invocation's span."""
+        tags = self._tags()
+        if tag not in tags:
+            tags.append(tag)
+
+    def _tags(self) -> list[str]:
+        tags: list[str] | None = getattr(self, "_work_tags", None)
+        if tags is None:
+            tags = []
+            object.__setattr__(self, "_work_tags", tags)
+        return tags
+
+    def scratch(self, owner: object) -> dict[str, Any]:
+        """``owner``'s own per-invocation state: a dict made on first use and dropped with the invocation. A
+        middleware passes itself (or a key it owns); no other party reads it."""
+        scratch: dict[object, dict[str, Any]] | None = getattr(self, "_scratch", None)
+        if scratch is None:
+            scratch = {}
+            object.__setattr__(self, "_scratch", scratch)
+        found = scratch.get(owner)
+        if found is None:
+            found = scratch[owner] = {}
+        return found
+
+    # Deprecated names, kept working.
+    @property
+    def config(self) -> FunctionOptions:
+        """Deprecated: :attr:`options`."""
+        _deprecated("config", "Invocation.options")
+        return self.options
+
+    @property
+    def job_tags(self) -> list[str]:
+        """Deprecated: :attr:`work_tags` (read) and :meth:`add_work_tag` (write)."""
+        _deprecated("job_tags", "Invocation.work_tags and Invocation.add_work_tag")
+        return self._tags()
+
+    @property
+    def binding_data(self) -> dict[str, Any]:
+        """Deprecated: the bindings middleware's own state (the message's binding data for blob paths)."""
+        _deprecated("binding_data", "the bindings middleware's own state")
+        data: dict[str, Any] = self.scratch(BINDINGS_SCRATCH).setdefault("binding_data", {})
+        return data
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Deprecated: the dispatcher's own (use :attr:`interrupted`)."""
+        _deprecated("cancel_reason", "Invocation.interrupted")
+        return self._state.cancel_reason
+
+
+def new_invocation(function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
+                   deliveries: list[Delivery], state: InvocationState, id: str, log: Any) -> Invocation:  # noqa: A002
+    """An :class:`Invocation` whose dispatcher keeps ``state`` to write: built with plain stores, then frozen by
+    taking its class (the fast way: one per message)."""
+    made = _InvocationFields(function, options, backend, deliveries, state, id, log)
+    object.__setattr__(made, "__class__", Invocation)
+    return made  # type: ignore[return-value]
+
+
+def state_of(invocation: Invocation) -> InvocationState:
+    """The dispatcher's state of ``invocation``: for the dispatcher, which made it, and the recycler it hands to."""
+    return invocation._state

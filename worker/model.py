@@ -15,6 +15,7 @@ import asyncio
 import enum
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -50,6 +51,10 @@ class StartupRefused(ValueError):
         super().__init__("the app cannot run:\n" + "\n".join(f"  {line}" for line in problems))
 
 
+#: Options that were FunctionSpec fields once, with their defaults then (still read as attributes, deprecated).
+_FORMER_FIELDS: dict[str, Any] = {"channel": None, "checkpoints": False, "spark": False}
+
+
 @dataclass(frozen=True, slots=True)
 class FunctionSpec:
     """One queue-triggered function as the host runs it."""
@@ -75,15 +80,25 @@ class FunctionSpec:
     directory: str = ""
     #: The retry policy given in code (``@app.retry``); host.yaml's ``functions.<name>.retry`` wins over it.
     retry: RetryPolicy | None = None
-    #: Receive from this channel of the queue only (OCI Queue); None: any.
-    channel: str | None = None
-    #: The handler replaces its message's content as it goes (``msg.checkpoint``): the backend must update content.
-    checkpoints: bool = False
-    #: The handler runs Spark (``spark=True``): the host starts the Spark session as it starts, not at the first message.
-    spark: bool = False
+    #: The decorator's other keyword arguments, each an option of the part of the host that reads it and declares
+    #: it (a middleware's ``function_options``, the listener's ``channel``, the dispatcher's ``checkpoints``); one
+    #: that nothing declares is refused at start (:func:`worker.ops.preflight.problems`).
+    extras: Mapping[str, Any] = field(default_factory=dict)
     #: Settings given with the function's code (a SAM template's BatchSize, Timeout ...), by FunctionOptions field;
     #: host.yaml's ``functions.<name>`` section wins over them, and they over the global settings.
     settings: Mapping[str, Any] = field(default_factory=dict)
+
+    def extra(self, name: str, default: Any = None) -> Any:
+        """The option ``name`` as the decorator gave it, or ``default``."""
+        return self.extras.get(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        """Deprecated: an option as an attribute (``spec.spark``); use :meth:`extra`."""
+        if name.startswith("_") or name not in _FORMER_FIELDS:
+            raise AttributeError(name)
+        warnings.warn(f"FunctionSpec.{name} is deprecated; use FunctionSpec.extra({name!r})", DeprecationWarning,
+                      stacklevel=2)
+        return self.extras.get(name, _FORMER_FIELDS[name])
 
     @property
     def has_blob_bindings(self) -> bool:
@@ -252,8 +267,14 @@ class Finished:
     queue: str
     raw: RawMessage
     lease: Lease
-    #: The settings of the message's function (maxDequeueCount, visibilityTimeout, retry).
-    config: FunctionOptions
+    #: The options of the message's function (maxDequeueCount, visibilityTimeout, retry).
+    options: FunctionOptions
     #: The logger every line about this message goes to, bound to function, queue, invocation and message ids and
     #: dequeue count (the invocation's own for a single message: one bind per message, not two).
     log: structlog.typing.FilteringBoundLogger
+
+    @property
+    def config(self) -> FunctionOptions:
+        """Deprecated: :attr:`options`."""
+        warnings.warn("Finished.config is deprecated; use Finished.options", DeprecationWarning, stacklevel=2)
+        return self.options

@@ -5,8 +5,9 @@ cancelled just as the awaited event is set (CPython gh-86296, fixed in 3.12 by
 rebuilding it on ``asyncio.timeout``). The cancellation is then lost: a
 stopping host waited out a whole 20-second long poll, and a lease scheduler
 cancelled at stop would go on looping. ``asyncio.timeout`` counts the
-cancellations it did not cause and lets them through, so every deadline-bound
-wait of the host goes through :func:`wait_set`.
+cancellations it did not cause and lets them through, so the host never uses
+``asyncio.wait_for``: a wait for an event with a deadline goes through
+:func:`wait_set`, and other deadline-bound awaits use ``asyncio.timeout`` itself.
 
 This module imports nothing of the package: every layer may use it.
 """

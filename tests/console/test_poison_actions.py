@@ -5,15 +5,18 @@ OCI Queue's own dead-letter queue (its test server), which is counted and purged
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.support import apoll
+from tests.tracing.receiver import Receiver
 from worker.backends.embedded.queues import SqliteBackend
 from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.encoding import encode
+from worker.observability import tracing
 from worker.runtime.console.actions import BulkActions
 from worker.runtime.console.poison import ActionRefused, PoisonOf
 
@@ -71,6 +74,33 @@ async def test_a_message_requeued_by_id_keeps_its_properties(backend: QueueBacke
     assert await PoisonOf("f", queue_name, backend, "base64").requeue(message.id) == 1
     [back] = await backend.receive(queue_name, 32, 30)
     assert dict(back.properties) == carried
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)
+async def test_a_message_requeued_from_a_traced_host_keeps_its_trace_context(
+    backend: QueueBackend, queue_name: str, otlp_receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With traces on, the host's console acts through the host's own backend, whose puts write a trace context: the
+    # requeued message must keep its producer's, not start a trace of the console's.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    telemetry = tracing.start(os.environ, "queueworker")
+    assert telemetry is not None
+    try:
+        traced = telemetry.traced(backend)
+        carried = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "k=v"}
+        await backend.create_queue(f"{queue_name}-poison")
+        first = await backend.put(f"{queue_name}-poison", encode("one", "base64"), properties=carried)
+        second = await backend.put(f"{queue_name}-poison", encode("two", "base64"), properties=carried)
+        poison = PoisonOf("f", queue_name, traced, "base64")
+        assert await poison.requeue(first.id) == 1  # the page's single requeue
+        [back] = await backend.receive(queue_name, 32, 30)
+        assert dict(back.properties) == carried
+        await backend.delete(queue_name, back.id, back.pop_receipt or "")
+        assert await poison.requeue_all(ignore) == 1  # and requeue all alike
+        [back] = await backend.receive(queue_name, 32, 30)
+        assert (back.content, dict(back.properties)) == (second.content, carried)
+    finally:
+        telemetry.shutdown()
 
 
 class PoisonsAtOnce(SqliteBackend):

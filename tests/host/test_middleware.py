@@ -201,7 +201,7 @@ async def test_a_message_given_back_at_shutdown_while_middleware_ran_before_it_n
         await asyncio.wait_for(gate.waiting.wait(), 30)
         host.request_stop()
         # The host gives the message up while the hook still runs; it is released once the hook returns.
-        await apoll(lambda: _true(gate.held[0].cancel_reason is not None), 10, what="the unstarted message given up")
+        await apoll(lambda: _true(gate.held[0].interrupted), 10, what="the unstarted message given up")
         gate.open.set()
         await asyncio.wait_for(task, 30)
     finally:

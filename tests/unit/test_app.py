@@ -22,7 +22,8 @@ def test_public_api_exports_app_message_and_out() -> None:
     # The types middleware hooks receive are public too, so that a middleware imports nothing from the runtime.
     assert set(worker.__all__) == {"Context", "InputStream", "InvocationFailed", "Middleware", "Out", "Poison",
                                    "QueueMessage", "WorkerApp", "Invocation", "FunctionSpec", "Result", "Outcome",
-                                   "Finished", "Done", "CheckpointFailed"}
+                                   "Finished", "Done", "CheckpointFailed", "Delivery", "FunctionOptions", "Lease",
+                                   "RawMessage", "QueueBackend"}
     assert all(getattr(worker, name).__module__.split(".")[1] not in {"runtime", "ops"} for name in worker.__all__)
 
 
@@ -109,7 +110,7 @@ def test_checkpoints_are_declared_on_the_trigger_and_need_the_message_itself() -
     def plain(msg: QueueMessage) -> None:
         pass
 
-    assert {s.name: s.checkpoints for s in app.functions} == {"chunked": True, "batch": True, "plain": False}
+    assert {s.name: s.extra("checkpoints", False) for s in app.functions} == {"chunked": True, "batch": True, "plain": False}
     @app.queue_trigger(arg_name="msg", queue_name="texts", checkpoints=True)
     def text(msg: str) -> None:
         pass

@@ -14,8 +14,9 @@ from worker.backends.queues import RawMessage
 from worker.middleware import Chain
 from worker.middleware.concurrency import ConcurrencyLimit
 from worker.model import FunctionSpec, Outcome, Result
-from worker.runtime.completion import CompletionProcessor
+from worker.runtime import verdict
 from worker.runtime.listener import Capacity
+from worker.runtime.verdict import Verdict
 from worker.settings.config import ConfigError, FunctionOptions, HostConfig, load_config, parse_duration
 from worker.settings.retry import RetryPolicy, parse_retry
 
@@ -197,13 +198,27 @@ def test_middleware_chain_runs_before_hooks_in_order_and_after_hooks_in_reverse(
     assert order == ["started a", "started b", "limit a", "limit b", "stopped b", "stopped a"]
 
 
-def test_completion_begin_poisons_a_message_dequeued_more_than_max_dequeue_count() -> None:
-    config = HostConfig(max_dequeue_count=3)
-
+def test_a_message_dequeued_more_than_max_dequeue_count_is_poison_before_it_runs() -> None:
     def raw(count: int) -> RawMessage:
         return RawMessage(id="m", content="", dequeue_count=count, insertion_time=datetime.now(UTC),
                           expiration_time=None, time_next_visible=None, pop_receipt="r")
 
-    assert CompletionProcessor.begin(raw(3), config) is None
-    assert CompletionProcessor.begin(raw(4), config) == Result(
-        Outcome.POISON, "dequeue count 4 is over maxDequeueCount 3")
+    assert verdict.admitted(raw(3), 3) is None
+    assert verdict.admitted(raw(4), 3) == Result(Outcome.POISON, "dequeue count 4 is over maxDequeueCount 3")
+
+
+@pytest.mark.parametrize(("queue", "dequeue_count", "outcome", "expected"), [
+    ("q", 1, Outcome.SUCCEEDED, Verdict.DELETE),
+    ("q", 5, Outcome.SUCCEEDED, Verdict.DELETE),
+    ("q", 5, Outcome.RELEASE, Verdict.RELEASE),
+    ("q", 1, Outcome.FAILED, Verdict.RETRY),
+    ("q", 3, Outcome.FAILED, Verdict.POISON),  # the last attempt
+    ("q", 1, Outcome.POISON, Verdict.POISON),  # asked for, or no attempt could succeed
+    ("q-poison", 3, Outcome.FAILED, Verdict.LEAVE),  # a poison queue has no poison queue
+    ("q-poison", 1, Outcome.POISON, Verdict.LEAVE),
+    ("q-poison", 1, Outcome.SUCCEEDED, Verdict.DELETE),
+])
+def test_one_place_says_what_an_attempt_comes_to(
+    queue: str, dequeue_count: int, outcome: Outcome, expected: Verdict
+) -> None:
+    assert verdict.verdict(queue, dequeue_count, 3, Result(outcome, "why")) is expected

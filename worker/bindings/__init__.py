@@ -1,7 +1,9 @@
 """Bindings: what a handler is called with and what its outputs become.
 
-Message encoding, parameter types, binding expressions (``{queueTrigger}``,
-``%Setting%``), blob inputs and outputs, queue outputs. May import
-``worker.backends``, ``worker.settings`` and the shared types (``worker.model``,
-``worker.message``, ``worker.context``); never the runtime.
+:mod:`.encoding` (message encoding), :mod:`.types` (parameter annotations),
+:mod:`.expressions` (``{queueTrigger}``, ``%Setting%``), :mod:`.blobs` (blob
+inputs and outputs), :mod:`.outputs` (``Out``, queue outputs) and
+:mod:`.errors` (``Unusable``: what no attempt of a message could use, poisoned
+at once). May import :mod:`worker.backends`, :mod:`worker.settings` and
+:mod:`worker.observability`; never the runtime.
 """

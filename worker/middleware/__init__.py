@@ -12,14 +12,25 @@ hooks run in reverse order, so that the first middleware sees the last word
 (as layers of an onion). Invocation hooks may be ``async def``. A hook that raises
 in ``before_invocation`` or ``after_invocation`` fails the invocation (raising
 :class:`worker.Poison` poisons its messages); one that raises elsewhere is
-logged and the host goes on.
+logged and the host goes on. The API, with a worked example, is documented in
+one place: ``docs/middleware.md``.
+
+The host's own middleware, in the order :mod:`.builtin` puts them (and where
+it loads host.yaml's): :mod:`.tracing` (when traces are on, first of all: the
+CONSUMER span of each invocation), :mod:`.counting` (the counters),
+:mod:`.logs` (Executing / Executed), :mod:`.bindings` (inputs, and outputs
+written before the message is deleted), :mod:`.concurrency`
+(``maxConcurrency``), :mod:`.retry` (the retry delay), :mod:`.spark` (one Spark session per process,
+job tags bound to leases, every Spark call within a deadline; with
+:mod:`.connect_jobs`, which kills the Spark Connect jobs an interrupt missed
+through the server's web UI).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import structlog
 
@@ -37,6 +48,11 @@ class InvocationFailed(Exception):
 class Middleware:
     """Base class: every hook does nothing. Override the ones you need."""
 
+    #: The function options this middleware reads (decorator keyword arguments: ``spark=True``), by name, each with
+    #: a line saying what it does. A function given an option that no middleware (nor the host) declares is refused
+    #: at start, by the option's name (Dramatiq's ``actor_options``).
+    function_options: ClassVar[Mapping[str, str]] = {}
+
     def host_started(self, functions: Sequence[FunctionSpec]) -> None:
         """The host has started its listeners for ``functions``."""
 
@@ -50,7 +66,7 @@ class Middleware:
         """
         return []
 
-    def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
+    def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
         """How many messages the listener of ``function`` may receive now, at most ``room``.
 
         ``running`` is the function's invocations held now (received and not
@@ -96,7 +112,7 @@ class Chain:
         self._not_ready = hooks["not_ready"]
         self._limits = hooks["receive_limit"]
         self._received = hooks["after_receive"]
-        # Whether each invocation hook is a coroutine function is settled once, not asked per message.
+        # Whether each invocation hook is a coroutine function is decided once, not asked per message.
         self._before = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks["before_invocation"]]
         self._after = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks["after_invocation"][::-1]]
         self._interrupts = hooks["on_interrupt"]
@@ -121,9 +137,9 @@ class Chain:
                 problems.append(f"{getattr(hook, '__qualname__', repr(hook))} failed: {type(exc).__name__}: {exc}")
         return problems
 
-    def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
+    def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
         for hook in self._limits:
-            room = max(0, min(room, hook(function, config, running, room)))
+            room = max(0, min(room, hook(function, options, running, room)))
         return room
 
     def after_receive(self, function: FunctionSpec, count: int) -> None:

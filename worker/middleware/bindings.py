@@ -12,7 +12,7 @@ from worker.bindings import expressions
 from worker.bindings.blobs import read_inputs
 from worker.bindings.errors import Unusable
 from worker.bindings.outputs import Out, send_outputs
-from worker.invocation import Invocation
+from worker.invocation import BINDINGS_SCRATCH, Invocation
 from worker.message import Poison
 from worker.middleware import InvocationFailed, Middleware
 from worker.model import Outcome, Result
@@ -35,11 +35,12 @@ class Bindings(Middleware):
         function = invocation.function
         if function.outputs:
             invocation.kwargs.update({binding.arg_name: Out[Any]() for binding in function.outputs})
+        data: dict[str, Any] = {}
         if function.has_blob_bindings:  # binding data for blob paths: the one message's (cardinality one)
-            invocation.binding_data = expressions.binding_data(invocation.messages[0])
+            data = invocation.scratch(BINDINGS_SCRATCH)["binding_data"] = expressions.binding_data(invocation.messages[0])
         if function.inputs:
             try:
-                invocation.kwargs.update(await read_inputs(function.inputs, invocation.binding_data, self.storage.blobs))
+                invocation.kwargs.update(await read_inputs(function.inputs, data, self.storage.blobs))
             except Unusable as exc:
                 raise Poison(f"input binding: {exc}") from None
             except Exception as exc:
@@ -54,7 +55,8 @@ class Bindings(Middleware):
         trigger = invocation.deliveries[0].raw.id if invocation.deliveries else invocation.id
         try:
             with writing_outputs_of(function.queue_name, trigger):
-                await send_outputs(function.outputs, values, self.storage, self.encoding, invocation.binding_data)
+                data = invocation.scratch(BINDINGS_SCRATCH).get("binding_data", {}) if function.has_blob_bindings else {}
+                await send_outputs(function.outputs, values, self.storage, self.encoding, data)
         except Unusable as exc:  # no attempt could write it: a name the service refuses, a value of the wrong type
             log.error("output binding cannot be written for this message; it goes to the poison queue",
                       error=str(exc))

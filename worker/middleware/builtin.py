@@ -21,6 +21,19 @@ if TYPE_CHECKING:
     from worker.observability.otel import Telemetry
 
 
+#: The host's own middleware classes but tracing's (which declares no function option, and whose module needs the
+#: ``otel`` extra).
+STANDARD: tuple[type[Middleware], ...] = (Counting, InvocationLogs, Bindings, ConcurrencyLimit, RetryDelay, Spark)
+
+
+def function_options(given: Sequence[Middleware]) -> dict[str, str]:
+    """The function options the host's own middleware and ``given`` (the app's and host.yaml's) declare they read."""
+    declared: dict[str, str] = {}
+    for middleware in (*STANDARD, *given):
+        declared.update(middleware.function_options)
+    return declared
+
+
 def standard(
     config: HostConfig, metrics: Metrics, storage: Storage, given: Sequence[Middleware] = (),
     telemetry: Telemetry | None = None,

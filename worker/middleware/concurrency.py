@@ -16,8 +16,8 @@ class ConcurrencyLimit(Middleware):
     batch for ``cardinality="many"``.
     """
 
-    def receive_limit(self, function: FunctionSpec, config: FunctionOptions, running: int, room: int) -> int:
-        cap = config.max_concurrency
+    def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
+        cap = options.max_concurrency
         if cap is None:
             return room
         free = cap - running

@@ -14,5 +14,5 @@ class RetryDelay(Middleware):
     """
 
     def retry_delay(self, item: Finished, delay: float) -> float:
-        policy = item.config.retry
+        policy = item.options.retry
         return delay if policy is None else policy.delay(item.raw.dequeue_count)

@@ -32,10 +32,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import structlog
 
@@ -447,8 +447,7 @@ class SparkProvider:
             context.addJobTag(tag)
             cancel = lambda: context.cancelJobsWithTag(tag)  # noqa: E731
             invocation.thread_cleanup.append(lambda: context.removeJobTag(tag))
-        if tag not in invocation.job_tags:
-            invocation.job_tags.append(tag)
+        invocation.add_work_tag(tag)
         with self._lock:
             self._tagged.setdefault(invocation.id, []).append((cancel, tag, handler_returned, after))
         if invocation.interrupted:
@@ -474,11 +473,6 @@ class SparkProvider:
                         "the host cancels such jobs", tag=tag)
             return
         cancel_left_jobs(ConnectWebUi(self.settings.web_ui), spark.session_id, tag)
-
-    def job_tags(self, invocation_id: str) -> list[str]:
-        """The Spark job tags the invocation's handler threads have set now (what the console shows by its lease)."""
-        with self._lock:
-            return [tag for _, tag, _, _ in self._tagged.get(invocation_id, ())]
 
     def interrupt(self, invocation: Invocation) -> None:
         """Cancel the Spark jobs the invocation's handler started, until it returns (see :func:`_cancel_until`);
@@ -613,6 +607,10 @@ class Spark(Middleware):
     provider handed in by the caller (shared across host runs) is left running.
     """
 
+    function_options: ClassVar[Mapping[str, str]] = {
+        "spark": "spark=True: the handler runs Spark, so the session starts with the host rather than at its first call",
+    }
+
     def __init__(self, provider: SparkProvider, *, owned: bool = False) -> None:
         self.provider = provider
         self.owned = owned
@@ -623,7 +621,7 @@ class Spark(Middleware):
 
     def host_started(self, functions: Sequence[FunctionSpec]) -> None:
         """Start Spark now, in the background, when a function says it runs Spark (``spark=True``)."""
-        if using := [function.name for function in functions if function.spark]:
+        if using := [function.name for function in functions if function.extra("spark")]:
             log.info("starting Spark with the host", functions=using)
             self.provider.start()
 

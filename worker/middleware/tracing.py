@@ -24,7 +24,7 @@ event on failure) and what completion did (``deleted``, ``retried``,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -47,8 +47,8 @@ class _Open:
     remaining: int
     #: A batch's outcomes are events, one per message; a single message's are attributes of the span.
     many: bool = False
-    #: The invocation's list of job tags (filled while its handler runs).
-    job_tags: list[str] = field(default_factory=list)
+    #: The invocation, whose work tags (its Spark jobs') are read when the span ends; None when it never ran.
+    invocation: Invocation | None = None
 
 
 class Tracing(Middleware):
@@ -84,7 +84,7 @@ class Tracing(Middleware):
                            [d.raw for d in invocation.deliveries], invocation.id, function.many)
         # The invocation's own task: the handler's task or thread and completion copy or share this context.
         otel_context.attach(trace.set_span_in_context(span))
-        self._open[invocation.id] = _Open(span, len(invocation.deliveries), function.many, invocation.job_tags)
+        self._open[invocation.id] = _Open(span, len(invocation.deliveries), function.many, invocation)
         if invocation.context is not None:  # as the propagator writes it into what the handler's work sends
             carried = self.telemetry.inject(span)
             invocation.context.trace_context = TraceContext(trace_parent=carried["traceparent"],
@@ -112,6 +112,6 @@ class Tracing(Middleware):
         if opened.remaining > 0:
             return
         self._open.pop(item.invocation_id, None)
-        if opened.job_tags:
-            span.set_attribute("worker.spark.job_tags", list(opened.job_tags))
+        if opened.invocation is not None and (tags := opened.invocation.work_tags):
+            span.set_attribute("worker.spark.job_tags", list(tags))
         span.end()

@@ -1,4 +1,15 @@
-"""What the host tells operators: the structured log (``logs``) and the counters behind ``/metrics`` (``metrics``).
+"""What the host tells operators.
 
-Imports nothing of the host's own: every layer above may use it.
+- :mod:`.logs`: one log stream, JSON off a terminal, secrets redacted, levels
+  by Functions' log categories (``always``: the ``host started`` line, written
+  whatever the levels);
+- :mod:`.metrics`: the counters and gauges behind the run summary and ``/metrics``;
+- :mod:`.tracing`: whether the ``OTEL_*`` variables ask for traces and why they
+  cannot be had; never imports OpenTelemetry;
+- :mod:`.otel`: the ``otel`` extra's SDK, imported only when traces are asked
+  for: the ``Telemetry`` a host or ``worker send`` makes at start, and
+  ``TracedQueues``, a backend whose calls are spans and whose puts carry
+  their trace context in message properties.
+
+Imports nothing of the host's but :mod:`worker.backends`: every layer above may use it.
 """

@@ -11,7 +11,9 @@ same spans come from every backend: ``send <queue>`` (PRODUCER) for each put,
 which also writes the span's W3C trace context (``traceparent``,
 ``tracestate``) into the message's properties where the backend carries them
 (``Capabilities.message_properties``: the embedded queue; Azure Storage queue
-messages have no metadata, and OCI Queue's needs a channel beside it);
+messages have no metadata, and OCI Queue's needs a channel beside it), unless
+the put carries a trace context already (a poison message the tools requeue
+keeps its producer's);
 ``receive <queue>`` (CLIENT, a trace of its own) for a receive that returned
 messages; ``delete <queue>`` and ``update <queue>`` (CLIENT) when made inside
 an invocation's span, as completion's delete and release are. Renewals and
@@ -131,7 +133,10 @@ class TracedQueues:
     async def put(self, queue: str, content: str, **options: Any) -> RawMessage:
         with self._span("send", queue, SpanKind.PRODUCER, "send") as span:
             if self.inner.capabilities.message_properties:
-                options["properties"] = {**(options.get("properties") or {}), **self.telemetry.inject(span)}
+                given = options.get("properties") or {}
+                # A put that carries a trace context already (a poison message requeued by the tools) keeps it: the
+                # message's trace goes on from its producer, not from the put that moved it back.
+                options["properties"] = given if "traceparent" in given else {**given, **self.telemetry.inject(span)}
             sent = await self.inner.put(queue, content, **options)
             span.set_attribute("messaging.message.id", sent.id)
             return sent

@@ -1,4 +1,16 @@
-"""Operating the host: the ``worker`` command, start-up checks, the supervisor of ``--processes N``, poison tools.
+"""Operating the host: the ``worker`` command, start-up checks, the supervisor, poison tools.
+
+- :mod:`.cli`: the ``worker`` command;
+- :mod:`.terminal`: what it prints for people (control characters from queue
+  data written out, never obeyed);
+- :mod:`.locate`: the one search every command makes for host.yaml / host.json
+  and local.settings.json, up to the project's root;
+- :mod:`.preflight`: start-up checks, every problem listed at once (exit 2);
+- :mod:`.supervisor`: the process, or ``--processes N`` of them, that runs the
+  host; replaces a recycled one at once and logs one that died unasked; never
+  imports the app;
+- :mod:`.spark_cluster`: ``worker spark``, a standalone master and worker or a
+  Spark Connect server from the installed pyspark, detached.
 
 The top layer: it may import everything below, and nothing below imports it.
 """

@@ -72,7 +72,7 @@ from worker.ops.terminal import printable
 from worker.runtime.console.state import StartFacts
 from worker.runtime.host import SERVICE_NAME, Host
 from worker.runtime.inflight import INFLIGHT_ENV
-from worker.runtime.poison import DeadLetterQueue, PoisonQueue, poison_queue, policy_for, source_queue
+from worker.runtime.poison import poison_queue, policy_for, source_queue
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.runtime.signals import forwarded_act_as_original
 from worker.settings import local_settings
@@ -407,7 +407,7 @@ def cmd_poison(args: argparse.Namespace) -> int:
     async def drain(backend: QueueBackend) -> tuple[int, int]:
         # At most what the poison queue holds now: a running host poisons a requeued message that fails again, and
         # a drain that went on while the queue answered anything would feed itself.
-        policy = PoisonQueue(backend)
+        policy = policy_for(backend)
         total = await policy.count(args.queue)
         goal = total if args.max is None else min(total, args.max)
         if goal == 0:
@@ -463,16 +463,13 @@ async def _dead_letters(backend: QueueBackend, queue: str, action: str) -> int |
     OCI Queue's API has no call that reads a dead-letter queue, so its messages cannot be requeued from here.
     """
     policy = policy_for(backend)
-    if not isinstance(policy, DeadLetterQueue):
+    if (why := policy.unreadable(queue)) is None:
         return None
     if action == "requeue":
-        raise UsageError(f"poison messages of {queue} are in the service's dead-letter queue, which its API cannot "
-                         "read, so they cannot be requeued from here; purge them, or use poison=host in the "
-                         "connection to keep them in <queue>-poison")
-    count = await policy.count(queue)
+        raise UsageError(why)
     if action == "purge":
-        await policy.purge(queue)
-    return count
+        return await policy.purge(queue, limit=0)
+    return await policy.count(queue)
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

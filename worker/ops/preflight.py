@@ -29,6 +29,7 @@ from worker.bindings.outputs import OutputBinding
 from worker.middleware import builtin
 from worker.model import FunctionSpec, StartupRefused
 from worker.observability import tracing
+from worker.runtime.host import unknown_options
 from worker.runtime.poison import POISON_SUFFIX, is_poison_queue, poison_queue
 from worker.settings.config import HostConfig
 from worker.settings.connections import DEFAULT, ConnectionSettingError, MissingConnection, Service
@@ -50,7 +51,7 @@ class _Binding(NamedTuple):
 def _bindings(spec: FunctionSpec) -> Iterator[_Binding]:
     """The trigger and every binding of ``spec``."""
     yield _Binding(f"function {spec.name}, trigger queueTrigger ({spec.arg_name})", spec.connection, "queue",
-                   spec.queue_name, trigger=True, channel=spec.channel)
+                   spec.queue_name, trigger=True, channel=spec.extra("channel"))
     for binding in (*spec.inputs, *spec.outputs):
         if isinstance(binding, OutputBinding):
             where = f"function {spec.name}, output binding queue ({binding.arg_name})"
@@ -71,7 +72,8 @@ def problems(
     ``looked_in``: see :func:`connection_problem`.
     """
     environ = os.environ if environ is None else environ
-    found: list[str] = list(builtin.load(config.middleware)[1])
+    loaded, found = builtin.load(config.middleware)
+    found += unknown_options(app, [*app.middleware, *loaded])
     names = {spec.name for spec in app.functions}
     for name, section in config.functions.items():
         if name not in names:
@@ -125,7 +127,7 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
         found.append(f"channel {binding.channel!r}: {kind.name} has no channels")
     if not binding.trigger:
         return found
-    if spec.checkpoints and not kind.capabilities.updates_content:
+    if spec.extra("checkpoints") and not kind.capabilities.updates_content:
         found.append(f"checkpoints=True: {kind.name} cannot change a message's content while it is held, so "
                      "msg.checkpoint could not store anything")
     own = config.for_function(spec.name, spec.retry, spec.settings)

@@ -1,11 +1,16 @@
-"""What to do with a message before and after its invocation: the WebJobs SDK's QueueProcessor (Begin/Complete).
+"""What to do with a message after its invocation: the WebJobs SDK's QueueProcessor (Complete).
 
-:meth:`CompletionProcessor.begin` decides, before anything runs, that a
-message dequeued more than ``maxDequeueCount`` times goes to poison. After
-the invocation, success deletes it. Failure releases it after the retry delay
-(``visibilityTimeout``, or a retry policy: the middleware's ``retry_delay``),
-or, once it has been tried ``maxDequeueCount`` times, hands it to the
-backend's poison policy (:mod:`worker.runtime.poison`: a copy in
+To *settle* a message, in this code's one sense of the word, is to decide its
+fate on storage: delete it, make it visible again (a retry or a release) or
+poison it. Completion settles messages, and only completion (here, or in the
+next process for a handed-over one: :mod:`worker.runtime.recycle`).
+
+It carries out the attempt's verdict (:mod:`worker.runtime.verdict`, which
+alone decides what is poison): success deletes the message; failure releases
+it after the retry delay (``visibilityTimeout``, or a retry policy: the
+middleware's ``retry_delay``), or, once it has been tried ``maxDequeueCount``
+times or asked for it, hands it to the backend's poison policy
+(:mod:`worker.runtime.poison`: a copy in
 ``<queue>-poison``, or the service's dead-letter queue). A shutdown releases
 it at once so another worker takes it without waiting for the lease to run
 out. A lost lease means the message is someone else's: nothing is done to it.
@@ -19,14 +24,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from worker.backends.queues import LeaseGone, MessageNotFound, RawMessage, TransientError
+from worker.backends.queues import LeaseGone, MessageNotFound, TransientError
 from worker.middleware import Chain
-from worker.model import Done, Finished, Outcome, Result
+from worker.model import Done, Finished, Result
 from worker.observability.metrics import Metrics
 from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.lease import LeaseScheduler
-from worker.runtime.poison import is_poison_queue, policy_for
-from worker.settings.config import FunctionOptions
+from worker.runtime.poison import policy_for
+from worker.runtime.verdict import Verdict, verdict
 
 #: Seconds between attempts of a completion that storage failed (each attempt has the backend's own retries).
 COMPLETION_RETRY_INTERVAL = 2.0
@@ -39,19 +44,6 @@ class CompletionProcessor:
         self.metrics = metrics
         self.middleware = middleware
         self.trouble = trouble
-
-    @staticmethod
-    def begin(raw: RawMessage, config: FunctionOptions) -> Result | None:
-        """The rule applied before a message is handed to its handler: poison it at once, or None to run it.
-
-        A message dequeued more often than ``maxDequeueCount`` (its earlier
-        attempts were lost to crashes or lapsed leases, so completion never
-        counted them) is not run again.
-        """
-        limit = config.max_dequeue_count
-        if raw.dequeue_count > limit:
-            return Result(Outcome.POISON, f"dequeue count {raw.dequeue_count} is over maxDequeueCount {limit}")
-        return None
 
     async def complete(self, item: Finished, result: Result) -> None:
         """Delete, release or poison the message, under its lease lock so no renewal races the receipt.
@@ -112,23 +104,22 @@ class CompletionProcessor:
     async def _apply(self, item: Finished, result: Result, progress: _Progress) -> Done:
         receipt = item.lease.pop_receipt
         assert receipt is not None
-        if result.outcome is Outcome.SUCCEEDED:
-            await self._delete(item)
-            return Done.DELETED
-        if result.outcome is Outcome.RELEASE:
-            await item.backend.update(item.queue, item.raw.id, receipt, 0)
-            item.log.info("message released", reason=result.reason)
-            return Done.RELEASED
-        if is_poison_queue(item.queue):
-            # A poison queue has no poison queue of its own; as in Functions, the
-            # message stays invisible until its lease ends, then is tried again.
-            item.log.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
-            return Done.LEFT
-        limit = item.config.max_dequeue_count
-        if result.outcome is Outcome.POISON or item.raw.dequeue_count >= limit:
-            return await policy_for(item.backend).settle(item, result.reason, lambda: self._delete(item), progress)
+        limit = item.options.max_dequeue_count
+        match verdict(item.queue, item.raw.dequeue_count, limit, result):
+            case Verdict.DELETE:
+                await self._delete(item)
+                return Done.DELETED
+            case Verdict.RELEASE:
+                await item.backend.update(item.queue, item.raw.id, receipt, 0)
+                item.log.info("message released", reason=result.reason)
+                return Done.RELEASED
+            case Verdict.LEAVE:
+                item.log.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
+                return Done.LEFT
+            case Verdict.POISON:
+                return await policy_for(item.backend).take(item, result.reason, lambda: self._delete(item), progress)
         # Never past the message's expiry, which the service would refuse: it is gone then anyway.
-        delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.config.visibility_timeout))
+        delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.options.visibility_timeout))
         await item.backend.update(item.queue, item.raw.id, receipt, delay)
         item.log.warning(
             "message failed; it will be retried",

@@ -12,14 +12,16 @@ may fail single messages with ``message.fail(reason)``.
 
 The dispatcher only runs handlers and announces it: bindings, invocation logs
 and counting are middleware (:mod:`worker.middleware`), the threads of sync
-handlers are :mod:`worker.runtime.threads`', and the rule that poisons a
-message before it runs is the completion processor's ``begin``.
+handlers are :mod:`worker.runtime.threads`', and whether a message is poison
+(before it runs, undecodable, or from what the handler raised) is
+:mod:`worker.runtime.verdict`'s to say.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,19 +30,24 @@ import structlog
 
 from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.encoding import MessageDecodeError, decode
-from worker.bindings.errors import Unusable
 from worker.context import Context, RetryContext
-from worker.invocation import Delivery, Invocation, current_invocation
-from worker.message import Poison, QueueMessage
-from worker.middleware import Chain, InvocationFailed
+from worker.invocation import Delivery, Invocation, InvocationState, current_invocation, new_invocation, state_of
+from worker.message import QueueMessage
+from worker.middleware import Chain
 from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
+from worker.runtime import verdict
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.recycle import Recycler
 from worker.runtime.threads import HandlerThreads, Overran, TimedOut
+from worker.runtime.verdict import HandlerExited
 from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.dispatcher")
+
+#: The function option the dispatcher reads (see :attr:`worker.Middleware.function_options`).
+FUNCTION_OPTIONS = {"checkpoints": "checkpoints=True: the handler replaces its message's content as it works "
+                                   "(msg.checkpoint); refused at start where the backend cannot change content"}
 
 LEASE_LOST = "lease lost"
 SHUTDOWN = "shutdown"
@@ -65,24 +72,30 @@ class Dispatcher:
     def dispatch(
         self,
         function: FunctionSpec,
-        config: FunctionOptions,
+        options: FunctionOptions,
         backend: QueueBackend,
         raws: list[RawMessage],
         on_done: Callable[[], None],
     ) -> Invocation:
         """Take the leases on ``raws``, start their invocation, and call ``on_done`` once all are completed.
 
-        One message per invocation, or a whole batch for a ``cardinality="many"`` function; ``config`` is the
-        function's settings.
+        One message per invocation, or a whole batch for a ``cardinality="many"`` function; ``options`` are the
+        function's.
         """
-        inv = Invocation(function, config, backend, [])
-        inv.deliveries = [
+        invocation_id = str(uuid.uuid4())
+        deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
-                                dequeue_count=raw.dequeue_count, invocation_id=inv.id,
-                                duration=config.lease_duration,
+                                dequeue_count=raw.dequeue_count, invocation_id=invocation_id,
+                                duration=options.lease_duration,
                                 message_expires=raw.expiration_time.timestamp() if raw.expiration_time else None))
             for raw in raws
         ]
+        if function.many:
+            bound = log.bind(function=function.name, queue=function.queue_name, invocation_id=invocation_id)
+        else:
+            bound = log.bind(function=function.name, queue=function.queue_name, invocation_id=invocation_id,
+                             message_id=raws[0].id, dequeue_count=raws[0].dequeue_count)
+        inv = new_invocation(function, options, backend, deliveries, InvocationState(), invocation_id, bound)
         for delivery in inv.deliveries:
             if not function.many:  # a batch goes on without a message whose lease was lost
                 # Refers back to the invocation; the scheduler drops it when the lease is completed or lost.
@@ -116,8 +129,9 @@ class Dispatcher:
 
     def _give_up(self, inv: Invocation, reason: str) -> None:
         """The host gives up on ``inv``: its messages are released, the handler told, an async one cancelled."""
-        if inv.cancel_reason is None:
-            inv.cancel_reason = reason
+        state = state_of(inv)
+        if state.cancel_reason is None:
+            state.cancel_reason = reason
         self._interrupt(inv)
         handler = self._handlers.get(inv)
         if handler is not None:
@@ -133,21 +147,16 @@ class Dispatcher:
         # including the handler's own logging and structlog lines. The task's context is its own: nothing leaks.
         function = inv.function
         structlog.contextvars.bind_contextvars(function=function.name, invocation_id=inv.id)
-        if function.many:
-            inv.log = log.bind(function=function.name, queue=function.queue_name, invocation_id=inv.id)
-        else:
-            raw = inv.deliveries[0].raw
-            inv.log = log.bind(function=function.name, queue=function.queue_name, invocation_id=inv.id,
-                               message_id=raw.id, dequeue_count=raw.dequeue_count)
-        inv.began = time.monotonic()
+        state = state_of(inv)
+        state.began = time.monotonic()
         await self._execute(inv)
         deliveries = inv.deliveries
-        if inv.overran is not None:  # settled by the next process, once this one (and the handler's thread) is gone
-            self.recycler.hold(inv, [d for d in deliveries if d.message is not None], inv.overran)
+        if state.overran is not None:  # completed by the next process, once this one (and the handler's thread) is gone
+            self.recycler.hold(inv, [d for d in deliveries if d.message is not None], state.overran)
             deliveries = [d for d in deliveries if d.message is None]
         completions = [
             self.completion.complete(
-                Finished(function.name, inv.id, inv.backend, function.queue_name, d.raw, d.lease, inv.config,
+                Finished(function.name, inv.id, inv.backend, function.queue_name, d.raw, d.lease, inv.options,
                          inv.log.bind(message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many
                          else inv.log),
                 d.result or Result(Outcome.RELEASE, "no result"),
@@ -162,19 +171,19 @@ class Dispatcher:
     def _admit(self, inv: Invocation, delivery: Delivery) -> bool:
         """Decode one message for the handler; or decide at once that it goes to poison. True if admitted."""
         raw = delivery.raw
-        if (refused := self.completion.begin(raw, inv.config)) is not None:
+        if (refused := verdict.admitted(raw, inv.options.max_dequeue_count)) is not None:
             delivery.result = refused
             return False
         try:
-            body = decode(raw.content, inv.config.message_encoding, utf8=inv.function.trigger_kind == "str")
+            body = decode(raw.content, inv.options.message_encoding, utf8=inv.function.trigger_kind == "str")
         except MessageDecodeError as exc:
             inv.log.error("message decoding has failed", message_id=raw.id, reason=str(exc))
-            delivery.result = Result(Outcome.POISON, str(exc))
+            delivery.result = verdict.undecodable(exc)
             return False
         delivery.message = QueueMessage(
             id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
             expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=delivery.lease,
-            checkpoint_encoding=inv.config.message_encoding if inv.function.checkpoints else None,
+            checkpoint_encoding=inv.options.message_encoding if inv.function.extras.get("checkpoints") else None,
             properties=raw.properties, service_attributes=raw.service_attributes,
         )
         return True
@@ -184,22 +193,16 @@ class Dispatcher:
         live = [d for d in inv.deliveries if self._admit(inv, d)]
         if not live:
             return
-        inv.messages = [d.message for d in live if d.message is not None]
+        state_of(inv).messages = [d.message for d in live if d.message is not None]
         result = await self._run(inv)
         for delivery in live:
-            message = delivery.message
-            if result.outcome is Outcome.SUCCEEDED and message is not None and message.failure is not None:
-                inv.log.warning("handler failed one message", message_id=delivery.raw.id, reason=message.failure,
-                                poison=message.poison_requested)
-                outcome = Outcome.POISON if message.poison_requested else Outcome.FAILED
-                delivery.result = Result(outcome, message.failure, requested=message.poison_requested)
-            else:
-                delivery.result = result
+            delivery.result = verdict.of_message(delivery.message, result, inv.log)
 
     async def _run(self, inv: Invocation) -> Result:
         """before_invocation hooks, the handler, after_invocation hooks: the outcome of the whole call."""
-        if inv.cancel_reason is not None:
-            return Result(Outcome.RELEASE, inv.cancel_reason)
+        state = state_of(inv)
+        if state.cancel_reason is not None:
+            return Result(Outcome.RELEASE, state.cancel_reason)
         function = inv.function
         try:
             argument = inv.messages if function.many else _trigger_argument(inv.messages[0], function)
@@ -209,26 +212,27 @@ class Dispatcher:
         inv.kwargs[function.arg_name] = argument
         if function.wants_context:  # made only for handlers that ask for one
             first = inv.deliveries[0].raw
-            inv.kwargs["context"] = inv.context = Context(inv.id, function.name, function.directory, RetryContext(
-                retry_count=max(0, first.dequeue_count - 1), max_retry_count=inv.config.max_dequeue_count - 1,
+            inv.kwargs["context"] = state.context = Context(inv.id, function.name, function.directory, RetryContext(
+                retry_count=max(0, first.dequeue_count - 1), max_retry_count=inv.options.max_dequeue_count - 1,
             ))
         try:
             await self.middleware.before_invocation(inv)
         except Exception as exc:
-            result = _failure(inv, exc, "before the handler")
+            result = verdict.raised(exc, "before the handler", inv.log)
         else:
             result = await self._call(inv)
         try:
             return await self.middleware.after_invocation(inv, result)
         except Exception as exc:
-            return _failure(inv, exc, "after the handler")
+            return verdict.raised(exc, "after the handler", inv.log)
 
     async def _call(self, inv: Invocation) -> Result:
         """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
-        if inv.cancel_reason is not None:
+        state = state_of(inv)
+        if state.cancel_reason is not None:
             # Given up while a before_invocation hook ran (shutdown releases what has not started): the handler
             # must not start now, or it would run to its end and then see its message released.
-            return Result(Outcome.RELEASE, inv.cancel_reason)
+            return Result(Outcome.RELEASE, state.cancel_reason)
         # From here the handler's task is known to _give_up, which cancels it (before it starts, if it has not).
         handler = self._handlers[inv] = asyncio.create_task(self._invoke(inv))
         started = time.monotonic()
@@ -236,39 +240,40 @@ class Dispatcher:
             try:
                 await handler
             finally:
-                inv.handler_seconds = time.monotonic() - started
+                state.handler_seconds = time.monotonic() - started
                 del self._handlers[inv]
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if current is not None and current.cancelling():  # the host itself is being torn down
                 raise
-            if inv.cancel_reason is None:
+            if state.cancel_reason is None:
                 inv.log.error("handler cancelled itself")
                 return Result(Outcome.FAILED, "handler raised CancelledError")
         except Overran as exc:  # a sync handler, still running: its messages wait for the process to be recycled
-            inv.overran = str(exc)
+            state.overran = str(exc)
             return Result(Outcome.FAILED, str(exc))
         except TimedOut as exc:
             inv.log.error("handler timed out", reason=str(exc))
             return Result(Outcome.FAILED, str(exc))
         except Exception as exc:
-            if inv.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
-                inv.log.warning("invocation cancelled", reason=inv.cancel_reason, error=f"{type(exc).__name__}: {exc}")
-                return Result(Outcome.RELEASE, inv.cancel_reason)
-            return _failure(inv, exc, "")
-        if inv.cancel_reason is not None:
-            inv.log.warning("invocation cancelled", reason=inv.cancel_reason)
-            return Result(Outcome.RELEASE, inv.cancel_reason)
-        inv.log.debug("handler succeeded", seconds=round(inv.handler_seconds, 3), messages=len(inv.messages))
+            if state.cancel_reason is not None:  # e.g. its Spark job was cancelled: the cancellation, not a failure
+                inv.log.warning("invocation cancelled", reason=state.cancel_reason, error=f"{type(exc).__name__}: {exc}")
+                return Result(Outcome.RELEASE, state.cancel_reason)
+            return verdict.raised(exc, "", inv.log)
+        if state.cancel_reason is not None:
+            inv.log.warning("invocation cancelled", reason=state.cancel_reason)
+            return Result(Outcome.RELEASE, state.cancel_reason)
+        inv.log.debug("handler succeeded", seconds=round(state.handler_seconds, 3), messages=len(inv.messages))
         return Result(Outcome.SUCCEEDED)
 
     async def _invoke(self, inv: Invocation) -> None:
         """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread."""
         function = inv.function
         current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
-        timeout = inv.config.function_timeout
+        timeout = inv.options.function_timeout
+        state = state_of(inv)
         if function.is_async:
-            inv.started = True
+            state.started = True
             try:
                 async with asyncio.timeout(timeout) as deadline:
                     with _exits_fail():
@@ -291,23 +296,10 @@ class Dispatcher:
                     cleanup()
 
         def started() -> None:
-            inv.started = True
+            state.started = True
 
         await self.threads.run(in_thread, timeout, on_start=started, on_timeout=lambda: self._interrupt(inv),
                                about={"function": function.name, "invocation_id": inv.id})
-
-
-class HandlerExited(Exception):  # noqa: N818 -- what happened, as the log says it
-    """A handler raised a BaseException that is not an error (SystemExit, KeyboardInterrupt, GeneratorExit).
-
-    Left alone, it would leave the event loop (asyncio lets SystemExit and
-    KeyboardInterrupt through) or the invocation's task, and take the process
-    or the batch's other completions with it; wrapped, it fails its attempt
-    like any exception. The original is the ``__cause__``.
-    """
-
-    def __init__(self, raised: BaseException) -> None:
-        super().__init__(f"{type(raised).__name__}: {raised}")
 
 
 @contextmanager
@@ -319,26 +311,6 @@ def _exits_fail() -> Iterator[None]:
         raise
     except BaseException as exc:
         raise HandlerExited(exc) from exc
-
-
-def _failure(inv: Invocation, exc: Exception, where: str) -> Result:
-    """The result of a handler (or middleware ``where``) that raised: poison if it asked for it, else a failure."""
-    if isinstance(exc, Poison) and not where:
-        inv.log.error("handler asked for the poison queue", reason=exc.reason)
-        return Result(Outcome.POISON, exc.reason, requested=True)
-    # No attempt can succeed: a middleware found so (a blob path that cannot be used), or a value the handler gave
-    # cannot be used (an azure.functions handler's output of a type no message can carry).
-    if isinstance(exc, (Poison, Unusable)):
-        reason = exc.reason if isinstance(exc, Poison) else str(exc)
-        inv.log.error(f"message cannot be handled{f' ({where})' if where else ''}; it goes to the poison queue",
-                      reason=reason)
-        return Result(Outcome.POISON, reason)
-    error = str(exc) if isinstance(exc, HandlerExited) else f"{type(exc).__name__}: {exc}"
-    if where:
-        inv.log.error(f"invocation failed {where}; the message will be retried", error=error)
-        return Result(Outcome.FAILED, str(exc) if isinstance(exc, InvocationFailed) else error)
-    inv.log.exception("handler failed", error=error)
-    return Result(Outcome.FAILED, error, exception=exc)
 
 
 def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:

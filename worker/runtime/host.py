@@ -34,7 +34,6 @@ from worker.backends.blobs import BlobStore
 from worker.backends.queues import QueueBackend, QueueNotFound, TransientError
 from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend, open_blob_store
 from worker.middleware import Chain, Middleware, builtin
-from worker.middleware.spark import Spark
 from worker.model import StartupRefused
 from worker.observability import logs, tracing
 from worker.observability.metrics import Metrics
@@ -43,10 +42,12 @@ from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.console.recorder import ConsoleRecorder
 from worker.runtime.console.state import Console, HostParts, StartFacts, Watched
+from worker.runtime.dispatcher import FUNCTION_OPTIONS as dispatcher_options
 from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
 from worker.runtime.endpoints import Endpoints
 from worker.runtime.guard import Access, allowed_hosts
 from worker.runtime.lease import LeaseScheduler
+from worker.runtime.listener import FUNCTION_OPTIONS as listener_options
 from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
 from worker.runtime.recycle import Recycler, settle_handed_over, take
@@ -143,6 +144,7 @@ class Host:
         # The start-up checks (worker.ops.preflight) ran before the host was built; what is left to refuse here is
         # what the host cannot build at all.
         self._extra_middleware, problems = builtin.load(config.middleware)
+        problems += unknown_options(app, [*app.middleware, *self._extra_middleware, *middleware])
         if problems:
             raise StartupRefused(problems)
         self.app = app
@@ -338,16 +340,19 @@ class Host:
                 found[inv.function.name] = (invocations + 1, messages + len(inv.deliveries))
             return found
 
-        spark = next((m for m in middleware.middleware if isinstance(m, Spark)), None)
+        def work_tags() -> dict[str, list[str]]:
+            """The work tags (Spark job tags) of each invocation held that has any, by its id."""
+            return {inv.id: list(tags) for inv in list(dispatcher.invocations) if (tags := inv.work_tags)}
+
         recorder = next(m for m in middleware.middleware if isinstance(m, ConsoleRecorder))
         watched = [
-            Watched(lst.function, lst.config, lst.backend,
+            Watched(lst.function, lst.options, lst.backend,
                     describe(config.connection_string(lst.function.connection), config.base_dir),
-                    _own_settings(config, lst.config))
+                    _own_settings(config, lst.options))
             for lst in listeners
         ]
         parts = HostParts(self.metrics, scheduler, config, running, endpoints.readiness,
-                          spark.provider.job_tags if spark is not None else lambda _: [], self.app.not_run)
+                          work_tags, self.app.not_run)
         return Console(watched, parts, recorder, self.facts, actions=actions)
 
     @property
@@ -397,6 +402,14 @@ class Host:
                         threads=dispatcher.threads.busy)
 
 
+def unknown_options(app: WorkerApp, middleware: Sequence[Middleware]) -> list[str]:
+    """A line for each function option that neither the host (the listener's ``channel``, the dispatcher's
+    ``checkpoints``) nor its middleware (the host's own and ``middleware``) declares it reads."""
+    declared = {**listener_options, **dispatcher_options, **builtin.function_options(middleware)}
+    return [f"function {spec.name}: option {name!r} is not one the host or its middleware reads (they read: "
+            f"{', '.join(sorted(declared))})" for spec in app.functions for name in spec.extras if name not in declared]
+
+
 def _own_settings(config: HostConfig, own: FunctionOptions) -> dict[str, object]:
     """The settings a function runs with that differ from the global ones, for its "function loaded" line."""
     keys = ("batch_size", "new_batch_threshold", "max_polling_interval", "visibility_timeout", "max_dequeue_count",
@@ -407,7 +420,7 @@ def _own_settings(config: HostConfig, own: FunctionOptions) -> dict[str, object]
     return changed
 
 
-async def _queue_problem(backend: QueueBackend, queue: str, config: FunctionOptions) -> str | None:
+async def _queue_problem(backend: QueueBackend, queue: str, options: FunctionOptions) -> str | None:
     """Why a trigger queue cannot be served as configured, found at start; None when it can.
 
     Where the service creates queues quickly (Azure Storage, the embedded
@@ -424,4 +437,4 @@ async def _queue_problem(backend: QueueBackend, queue: str, config: FunctionOpti
             await backend.approximate_count(queue)
         except QueueNotFound as exc:
             return f"{exc}; this host does not create queues there"
-    return await policy_for(backend).startup_problem(queue, config.max_dequeue_count)
+    return await policy_for(backend).startup_problem(queue, options.max_dequeue_count)

@@ -43,6 +43,10 @@ from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.dispatcher import Dispatcher
 from worker.settings.config import FunctionOptions
 
+#: The function option the listener reads (see :attr:`worker.Middleware.function_options`).
+FUNCTION_OPTIONS = {"channel": "channel='name': receive from that channel of the queue only, where the backend has "
+                               "channels (OCI Queue); refused at start elsewhere"}
+
 log = structlog.get_logger("worker.runtime.listener")
 
 #: Shortest back-off, and the first step of the exponential sequence (as in Functions).
@@ -179,7 +183,7 @@ class Listener:
         self,
         function: FunctionSpec,
         backend: QueueBackend,
-        config: FunctionOptions,
+        options: FunctionOptions,
         dispatcher: Dispatcher,
         capacity: Capacity,
         metrics: Metrics,
@@ -187,13 +191,13 @@ class Listener:
         middleware: Chain,
         trouble: StoreTrouble,
     ) -> None:
-        """``config`` is the function's own settings (:meth:`HostConfig.for_function`); ``trouble`` says when
+        """``options`` are the function's own (:meth:`HostConfig.for_function`); ``trouble`` says when
         completions on ``backend`` fail, and receiving must wait."""
         self.function = function
         self.trouble = trouble
         self.middleware = middleware
         self.backend = backend
-        self.config = config
+        self.options = options
         self.dispatcher = dispatcher
         self.capacity = capacity
         self.metrics = metrics
@@ -203,7 +207,7 @@ class Listener:
         #: Why the last storage call failed, until one succeeds again (for /readyz when storage does not answer).
         self.last_error: str | None = None
         #: Receives wanted at once now (1 .. _most), and the condition parked receivers wait on.
-        self._most = max(1, min(MAX_PIPELINE, capacity.limit // config.batch_size))
+        self._most = max(1, min(MAX_PIPELINE, capacity.limit // options.batch_size))
         self._receivers = 1
         self._more = asyncio.Condition()
         #: The last long poll gave its room back to another function.
@@ -231,12 +235,12 @@ class Listener:
         functions waiting together leave the room to busy ones; the message
         that ends it is dispatched and a full receive follows at once.
         """
-        backoff = Backoff(self.config.max_polling_interval)
+        backoff = Backoff(self.options.max_polling_interval)
         wait = self.backend.limits.long_poll
         busy = True
         while not self.stopping.is_set():
             long_poll = wait > 0 and not busy
-            room = await self._wait_for_room(1 if long_poll else self.config.batch_size)
+            room = await self._wait_for_room(1 if long_poll else self.options.batch_size)
             if room == 0:
                 return
             self._wake.clear()  # a wake from now on is for a message this receive may not see
@@ -254,7 +258,7 @@ class Listener:
         while not self.stopping.is_set():
             async with self._more:
                 await self._more.wait_for(lambda: self._receivers > index)
-            room = await self._wait_for_room(self.config.batch_size)
+            room = await self._wait_for_room(self.options.batch_size)
             if room == 0:
                 return
             await self._receive(room, 0)
@@ -298,7 +302,7 @@ class Listener:
             batches = [messages] if self.function.many else [[raw] for raw in messages]
             for batch in batches:
                 self.capacity.started(name)
-                self.dispatcher.dispatch(self.function, self.config, self.backend, batch, self._give_back(len(batch)))
+                self.dispatcher.dispatch(self.function, self.options, self.backend, batch, self._give_back(len(batch)))
         if wait <= 0:
             await self._pace(full=len(messages) >= room)
         return messages, failed
@@ -311,8 +315,8 @@ class Listener:
         has hung up, and those would stay hidden for the whole lease with a delivery counted. Only stopping
         cancels a long poll; the backend then gives back what the poll takes (``QueueBackend.receive``).
         """
-        receive = self.backend.receive(self.function.queue_name, held.room, self.config.lease_duration, wait=wait,
-                                       channel=self.function.channel)
+        receive = self.backend.receive(self.function.queue_name, held.room, self.options.lease_duration, wait=wait,
+                                       channel=self.function.extras.get("channel"))
         if wait <= 0:
             return await receive
         name = self.function.name
@@ -375,7 +379,7 @@ class Listener:
     def _allowed(self) -> int:
         """What middleware (maxConcurrency) lets this function receive now, given its running invocations."""
         running = self.capacity.running(self.function.name, batches=self.function.many)
-        return self.middleware.receive_limit(self.function, self.config, running, self.config.batch_size)
+        return self.middleware.receive_limit(self.function, self.options, running, self.options.batch_size)
 
     def _give_back(self, count: int) -> Callable[[], None]:
         """What an invocation of ``count`` messages calls when it is completed."""
@@ -410,7 +414,7 @@ class Listener:
     async def _reserve(self, want: int) -> int:
         """Room for the next receive (at most ``want``), or 0 when the host is stopping."""
         room = asyncio.ensure_future(
-            self.capacity.reserve(self.function.name, self.config.new_batch_threshold, want, self._allowed)
+            self.capacity.reserve(self.function.name, self.options.new_batch_threshold, want, self._allowed)
         )
         stop = asyncio.ensure_future(self.stopping.wait())
         await asyncio.wait({room, stop}, return_when=asyncio.FIRST_COMPLETED)

@@ -9,12 +9,15 @@ here it is a :class:`PoisonPolicy` chosen from the backend's capabilities
   Queue with ``poison=host``). The tools list it, move it back as a new message
   (new id, dequeue count 0, exactly as Azure's tools do: no service can move a
   message) or purge it; each one is put back before it is deleted from the
-  poison queue, so an interruption can duplicate a message but never lose one.
+  poison queue, so an interruption can duplicate a message but never lose one;
+  a requeued message keeps its properties (its producer's trace context).
 - :class:`DeadLetterQueue`: the service moves a message to its own dead-letter
   queue after its delivery limit (OCI Queue). The host releases such a message
   on each delivery until the service takes it: at once after the
   maxDequeueCount-th, with back-off after any later one; the tools can count
   and purge that queue, but not read it.
+
+The tools ask the policy what it can do (:meth:`PoisonPolicy.unreadable`), never which class it is.
 """
 
 from __future__ import annotations
@@ -52,16 +55,44 @@ class CopyMemo(Protocol):
 
 
 class PoisonPolicy(Protocol):
+    """Where poison goes, and all the poison tools (``worker poison``, the console) may ask of it: they ask the
+    policy what it can do rather than which class it is."""
+
     #: Where a function's poison goes, for logs and the tools' output.
     def where(self, queue: str) -> str: ...
+
+    def unreadable(self, queue: str) -> str | None:
+        """Why the tools cannot read (list, requeue) the poison of ``queue``, only count and purge it; None when
+        they can."""
+
+    async def count(self, queue: str) -> int:
+        """How many poison messages of ``queue`` there are now."""
+
+    async def purge(self, queue: str, *, limit: int, progress: Callable[[int], None] | None = None) -> int:
+        """Delete poison of ``queue`` (at most ``limit`` where it is read one by one); how many were deleted."""
+
+    async def drain(
+        self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Take up to ``limit`` poison messages of ``queue``, putting each back on ``queue`` first if ``requeue``
+        (:class:`Unreadable` where :meth:`unreadable` says why not); how many."""
+
+    async def requeue_one(self, queue: str, message_id: str, *, scan: int = 1000) -> bool:
+        """Move one poison message back to ``queue``, False when it is not found (:class:`Unreadable` where
+        :meth:`unreadable` says why not)."""
 
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
         """Why poison of ``queue`` could not be kept, found at start; None when it can."""
 
-    async def settle(
+    async def take(
         self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
         """Take the message out of circulation (``delete`` deletes it with its lease's receipt)."""
+
+
+class Unreadable(Exception):  # noqa: N818 -- what the policy says of its poison
+    """The tools asked to read poison that its policy keeps where nothing can read it (:meth:`PoisonPolicy.unreadable`
+    says why)."""
 
 
 def _stem(queue: str) -> tuple[str, str]:
@@ -94,7 +125,7 @@ async def _redrive_problem(backend: object, queue: str, max_dequeue_count: int) 
     return None
 
 
-def policy_for(backend: QueueBackend) -> PoisonQueue | DeadLetterQueue:
+def policy_for(backend: QueueBackend) -> PoisonPolicy:
     """The service's dead-letter queue where the backend hands poison to it, else ``<queue>-poison``."""
     if backend.service_dead_letters and isinstance(backend, DeadLetters):
         return DeadLetterQueue(backend)
@@ -110,6 +141,9 @@ class PoisonQueue:
     def where(self, queue: str) -> str:
         return poison_queue(queue)
 
+    def unreadable(self, queue: str) -> str | None:
+        return None
+
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
         if problem := await _redrive_problem(self.backend, queue, max_dequeue_count):
             return problem
@@ -121,7 +155,7 @@ class PoisonQueue:
             return f"poison queue {poison_queue(queue)!r} does not exist, and this host does not create queues here"
         return None
 
-    async def settle(
+    async def take(
         self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
         """Copy the message's text to ``<queue>-poison`` (as stored: its last checkpoint, if the handler made
@@ -151,6 +185,10 @@ class PoisonQueue:
             return await self.backend.approximate_count(poison_queue(queue))
         except QueueNotFound:  # made on first need: none yet means no poison
             return 0
+
+    async def purge(self, queue: str, *, limit: int, progress: Callable[[int], None] | None = None) -> int:
+        """Delete up to ``limit`` messages of ``<queue>-poison`` (see :meth:`drain`)."""
+        return await self.drain(queue, requeue=False, limit=limit, progress=progress)
 
     async def drain(
         self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None
@@ -230,6 +268,11 @@ class DeadLetterQueue:
     def where(self, queue: str) -> str:
         return f"the dead-letter queue of {queue}"
 
+    def unreadable(self, queue: str) -> str | None:
+        return (f"poison messages of {queue} are in the service's dead-letter queue, which its API cannot read, so "
+                "they cannot be requeued; purge them, or use poison=host in the connection to keep them in "
+                "<queue>-poison")
+
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
         if problem := await _redrive_problem(self.backend, queue, max_dequeue_count):
             return problem
@@ -251,7 +294,7 @@ class DeadLetterQueue:
                         extra_deliveries=limit - max_dequeue_count)
         return None
 
-    async def settle(
+    async def take(
         self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
     ) -> Done:
         """Release it: the service moves it to its dead-letter queue once its delivery limit is reached, and each
@@ -261,7 +304,7 @@ class DeadLetterQueue:
         a delivery limit above maxDequeueCount is not a burst of round trips."""
         receipt = item.lease.pop_receipt
         assert receipt is not None
-        past = item.raw.dequeue_count - item.config.max_dequeue_count
+        past = item.raw.dequeue_count - item.options.max_dequeue_count
         wait = 0.0 if past <= 0 else min(DEAD_LETTER_WAIT_MAX, 2.0 ** (past - 1), item.backend.limits.max_visibility)
         await item.backend.update(item.queue, item.raw.id, receipt, wait)
         item.log.error("message released for the queue's dead-letter queue", reason=reason, visible_in=wait)
@@ -270,5 +313,21 @@ class DeadLetterQueue:
     async def count(self, queue: str) -> int:
         return await self.backend.dead_letter_count(queue)
 
-    async def purge(self, queue: str) -> None:
+    async def purge(self, queue: str, *, limit: int = 0, progress: Callable[[int], None] | None = None) -> int:
+        """Empty the dead-letter queue (the service purges it whole: ``limit`` does not apply); how many it held."""
+        count = await self.count(queue)
         await self.backend.purge_dead_letters(queue)
+        if progress is not None:
+            progress(count)
+        return count
+
+    async def drain(
+        self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """A purge; a requeue is refused (:class:`Unreadable`)."""
+        if requeue:
+            raise Unreadable(self.unreadable(queue))
+        return await self.purge(queue, limit=limit, progress=progress)
+
+    async def requeue_one(self, queue: str, message_id: str, *, scan: int = 1000) -> bool:
+        raise Unreadable(self.unreadable(queue))

@@ -164,10 +164,10 @@ async def settle_handed_over(
             log.warning("a handed-over message's function is gone; the message comes back when its lease ends",
                         function=message.function, message_id=message.message_id)
             continue
-        backend, config = opened(function)
+        backend, options = opened(function)
         lease = Lease(backend, function.queue_name, message.message_id, message.pop_receipt, function=function.name,
                       dequeue_count=message.dequeue_count, invocation_id=message.invocation_id,
-                      duration=config.lease_duration, message_expires=message.message_expires)
+                      duration=options.lease_duration, message_expires=message.message_expires)
         lease.expires_at = time.monotonic() + (message.lease_ends - time.time())
         raw = RawMessage(message.message_id, message.content, message.dequeue_count,
                          datetime.fromisoformat(message.insertion_time), None, None, message.pop_receipt)
@@ -175,7 +175,7 @@ async def settle_handed_over(
                             message_id=message.message_id, dequeue_count=message.dequeue_count)
         metrics.inc("recycles", function.name)
         item_log.info("settling a message handed over by the recycled process", reason=message.reason)
-        item = Finished(function.name, message.invocation_id, backend, function.queue_name, raw, lease, config,
+        item = Finished(function.name, message.invocation_id, backend, function.queue_name, raw, lease, options,
                         item_log)
         await completion.complete(item, Result(Outcome.FAILED, message.reason))
 

@@ -1,7 +1,16 @@
 """Settings: host.yaml / host.json read into typed options, connection settings resolved, retry policies.
 
-``config`` holds the schema and the loader (every error names file and line);
-``connections`` resolves a binding's ``connection`` as Azure Functions does;
-``retry`` parses ``retry:`` policies. May import ``worker.backends`` (to read
-connection strings) and nothing else of the host.
+- :mod:`.config`: the schema and the loader (every error names file and line):
+  ``HostConfig``, the host's settings, and ``FunctionOptions``, one function's
+  (its ``functions:`` section over the global values);
+- :mod:`.functions_json`: host.json and local.settings.json read as Functions
+  reads JSON (comments, trailing commas);
+- :mod:`.local_settings`: local.settings.json into the environment, as Core Tools does;
+- :mod:`.http_token`: the bearer token that guards the endpoints' data, from
+  ``WORKER_HTTP_TOKEN`` or ``worker.httpTokenFile`` (never host.yaml), compared
+  in constant time;
+- :mod:`.connections`: a binding's ``connection`` resolved as Azure Functions does;
+- :mod:`.retry`: ``retry:`` policies.
+
+May import :mod:`worker.backends` and :mod:`worker.observability`, nothing else of the host.
 """

@@ -1,2 +1,4 @@
-"""Azure Storage: connection strings as Functions reads them, queue and blob clients, how failures read, and the
-hot path's Delete Message (``deletes.py``)."""
+"""Azure Storage: :mod:`.connection` (connection strings as Functions reads them), :mod:`.queues` and
+:mod:`.blobs` (the clients), :mod:`.errors` (how failures read) and :mod:`.deletes` (Delete Message, the hot
+path's one call per message, built beside the SDK's generated layer and sent through its pipeline).
+"""

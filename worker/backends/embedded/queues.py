@@ -136,7 +136,7 @@ class _Write:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
 
-    def settle(self, ok: bool, value: object) -> None:
+    def resolve(self, ok: bool, value: object) -> None:
         """On the caller's loop: hand over the result (a caller that stopped waiting is skipped)."""
         if self.future.done():
             return
@@ -291,7 +291,7 @@ class SqliteBackend:
             except BaseException as exc:  # a bug, not storage trouble: still answer every caller
                 outcomes = [(False, exc)] * len(group)
             for item, (ok, value) in zip(group, outcomes, strict=True):
-                item.loop.call_soon_threadsafe(item.settle, ok, value)
+                item.loop.call_soon_threadsafe(item.resolve, ok, value)
 
     def _commit(self, group: list[_Write]) -> list[tuple[bool, object]]:
         """Run ``group`` in one ``BEGIN IMMEDIATE`` transaction; each item's result or error, in order.

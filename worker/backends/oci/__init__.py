@@ -1,4 +1,4 @@
-"""OCI Queue on the official SDK: `connection` (connection strings, limits), `auth` (sign-in), `errors` (how a
-failed call reads), `calls` (the blocking calls' threads and sockets), `admin` (queues and dead letters, the
-control plane) and `queues` (the backend: messages).
+"""OCI Queue on the official SDK: :mod:`.connection` (connection strings, limits; no SDK), :mod:`.auth`
+(sign-in), :mod:`.errors` (how a failed call reads), :mod:`.calls` (the blocking calls' threads and sockets),
+:mod:`.admin` (queues and dead letters, the control plane) and :mod:`.queues` (the backend: messages).
 """

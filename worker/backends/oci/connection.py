@@ -104,11 +104,6 @@ class OciConnection:
         return f"OCI Queue {self.messages_endpoint} ({how})"
 
 
-def is_oci(connection: str) -> bool:
-    """Whether ``connection`` is written in this module's form."""
-    return connection.split("://", 1)[0].lower() in SCHEMES and "://" in connection
-
-
 def parse_oci_connection(text: str) -> OciConnection:
     """An :class:`OciConnection` from ``oci://...``; ConnectionStringError lists every key that is wrong."""
     parts = urlsplit(text.strip())

@@ -70,8 +70,8 @@ from worker.backends.queues import (
     check_no_properties,
 )
 from worker.backends.receipts import Receipts
+from worker.backends.releasing import PendingReleases
 from worker.backends.retrying import Retrier
-from worker.backends.unsettled import Unsettled
 
 log = structlog.get_logger("worker.backends.oci.queues")
 
@@ -137,7 +137,7 @@ class OciBackend(QueueAdmin):
         self._endpoints: dict[str, str] = {}
         self._receipts = Receipts()
         #: Calls whose result, if their caller has gone, is still to be released.
-        self._unsettled = Unsettled()
+        self._releasing = PendingReleases()
         self._closed = False
 
     def __repr__(self) -> str:
@@ -255,14 +255,14 @@ class OciBackend(QueueAdmin):
         abandoned = threading.Event()
         future.add_done_callback(lambda done: abandoned.set() if done.cancelled() else None)
         if release is not None:
-            self._unsettled.hold()
+            self._releasing.hold()
 
         def released(value: T) -> None:
             try:
                 if release is not None:
                     release(value)
             finally:
-                self._unsettled.settle()
+                self._releasing.released()
 
         def deliver(ok: bool, value: Any) -> None:  # on the loop
             if future.done():  # the caller is gone
@@ -274,12 +274,12 @@ class OciBackend(QueueAdmin):
             else:
                 future.set_exception(value)
             if release is not None:
-                self._unsettled.settle()
+                self._releasing.released()
 
         def run() -> None:  # in a thread
             if abandoned.is_set():
                 if release is not None:
-                    self._unsettled.settle()
+                    self._releasing.released()
                 return
             try:
                 ok, value = True, fn()
@@ -296,7 +296,7 @@ class OciBackend(QueueAdmin):
                 if ok and release is not None:
                     released(value)
                 elif release is not None:
-                    self._unsettled.settle()
+                    self._releasing.released()
 
         def skipped(job: ThreadFuture[None]) -> None:  # close() dropped the call before it ran
             if job.cancelled():
@@ -304,7 +304,7 @@ class OciBackend(QueueAdmin):
                     loop.call_soon_threadsafe(deliver, False, QueueError(f"{self!r} was closed during the call"))
                 except RuntimeError:
                     if release is not None:
-                        self._unsettled.settle()
+                        self._releasing.released()
 
         try:
             if long:
@@ -313,7 +313,7 @@ class OciBackend(QueueAdmin):
                 self._executor.submit(run).add_done_callback(skipped)
         except RuntimeError:
             if release is not None:
-                self._unsettled.settle()
+                self._releasing.released()
             raise QueueError(f"{self!r} is closed") from None
 
         async def taken() -> T:
@@ -322,7 +322,7 @@ class OciBackend(QueueAdmin):
             except asyncio.CancelledError:
                 # The answer was set, but the task was cancelled before it resumed to read it: release what it brought.
                 if release is not None and future.done() and not future.cancelled() and future.exception() is None:
-                    self._unsettled.hold()
+                    self._releasing.hold()
                     self._release_later(released, future.result())
                 raise
 
@@ -568,13 +568,13 @@ class OciBackend(QueueAdmin):
         end; closing before it answers would leave them hidden for their whole visibility, a delivery counted.
         """
         self._closed = True
-        if self._unsettled.pending:
+        if self._releasing.pending:
             wait = self.limits.long_poll + RELEASE_MARGIN
-            log.info("waiting for cancelled receives to end, to release what they bring", receives=self._unsettled.pending,
+            log.info("waiting for cancelled receives to end, to release what they bring", receives=self._releasing.pending,
                      at_most_seconds=wait)
-            if not await asyncio.to_thread(self._unsettled.wait, wait):
+            if not await asyncio.to_thread(self._releasing.wait, wait):
                 log.warning("cancelled receives did not end in time; what they bring stays hidden for its lease",
-                            receives=self._unsettled.pending)
+                            receives=self._releasing.pending)
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._long_polls.close()
         with self._lock:

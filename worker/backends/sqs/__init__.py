@@ -1,3 +1,5 @@
-"""Amazon SQS on botocore: `connection` (connection strings, limits, capabilities; no SDK), `errors` (how a failed
-call reads), `fifo` (group ids and deduplication ids of puts to FIFO queues) and `queues` (the backend).
+"""Amazon SQS on botocore: :mod:`.connection` (connection strings, limits, capabilities; no SDK),
+:mod:`.errors` (how a failed call reads), :mod:`.fifo` (group ids and deduplication ids of puts to FIFO queues),
+:mod:`.batches` (deletes and visibility changes sent together) and :mod:`.queues` (the backend on botocore in
+threads, with redrive policies).
 """

@@ -74,6 +74,7 @@ from worker.backends.queues import (
     check_no_channel,
 )
 from worker.backends.receipts import Receipts
+from worker.backends.releasing import PendingReleases
 from worker.backends.retrying import Retrier
 from worker.backends.sqs import errors
 from worker.backends.sqs.batches import Batcher, Entry
@@ -86,7 +87,6 @@ from worker.backends.sqs.connection import (
     is_fifo,
 )
 from worker.backends.sqs.fifo import group_and_deduplication
-from worker.backends.unsettled import Unsettled
 
 log = structlog.get_logger("worker.backends.sqs.queues")
 
@@ -153,7 +153,7 @@ class SqsBackend:
         self._receipts = Receipts()
         #: When each handle's message was first received, for the 12-hour cap, by receipt handle.
         self._first_receives: dict[str, datetime] = {}
-        self._unsettled = Unsettled()
+        self._releasing = PendingReleases()
         self._deletes = Batcher(self._delete_one, self._delete_batch)
         self._visibilities = Batcher(self._change_one, self._change_batch)
         self._closed = False
@@ -207,17 +207,17 @@ class SqsBackend:
             return await asyncio.shield(asyncio.wrap_future(job))
         except asyncio.CancelledError:
             if not job.cancel() and release is not None:
-                self._unsettled.hold()
+                self._releasing.hold()
 
-                def settle(done: concurrent.futures.Future[T]) -> None:
+                def release_late(done: concurrent.futures.Future[T]) -> None:
                     try:
                         if not done.cancelled() and done.exception() is None:
                             release(done.result())
                     finally:
-                        self._unsettled.settle()
+                        self._releasing.released()
 
                 job.add_done_callback(lambda done: threading.Thread(
-                    target=settle, args=(done,), name="sqs-release", daemon=True).start())
+                    target=release_late, args=(done,), name="sqs-release", daemon=True).start())
             raise
 
     async def _call(self, fn: Callable[[], T], queue: str, *, message_id: str | None = None, put: bool = False,
@@ -515,13 +515,13 @@ class SqsBackend:
         """Refuse new calls; wait (up to a long poll's whole wait and :data:`RELEASE_MARGIN`) until every cancelled
         receive has ended and its messages are released; then drop the threads and the client."""
         self._closed = True
-        if self._unsettled.pending:
+        if self._releasing.pending:
             wait = self.limits.long_poll + RELEASE_MARGIN
             log.info("waiting for cancelled receives to end, to release what they bring",
-                     receives=self._unsettled.pending, at_most_seconds=wait)
-            if not await asyncio.to_thread(self._unsettled.wait, wait):
+                     receives=self._releasing.pending, at_most_seconds=wait)
+            if not await asyncio.to_thread(self._releasing.wait, wait):
                 log.warning("cancelled receives did not end in time; what they bring stays hidden for its lease",
-                            receives=self._unsettled.pending)
+                            receives=self._releasing.pending)
         self._executor.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             client, self._client = self._client, None

@@ -10,6 +10,7 @@ set, the console is read-only.
 
 - :mod:`.recorder`: the middleware that keeps handler times and recent failures, bounded;
 - :mod:`.history`: the ring of ten-second samples the charts draw (fixed size, whatever the traffic);
+- :mod:`.actions`: requeue all and purge, run beside the request that starts them, one at a time per function;
 - :mod:`.poison`: each function's poison, cached, and the requeue / purge actions (the poison tools' code);
 - :mod:`.state`: the views as JSON, from the host's parts;
 - :mod:`.web`: the routes, the shell and its static files;

@@ -1,8 +1,8 @@
 """Each function's poison as the console shows it (cached), and the requeue and purge actions.
 
-The actions are the poison tools' own code (:class:`worker.runtime.poison.PoisonQueue` and
-:class:`~worker.runtime.poison.DeadLetterQueue`), so a message moved from the page is moved exactly as
-``worker poison requeue`` moves it: put back first, then deleted from the poison queue.
+The actions are the poison tools' own code (the function's :class:`worker.runtime.poison.PoisonPolicy`, asked
+what it can do), so a message moved from the page is moved exactly as ``worker poison requeue`` moves it: put back
+first, with its properties, then deleted from the poison queue.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
 from worker.bindings.encoding import body_text
-from worker.runtime.poison import DeadLetterQueue, PoisonQueue, policy_for
+from worker.runtime.poison import PoisonPolicy, policy_for
 
 #: Messages of each poison queue the console shows (where the backend can look without receiving).
 PEEK = 20
@@ -43,14 +43,14 @@ class PoisonOf:
     encoding: str
 
     @property
-    def policy(self) -> PoisonQueue | DeadLetterQueue:
+    def policy(self) -> PoisonPolicy:
         return policy_for(self.backend)
 
     async def look(self) -> dict[str, Any]:
         """Its count and, where the backend can peek, its first messages."""
         policy = self.policy
         view: dict[str, Any] = {"function": self.function, "queue": self.queue, "where": policy.where(self.queue)}
-        if isinstance(policy, DeadLetterQueue):
+        if policy.unreadable(self.queue) is not None:
             return view | {"deadLetter": True, "count": await policy.count(self.queue), "messages": None,
                            "canRequeue": False}
         poison = policy.where(self.queue)
@@ -87,16 +87,9 @@ class PoisonOf:
     async def purge(self, progress: Progress) -> int:
         """Delete at most what the poison queue held when this began (all of the service's dead-letter queue, which
         it empties itself); how many there were."""
-        policy = self.policy
-        if isinstance(policy, DeadLetterQueue):
-            count = await policy.count(self.queue)
-            progress(0, count)
-            await policy.purge(self.queue)
-            progress(count, count)
-            return count
-        return await self._drain(policy, False, progress)
+        return await self._drain(self.policy, False, progress)
 
-    async def _drain(self, policy: PoisonQueue, requeue: bool, progress: Progress) -> int:
+    async def _drain(self, policy: PoisonPolicy, requeue: bool, progress: Progress) -> int:
         most = await policy.count(self.queue)
         progress(0, most)
         try:
@@ -104,11 +97,9 @@ class PoisonOf:
         except QueueNotFound:  # deleted meanwhile
             return 0
 
-    def readable(self) -> PoisonQueue:
+    def readable(self) -> PoisonPolicy:
         """The poison queue, which can be read; refused (409) where poison is the service's dead-letter queue."""
         policy = self.policy
-        if isinstance(policy, DeadLetterQueue):
-            raise ActionRefused(409, f"poison messages of {self.queue} are in the service's dead-letter queue, which "
-                                     "its API cannot read, so they cannot be requeued; purge them, or use poison=host "
-                                     "in the connection to keep them in <queue>-poison")
+        if (why := policy.unreadable(self.queue)) is not None:
+            raise ActionRefused(409, why)
         return policy

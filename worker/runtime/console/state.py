@@ -66,8 +66,8 @@ class HostParts:
     running: Callable[[], dict[str, tuple[int, int]]]
     #: Why the host is not ready (the problems ``/readyz`` lists); empty when it is.
     readiness: Callable[[], Awaitable[list[str]]]
-    #: The Spark job tags of an invocation, by its id.
-    job_tags: Callable[[str], list[str]]
+    #: The work tags (Spark job tags) of each invocation held that has any, by invocation id.
+    work_tags: Callable[[], dict[str, list[str]]]
     #: Functions of the app this host does not run, with why.
     not_run: tuple[str, ...] = ()
 
@@ -191,9 +191,10 @@ class Console:
         held = self.parts.scheduler.held
         oldest = heapq.nsmallest(limit, held, key=lambda lease: lease.acquired_at)
         now = time.monotonic()
-        return {"total": len(held), "limit": limit, "shown": [self._lease(lease, now) for lease in oldest]}
+        tags = self.parts.work_tags()
+        return {"total": len(held), "limit": limit, "shown": [self._lease(lease, now, tags) for lease in oldest]}
 
-    def _lease(self, lease: Lease, now: float) -> dict[str, Any]:
+    def _lease(self, lease: Lease, now: float, tags: dict[str, list[str]]) -> dict[str, Any]:
         age = now - lease.acquired_at
         duration = lease.duration or self.parts.scheduler.duration
         return {
@@ -202,7 +203,7 @@ class Console:
             "ageSeconds": round(age, 1), "renewals": lease.renewals,
             "nextRenewalSeconds": round(max(0.0, lease.due - now), 1),
             "expiresInSeconds": round(lease.expires_at - now, 1),
-            "sparkTags": self.parts.job_tags(lease.invocation_id) if lease.invocation_id else [],
+            "sparkTags": tags.get(lease.invocation_id, []) if lease.invocation_id else [],
             "long": age > duration,
         }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 
-class Unsettled:
+class PendingReleases:
     """A count of calls whose result may still have to be released, and a wait for it to reach zero (any thread)."""
 
     def __init__(self) -> None:
@@ -20,7 +20,7 @@ class Unsettled:
         with self._zero:
             self.pending += 1
 
-    def settle(self) -> None:
+    def released(self) -> None:
         with self._zero:
             self.pending -= 1
             self._zero.notify_all()

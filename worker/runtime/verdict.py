@@ -1,0 +1,118 @@
+"""An attempt's verdict: the one place that decides whether a message is poison, and what completion does with it.
+
+Everything that can make a message poison is read here, and nowhere else:
+
+- before the handler runs, its dequeue count (:func:`admitted`): a message
+  dequeued more often than ``maxDequeueCount`` (its earlier attempts were lost
+  to crashes or lapsed leases, so completion never counted them) is not run
+  again, as the WebJobs SDK's QueueProcessor decides in its ``Begin``;
+- its decode (:func:`undecodable`): a body that cannot be decoded never will be;
+- what the handler or a middleware raised (:func:`raised`): :class:`worker.Poison`,
+  or :class:`worker.bindings.errors.Unusable`, which no attempt could use;
+- a message of a batch the handler failed alone (:func:`of_message`,
+  ``msg.fail(reason, poison=...)``);
+- after the attempt, its result and dequeue count (:func:`verdict`): a failure
+  on the ``maxDequeueCount``-th attempt is poison too.
+
+Where poison then goes is the backend's :class:`worker.runtime.poison.PoisonPolicy`;
+completion (:mod:`worker.runtime.completion`) carries the verdict out.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from worker.backends.queues import RawMessage
+from worker.bindings.encoding import MessageDecodeError
+from worker.bindings.errors import Unusable
+from worker.message import Poison, QueueMessage
+from worker.middleware import InvocationFailed
+from worker.model import Outcome, Result
+from worker.runtime.poison import is_poison_queue
+
+
+class Verdict(Enum):
+    """What completion does with a message after its attempt."""
+
+    #: Succeeded: deleted.
+    DELETE = "delete"
+    #: Given up by the host (shutdown, interrupt): visible again at once, the attempt not counted as a failure.
+    RELEASE = "release"
+    #: Failed with attempts left: visible again after the retry delay.
+    RETRY = "retry"
+    #: Out of circulation, as the backend's poison policy says.
+    POISON = "poison"
+    #: Failed on a poison queue, which has no poison queue of its own: left invisible until its lease ends, as in
+    #: Functions.
+    LEAVE = "leave"
+
+
+class HandlerExited(Exception):  # noqa: N818 -- what happened, as the log says it
+    """A handler raised a BaseException that is not an error (SystemExit, KeyboardInterrupt, GeneratorExit).
+
+    Left alone, it would leave the event loop (asyncio lets SystemExit and
+    KeyboardInterrupt through) or the invocation's task, and take the process
+    or the batch's other completions with it; wrapped, it fails its attempt
+    like any exception. The original is the ``__cause__``.
+    """
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(f"{type(raised).__name__}: {raised}")
+
+
+def admitted(raw: RawMessage, max_dequeue_count: int) -> Result | None:
+    """None when the message may run; poison when it was dequeued more than ``max_dequeue_count`` times."""
+    if raw.dequeue_count > max_dequeue_count:
+        return Result(Outcome.POISON, f"dequeue count {raw.dequeue_count} is over maxDequeueCount {max_dequeue_count}")
+    return None
+
+
+def undecodable(exc: MessageDecodeError) -> Result:
+    """A message whose body cannot be decoded: poison, since no attempt could decode it."""
+    return Result(Outcome.POISON, str(exc))
+
+
+def raised(exc: Exception, where: str, log: Any) -> Result:
+    """The result of a handler (``where`` empty) or of middleware ``where`` that raised: poison if the handler
+    asked for it or no attempt can succeed, else a failure. Logged on ``log``."""
+    if isinstance(exc, Poison) and not where:
+        log.error("handler asked for the poison queue", reason=exc.reason)
+        return Result(Outcome.POISON, exc.reason, requested=True)
+    # No attempt can succeed: a middleware found so (a blob path that cannot be used), or a value the handler gave
+    # cannot be used (an azure.functions handler's output of a type no message can carry).
+    if isinstance(exc, (Poison, Unusable)):
+        reason = exc.reason if isinstance(exc, Poison) else str(exc)
+        log.error(f"message cannot be handled{f' ({where})' if where else ''}; it goes to the poison queue",
+                  reason=reason)
+        return Result(Outcome.POISON, reason)
+    error = str(exc) if isinstance(exc, HandlerExited) else f"{type(exc).__name__}: {exc}"
+    if where:
+        log.error(f"invocation failed {where}; the message will be retried", error=error)
+        return Result(Outcome.FAILED, str(exc) if isinstance(exc, InvocationFailed) else error)
+    log.exception("handler failed", error=error)
+    return Result(Outcome.FAILED, error, exception=exc)
+
+
+def of_message(message: QueueMessage | None, result: Result, log: Any) -> Result:
+    """One message's result in an invocation whose result is ``result``: its own where the handler failed it alone
+    (``msg.fail``; poison when it asked for it)."""
+    if result.outcome is Outcome.SUCCEEDED and message is not None and message.failure is not None:
+        log.warning("handler failed one message", message_id=message.id, reason=message.failure,
+                    poison=message.poison_requested)
+        outcome = Outcome.POISON if message.poison_requested else Outcome.FAILED
+        return Result(outcome, message.failure, requested=message.poison_requested)
+    return result
+
+
+def verdict(queue: str, dequeue_count: int, max_dequeue_count: int, result: Result) -> Verdict:
+    """What completion does with a message of ``queue`` after an attempt with ``result``."""
+    if result.outcome is Outcome.SUCCEEDED:
+        return Verdict.DELETE
+    if result.outcome is Outcome.RELEASE:
+        return Verdict.RELEASE
+    if is_poison_queue(queue):
+        return Verdict.LEAVE
+    if result.outcome is Outcome.POISON or dequeue_count >= max_dequeue_count:
+        return Verdict.POISON
+    return Verdict.RETRY
