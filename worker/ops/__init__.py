@@ -1,6 +1,9 @@
 """Operating the host: the ``worker`` command, start-up checks, the supervisor, poison tools.
 
 - :mod:`.cli`: the ``worker`` command;
+- :mod:`.scaffold`: ``worker init``, an app folder that runs at once;
+- :mod:`.completion`: ``worker completion``, shell completion written from the
+  command's parser;
 - :mod:`.terminal`: what it prints for people (control characters from queue
   data written out, never obeyed);
 - :mod:`.locate`: the one search every command makes for host.yaml / host.json
