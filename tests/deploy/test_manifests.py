@@ -22,13 +22,17 @@ import pytest
 import yaml
 
 from tests.deploy.support import (
+    AZURITE_DOCKERFILE,
     COMPOSE,
     HTTP_PORT,
     K8S,
+    PACKAGE_JSON,
     REPO,
+    compose_default,
     cpu_millis,
     documented_stop_timeout,
     jvm_memory_bytes,
+    locked_azurite,
     memory_bytes,
     yaml_documents,
 )
@@ -474,10 +478,6 @@ def test_compose_healthchecks_are_in_shell_form() -> None:
 
 def test_compose_azurite_runs_the_queue_service_like_the_tests() -> None:
     azurite = compose()["services"]["azurite"]
-    image, _, tag = azurite["image"].rpartition(":")
-    assert image == "mcr.microsoft.com/azure-storage/azurite"
-    pinned = json.loads((REPO / "package.json").read_text(encoding="utf-8"))["devDependencies"]["azurite"]
-    assert tag == pinned, f"Azurite {tag} in compose.yaml, {pinned} in package.json"
     command = azurite["command"]
     assert command[0] == "azurite-queue"
     assert option(command, "--queueHost") == "0.0.0.0"
@@ -488,12 +488,42 @@ def test_compose_azurite_runs_the_queue_service_like_the_tests() -> None:
     assert set(named) <= set(compose().get("volumes", {})), "Azurite's volume is not a declared named volume"
 
 
+def test_compose_azurite_is_built_here_from_the_lock_of_the_tests() -> None:
+    """Azurite is built from deploy/azurite.Dockerfile, which installs package-lock.json's Azurite (the version the
+    suite runs) with ``npm ci``; its image's default name carries that version."""
+    azurite = compose()["services"]["azurite"]
+    context = (COMPOSE.parent / azurite["build"]["context"]).resolve()
+    assert context == REPO, "the build context is the repository root, where package.json and its lock are"
+    assert (context / azurite["build"]["dockerfile"]).resolve() == AZURITE_DOCKERFILE
+    locked = locked_azurite()
+    pinned = json.loads(PACKAGE_JSON.read_text(encoding="utf-8"))["devDependencies"]["azurite"]
+    assert pinned == locked, f"package.json pins Azurite {pinned}, its lock installs {locked}"
+    _, _, tag = compose_default(azurite["image"]).rpartition(":")
+    assert tag == locked, f"compose.yaml names Azurite {tag}, package-lock.json installs {locked}"
+
+
+def test_compose_images_are_built_here_and_name_no_registry() -> None:
+    """Every service is built from this repository (a machine that reaches no image registry can run the file), and
+    its image's default name is a short one, which neither Compose nor podman resolves to a registry's host."""
+    for name, service in compose()["services"].items():
+        build = service.get("build")
+        assert build and (COMPOSE.parent / build["context"] / build["dockerfile"]).is_file(), (
+            f"{name} is not built from a Dockerfile of this repository")
+        image = compose_default(service["image"])
+        first = image.split("/")[0]
+        assert "/" not in image or not ("." in first or ":" in first or first == "localhost"), (
+            f"{name}'s image {image} names a registry")
+        assert "$" not in image and ":" in image, f"{name}'s image {service['image']} has no default with a tag"
+
+
 def test_compose_publishes_every_port_on_loopback_only() -> None:
     """Azurite's key is public and /leases names the messages in flight: nothing reaches past this machine."""
     published = [(name, port) for name, service in compose()["services"].items() for port in service.get("ports", [])]
     assert published, "compose.yaml publishes no port"
     for name, port in published:
-        host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).rpartition(":")[0].rpartition(":")[0]
+        # A port's variables (``${WORKER_PORT:-8080}``) as their defaults: the host's port is not what is checked.
+        host_ip = (port.get("host_ip") if isinstance(port, dict)
+                   else compose_default(str(port)).rpartition(":")[0].rpartition(":")[0])
         assert host_ip == "127.0.0.1", f"{name} publishes {port!r} on every interface of the host"
 
 
