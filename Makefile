@@ -39,13 +39,14 @@ browser:
 		exit 1; \
 	fi
 
-# podman with runc, and mmdebstrap (Debian's packages), which the container tests (tests/container) make the base image
-# with and build and run the image with: installed with apt-get when missing and this runs as root; otherwise make test
-# stops here, naming the command. The tests' own containers.conf is tests/container/containers.conf: the machine's is
-# left as it is.
-CONTAINER_TOOLS := podman runc mmdebstrap
+# podman with runc, mmdebstrap and podman-compose (Debian's packages), which the container tests (tests/container) make
+# the base image with, build and run the images with, and run deploy/compose.yaml with: installed with apt-get when
+# missing and this runs as root; otherwise make test stops here, naming the command. The tests' own containers.conf is
+# tests/container/containers.conf: the machine's is left as it is.
+CONTAINER_TOOLS := podman runc mmdebstrap podman-compose
 containers:
-	@if command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null; then :; \
+	@if command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null \
+		&& command -v podman-compose >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(CONTAINER_TOOLS); \
 	else \

@@ -9,7 +9,8 @@ Markers (``-m`` selects by them; ``make check`` runs what carries none of them):
 - ``slow``: the reliability scenarios (``tests/reliability``: outages, crash loops, competing workers, the
   model check), which wait on leases and processes by design; and, written on the test, the install of the
   built wheel into a fresh virtualenv (``tests/deploy/test_wheel.py``);
-- ``container``: builds deploy/Dockerfile with podman and runs the image (the ``tests/container`` folder);
+- ``container``: builds deploy/Dockerfile with podman and runs the image, and runs deploy/compose.yaml with
+  podman-compose (the ``tests/container`` folder);
 - ``subprocess``: starts worker processes (or other programs: the linters). This one is written on the test,
   because only the test knows; it is checked, not trusted: a test that starts a process in its body and
   carries none of these markers fails, naming the mark.
@@ -80,7 +81,7 @@ MARKERS = {
     "spark": "runs Spark (local, the standalone cluster or the Connect server)",
     "slow": "a reliability scenario (waits on leases, outages and processes by design), or the install of the wheel",
     "subprocess": "starts real worker processes and sends them signals",
-    "container": "builds deploy/Dockerfile with podman and runs the image",
+    "container": "builds deploy/Dockerfile with podman and runs the image, and deploy/compose.yaml with podman-compose",
 }
 
 

@@ -1,6 +1,7 @@
 """The container tests' podman, base image and images, made once per run (the tests run as one group, on one process).
 
-Each image is deploy/Dockerfile as shipped, built with only the base image replaced by the one made offline
+Each image is deploy/Dockerfile (or, for compose.yaml's Azurite, deploy/azurite.Dockerfile) as shipped, built with
+only the base image replaced by the one made offline
 (tests/container/podman.py); podman's layer cache and the base image stay on the machine between runs, so a warm
 run rebuilds only what changed.
 """
@@ -11,7 +12,7 @@ import os
 
 import pytest
 
-from tests.container.podman import Image, Podman, base_image, build, podman
+from tests.container.podman import AZURITE_DOCKERFILE, Image, Podman, base_image, build, podman
 
 #: The extras of the queue-only image: the worker with azure-functions, without PySpark (and so without Java).
 QUEUE_ONLY_EXTRAS = "azure-functions"
@@ -39,3 +40,10 @@ def queue_image(containers: Podman, base: str, tmp_path_factory: pytest.TempPath
     """The queue-only image: ``--build-arg EXTRAS=azure-functions``, neither PySpark nor Java."""
     return build(containers, base, "localhost/queueworker-test:queue", tmp_path_factory.mktemp("image"),
                 f"EXTRAS={QUEUE_ONLY_EXTRAS}")
+
+
+@pytest.fixture(scope="session")
+def azurite_image(containers: Podman, base: str, tmp_path_factory: pytest.TempPathFactory) -> Image:
+    """compose.yaml's Azurite: deploy/azurite.Dockerfile, package-lock.json's Azurite on the same base image."""
+    return build(containers, base, "localhost/queueworker-test:azurite", tmp_path_factory.mktemp("image"),
+                 dockerfile=AZURITE_DOCKERFILE)

