@@ -63,7 +63,8 @@ class Bindings(Middleware):
             return Result(Outcome.POISON, f"output binding: {exc}")
         except OutcomeUnknown as exc:  # outputs are at-least-once: the retry sends every output again
             log.error("output binding failed and may have been sent; the message will be retried, which sends its "
-                      "outputs again, so a consumer of them may see this one twice (see README, idempotent consumers)",
+                      "outputs again, so a consumer of them may see this one twice (see the docs' page on leases: "
+                      "idempotent consumers)",
                       error=f"{type(exc).__name__}: {exc}")
             return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
         except Exception as exc:
