@@ -30,8 +30,11 @@ def record(message: QueueMessage, event: str) -> None:
     """One row per step, written at once so that a step of a thread still blocked is visible to the test."""
     with sqlite3.connect(os.environ["RECORD_DB"], timeout=30) as db:
         # WAL: the test reads this file while handlers write it; readers then never hold a writer back past the
-        # short functionTimeout these tests use.
+        # short functionTimeout these tests use. synchronous=NORMAL: a commit waits on no fsync (WAL syncs at its
+        # checkpoints), which on a disk busy with the suite's image builds can take past that 1 s before the handler's
+        # first row was written; a row committed survives the process being killed either way.
         db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
         db.execute(
             "CREATE TABLE IF NOT EXISTS calls (message_id TEXT, dequeue_count INTEGER, event TEXT, at REAL, "
             "thread TEXT, body BLOB)"

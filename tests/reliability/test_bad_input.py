@@ -245,14 +245,17 @@ async def test_bad_messages_end_in_poison_with_their_reason_while_every_good_one
     moved = {line["message_id"]: line for line in lines if line.get("event") == "message moved to the poison queue"}
     retried = Counter(line["message_id"] for line in lines if line.get("event") == "message failed; it will be retried")
     handled = Counter(r["message_id"] for r in records if r["event"] == "start")
+    # A recycling process gives back what it had received and not started: that delivery counted, as a delivery
+    # released at any stop does (Azure's dequeue count counts receives), so the handler runs once less for it.
+    released = Counter(line["message_id"] for line in lines if line.get("event") == "message released")
     for message_id, bad in bad_ids.items():
         line = moved.get(message_id)
         assert line is not None, f"{bad.kind}: no poison line"
         assert bad.reason in line["reason"], (bad.kind, line)
         assert poison_by_id[line["poison_message_id"]].content == bad.text, bad.kind
-        assert line["dequeue_count"] == max(bad.attempts, 1), (bad.kind, line)
-        assert handled[message_id] == bad.attempts, bad.kind
-        assert retried[message_id] == max(bad.attempts - 1, 0), bad.kind
+        assert line["dequeue_count"] == (bad.attempts or 1 + released[message_id]), (bad.kind, line, released)
+        assert handled[message_id] == max(bad.attempts - released[message_id], 0), (bad.kind, released)
+        assert retried[message_id] == max(handled[message_id] - 1, 0), bad.kind
     undecodable = {line["message_id"] for line in lines if line.get("event") == "message decoding has failed"}
     assert undecodable == {i for i, b in bad_ids.items() if b.attempts == 0}
     recycling = "sync handler ran past functionTimeout; recycling the process"
