@@ -50,13 +50,15 @@ POISON_MODES = ("service", "host")
 DEFAULT_CONFIG_FILE = "~/.oci/config"
 
 #: OCI Queue (API 20210201): 20 messages a GetMessages, visibility 0 s to 12 h in whole seconds, 256 KiB messages,
-#: long polls up to 30 s, display names of 1-255 characters. The SDK (2.189.0) states none of these numbers in its
-#: docstrings: ``QueueClient.get_messages`` says only that ``limit`` "controls how many messages is returned
-#: at-most", ``PutMessagesDetailsEntry.content`` only "The content of the message". The numbers are those of the
-#: API reference (https://docs.oracle.com/iaas/api/#/en/queue/20210201/: GetMessages ``limit`` and
-#: ``timeoutInSeconds``, PutMessagesDetailsEntry ``content``, UpdateMessageDetails ``visibilityInSeconds``) as
-#: tooling generated from it quotes them, the same source as the test server's table (``tests/oci/server.py``),
-#: which refuses a request past them as the service does.
+#: long polls up to 30 s, display names of 1-255 characters. Sources: the OCI CLI's code generated from the API's
+#: spec states three of these (oracle/oci-cli, services/queue/src/oci_cli_queue/generated/queue_cli.py, 2023:
+#: ``--visibility-in-seconds`` "the maximum is 43,200 (12 hours)", ``--timeout-in-seconds`` "the maximum is 30
+#: seconds", and ``--limit`` "the minimum is 1 and the maximum is 32"), as does the OCI Java SDK's
+#: GetMessagesRequest of that time; the SDK here (2.189.0) dropped the numbers from its docstrings. Receives ask
+#: for at most 20, the figure the API reference pages were quoted with: valid under either maximum. For the 256 KiB
+#: message limit no primary source was found (the SDK's ``PutMessagesDetailsEntry.content`` says only "The content
+#: of the message"): it stays the figure of the API reference as tooling quoted it, the same as the test server's
+#: table (``tests/oci/server.py``), which refuses a request past these as the service does.
 #: The long poll used by default is 5 s, not the service's 30: a stop waits for a poll under way (see
 #: :data:`RELEASE_WAIT`), and 5 s lets an idle worker stop within Docker's default 10 s grace.
 OCI_LIMITS = Limits(
