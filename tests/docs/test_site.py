@@ -10,17 +10,21 @@ that no longer builds from the code fails the build, and so this test.
 from __future__ import annotations
 
 import argparse
+import functools
 import html
+import http.server
 import importlib.util
 import os
 import re
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from tests.console.browser import artifact, chromium
 from tests.host.processes import worker_environment
 from worker.ops import cli
 from worker.settings import config as settings
@@ -58,6 +62,7 @@ def test_the_site_builds_strict_and_holds_what_its_references_promise(tmp_path: 
     settings_reference(site)
     nothing_fetched_at_view_time(site)
     api_reference(site)
+    pages_load_in_chromium_without_console_errors(site)
 
 
 def start_page_and_guides(site: Path) -> None:
@@ -118,6 +123,34 @@ def api_reference(site: Path) -> None:
     for name in worker.__all__:
         assert name in page, name
     assert worker.QueueMessage.__doc__.split("\n")[0].strip()[:40] in page
+
+
+#: Pages looked at in a real browser: the start, a guide with the diagrams drawn at build time, a generated reference.
+LOOKED_AT = ("index.html", "leases.html", "reference/cli.html")
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 -- the base class's name
+        """A line per request on stderr would bury the test's own output."""
+
+
+def pages_load_in_chromium_without_console_errors(site: Path) -> None:
+    """Served over HTTP as a user's static host would (the theme's search runs in a worker, which file:// refuses),
+    each page renders its title and logs no error in Chromium's console; a screenshot of each is kept."""
+    handler = functools.partial(_QuietFiles, directory=str(site))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        serving = threading.Thread(target=server.serve_forever, daemon=True)
+        serving.start()
+        try:
+            with chromium() as driver:
+                for page in LOOKED_AT:
+                    driver.get(f"http://127.0.0.1:{server.server_address[1]}/{page}")
+                    assert driver.find_element("css selector", "article h1").text, page
+                    errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+                    assert errors == [], (page, errors)
+                    driver.save_screenshot(str(artifact("docs-" + page.replace("/", "-").removesuffix(".html"))))
+        finally:
+            server.shutdown()
 
 
 @pytest.mark.subprocess
