@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
-from tests.support import apoll, fetch, free_port
+from tests.support import apoll, fetch, free_port, poll
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
 from worker.runtime.inflight import INFLIGHT_ENV
@@ -215,3 +215,44 @@ def test_a_port_in_use_stops_the_supervisor_with_one_line_and_exit_2(
     stderr = process.log_path.read_text()
     assert f"worker run: error: cannot listen on 127.0.0.1:{port}: address already in use\n" in stderr, stderr
     assert "Traceback" not in stderr and not _events(process, "worker process started"), stderr
+
+
+def test_every_process_starts_at_once_and_each_imports_the_app_once(
+    tmp_path: Path, connection: str | None
+) -> None:
+    # The app's import in process 0 waits until all three processes run (tests/apps/siblings.py): it loads only
+    # because the others start before process 0 has loaded the app, rather than one start-up after it.
+    imports = tmp_path / "imports"
+    env = {"SIBLINGS_IMPORTS": str(imports), "SIBLINGS_EXPECTED": "3"}
+    if connection is not None:
+        env["AzureWebJobsStorage"] = connection
+    process = WorkerProcess(write_host_yaml(tmp_path), env, name="supervisor", app="tests.apps.siblings:app",
+                            args=("--processes", "3", "--burst"))
+    try:
+        assert process.start().wait(90) == 0, process.log_path.read_text()
+    finally:
+        process.kill()
+    started = {line["pid"] for line in _events(process, "worker process started")}
+    assert len(started) == 3
+    assert sorted(map(int, imports.read_text().split())) == sorted(started)  # once in each, never in the supervisor
+
+
+def test_a_stop_before_process_0_loaded_the_app_ends_the_others_without_loading_it(
+    tmp_path: Path, connection: str | None
+) -> None:
+    # Process 0's import waits for a fourth process that never comes; the other two wait for process 0.
+    imports = tmp_path / "imports"
+    env = {"SIBLINGS_IMPORTS": str(imports), "SIBLINGS_EXPECTED": "4", "SIBLINGS_WAIT": "120"}
+    if connection is not None:
+        env["AzureWebJobsStorage"] = connection
+    process = WorkerProcess(write_host_yaml(tmp_path), env, name="supervisor", app="tests.apps.siblings:app",
+                            args=("--processes", "3"))
+    try:
+        process.start().wait_for_events("worker process started", 3, 60)
+        poll(lambda: imports.exists() and imports.read_text(), 60, what="process 0 importing the app")
+        process.stop(signal.SIGTERM, timeout=60)  # process 0 ends as a process still importing does: by the signal
+    finally:
+        process.kill()
+    exited = {line["process"]: line["exit_code"] for line in _events(process, "worker process exited")}
+    assert exited == {0: -signal.SIGTERM, 1: 0, 2: 0}, exited  # 1 and 2 read the gate's end and left
+    assert len(imports.read_text().split()) == 1  # process 0's import alone: the others never loaded the app

@@ -67,6 +67,7 @@ from worker.ops.supervisor import (
     Supervisor,
     child_command,
     die_with_supervisor,
+    wait_for_the_first_process,
 )
 from worker.ops.terminal import printable
 from worker.runtime.console.state import StartFacts
@@ -239,6 +240,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 http_host=config.http_host, token=token, open_data=config.http_open_data,
                                 allowed=config.http_allowed_hosts, burst=args.burst)
         return asyncio.run(supervisor.run())
+    if not wait_for_the_first_process(os.environ):  # the supervisor stopped before the first process loaded the app
+        return 0
     looked_in = _looked_in(args.local_settings, config)
     # Every start-up check runs here, once, before anything is built: what cannot run is refused with every
     # problem listed (exit 2).

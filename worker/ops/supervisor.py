@@ -26,9 +26,14 @@ A child dies with its supervisor (Linux's parent-death signal), so that
 The supervisor never imports the app: import-time code (creating queues,
 printing warnings) runs once per process that runs the app, not once more
 here. Process 0 loads and checks the app first and tells the supervisor
-(:data:`APP_LOADED_SIGNAL`) before the others start, so that an app that
+(:data:`APP_LOADED_SIGNAL`) before the others import it, so that an app that
 cannot run is refused once, by one process, with exit code 2, which the
-supervisor does not restart.
+supervisor does not restart. The others start at the same time as process 0
+and wait at the app's door (:func:`wait_for_the_first_process`, a pipe the
+supervisor writes to once the app loaded and closes unwritten when it stops):
+Python's start and the worker's own imports, most of a process's start, run
+side by side, so the processes take their first messages together rather
+than one start-up apart.
 
 Signals are forwarded: the first SIGTERM or SIGINT makes every child drain
 and exit, and the supervisor exits 0 once all have; a second one is passed on
@@ -59,7 +64,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,8 +101,11 @@ CHILD_TIMEOUT = 5.0
 SUPERVISOR_ENV = "WORKER_SUPERVISOR_PID"
 #: The environment variable that tells a child its place among the supervisor's processes (0, 1, ...).
 PROCESS_INDEX_ENV = "WORKER_PROCESS_INDEX"
-#: What process 0 sends its supervisor once it has loaded and checked the app: the others may start then.
+#: What process 0 sends its supervisor once it has loaded and checked the app: the others may load it then.
 APP_LOADED_SIGNAL = signal.SIGUSR1
+#: The environment variable that names the pipe a process other than the first reads before it loads the app: a byte
+#: when process 0 has loaded it, the end of the pipe when the supervisor stops first.
+APP_GATE_ENV = "WORKER_APP_GATE_FD"
 #: Where the children listen when the supervisor serves the endpoints for them: reachable from this machine only.
 CHILD_HOST = "127.0.0.1"
 #: prctl(2)'s option for the signal a process gets when its parent dies (Linux).
@@ -140,7 +148,7 @@ class Supervisor:
         ports = [http_port or None] if count == 1 else [_free_port() if http_port else None for _ in range(count)]
         self.children = [Child(index, port) for index, port in enumerate(ports)]
         self.stopping = asyncio.Event()
-        self._app_loaded = asyncio.Event()
+        self._gate: tuple[int, int] | None = None  # (read, write) of the pipe the others wait on; None once open
         self._signals = StopSignals()
         self._last_signal = 0
         self._refused = False
@@ -152,7 +160,9 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, self._signal, signum)
-        loop.add_signal_handler(APP_LOADED_SIGNAL, self._app_loaded.set)  # before any child can send it
+        if self.count > 1:
+            self._gate = os.pipe()
+        loop.add_signal_handler(APP_LOADED_SIGNAL, self._open_gate)  # before any child can send it
         # Holds message bodies for a moment: readable by this user only (mkdtemp makes it 0700).
         self._handovers = Path(tempfile.mkdtemp(prefix="worker-handover-"))
         log.info("supervisor started", processes=self.count, pid=os.getpid(), burst=self.burst)
@@ -161,6 +171,7 @@ class Supervisor:
         finally:
             for signum in (*STOP_SIGNALS, APP_LOADED_SIGNAL):
                 loop.remove_signal_handler(signum)
+            self._close_gate()
             if runner is not None:
                 await runner.cleanup()
             shutil.rmtree(self._handovers, ignore_errors=True)
@@ -182,15 +193,15 @@ class Supervisor:
         log.info("signal received; passing it to the worker processes", signal=signal.Signals(signum).name,
                  processes=sum(1 for child in self.children if _alive(child)))
         self.stopping.set()
+        waiting = self._gate is not None  # processes 1.. still wait at the gate: its end alone ends them, quietly
+        self._close_gate()
         for child in self.children:
-            if _alive(child):
+            if _alive(child) and not (waiting and child.index > 0):
                 assert child.process is not None
                 child.process.send_signal(FORWARDED[signal.Signals(signum)])
 
     async def _keep(self, child: Child) -> None:
         """Run one child, starting it again whenever it dies, until the supervisor stops."""
-        if child.index > 0 and not await self._first_loads_the_app():
-            return
         delay = RESTART_DELAY
         while True:
             code = await self._run_once(child)
@@ -225,17 +236,19 @@ class Supervisor:
                 return
             delay = min(delay * 2, RESTART_DELAY_MAX)
 
-    async def _first_loads_the_app(self) -> bool:
-        """Wait until process 0 has loaded and checked the app; False when the supervisor stops first.
+    def _open_gate(self) -> None:
+        """Process 0 has loaded and checked the app: let every process waiting at the gate load it too."""
+        if self._gate is not None:
+            os.write(self._gate[1], b"1" * self.count)  # a byte for each waiting process (at most count - 1)
+            self._close_gate()
 
-        The supervisor never imports the app (its import-time code would run once more), so its processes are
-        the ones to refuse it: the first alone, so that a refusal is said once, not once per process.
-        """
-        waits = [asyncio.create_task(self._app_loaded.wait()), asyncio.create_task(self.stopping.wait())]
-        _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        return self._app_loaded.is_set() and not self.stopping.is_set()
+    def _close_gate(self) -> None:
+        """No process waits at the gate from now on: after the app loaded (restarted processes load it at once), or
+        when the supervisor stops (the waiting ones read the pipe's end and exit without loading it)."""
+        if self._gate is not None:
+            for end in self._gate:
+                os.close(end)
+            self._gate = None
 
     async def _run_once(self, child: Child) -> int:
         assert self._handovers is not None
@@ -244,7 +257,12 @@ class Supervisor:
                INFLIGHT_ENV: str(self._file(child, "in-flight"))}
         env["WORKER__worker__httpPort"] = str(child.port or 0)
         host = self.http_host if self.count == 1 else CHILD_HOST
-        child.process = await asyncio.create_subprocess_exec(*self.command, "--http-host", host, env=env)
+        gate: tuple[int, ...] = ()
+        if child.index > 0 and self._gate is not None:  # process 0 has not loaded the app yet: wait for it
+            gate = (self._gate[0],)
+            env[APP_GATE_ENV] = str(self._gate[0])
+        child.process = await asyncio.create_subprocess_exec(*self.command, "--http-host", host, env=env,
+                                                             pass_fds=gate)
         child.started_at = time.monotonic()
         log.info("worker process started", process=child.index, pid=child.process.pid)
         code = await child.process.wait()
@@ -410,6 +428,23 @@ def die_with_supervisor(supervisor: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != supervisor:
         os._exit(128 + signal.SIGKILL)
+
+
+def wait_for_the_first_process(environ: Mapping[str, str]) -> bool:
+    """In a process other than the first: wait until process 0 has loaded the app (True), or its supervisor stopped
+    first (False: the app is not to be loaded); True at once in any other process.
+
+    Everything before the app (Python's start, the worker's imports, the settings) has run by then, side by side
+    with process 0's; only the app's import waits, so that a refused app is refused once.
+    """
+    gate = environ.get(APP_GATE_ENV)
+    if gate is None:
+        return True
+    with os.fdopen(int(gate), "rb", buffering=0) as pipe:
+        try:
+            return pipe.read(1) == b"1"
+        except KeyboardInterrupt:  # Ctrl-C reached the whole process group: nothing loaded, nothing to drain
+            return False
 
 
 def child_command(app: str, config: str | None, log_level: str | None, burst: bool) -> list[str]:
