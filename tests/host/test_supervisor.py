@@ -215,3 +215,22 @@ def test_a_port_in_use_stops_the_supervisor_with_one_line_and_exit_2(
     stderr = process.log_path.read_text()
     assert f"worker run: error: cannot listen on 127.0.0.1:{port}: address already in use\n" in stderr, stderr
     assert "Traceback" not in stderr and not _events(process, "worker process started"), stderr
+
+
+def test_an_app_its_process_refuses_ends_the_supervisor_with_exit_2_and_no_signal_said_received(
+    tmp_path: Path, record_db: Path, connection: str | None
+) -> None:
+    """Before: a refused start ended with "signal received; passing it to the worker processes", though nobody sent
+    one: the supervisor stopped the other processes through its own signal handler."""
+    env = {"RECORD_DB": str(record_db), "FUNCTIONS_WORKER_RUNTIME": "node"}
+    env |= {"AzureWebJobsStorage": connection} if connection else {}
+    process = WorkerProcess(write_host_yaml(tmp_path), env, name="supervisor", args=("--processes", "2"))
+    try:
+        assert process.start().wait(60) == 2
+    finally:
+        process.kill()
+    stderr = process.log_path.read_text()
+    assert "worker run: error: " in stderr and "FUNCTIONS_WORKER_RUNTIME" in stderr, stderr
+    assert len(_events(process, "worker process started")) == 1  # the second waits for the first to load the app
+    assert _events(process, "worker process refused its app or settings; not restarting")
+    assert not [line for line in process.lines() if str(line.get("event")).startswith("signal received")], stderr
