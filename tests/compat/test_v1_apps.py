@@ -27,6 +27,7 @@ import pytest
 from azure.functions.blob import InputStream
 
 from tests.azurite import Azurite
+from tests.cli import run_cli
 from tests.compat.test_function_app import bodies, put
 from tests.compat.test_python_worker_apps import module_from_file
 from tests.host.processes import worker_environment
@@ -125,6 +126,23 @@ def test_what_keeps_a_v1_function_from_running_is_listed_each_with_its_file(tmp_
     assert "__init__.py has no function 'main'" in text
     assert f"function NotJson ({app / 'NotJson' / 'function.json'}): cannot be read:" in text and "line 1" in text
     assert f"scriptFile {app / 'NoScript' / 'run.py'} does not exist" in text
+
+
+def test_a_return_output_is_named_return_where_the_start_refuses_it(azurite: Azurite, tmp_path: Path) -> None:
+    """Before: named ``__azure_functions_return__``, the conversion's name for it, which the app's author never wrote."""
+    to = '{{"bindings": [{{"type": "queueTrigger", "direction": "in", "name": "msg", "queueName": "inbox"}}, ' \
+         '{{"type": "{kind}", "direction": "out", "name": "$return", {where}}}]}}'
+    code = "def main(msg: str) -> str:\n    return msg\n"
+    _function(tmp_path, "ToBlob", to.format(kind="blob", where='"path": "UPPER/x.txt"'), code)
+    _function(tmp_path, "ToQueue", to.format(kind="queue", where='"queueName": "Bad_Name"'), code)
+    (tmp_path / "host.json").write_text('{"version": "2.0"}', encoding="utf-8")
+
+    ran = run_cli(tmp_path, "run", "--no-supervisor", "--burst", env={"AzureWebJobsStorage": azurite.connection_string})
+    assert ran.returncode == 2, ran.stderr
+    assert "function ToBlob: blob_output '$return': blob path 'UPPER/x.txt': container name 'UPPER' is not valid" \
+        in ran.stderr
+    assert "function ToQueue, output binding queue ($return): queue name 'Bad_Name' is not valid" in ran.stderr
+    assert "__azure_functions_return__" not in ran.stderr
 
 
 def test_disabled_is_a_bool_its_text_or_a_setting_and_a_disabled_function_is_not_imported(

@@ -256,3 +256,23 @@ def test_a_stop_before_process_0_loaded_the_app_ends_the_others_without_loading_
     exited = {line["process"]: line["exit_code"] for line in _events(process, "worker process exited")}
     assert exited == {0: -signal.SIGTERM, 1: 0, 2: 0}, exited  # 1 and 2 read the gate's end and left
     assert len(imports.read_text().split()) == 1  # process 0's import alone: the others never loaded the app
+
+
+def test_an_app_its_process_refuses_ends_the_supervisor_with_exit_2_and_no_signal_said_received(
+    tmp_path: Path, record_db: Path, connection: str | None
+) -> None:
+    """Before: a refused start ended with "signal received; passing it to the worker processes", though nobody sent
+    one: the supervisor stopped the other processes through its own signal handler."""
+    env = {"RECORD_DB": str(record_db), "FUNCTIONS_WORKER_RUNTIME": "node"}
+    env |= {"AzureWebJobsStorage": connection} if connection else {}
+    process = WorkerProcess(write_host_yaml(tmp_path), env, name="supervisor", args=("--processes", "2"))
+    try:
+        assert process.start().wait(60) == 2
+    finally:
+        process.kill()
+    stderr = process.log_path.read_text()
+    assert "worker run: error: " in stderr and "FUNCTIONS_WORKER_RUNTIME" in stderr, stderr
+    exited = {line["process"]: line["exit_code"] for line in _events(process, "worker process exited")}
+    assert exited == {0: 2, 1: 0}, exited  # the second waited for the first to load the app, and left without it
+    assert _events(process, "worker process refused its app or settings; not restarting")
+    assert not [line for line in process.lines() if str(line.get("event")).startswith("signal received")], stderr

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 
 from worker.app import WorkerApp
 
+#: The arg_name of a Functions output binding that takes the function's return value.
+RETURN = "$return"
+#: What the conversion calls the ``$return`` output: the host passes outputs as keyword arguments, and "$return" is
+#: no identifier. A line for the app's author says ``$return`` instead (:func:`as_written`).
+RETURN_ARG = "__azure_functions_return__"
+
 
 @dataclass(frozen=True, slots=True)
 class SkippedFunction:
@@ -31,3 +37,12 @@ class ConvertedApp:
     disabled: tuple[str, ...] = ()
     #: Why queue-triggered functions cannot run, one line each naming the function and binding: refuse the app.
     problems: tuple[str, ...] = ()
+
+
+def as_written(line: str) -> str:
+    """``line`` (a start-up problem) naming a ``$return`` output as the app wrote it, not as the conversion calls it.
+
+    Why: the host's own checks name a binding by its arg_name, which for a converted ``$return`` is
+    :data:`RETURN_ARG`, a name the app's author never wrote and cannot find in the app.
+    """
+    return line.replace(RETURN_ARG, RETURN)

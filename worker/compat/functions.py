@@ -63,7 +63,7 @@ from worker.bindings import blobs as blob_bindings
 from worker.bindings import expressions
 from worker.bindings.errors import UnusableOutput
 from worker.bindings.outputs import Out
-from worker.compat.converted import ConvertedApp, SkippedFunction
+from worker.compat.converted import RETURN, RETURN_ARG, ConvertedApp, SkippedFunction
 from worker.context import Context, RetryContext, TraceContext
 from worker.message import QueueMessage
 from worker.settings.connections import Service
@@ -73,10 +73,6 @@ QUEUE_TRIGGER = "queueTrigger"
 DEFAULT_CONNECTION = "AzureWebJobsStorage"
 QUEUE = "queue"
 BLOB = "blob"
-#: The arg_name of an output binding that takes the function's return value.
-RETURN = "$return"
-#: What the wrapper calls the ``$return`` output: the host passes outputs as keyword arguments, "$return" is no identifier.
-_RETURN_ARG = "__azure_functions_return__"
 
 # worker.Out and worker.Context pass isinstance checks against func.Out and func.Context, as the Functions worker's own do.
 func.Out.register(Out)
@@ -305,7 +301,7 @@ def _register(
     if problems.lines:
         return
 
-    out_args = {b.name: (_RETURN_ARG if b.name == RETURN else b.name) for b in usable
+    out_args = {b.name: (RETURN_ARG if b.name == RETURN else b.name) for b in usable
                 if b.direction == BindingDirection.OUT.value}
     handler = _handler(
         user, name, trigger.name, hints, usable, out_args,
@@ -433,7 +429,7 @@ def _handler(
 
     def arguments(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Out[Any] | None]:
         kwargs = dict(kwargs)
-        returned = kwargs.pop(_RETURN_ARG, None)
+        returned = kwargs.pop(RETURN_ARG, None)
         trigger = kwargs[trigger_arg]
         call = {**kwargs, trigger_arg: FunctionsQueueMessage(trigger) if isinstance(trigger, QueueMessage) else trigger}
         for arg in blob_ins:

@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from worker.app import WorkerApp
-from worker.compat.converted import ConvertedApp
+from worker.compat.converted import ConvertedApp, as_written
 from worker.compat.sam import from_template, is_template, template_in
 from worker.compat.tracebacks import import_failure
 from worker.settings.connections import Service
@@ -186,7 +186,7 @@ def _checked(app: WorkerApp, target: str, problems: list[str], check: Callable[[
 def _refused(target: str, problems: Sequence[str]) -> AppLoadError:
     """The error listing every reason ``target`` cannot run, one to a line."""
     # A problem's own further lines (an import error's frames) go deeper than the problems.
-    listed = "".join("\n  " + line.replace("\n", "\n    ") for line in problems)
+    listed = "".join("\n  " + as_written(line).replace("\n", "\n    ") for line in problems)
     return AppLoadError(f"{target} cannot run; {len(problems)} problem(s):{listed}")
 
 

@@ -192,6 +192,14 @@ class Supervisor:
         self._last_signal = signum
         log.info("signal received; passing it to the worker processes", signal=signal.Signals(signum).name,
                  processes=sum(1 for child in self.children if _alive(child)))
+        self._stop_children(signum)
+
+    def _stop_children(self, signum: int) -> None:
+        """Stop restarts and pass ``signum`` on to every live child, as its :data:`FORWARDED` signal.
+
+        Apart from :meth:`_signal` so that the supervisor's own stop (a process refused the app) is not logged, nor
+        counted, as a signal received: the user's first signal after it still drains.
+        """
         self.stopping.set()
         waiting = self._gate is not None  # processes 1.. still wait at the gate: its end alone ends them, quietly
         self._close_gate()
@@ -212,7 +220,7 @@ class Supervisor:
                 log.error("worker process refused its app or settings; not restarting", process=child.index)
                 self._refused = True
                 if not self.stopping.is_set():
-                    self._signal(signal.SIGTERM)
+                    self._stop_children(signal.SIGTERM)
                 return
             held = inflight.read(self._file(child, "in-flight"))
             if code == RECYCLED and (reason := recycle_reason(self._file(child, "handover"))) is not None:
