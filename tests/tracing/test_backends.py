@@ -1,6 +1,6 @@
 """Each backend's spans: its ``messaging.system``, and whether a producer's context reaches the consumer, which only a
-backend with message properties can carry (the embedded queue; Azure Storage queue messages have no metadata, and
-OCI Queue's needs a channel beside it)."""
+backend with message properties can carry (the embedded queue, and Amazon SQS in message attributes; Azure Storage
+queue messages have no metadata, and OCI Queue's needs a channel beside it)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from worker.observability import tracing
 from worker.settings.config import HostConfig
 
 
-@pytest.mark.parametrize("backend_kind", ["sqlite", "azurite", "oci"])
+@pytest.mark.parametrize("backend_kind", ["sqlite", "azurite", "oci", "sqs"])
 async def test_the_consumer_continues_the_producers_trace_where_the_message_can_carry_it(
     tmp_path: Path, connection: str | None, queue_name: str, otlp_receiver: Receiver,
     monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
