@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -17,48 +18,65 @@ import pytest
 from tests.conftest import oci_connection
 from tests.host.conftest import DELIVERY_LIMIT
 from tests.host.processes import REPO, WorkerProcess, write_host_yaml
+from tests.moto import CREDENTIALS
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
 from worker.backends.oci.connection import OCI_LIMITS, RELEASE_WAIT
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
+from worker.backends.sqs.connection import MAX_LONG_POLL as SQS_LONG_POLL
+from worker.backends.sqs.connection import RELEASE_MARGIN as SQS_RELEASE_MARGIN
+from worker.backends.sqs.connection import SQS_LIMITS
 from worker.bindings.encoding import encode
 from worker.runtime.host import Host
 from worker.runtime.signals import REPEAT_WINDOW
 from worker.settings.config import HostConfig
 
 if TYPE_CHECKING:
+    from tests.moto import Moto
     from tests.oci.fixture import OciTestServer
 
 QUEUE = "pickup"
 #: The service's long poll, which these tests are about (the suite's OCI connections use a shorter one).
 DEFAULT_LONG_POLL = int(OCI_LIMITS.long_poll)
+#: Each remote backend's long poll at its service's default, and the longest a stopping worker waits for a poll
+#: under way to end (its backend's ``close``: the poll's whole wait and a margin to release what it brought).
+LONG_POLLS = {"oci": DEFAULT_LONG_POLL, "sqs": SQS_LONG_POLL}
+STOP_WAITS = {"oci": RELEASE_WAIT, "sqs": SQS_LONG_POLL + SQS_RELEASE_MARGIN}
 #: The queue of the second-signal test: not one the ``queue`` fixture clears, which it does not use.
 QUEUE_SECOND_SIGNAL = "pickup-second-signal"
 
 
 @pytest.fixture
 def connection(backend_kind: str, request: pytest.FixtureRequest) -> str | None:
-    """As the suite's, but with OCI Queue's default long poll of 20 s: these tests are about that wait."""
+    """As the suite's, but with the service's default long poll of 20 s (OCI Queue's, SQS's): these tests are about
+    that wait."""
     if backend_kind == "oci":
         return oci_connection(request.getfixturevalue("oci_server"), long_poll=DEFAULT_LONG_POLL)
+    if backend_kind == "sqs":
+        moto: Moto = request.getfixturevalue("moto_server")
+        return moto.connection(long_poll=SQS_LONG_POLL)
     return None
 
 
 @pytest.fixture
-def config(tmp_path: Path, connection: str | None) -> HostConfig:
-    return HostConfig(base_dir=tmp_path, max_polling_interval=60, drain_timeout=1,
-                      connections={"AzureWebJobsStorage": connection} if connection else {})
+def config(tmp_path: Path, connection: str | None, backend_kind: str) -> HostConfig:
+    """A host built in code, which does not check ``batchSize`` against the backend as ``worker run`` does: on SQS
+    it is SQS's 10, or every receive of 16 would fail before it reached the service."""
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=60, drain_timeout=1,
+                        connections={"AzureWebJobsStorage": connection} if connection else {})
+    return replace(config, batch_size=SQS_LIMITS.max_batch) if backend_kind == "sqs" else config
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("backend_kind", ["sqlite", "oci"])
+@pytest.mark.parametrize("backend_kind", ["sqlite", "oci", "sqs"])
 async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_process_at_once(
-    config: HostConfig, queue: QueueBackend, receive_times: list[float], tmp_path: Path, connection: str | None
+    config: HostConfig, queue: QueueBackend, receive_times: list[float], tmp_path: Path, connection: str | None,
+    backend_kind: str,
 ) -> None:
     """After one empty receive, one receive waits the whole long poll (no polling meanwhile); another process's put
     ends it within moments. On the embedded queue the wait is this host's; on OCI Queue one GetMessages request
-    waits on the service."""
+    waits on the service, and on SQS one ReceiveMessage with WaitTimeSeconds 20."""
     receives = receive_times
     handled: list[float] = []
     app = WorkerApp()
@@ -74,6 +92,8 @@ async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_pro
         await asyncio.sleep(3)  # idle: with polling there would be several receives by now, backing off
         assert len(receives) == 2, receives
         env = {"PYTHONPATH": str(REPO), "AzureWebJobsStorage": connection or ""}
+        if backend_kind == "sqs":  # the provider chain's environment variables, which moto's fixture set here
+            env.update({name: os.environ[name] for name in CREDENTIALS})
         config_file = tmp_path / "host.yaml"
         config_file.write_text("version: '1.0'\n", encoding="utf-8")
         sent = await asyncio.to_thread(
@@ -86,14 +106,15 @@ async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_pro
         # a backed-off poll could wait a minute.
         assert handled[0] - sent_at < 1.0, handled[0] - sent_at
         # Besides the message's own receives, one more for each long poll that ran its whole wait before the put.
-        waited_out = 0 if connection is None else int((sent_at - receives[1]) // DEFAULT_LONG_POLL)
+        waited_out = 0 if connection is None else int((sent_at - receives[1]) // LONG_POLLS[backend_kind])
         assert len(receives) <= 4 + waited_out, receives
     finally:
         host.request_stop()
         stopping = time.monotonic()
-        await asyncio.wait_for(task, 10 + RELEASE_WAIT)
-    # The embedded queue's receive is cancelled at once (it gives back what it took); OCI Queue's is left to end.
-    assert time.monotonic() - stopping < (2 if connection is None else RELEASE_WAIT + 2)
+        await asyncio.wait_for(task, 10 + STOP_WAITS.get(backend_kind, 0))
+    # The embedded queue's receive is cancelled at once (it gives back what it took); OCI Queue's and SQS's are left
+    # to end.
+    assert time.monotonic() - stopping < (2 if connection is None else STOP_WAITS[backend_kind] + 2)
 
 
 @pytest.mark.subprocess

@@ -37,6 +37,11 @@ _TRANSIENT_CODES = frozenset({
 })
 #: A queue that does not exist (the query code, and the JSON protocol's shape name).
 _NO_QUEUE = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+#: CreateQueue's refusal of a name whose queue was deleted within the last 60 s (the query code, and the JSON
+#: protocol's shape name). SQS frees the name after 60 s and does not say how much of it is left.
+QUEUE_DELETED_RECENTLY = frozenset({"AWS.SimpleQueueService.QueueDeletedRecently", "QueueDeletedRecently"})
+#: How long SQS refuses a deleted queue's name (the API Reference's CreateQueue).
+RECREATE_AFTER_SECONDS = 60
 #: A receipt handle that names no current delivery: the message was deleted, received again, or its handle is not
 #: one (SQS answers each of these on ChangeMessageVisibility; DeleteMessage answers only the last).
 RECEIPT_GONE = frozenset({
@@ -98,6 +103,14 @@ def answer_error(exc: BaseException, queue: str, message_id: str | None, where: 
     subject = f"message {message_id} in queue {queue!r}" if message_id else f"queue {queue!r}"
     if code in _NO_QUEUE:
         return QueueNotFound(f"queue {queue!r} does not exist in {where}, or this identity may not use it")
+    if code in QUEUE_DELETED_RECENTLY:
+        # "Try later", not an outage: the same CreateQueue succeeds once SQS frees the name, and every caller of
+        # create_queue already takes TransientError so (a host's start goes on and its listener creates the queue
+        # on a later poll; a completion putting to a poison queue keeps its lease and tries again). It is not
+        # retried within the call: the retry budget is shorter than the refusal, which SQS does not say the rest of.
+        return TransientError(f"{where} will not create queue {queue!r} yet: a queue of that name was deleted less "
+                              f"than {RECREATE_AFTER_SECONDS} s ago, and SQS refuses the name until then "
+                              f"({describe(exc)})")
     if message_id and code in RECEIPT_GONE:
         return MessageNotFound(f"{subject} is gone, or its receipt handle is no longer current ({describe(exc)})")
     if status(exc) in (401, 403):

@@ -244,7 +244,8 @@ class SqsBackend:
 
     async def create_queue(self, queue: str) -> None:
         """Create the queue (FIFO where its name says so) taking the largest messages SQS allows; one that exists is
-        left as it is (CreateQueue would refuse other attributes than its own)."""
+        left as it is (CreateQueue would refuse other attributes than its own). Within 60 s of a delete of its name
+        SQS refuses it: TransientError, "try later" (:data:`worker.backends.sqs.errors.QUEUE_DELETED_RECENTLY`)."""
         self.limits.check_name(queue)
         attributes = {"MaximumMessageSize": str(self.limits.max_message_bytes)}
         if is_fifo(queue):
