@@ -1,4 +1,5 @@
-"""The pipeline's versioned tables (functions/tables.py) on local Spark: a reader sees one whole version at a time."""
+"""The pipeline's versioned tables (functions/tables.py) on local Spark (an empty write on the standalone cluster too):
+a reader sees one whole version at a time."""
 
 from __future__ import annotations
 
@@ -152,11 +153,14 @@ def test_a_write_that_fails_leaves_the_table_as_it_was(tmp_path: Path, spark: Sp
     assert versions_in(tables.read(spark, table)) == [("first", 6, 6)]
 
 
+@pytest.mark.parametrize("where", ["local", "cluster"])
 def test_an_empty_write_publishes_an_empty_table_with_its_schema_and_an_empty_version_without_one_is_replaced(
-    tmp_path: Path, spark: SparkSession
+    tmp_path: Path, spark_sessions: SparkSessions, request: pytest.FixtureRequest, where: str
 ) -> None:
     """The first ingest of a file with no valid row must not wedge the table: Spark cannot infer the schema of a
-    version without data files, so the version says its own; one published before versions did reads as none."""
+    version without data files, so the version says its own; one published before versions did reads as none. On
+    the standalone cluster too, whose executors write the version's folder while the driver writes its schema."""
+    spark = spark_sessions.provider(*master_and_conf(where, request)).session()
     table = tmp_path / "events"
     tables.publish(table, partial(daily, spark, "none", 0), ["day"])
     empty = tables.read(spark, table)
