@@ -21,6 +21,7 @@ from worker import QueueMessage, WorkerApp
 from worker.backends.queues import MessageNotFound, QueueNotFound, writing_outputs_of
 from worker.backends.registry import open_backend
 from worker.backends.sqs.queues import SqsBackend, within_cap
+from worker.model import StartupRefused
 from worker.runtime.host import Host
 from worker.settings.config import HostConfig
 
@@ -142,7 +143,7 @@ async def test_a_host_on_sqs_deletes_holds_a_long_handler_and_poisons(
 
     config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, lease_duration=1, max_dequeue_count=2,
                         drain_timeout=1, connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)},
-                        message_encoding="none")
+                        message_encoding="none", batch_size=10)
     for body in ("ok", "slow", "bad"):
         await sqs.put(queue_name, body)
     async with running(app, config) as host:
@@ -190,3 +191,23 @@ async def test_renewals_and_deletes_made_together_go_in_batches_and_each_reads_i
     assert isinstance(results[20], MessageNotFound), results[20]
     assert "DeleteMessageBatch" in requests and len(requests) < 21, requests
     assert await sqs.approximate_count(queue_name) == 0
+
+
+async def test_a_host_built_in_code_refuses_a_batch_larger_than_sqs_returns(moto_server: Moto, tmp_path: Path) -> None:
+    """worker run's preflight refuses it by the connection's kind; a host built in code is refused by the backend's
+    own limits, with every such option named, rather than failing each receive."""
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="orders")
+    async def handler(msg: QueueMessage) -> None:
+        raise AssertionError("never runs")
+
+    config = HostConfig(base_dir=tmp_path, connections={"AzureWebJobsStorage": moto_server.connection()},
+                        lease_duration=13 * 3600)
+    with pytest.raises(StartupRefused) as refused:
+        await asyncio.wait_for(Host(app, config, burst=True).run(), 60)
+    assert [line.partition(" is ")[0] for line in refused.value.problems] == [
+        "function handler, trigger queueTrigger (msg): extensions.queues.batchSize",
+        "function handler, trigger queueTrigger (msg): worker.leaseDuration",
+    ], refused.value.problems
+    assert "at most 10 messages a receive returns" in refused.value.problems[0]

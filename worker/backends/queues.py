@@ -16,7 +16,7 @@ Azure SDKs, so the size limit applies to what is stored.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -79,6 +79,14 @@ def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
+#: A function's options bounded by a service's limits: (option, the Limits field, what the limit counts).
+_BOUNDED = (
+    ("batch_size", "max_batch", "messages a receive returns"),
+    ("visibility_timeout", "max_visibility", "seconds a message may stay hidden"),
+    ("lease_duration", "max_visibility", "seconds a message may stay hidden"),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """What one backend's service accepts. The host checks config and calls against these, never one service's numbers.
@@ -96,6 +104,17 @@ class Limits:
     long_poll: float
     name_pattern: re.Pattern[str]
     name_rule: str
+
+    def exceeded(self, options: object, service: str, key_of: Callable[[str], str]) -> list[str]:
+        """A line for each of a function's options (batch size, visibility timeout, lease) that asks more than the
+        service takes, naming the setting by ``key_of(option)``: found at start by ``worker run`` and by a host built
+        in code alike, rather than at every receive."""
+        found = []
+        for option, limit_field, meaning in _BOUNDED:
+            value, limit = getattr(options, option), getattr(self, limit_field)
+            if value > limit:
+                found.append(f"{key_of(option)} is {value:g}, more than {service} takes: at most {limit:g} {meaning}")
+        return found
 
     def check_name(self, queue: str) -> None:
         """Raise InvalidArgument unless ``queue`` is a name the service accepts."""

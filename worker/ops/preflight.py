@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -90,14 +91,6 @@ def problems(
     return found
 
 
-#: Settings bounded by a backend's limits: (HostConfig field, the Limits field, what the limit counts).
-_BOUNDED = (
-    ("batch_size", "max_batch", "messages a receive returns"),
-    ("visibility_timeout", "max_visibility", "seconds a message may stay hidden"),
-    ("lease_duration", "max_visibility", "seconds a message may stay hidden"),
-)
-
-
 def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) -> list[str]:
     """Where a queue binding asks more than its backend's service takes: a line per setting, naming the limit.
 
@@ -131,11 +124,7 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
         found.append(f"checkpoints=True: {kind.name} cannot change a message's content while it is held, so "
                      "msg.checkpoint could not store anything")
     own = config.for_function(spec.name, spec.retry, spec.settings)
-    for attr, limit_attr, meaning in _BOUNDED:
-        value, limit = getattr(own, attr), getattr(kind.limits, limit_attr)
-        if value > limit:
-            found.append(f"{config.key_of(spec.name, attr)} is {value:g}, more than {kind.name} takes: "
-                         f"at most {limit:g} {meaning}")
+    found += kind.limits.exceeded(own, kind.name, partial(config.key_of, spec.name))
     return found
 
 

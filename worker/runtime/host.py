@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -215,6 +216,13 @@ class Host:
                 # Storage that cannot be reached now is no reason to stop: the listener retries and waits for it,
                 # and /readyz says why from the start.
                 unreachable = None
+                # What worker run's preflight refuses by the connection's kind, refused here by the backend itself
+                # for a host built in code: a batch the service never returns would fail every receive.
+                over = backend.limits.exceeded(own, str(backend), partial(config.key_of, function.name))
+                refused += [f"function {function.name}, trigger queueTrigger ({function.arg_name}): {problem}"
+                            for problem in over]
+                if over:
+                    continue
                 try:
                     if problem := await _queue_problem(backend, function.queue_name, own):
                         refused.append(f"function {function.name}, trigger queueTrigger ({function.arg_name}): "
