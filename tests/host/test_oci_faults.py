@@ -11,7 +11,7 @@ import pytest
 
 from tests.oci.fixture import OciTestServer
 from tests.support import apoll, captured_logs, running
-from worker import QueueMessage, WorkerApp
+from worker import Out, QueueMessage, WorkerApp
 from worker.backends.queues import QueueBackend
 from worker.bindings.encoding import encode
 from worker.runtime import dispatcher
@@ -100,6 +100,35 @@ async def test_poison_service_holds_a_delivery_past_max_dequeue_count_back_befor
     assert [line["visible_in"] for line in released] == [0.0, 1.0]
     [warning] = [line for line in logs if "dead-letter delivery limit is above maxDequeueCount" in line["event"]]
     assert warning["extra_deliveries"] == 1
+
+
+@pytest.mark.parametrize("backend_kind", ["oci"])
+async def test_a_queue_output_throttled_once_is_sent_again_and_its_trigger_succeeds_at_its_first_delivery(
+    tmp_path: Path, connection: str, queue: QueueBackend, faults: OciTestServer
+) -> None:
+    """OCI throttles per queue: a 429 on the output's PutMessages stored nothing, so the backend sends it again
+    (after its retry-after) instead of failing the attempt, which would count a delivery toward poison although the
+    handler never failed."""
+    outputs = f"{QUEUE}-out"
+    await queue.create_queue(outputs)
+    deliveries: list[int] = []
+    app = WorkerApp()
+
+    @app.queue_output(arg_name="out", queue_name=outputs)
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    async def forward(msg: QueueMessage, out: Out[str]) -> None:
+        deliveries.append(msg.dequeue_count)
+        out.set("forwarded")
+
+    await queue.put(QUEUE, encode("order-1", "base64"))
+    faults.fault("put_messages", 429, "TooManyRequests", retry_after=1)
+    config = HostConfig(base_dir=tmp_path, drain_timeout=1, connections={"AzureWebJobsStorage": connection})
+    async with running(app, config) as host:
+        await apoll(lambda: _true(host.metrics.get("succeeded") == 1), 15, what="the trigger to succeed")
+    assert deliveries == [1]
+    [sent] = await queue.receive(outputs, 20, 30)
+    assert sent.dequeue_count == 1  # stored once
+    assert await queue.approximate_count(QUEUE) == 0
 
 
 async def _true(value: bool) -> bool:

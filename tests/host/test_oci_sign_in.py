@@ -71,10 +71,12 @@ def start_worker(oci_server: OciTestServer, tmp_path: Path, queue_name: str) -> 
     started: list[WorkerProcess] = []
 
     def start(rp_env: dict[str, str], *, port: int | None = None, auth: str = "resource_principal",
-              wrapper: tuple[str, ...] = ()) -> WorkerProcess:
+              wrapper: tuple[str, ...] = (), admin_endpoint: bool = True) -> WorkerProcess:
+        """``admin_endpoint=False``: the connection leaves the admin endpoint to the SDK (from the region)."""
         host = oci_server.endpoint.partition("://")[2]
+        admin = f"&adminEndpoint={oci_server.endpoint}" if admin_endpoint else ""
         connection = (f"oci+http://{host}?compartment={oci_server.compartment_id}&auth={auth}"
-                      f"&adminEndpoint={oci_server.endpoint}&longPoll=2")  # an idle worker waits out its poll at stop
+                      f"{admin}&longPoll=2")  # an idle worker waits out its poll at stop
         env = {"AzureWebJobsStorage": connection, "RECORD_DB": str(tmp_path / "attempts.sqlite3"),
                "TRIGGER_QUEUE": queue_name, "HANDLER_MODE": "ok", **rp_env}
         config = write_host_yaml(tmp_path, worker={"drainTimeout": "2s", **({"httpPort": port} if port else {})})
@@ -239,6 +241,21 @@ async def test_an_oke_workload_token_from_another_issuer_ends_the_worker_with_on
     env, wrapper = pod(proxymux, tmp_path / "pod-run")
     _refused_at_start(start_worker(env, auth="oke_workload_identity", wrapper=wrapper), oci_server,
                       "oke workload identity")
+
+
+async def test_an_oke_pod_without_a_region_ends_the_worker_naming_the_variable_to_set(
+    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, proxymux: Proxymux, tmp_path: Path
+) -> None:
+    """OKE does not set OCI_RESOURCE_PRINCIPAL_REGION, from which the SDK takes the admin endpoint: a deployment that
+    leaves it out, with no adminEndpoint= either, is told at start which variable to set."""
+    env, wrapper = pod(proxymux, tmp_path / "pod-run")
+    del env["OCI_RESOURCE_PRINCIPAL_REGION"]
+    worker = start_worker(env, auth="oke_workload_identity", wrapper=wrapper, admin_endpoint=False)
+    assert worker.wait(30) == 1
+    log = worker.log_path.read_text()
+    [line] = [line for line in log.splitlines() if line.startswith("worker run: error:")]
+    assert "no OCI Queue admin endpoint" in line and "OCI_RESOURCE_PRINCIPAL_REGION" in line, line
+    assert "Traceback" not in log
 
 
 async def test_a_service_account_token_the_proxymux_does_not_know_ends_the_worker_naming_the_sign_in(

@@ -8,9 +8,11 @@ runs on its test server, through the official SDK.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from worker.bindings.encoding import encode
 pytestmark = pytest.mark.subprocess
 
 QUEUE = "work"
+#: Seconds ``docker stop`` (and Compose's ``stop``) leaves between SIGTERM and SIGKILL unless told otherwise.
+DOCKER_STOP_GRACE = 10.0
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -249,6 +253,32 @@ async def test_second_signal_exits_at_once(start_worker: StartWorker, queue: Que
     worker.send_signal(signal.SIGTERM)
     worker.wait_for_log("draining")
     assert worker.stop(signal.SIGINT, timeout=10) == 128 + signal.SIGINT
+
+
+@pytest.mark.parametrize("backend_kind", ["oci"], indirect=True)
+async def test_an_idle_oci_worker_with_the_default_long_poll_stops_within_dockers_default_grace(
+    tmp_path: Path, record_db: Path, connection: str, queue: QueueBackend
+) -> None:
+    """A connection without ``longPoll=``: the stopping host waits out the long poll under way (it never walks away
+    from one, see docs/backends.md), so the default wait must leave an idle worker time to exit before Docker's
+    SIGKILL, which would leave what that poll took hidden for its lease. The signal comes just after a message was
+    handled, when the listener's next long poll has just begun with its whole wait ahead."""
+    default = re.sub(r"&longPoll=\d+", "", connection)
+    config = write_host_yaml(tmp_path)
+    worker = WorkerProcess(config, {"AzureWebJobsStorage": default, "RECORD_DB": str(record_db),
+                                    "TRIGGER_QUEUE": QUEUE, "HANDLER_MODE": "ok"}).start()
+    try:
+        worker.wait_for_log("host started")
+        await send(queue, "wakes the poll")
+        poll(lambda: events(record_db, "done"), 20, what="the handler to finish")
+        await apoll(lambda: _empty(queue), 10, what="the message to be deleted")
+        signalled = time.monotonic()
+        assert worker.stop(timeout=60) == 0
+        took = time.monotonic() - signalled
+    finally:
+        worker.kill()
+    assert took < DOCKER_STOP_GRACE, f"an idle worker took {took:.1f} s to stop: Docker would have killed it"
+    assert worker.totals()["succeeded"] == 1
 
 
 def _released_at_stop(count: int, backend_kind: str) -> list[list[int]]:

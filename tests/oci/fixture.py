@@ -324,6 +324,16 @@ class OciTestServer:
                                     lifecycle_state="ACTIVE").data.items
         admin.update_queue(found.id, oci.queue.models.UpdateQueueDetails(dead_letter_queue_delivery_count=limit))
 
+    def allow_large_messages(self, queue: str) -> None:
+        """Give a queue the LARGE_MESSAGES capability as an operator would (UpdateQueue, the SDK's admin client)."""
+        import oci
+
+        admin = oci.queue.QueueAdminClient(oci.config.from_file(str(self.config_file)), service_endpoint=self.endpoint)
+        [found] = admin.list_queues(compartment_id=self.compartment_id, display_name=queue,
+                                    lifecycle_state="ACTIVE").data.items
+        admin.update_queue(found.id, oci.queue.models.UpdateQueueDetails(
+            capabilities=[oci.queue.models.LargeMessagesCapabilityDetails()]))
+
     def __enter__(self) -> OciTestServer:
         return self.start()
 

@@ -127,6 +127,8 @@ def test_on_oci_the_poison_queue_name_counts_only_where_the_host_keeps_poison(tm
     ("?compartment=c&longPoll=31", "longPoll must be whole seconds from 0 to 30, got '31'"),
     ("?compartment=c&longPoll=2.5", "longPoll must be whole seconds from 0 to 30, got '2.5'"),
     ("?compartment=c&longPoll=-1", "longPoll must be whole seconds from 0 to 30, got '-1'"),
+    ("?compartment=c&maxMessageBytes=0", "maxMessageBytes must be a whole number of bytes, at least 1, got '0'"),
+    ("?compartment=c&maxMessageBytes=256KiB", "maxMessageBytes must be a whole number of bytes, at least 1"),
 ])
 def test_a_wrong_oci_connection_is_refused_naming_the_key(tmp_path: Path, suffix: str, problem: str) -> None:
     found = _problems(tmp_path, "version: '2.0'\n", connection="oci://cell-1.example.com" + suffix)
@@ -140,6 +142,15 @@ def test_an_oci_long_poll_is_5_s_unless_the_connection_says(tmp_path: Path, quer
     backend = open_backend(f"oci+http://127.0.0.1:1?compartment=c{query}", tmp_path)
     assert backend.limits.long_poll == seconds
     assert backend.limits.max_batch == OCI.limits.max_batch  # the rest of the service's limits stay
+
+
+@pytest.mark.parametrize(("query", "size"), [("", 256 * 1024), ("&maxMessageBytes=524288", 512 * 1024)])
+def test_an_oci_message_may_have_256_kib_unless_the_connection_says(tmp_path: Path, query: str, size: int) -> None:
+    """Checked before sending, by the backend and by commands that have not opened one (``worker send``)."""
+    connection = f"oci+http://127.0.0.1:1?compartment=c{query}"
+    assert open_backend(connection, tmp_path).limits.max_message_bytes == size
+    assert OCI.limits_of(connection).max_message_bytes == size
+    assert OCI.limits_of(connection).max_batch == OCI.limits.max_batch
 
 
 def test_a_channel_is_refused_where_queues_have_none(tmp_path: Path) -> None:

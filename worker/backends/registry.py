@@ -61,6 +61,13 @@ class BackendKind:
     #: Whether the host copies this connection's poison to ``<queue>-poison`` (a queue whose name the service must
     #: accept too) rather than leaving it to the service's dead-letter queue.
     host_poison: Callable[[str | None], bool] = lambda _: True
+    #: The limits one connection string sets (OCI Queue's ``longPoll=`` and ``maxMessageBytes=``); None where every
+    #: connection has the kind's. Raises ConnectionStringError for a string that cannot be parsed.
+    connection_limits: Callable[[str | None], Limits] | None = None
+
+    def limits_of(self, connection: str | None) -> Limits:
+        """What ``connection`` accepts, before anything opens: the kind's limits as its string sets them."""
+        return self.limits if self.connection_limits is None else self.connection_limits(connection)
 
 
 def _sqlite_path(connection: str | None, base_dir: Path) -> Path:
@@ -164,7 +171,8 @@ OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES,
                   _needing("oci", "OCI Queue needs the OCI SDK", OCI_INSTALL, parse_oci_connection),
                   _describer(parse_oci_connection, "OCI Queue"),
                   _opening("worker.backends.oci.queues", "OciBackend", parse_oci_connection),
-                  _host_poison(parse_oci_connection))
+                  _host_poison(parse_oci_connection),
+                  lambda connection: parse_oci_connection(connection or "").limits)
 SQS = BackendKind("Amazon SQS", SQS_LIMITS, SQS_CAPABILITIES,
                   _needing("botocore", "Amazon SQS needs botocore", SQS_INSTALL, parse_sqs_connection),
                   _describer(parse_sqs_connection, "Amazon SQS"),

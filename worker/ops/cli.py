@@ -30,10 +30,12 @@ from typing import Any, NoReturn, TypeVar
 
 import structlog
 
+from worker.backends.failures import ConnectionStringError
 from worker.backends.queues import (
     DEFAULT_TTL_SECONDS,
     NEVER_EXPIRES,
     InvalidArgument,
+    Limits,
     MessageTooLarge,
     QueueBackend,
     QueueError,
@@ -289,7 +291,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     if ttl != NEVER_EXPIRES and args.delay >= ttl:  # refused before the queue is made
         raise UsageError(f"--delay must be shorter than --ttl (default {DEFAULT_TTL_SECONDS / 86400:g}d), got "
                          f"{args.delay:g}s and {ttl:g}s")
-    limit = _kind(config, args.connection).limits.max_message_bytes
+    limit = _limits(config, args.connection).max_message_bytes
     for number, text in enumerate(texts, 1):
         if (size := len(text.encode("utf-8"))) > limit:
             raise MessageTooLarge(
@@ -326,6 +328,14 @@ def _kind(config: HostConfig, connection: str | None) -> BackendKind:
     try:
         return backend_kind(config.connection_string(connection))
     except (UnsupportedConnection, ConnectionSettingError) as exc:
+        raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
+
+
+def _limits(config: HostConfig, connection: str | None) -> Limits:
+    """What ``connection`` accepts, as its string sets it (OCI Queue's ``maxMessageBytes=``), before anything opens."""
+    try:
+        return _kind(config, connection).limits_of(config.connection_string(connection))
+    except ConnectionStringError as exc:
         raise UsageError(f"connection {connection or DEFAULT_CONNECTION}: {exc}") from None
 
 

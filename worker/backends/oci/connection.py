@@ -3,7 +3,7 @@
 The form, chosen to read as a URL an OCI user can fill in from the Console::
 
     oci://<messages-endpoint-host>?compartment=<compartment-ocid>[&auth=...][&config=...][&profile=...]
-        [&adminEndpoint=<url>][&poison=service|host]
+        [&adminEndpoint=<url>][&poison=service|host][&longPoll=<seconds>][&maxMessageBytes=<bytes>]
 
 - ``<messages-endpoint-host>``: the queue's messages endpoint (Console: queue
   details, "Messages endpoint"), e.g. ``cell-1.queue.messaging.us-ashburn-1.oci.oraclecloud.com``.
@@ -23,6 +23,13 @@ The form, chosen to read as a URL an OCI user can fill in from the Console::
   dead-letter queue, which takes a message after the queue's
   ``deadLetterQueueDeliveryCount``; ``host`` copies them to ``<queue>-poison``
   after ``maxDequeueCount``, as on Azure, and that queue must exist.
+- ``maxMessageBytes``: the largest message content (UTF-8 bytes) a put may
+  carry, checked before anything is sent; 262144 (256 KiB) unless given. A
+  setting because no primary source states the service's figure (see
+  :data:`OCI_LIMITS`) and a queue made with the ``LARGE_MESSAGES`` capability
+  (the SDK's ``CapabilityDetails``) takes larger ones: where the figure is wrong,
+  an operator corrects it without a new release. A put past the service's own
+  limit is refused by it all the same, and read as MessageTooLarge.
 
 Nothing here puts a secret into a message: the string holds paths and names,
 and errors name keys.
@@ -31,7 +38,7 @@ and errors name keys.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -58,7 +65,8 @@ DEFAULT_CONFIG_FILE = "~/.oci/config"
 #: for at most 20, the figure the API reference pages were quoted with: valid under either maximum. For the 256 KiB
 #: message limit no primary source was found (the SDK's ``PutMessagesDetailsEntry.content`` says only "The content
 #: of the message"): it stays the figure of the API reference as tooling quoted it, the same as the test server's
-#: table (``tests/oci/server.py``), which refuses a request past these as the service does.
+#: table (``tests/oci/server.py``), which refuses a request past these as the service does; since it rests on no
+#: primary source, a connection may set another (``maxMessageBytes=``, see the module's docstring).
 #: The long poll used by default is 5 s, not the service's 30: a stop waits for a poll under way (see
 #: :data:`RELEASE_WAIT`), and 5 s lets an idle worker stop within Docker's default 10 s grace.
 OCI_LIMITS = Limits(
@@ -97,6 +105,15 @@ class OciConnection:
     #: Seconds a receive waits at the service for a message (0: none, the listener polls with back-off). It also
     #: bounds how much longer an idle worker takes to stop, since a poll under way is never walked away from.
     long_poll: int = int(OCI_LIMITS.long_poll)
+    #: The largest content a put may carry (``maxMessageBytes=``; see the module's docstring).
+    max_message_bytes: int = OCI_LIMITS.max_message_bytes
+
+    @property
+    def limits(self) -> Limits:
+        """The service's limits as this connection uses them: its long poll and message size."""
+        if (self.long_poll, self.max_message_bytes) == (OCI_LIMITS.long_poll, OCI_LIMITS.max_message_bytes):
+            return OCI_LIMITS
+        return replace(OCI_LIMITS, long_poll=float(self.long_poll), max_message_bytes=self.max_message_bytes)
 
     def describe(self) -> str:
         """For logs: the endpoint and how it signs in, never a key."""
@@ -115,7 +132,7 @@ def parse_oci_connection(text: str) -> OciConnection:
         raise ConnectionStringError("an OCI Queue connection names the messages endpoint: oci://<host>?compartment=...")
     query = {key: values[-1] for key, values in parse_qs(parts.query, keep_blank_values=True).items()}
     problems = []
-    known = {"compartment", "auth", "config", "profile", "adminEndpoint", "poison", "longPoll"}
+    known = {"compartment", "auth", "config", "profile", "adminEndpoint", "poison", "longPoll", "maxMessageBytes"}
     if unknown := sorted(set(query) - known):
         problems.append(f"unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     compartment = query.get("compartment", "")
@@ -131,6 +148,9 @@ def parse_oci_connection(text: str) -> OciConnection:
     long_poll = query.get("longPoll", str(int(OCI_LIMITS.long_poll)))
     if not (long_poll.isascii() and long_poll.isdigit() and int(long_poll) <= MAX_LONG_POLL):
         problems.append(f"longPoll must be whole seconds from 0 to {MAX_LONG_POLL}, got {long_poll!r}")
+    max_bytes = query.get("maxMessageBytes", str(OCI_LIMITS.max_message_bytes))
+    if not (max_bytes.isascii() and max_bytes.isdigit() and int(max_bytes) >= 1):
+        problems.append(f"maxMessageBytes must be a whole number of bytes, at least 1, got {max_bytes!r}")
     if problems:
         raise ConnectionStringError("OCI Queue connection: " + "; ".join(problems))
     http = "http" if parts.scheme.lower() == "oci+http" else "https"
@@ -143,4 +163,5 @@ def parse_oci_connection(text: str) -> OciConnection:
         admin_endpoint=query.get("adminEndpoint") or None,
         poison=poison,
         long_poll=int(long_poll),
+        max_message_bytes=int(max_bytes),
     )
