@@ -1,5 +1,7 @@
 """AWS SAM apps' SQS-triggered Lambda functions run unchanged, on moto's SQS: the tests' own app in this process,
-and Powertools' published batch processing example (tests/compat/sam/powertools, unmodified) under ``worker run``.
+and two published apps, unmodified, under ``worker run``: Powertools' batch processing example
+(tests/compat/sam/powertools) and a serverless-patterns pattern whose handler returns a plain ``batchItemFailures``
+(tests/compat/sam/lambda-dynamodb-error-handling).
 """
 
 from __future__ import annotations
@@ -8,9 +10,12 @@ import asyncio
 import hashlib
 import json
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import yaml
 
@@ -99,43 +104,110 @@ async def test_a_lambda_handler_gets_lambdas_event_and_context_and_fails_only_wh
 async def test_powertools_batch_processor_app_runs_unchanged_and_a_partial_failure_brings_back_only_its_record(
     moto_server: Moto, tmp_path: Path
 ) -> None:
-    """The queue is made as the template deploys it (a redrive policy to SampleDLQ after 2 receives), so the
-    connection leaves poison to it (poison=service); host.yaml has failed records come back at once rather than
-    after the queue's 30 s visibility."""
-    sqs = open_backend(moto_server.connection(), tmp_path)
-    assert isinstance(sqs, SqsBackend)
-    await sqs.create_queue("SampleDLQ")
-    await sqs.create_queue("SampleQueue")
-    client = sqs.client()
-    dlq_arn = (await sqs.queue_attributes("SampleDLQ"))["QueueArn"]
-    await asyncio.to_thread(client.set_queue_attributes, QueueUrl=client.get_queue_url(QueueName="SampleQueue")
-                            ["QueueUrl"], Attributes={"RedrivePolicy": json.dumps(
-                                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2})})
-    bad = (await sqs.put("SampleQueue", "not json")).id
-    for body in ('{"order": 1}', '{"order": 2}'):
-        await sqs.put("SampleQueue", body)
-    config = tmp_path / "host.yaml"
-    config.write_text(yaml.safe_dump({"version": "1.0", "extensions": {"queues": {"maxPollingInterval": "200ms"}},
-                                      "functions": {"HelloWorldFunction": {"visibilityTimeout": "0s"}}}))
-    worker = WorkerProcess(config, {"AWS_SQS": moto_server.connection(long_poll=1, poison="service")},
-                           app=str(SAM / "powertools" / "template.yaml")).start()
-    try:
-        worker.wait_for_log("host started")
-        poll(lambda: _dead_letters(sqs) == 1, 30, interval=0.2, what="the record that failed twice in SampleDLQ")
+    """The queue is made as the template deploys it: a redrive policy to SampleDLQ after 2 receives."""
+    async with _sam_app_running(moto_server, tmp_path, "powertools", "HelloWorldFunction", "SampleQueue",
+                                "SampleDLQ", 2, ["not json", '{"order": 1}', '{"order": 2}']) as (sqs, worker, ids):
+        bad = ids[0]
+        poll(lambda: _dead_letters(sqs, "SampleDLQ") == 1, 30, interval=0.2,
+             what="the record that failed twice in SampleDLQ")
         lines = worker.lines()
         # The first batch held all three records and failed one; the second run held that one alone, and failed
         # (Powertools raises when every record of a batch fails, which fails the batch, as on Lambda).
         assert [line["outcome"] for line in lines if line.get("event") == "Executed"] == ["failed,succeeded", "failed"]
         assert {line["message_id"] for line in lines if "message_id" in line} == {bad}, "a record that succeeded failed"
+
+
+#: serverless-patterns' lambda-dynamodb-error-handling-sam, in a folder named as its README names the stack.
+STACK = "lambda-dynamodb-error-handling"
+
+
+@pytest.mark.subprocess
+async def test_serverless_patterns_dynamodb_app_returns_batch_item_failures_and_only_the_failed_records_come_back(
+    moto_server: Moto, tmp_path: Path
+) -> None:
+    """Its handler writes each record to DynamoDB and names in ``batchItemFailures`` each it cannot take: a body
+    that is not JSON, or one without ``id``. Its queue redrives to its DLQ after 3 receives, so each failed record
+    is run three times and then is in the DLQ, while the records written are deleted after their one run."""
+    dynamodb = boto3.client("dynamodb", region_name=REGION, endpoint_url=moto_server.endpoint)
+    # The template's TABLE_NAME is `!Ref ItemsTable`, which this host, knowing queue names only, resolves to the
+    # table's logical id; a deployed stack's would be its TableName. The table is made under the host's name.
+    await asyncio.to_thread(dynamodb.create_table, TableName="ItemsTable", BillingMode="PAY_PER_REQUEST",
+                            AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+                            KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}])
+    bodies = ['{"id": "item-1", "name": "first"}', "invalid-json", '{"id": "item-2"}', '{"name": "no id"}']
+    # The region Lambda's runtime sets, and the SDK's endpoint variable that points the handler's DynamoDB at moto.
+    lambda_env = {"AWS_REGION": REGION, "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL_DYNAMODB": moto_server.endpoint}
+    try:
+        async with _sam_app_running(moto_server, tmp_path, STACK, f"{STACK}-processor", f"{STACK}-queue",
+                                    f"{STACK}-dlq", 3, bodies, lambda_env) as (sqs, worker, ids):
+            failed = {ids[1]: bodies[1], ids[3]: bodies[3]}
+            poll(lambda: _dead_letters(sqs, f"{STACK}-dlq") == 2, 30, interval=0.2,
+                 what="the two records the handler failed, three times each, in the DLQ")
+            lines = worker.lines()
+            named = [line["message_id"] for line in lines if line.get("event") == "handler failed one message"]
+            assert sorted(named) == sorted(3 * list(failed)), named
+            assert {line["message_id"] for line in lines if "message_id" in line} == set(failed), (
+                "a record the handler did not name failed")
+            assert _dead_letter_bodies(sqs, f"{STACK}-dlq") == sorted(failed.values())
+            assert _queue_counts(sqs, f"{STACK}-queue") == (0, 0), "a record written was not deleted"
+        items = (await asyncio.to_thread(dynamodb.scan, TableName="ItemsTable"))["Items"]
+        assert sorted((item["id"]["S"], item["name"]["S"]) for item in items) == [("item-1", "first"), ("item-2", "")]
     finally:
-        worker.stop()
-        for queue in ("SampleQueue", "SampleDLQ"):
-            await sqs.delete_queue(queue)
+        await asyncio.to_thread(dynamodb.delete_table, TableName="ItemsTable")
+
+
+@asynccontextmanager
+async def _sam_app_running(moto_server: Moto, tmp_path: Path, folder: str, function: str, queue: str, dlq: str,
+                           max_receive_count: int, bodies: list[str], env: dict[str, str] | None = None
+                           ) -> AsyncIterator[tuple[SqsBackend, WorkerProcess, list[str]]]:
+    """The SAM app in ``sam/<folder>`` under ``worker run`` against moto, ``bodies`` sent first (their ids yielded,
+    in order). ``queue`` is made as the template deploys it, with a redrive policy to ``dlq`` after
+    ``max_receive_count`` receives, so the connection leaves poison to it (poison=service); host.yaml has failed
+    records come back at once rather than after the queue's visibility timeout."""
+    sqs = open_backend(moto_server.connection(), tmp_path)
+    assert isinstance(sqs, SqsBackend)
+    worker: WorkerProcess | None = None
+    try:
+        await sqs.create_queue(dlq)
+        await sqs.create_queue(queue)
+        client = sqs.client()
+        dlq_arn = (await sqs.queue_attributes(dlq))["QueueArn"]
+        await asyncio.to_thread(client.set_queue_attributes, QueueUrl=client.get_queue_url(QueueName=queue)
+                                ["QueueUrl"], Attributes={"RedrivePolicy": json.dumps(
+                                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count})})
+        ids = [(await sqs.put(queue, body)).id for body in bodies]
+        config = tmp_path / "host.yaml"
+        config.write_text(yaml.safe_dump({"version": "1.0",
+                                          "extensions": {"queues": {"maxPollingInterval": "200ms"}},
+                                          "functions": {function: {"visibilityTimeout": "0s"}}}))
+        worker = WorkerProcess(config, {"AWS_SQS": moto_server.connection(long_poll=1, poison="service"),
+                                        **(env or {})}, app=str(SAM / folder / "template.yaml")).start()
+        worker.wait_for_log("host started")
+        yield sqs, worker, ids
+    finally:
+        if worker is not None:
+            worker.stop()
+        for name in (queue, dlq):
+            await sqs.delete_queue(name)
         await sqs.close()
 
 
-def _dead_letters(sqs: SqsBackend) -> int:
-    client = sqs.client()
-    url = client.get_queue_url(QueueName="SampleDLQ")["QueueUrl"]
-    return int(client.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
-               ["Attributes"]["ApproximateNumberOfMessages"])
+def _queue_url(sqs: SqsBackend, queue: str) -> str:
+    return str(sqs.client().get_queue_url(QueueName=queue)["QueueUrl"])
+
+
+def _queue_counts(sqs: SqsBackend, queue: str) -> tuple[int, int]:
+    """The queue's messages waiting and in flight."""
+    attributes = sqs.client().get_queue_attributes(
+        QueueUrl=_queue_url(sqs, queue),
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"])["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]), int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def _dead_letters(sqs: SqsBackend, dlq: str) -> int:
+    return _queue_counts(sqs, dlq)[0]
+
+
+def _dead_letter_bodies(sqs: SqsBackend, dlq: str) -> list[str]:
+    answer = sqs.client().receive_message(QueueUrl=_queue_url(sqs, dlq), MaxNumberOfMessages=10)
+    return sorted(message["Body"] for message in answer.get("Messages", []))

@@ -18,7 +18,8 @@ What maps to what:
   leaves a failed record hidden until its visibility ends); its ``RedrivePolicy.maxReceiveCount``:
   ``maxDequeueCount``, so that the queue's redrive policy and the host agree (see the ``poison=`` connection key);
 - ``Handler`` and ``CodeUri``: the module is imported with ``CodeUri`` on the import path, as ``sam build`` lays
-  it out; ``Environment.Variables`` are set in the process (a variable already set in the environment wins);
+  it out; ``Environment.Variables`` are set in the process before the handler is imported, as Lambda sets them
+  before it loads the module (a variable already set in the environment wins);
 - ``Globals.Function`` under each function's own properties.
 
 Not run, and listed at start: events of other types, functions of another runtime or packaged as images, events
@@ -144,24 +145,25 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
             skipped.append(SkippedFunction(name, "SQS", f"function {name} is not run: its runtime is "
                                            f"{properties.get('PackageType') or runtime}, not Python"))
             continue
-        handler = _import_handler(properties, folder, name, modules, problems)
         for key, value in ((properties.get("Environment") or {}).get("Variables") or {}).items():
             value = "" if value is None else str(value)
-            if key in variables and variables[key][1] != value:
-                problems.append(f"function {name}: environment variable {key} is {value!r} here and "
-                                f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
-                                "environment")
-            variables.setdefault(key, (name, value))
+            if key in variables:
+                if variables[key][1] != value:
+                    problems.append(f"function {name}: environment variable {key} is {value!r} here and "
+                                    f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
+                                    "environment")
+                continue
+            variables[key] = (name, value)
+            if key not in environ:
+                environ[key] = value
+            elif environ[key] != value:
+                log.info("template environment variable set otherwise in the environment; the environment's kept",
+                         variable=key)
+        handler = _import_handler(properties, folder, name, modules, problems)
         for event, spec in sqs_events.items():
             event_name = name if len(sqs_events) == 1 else f"{name}-{event}"
             _register(app, event_name, spec.get("Properties") or {}, properties, handler, template, resolver,
                       skipped, problems)
-    for key, (_, value) in variables.items():
-        if key not in environ:
-            environ[key] = value
-        elif environ[key] != value:
-            log.info("template environment variable set otherwise in the environment; the environment's kept",
-                     variable=key)
     return ConvertedApp(app, tuple(skipped), (), tuple(problems))
 
 
