@@ -23,6 +23,7 @@ from mkdocs.structure.pages import Page
 
 from worker.ops import cli
 from worker.settings import config as settings
+from worker.settings import schema as checks
 
 CLI_PAGE = "reference/cli.md"
 SETTINGS_PAGE = "reference/settings.md"
@@ -180,7 +181,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
 
 #: The settings' types, by the function the schema parses them with.
 TYPES: dict[str, str] = {
-    "_integer": "whole number", "_boolean": "true or false", "_number": "number", "_text": "text",
+    "parse_integer": "whole number", "parse_boolean": "true or false", "parse_number": "number", "parse_text": "text",
     "_version": "text", "parse_duration": "duration", "_optional_duration": "duration, or -1",
     "_spark_conf": "map of Spark properties", "_log_levels": "map of category to level",
     "_names": "list of `module:attribute`", "parse_http_host": "address or host name",
@@ -225,7 +226,7 @@ def _kind(setting: Any) -> str:
 
 def _range(setting: Any) -> str:
     check = setting.check
-    if isinstance(check, (settings._Between, settings._OneOf)):
+    if isinstance(check, (checks.Between, checks.OneOf)):
         text = str(check)
         return f"{text}, or `-1`" if setting.parse is settings._optional_duration else text
     return ""

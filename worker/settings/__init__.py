@@ -3,6 +3,8 @@
 - :mod:`.config`: the schema and the loader (every error names file and line):
   ``HostConfig``, the host's settings, and ``FunctionOptions``, one function's
   (its ``functions:`` section over the global values);
+- :mod:`.schema`: how one setting is read and checked (parsers, ranges, the
+  errors' wording), for the host's schema and every section's alike;
 - :mod:`.functions_json`: host.json and local.settings.json read as Functions
   reads JSON (comments, trailing commas);
 - :mod:`.local_settings`: local.settings.json into the environment, as Core Tools does;

@@ -19,12 +19,10 @@ list of the functions to load) is accepted and ignored, as before.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import ipaddress
-import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,23 @@ from worker.observability.logs import FUNCTIONS_LEVELS
 from worker.settings import functions_json
 from worker.settings.connections import ResolvedConnection, Service, resolve
 from worker.settings.retry import RetryPolicy, parse_retry
+from worker.settings.schema import (
+    Between,
+    ConfigError,
+    ConfigErrors,
+    Setting,
+    one_of,
+    parse_boolean,
+    parse_duration,
+    parse_integer,
+    parse_number,
+    parse_text,
+    raise_all,
+    unknown,
+)
+
+__all__ = ["ConfigError", "ConfigErrors", "FunctionOptions", "FunctionOverrides", "HostConfig", "load_config",
+           "parse_duration", "parse_http_host"]
 
 ENV_PREFIX = "WORKER__"
 
@@ -64,113 +79,11 @@ IGNORED_HOST_JSON_KEYS = frozenset(
 )
 
 
-class ConfigError(ValueError):
-    """A setting is wrong. ``key`` is the dotted path, ``where`` the file:line or variable."""
-
-    def __init__(self, key: str, problem: str, where: str | None = None) -> None:
-        self.key = key
-        self.problem = problem
-        self.where = where
-        prefix = f"{where}: " if where else ""
-        super().__init__(f"{prefix}{key}: {problem}")
-
-
-class ConfigErrors(ConfigError):
-    """Several settings are wrong: every one is listed, so that one run shows all there is to fix."""
-
-    def __init__(self, errors: list[ConfigError]) -> None:
-        first = errors[0]
-        super().__init__(first.key, first.problem, first.where)
-        self.errors = errors
-        self.args = (f"{len(errors)} problems in the settings:\n" + "\n".join(f"  {e}" for e in errors),)
-
-
-def _raise_all(errors: list[ConfigError]) -> None:
-    """Raise the one problem as it is, several together; nothing when there are none."""
-    errors = [one for error in errors for one in (error.errors if isinstance(error, ConfigErrors) else [error])]
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise ConfigErrors(errors)
-
-
-# A sign is read, so that a negative duration is refused by its setting's range ("must be between"), as what it is,
-# rather than as badly written.
-_DURATION_HMS = re.compile(r"^(-)?(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
-_DURATION_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from ``hh:mm:ss`` (host.json's TimeSpan, optionally ``d.hh:mm:ss``), ``30s``/``10m``/``250ms``, or a number.
-
-    Raises ValueError with the accepted forms, for ConfigError to wrap.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if m := _DURATION_HMS.match(text):
-            sign, days, hours, minutes, seconds = m.groups()
-            if int(minutes) >= 60 or float(seconds) >= 60:
-                raise ValueError(f"minutes and seconds must be below 60 in {value!r}")
-            total = int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-            return -total if sign else total
-        if m := _DURATION_UNIT.match(text):
-            return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-    raise ValueError(f"expected a duration like '00:05:00', '30s' or '10m', got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Setting:
-    """One key of the schema: how to read it and which values are allowed."""
-
-    attr: str
-    parse: Callable[[Any], Any]
-    check: Callable[[Any], str | None] = lambda _v: None
-
-    def read(self, key: str, value: Any, where: str) -> Any:
-        """``value`` parsed and checked; ConfigError naming ``key`` and ``where`` when it is wrong."""
-        try:
-            parsed = self.parse(value)
-        except ValueError as exc:
-            raise ConfigError(key, str(exc), where) from None
-        if problem := self.check(parsed):
-            raise ConfigError(key, problem, where)
-        return parsed
-
-
-def _integer(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected a whole number, got {value!r}")
-    return value
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {value!r}")
-    return float(value)
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected text, got {value!r}")
-    return value
-
-
 def _version(value: Any) -> str:
     """``version: 1.0`` unquoted reads as a number in YAML; it is still the version text."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    return _text(value)
+    return parse_text(value)
 
 
 def _spark_conf(value: Any) -> dict[str, str]:
@@ -205,7 +118,7 @@ def _names(value: Any) -> tuple[str, ...]:
 
 def parse_http_host(value: Any) -> str:
     """``worker.httpHost``: an address of this machine to listen on, or a host name that resolves to one."""
-    host = _text(value).strip()
+    host = parse_text(value).strip()
     try:
         ipaddress.ip_address(host)
         return host
@@ -232,7 +145,7 @@ def _host_names(value: Any) -> tuple[str, ...]:
 
 
 def _spark_master(value: Any) -> str:
-    master = _text(value)
+    master = parse_text(value)
     if not re.match(r"^(local(\[(\*|\d+)\])?|local-cluster\[.*\]|spark://.+|sc://.+|yarn|k8s://.+|mesos://.+)$", master):
         raise ValueError(
             f"expected a Spark master (local[*], spark://host:port, sc://host:port, yarn, k8s://...), got {master!r}"
@@ -242,7 +155,7 @@ def _spark_master(value: Any) -> str:
 
 def _web_ui(value: Any) -> str:
     """``spark.webUi``: the http(s) address of a Spark Connect server's web UI."""
-    url = _text(value)
+    url = parse_text(value)
     if not re.match(r"^https?://[^/\s]+/?$", url):
         raise ValueError(f"expected the web UI's address, as http://host:port, got {url!r}")
     return url
@@ -255,90 +168,38 @@ def _optional_duration(value: Any) -> float | None:
     return parse_duration(value)
 
 
-@dataclass(frozen=True, slots=True)
-class _Between:
-    """A range check; with ``unit`` "s" the values are durations, written as the settings write them. Its text
-    (``str()``) is the range as the settings reference gives it."""
-
-    low: float
-    high: float
-    unit: str = ""
-
-    def show(self, number: float) -> str:
-        return _duration_text(number) if self.unit == "s" else f"{number:g}{self.unit}"
-
-    def __call__(self, value: Any) -> str | None:
-        if value is None or self.low <= value <= self.high:
-            return None
-        got = "NaN" if value != value else self.show(value)
-        return f"must be between {self.show(self.low)} and {self.show(self.high)}, got {got}"
-
-    def __str__(self) -> str:
-        return f"{self.show(self.low)} .. {self.show(self.high)}"
-
-
-_between = _Between
-
-
-def _duration_text(seconds: float) -> str:
-    """``seconds`` in the largest of d, h, m, s it is a whole number of (70d rather than 6.048e+06s)."""
-    if not math.isfinite(seconds):
-        return f"{seconds:g}"
-    for unit in ("d", "h", "m"):
-        if seconds and seconds % _UNIT_SECONDS[unit] == 0:
-            return f"{seconds / _UNIT_SECONDS[unit]:g}{unit}"
-    return f"{seconds:g}s"
-
-
-@dataclass(frozen=True, slots=True)
-class _OneOf:
-    """A check that the value is one of ``choices``; its text is the choices."""
-
-    choices: tuple[str, ...]
-
-    def __call__(self, value: Any) -> str | None:
-        return None if value in self.choices else f"must be one of {', '.join(self.choices)}, got {value!r}"
-
-    def __str__(self) -> str:
-        return ", ".join(self.choices)
-
-
-def _one_of(*choices: str) -> _OneOf:
-    return _OneOf(choices)
-
-
 _WEEK = 7 * 86400.0
 
-_SCHEMA: dict[str, _Setting] = {
-    "version": _Setting("version", _version),
-    "functionTimeout": _Setting("function_timeout", _optional_duration, _between(1, 10 * _WEEK, "s")),
-    "extensions.queues.batchSize": _Setting("batch_size", _integer, _between(1, 32)),
-    "extensions.queues.newBatchThreshold": _Setting("new_batch_threshold", _integer, _between(0, 10_000)),
-    "extensions.queues.maxPollingInterval": _Setting("max_polling_interval", parse_duration, _between(0.1, 86400, "s")),
-    "extensions.queues.visibilityTimeout": _Setting("visibility_timeout", parse_duration, _between(0, _WEEK, "s")),
-    "extensions.queues.maxDequeueCount": _Setting("max_dequeue_count", _integer, _between(1, 10_000)),
-    "extensions.queues.messageEncoding": _Setting("message_encoding", _text, _one_of("base64", "none")),
-    "worker.leaseDuration": _Setting("lease_duration", parse_duration, _between(1, _WEEK, "s")),
-    "worker.leaseRenewalFraction": _Setting("lease_renewal_fraction", _number, _between(0.1, 0.9)),
-    "worker.drainTimeout": _Setting("drain_timeout", parse_duration, _between(0, 86400, "s")),
-    "worker.maxInFlight": _Setting("max_in_flight", _integer, _between(1, 100_000)),
-    "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
-    "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
-    "worker.httpHost": _Setting("http_host", parse_http_host),
-    "worker.httpTokenFile": _Setting("http_token_file", _text),
-    "worker.httpOpenData": _Setting("http_open_data", _boolean),
-    "worker.httpAllowedHosts": _Setting("http_allowed_hosts", _host_names),
-    "worker.invocationLogs": _Setting("invocation_logs", _boolean),
-    "worker.middleware": _Setting("middleware", _names),
-    "worker.processes": _Setting("processes", _integer, _between(1, 256)),
-    "retry": _Setting("retry", lambda value: parse_retry(value, parse_duration)),
-    "spark.master": _Setting("spark_master", _spark_master),
-    "spark.appName": _Setting("spark_app_name", _text),
-    "spark.conf": _Setting("spark_conf", _spark_conf),
-    "spark.startTimeout": _Setting("spark_start_timeout", parse_duration, _between(1, 86400, "s")),
-    "spark.checkTimeout": _Setting("spark_check_timeout", parse_duration, _between(1, 3600, "s")),
-    "spark.webUi": _Setting("spark_web_ui", _web_ui),
-    "logging.logLevel": _Setting("log_levels", _log_levels),
+_SCHEMA: dict[str, Setting] = {
+    "version": Setting("version", _version),
+    "functionTimeout": Setting("function_timeout", _optional_duration, Between(1, 10 * _WEEK, "s")),
+    "extensions.queues.batchSize": Setting("batch_size", parse_integer, Between(1, 32)),
+    "extensions.queues.newBatchThreshold": Setting("new_batch_threshold", parse_integer, Between(0, 10_000)),
+    "extensions.queues.maxPollingInterval": Setting("max_polling_interval", parse_duration, Between(0.1, 86400, "s")),
+    "extensions.queues.visibilityTimeout": Setting("visibility_timeout", parse_duration, Between(0, _WEEK, "s")),
+    "extensions.queues.maxDequeueCount": Setting("max_dequeue_count", parse_integer, Between(1, 10_000)),
+    "extensions.queues.messageEncoding": Setting("message_encoding", parse_text, one_of("base64", "none")),
+    "worker.leaseDuration": Setting("lease_duration", parse_duration, Between(1, _WEEK, "s")),
+    "worker.leaseRenewalFraction": Setting("lease_renewal_fraction", parse_number, Between(0.1, 0.9)),
+    "worker.drainTimeout": Setting("drain_timeout", parse_duration, Between(0, 86400, "s")),
+    "worker.maxInFlight": Setting("max_in_flight", parse_integer, Between(1, 100_000)),
+    "worker.handlerThreads": Setting("handler_threads", parse_integer, Between(1, 1024)),
+    "worker.httpPort": Setting("http_port", parse_integer, Between(0, 65535)),
+    "worker.httpHost": Setting("http_host", parse_http_host),
+    "worker.httpTokenFile": Setting("http_token_file", parse_text),
+    "worker.httpOpenData": Setting("http_open_data", parse_boolean),
+    "worker.httpAllowedHosts": Setting("http_allowed_hosts", _host_names),
+    "worker.invocationLogs": Setting("invocation_logs", parse_boolean),
+    "worker.middleware": Setting("middleware", _names),
+    "worker.processes": Setting("processes", parse_integer, Between(1, 256)),
+    "retry": Setting("retry", lambda value: parse_retry(value, parse_duration)),
+    "spark.master": Setting("spark_master", _spark_master),
+    "spark.appName": Setting("spark_app_name", parse_text),
+    "spark.conf": Setting("spark_conf", _spark_conf),
+    "spark.startTimeout": Setting("spark_start_timeout", parse_duration, Between(1, 86400, "s")),
+    "spark.checkTimeout": Setting("spark_check_timeout", parse_duration, Between(1, 3600, "s")),
+    "spark.webUi": Setting("spark_web_ui", _web_ui),
+    "logging.logLevel": Setting("log_levels", _log_levels),
 }
 
 
@@ -355,8 +216,8 @@ _FUNCTION_KEYS: dict[str, str] = {
     "maxConcurrency": "maxConcurrency",
 }
 #: Settings that exist per function only.
-_FUNCTION_ONLY: dict[str, _Setting] = {
-    "maxConcurrency": _Setting("max_concurrency", _integer, _between(1, 100_000)),
+_FUNCTION_ONLY: dict[str, Setting] = {
+    "maxConcurrency": Setting("max_concurrency", parse_integer, Between(1, 100_000)),
 }
 
 
@@ -681,7 +542,7 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
             functions[name] = _function_overrides(name, fields, where, derive_threshold=not threshold_given)
         except ConfigError as exc:
             errors.append(exc)
-    _raise_all(errors)
+    raise_all(errors)
     source = Path(path).resolve() if path is not None else None
     return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
                       ignored_keys=tuple(sorted(ignored)), source=source)
@@ -722,25 +583,9 @@ def _read_key(
         inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
         if inside:  # a known section given a scalar or a list
             raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
-        raise ConfigError(key, _unknown(key, [*_SCHEMA, "connections", "functions"], "known keys"), where)
+        raise ConfigError(key, unknown(key, [*_SCHEMA, "connections", "functions"], "known keys"), where)
     settings[setting.attr] = setting.read(key, value, where)
 
-
-def _unknown(key: str, known: Iterable[str], listed: str) -> str:
-    """"unknown key", with what it most likely misspells (a wrong case, a letter or two, in the key or in the section
-    it starts with: ``fuctions.a.batchSize``), then every known key: a typo otherwise reads like a setting this
-    host lacks."""
-    known = sorted(known)
-    parts = key.split(".")
-    best, score = None, 0.8  # below this, a guess misleads more than it helps
-    for name in known:
-        depth = name.count(".") + 1
-        ratio = difflib.SequenceMatcher(None, ".".join(parts[:depth]).lower(), name.lower()).ratio()
-        guess = ".".join([name, *parts[depth:]])
-        if ratio > score and guess != key:
-            best, score = guess, ratio
-    hint = f"; did you mean {best}?" if best else ""
-    return f"unknown key{hint} ({listed}: {', '.join(known)})"
 
 
 def _default_threshold(batch_size: int) -> int:
@@ -787,12 +632,12 @@ def _function_overrides(
         global_key = _FUNCTION_KEYS.get(field_key)
         try:
             if global_key is None:
-                raise ConfigError(dotted, _unknown(field_key, _FUNCTION_KEYS, "a function may set"), at)
+                raise ConfigError(dotted, unknown(field_key, _FUNCTION_KEYS, "a function may set"), at)
             setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
             settings[setting.attr] = setting.read(dotted, value, at)
         except ConfigError as exc:
             errors.append(exc)
-    _raise_all(errors)
+    raise_all(errors)
     if derive_threshold and "batch_size" in settings and "new_batch_threshold" not in settings:
         settings["new_batch_threshold"] = _default_threshold(settings["batch_size"])
     return FunctionOverrides(settings, where)
