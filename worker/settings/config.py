@@ -31,6 +31,7 @@ import yaml
 
 from worker.observability.logs import FUNCTIONS_LEVELS
 from worker.settings import functions_json
+from worker.settings import sections as foreign
 from worker.settings.connections import ResolvedConnection, Service, resolve
 from worker.settings.retry import RetryPolicy, parse_retry
 from worker.settings.schema import (
@@ -38,6 +39,7 @@ from worker.settings.schema import (
     ConfigError,
     ConfigErrors,
     Setting,
+    likely,
     one_of,
     parse_boolean,
     parse_duration,
@@ -47,6 +49,7 @@ from worker.settings.schema import (
     raise_all,
     unknown,
 )
+from worker.settings.sections import Section
 
 __all__ = ["ConfigError", "ConfigErrors", "FunctionOptions", "FunctionOverrides", "HostConfig", "load_config",
            "parse_duration", "parse_http_host"]
@@ -84,13 +87,6 @@ def _version(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     return parse_text(value)
-
-
-def _spark_conf(value: Any) -> dict[str, str]:
-    """``spark.conf``: Spark property names to values, given to the SparkSession builder as text."""
-    if not isinstance(value, dict):
-        raise ValueError(f"expected a mapping of Spark properties to values, got {value!r}")
-    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
 
 
 def _log_levels(value: Any) -> dict[str, str]:
@@ -144,23 +140,6 @@ def _host_names(value: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _spark_master(value: Any) -> str:
-    master = parse_text(value)
-    if not re.match(r"^(local(\[(\*|\d+)\])?|local-cluster\[.*\]|spark://.+|sc://.+|yarn|k8s://.+|mesos://.+)$", master):
-        raise ValueError(
-            f"expected a Spark master (local[*], spark://host:port, sc://host:port, yarn, k8s://...), got {master!r}"
-        )
-    return master
-
-
-def _web_ui(value: Any) -> str:
-    """``spark.webUi``: the http(s) address of a Spark Connect server's web UI."""
-    url = parse_text(value)
-    if not re.match(r"^https?://[^/\s]+/?$", url):
-        raise ValueError(f"expected the web UI's address, as http://host:port, got {url!r}")
-    return url
-
-
 def _optional_duration(value: Any) -> float | None:
     """functionTimeout: -1 (or null) means no limit, as in host.json."""
     if value is None or value == -1 or value == "-1":
@@ -193,12 +172,6 @@ _SCHEMA: dict[str, Setting] = {
     "worker.middleware": Setting("middleware", _names),
     "worker.processes": Setting("processes", parse_integer, Between(1, 256)),
     "retry": Setting("retry", lambda value: parse_retry(value, parse_duration)),
-    "spark.master": Setting("spark_master", _spark_master),
-    "spark.appName": Setting("spark_app_name", parse_text),
-    "spark.conf": Setting("spark_conf", _spark_conf),
-    "spark.startTimeout": Setting("spark_start_timeout", parse_duration, Between(1, 86400, "s")),
-    "spark.checkTimeout": Setting("spark_check_timeout", parse_duration, Between(1, 3600, "s")),
-    "spark.webUi": Setting("spark_web_ui", _web_ui),
     "logging.logLevel": Setting("log_levels", _log_levels),
 }
 
@@ -216,6 +189,10 @@ _FUNCTION_KEYS: dict[str, str] = {
     "maxConcurrency": "maxConcurrency",
 }
 #: Settings that exist per function only.
+#: The top-level keys the host reads itself. Any other top-level mapping, but host.json's that the host ignores, is
+#: a section for the part of the worker that declares it (:mod:`worker.settings.sections`).
+OWN_SECTIONS = frozenset({key.split(".")[0] for key in _SCHEMA} | {"connections", "functions"})
+
 _FUNCTION_ONLY: dict[str, Setting] = {
     "maxConcurrency": Setting("max_concurrency", parse_integer, Between(1, 100_000)),
 }
@@ -299,17 +276,6 @@ class HostConfig:
     middleware: tuple[str, ...] = ()
     #: Worker processes ``worker run`` starts under a supervisor (FUNCTIONS_WORKER_PROCESS_COUNT); 1: no supervisor.
     processes: int = 1
-    #: Where Spark runs: local[*], a cluster master, or a Spark Connect sc:// URL.
-    spark_master: str = "local[*]"
-    spark_app_name: str = "queueworker"
-    #: Spark properties for the session builder (spark.sql.shuffle.partitions, ...).
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-    #: How long making the Spark session and its warm-up job may take, and how long a check that it is alive may
-    #: wait (see :class:`worker.middleware.spark.SparkSettings`).
-    spark_start_timeout: float = 180.0
-    spark_check_timeout: float = 30.0
-    #: A Spark Connect server's web UI, through which the host cancels jobs an interrupt could not reach.
-    spark_web_ui: str | None = None
     #: Log levels by Functions category (host.json's ``logging.logLevel``); ``worker run --log-level`` wins.
     log_levels: Mapping[str, str] = field(default_factory=dict)
     #: Named connection strings; an environment variable of the same name wins.
@@ -322,6 +288,9 @@ class HostConfig:
     max_concurrency: int | None = None
     #: The ``functions:`` section: settings of single functions, by function name.
     functions: Mapping[str, FunctionOverrides] = field(default_factory=dict)
+    #: Top-level sections the host does not read itself (``spark:``), by name, as given: what declares a section reads
+    #: it (:mod:`worker.settings.sections`); one that nothing declares is refused at start.
+    sections: Mapping[str, Section] = field(default_factory=dict)
     #: Keys read but not used (copied from host.json), for the host to warn about.
     ignored_keys: tuple[str, ...] = ()
     #: The file the settings were read from (host.yaml or host.json); None for the defaults.
@@ -330,19 +299,19 @@ class HostConfig:
     def differences(self) -> dict[str, str]:
         """The settings that differ from the defaults, by host.yaml key, as text for people (the console).
 
-        Connection strings and Spark properties may hold secrets: only their names are given. Where the files
-        are and the ``functions:`` sections (shown with each function) are left out.
+        Connection strings and the mappings of other sections (Spark's properties) may hold secrets: only their
+        names are given. Where the files are and the ``functions:`` sections (shown with each function) are left out.
         """
         default = HostConfig()
         keys = {setting.attr: key for key, setting in _SCHEMA.items()}
         found: dict[str, str] = {}
         for item in dataclasses.fields(self):
-            if item.name in ("base_dir", "source", "ignored_keys", "functions"):
+            if item.name in ("base_dir", "source", "ignored_keys", "functions", "sections"):
                 continue
             value = getattr(self, item.name)
             if value == getattr(default, item.name):
                 continue
-            if item.name in ("connections", "spark_conf"):
+            if item.name == "connections":
                 text = ", ".join(sorted(value))
             elif isinstance(value, RetryPolicy):
                 text = value.describe()
@@ -353,6 +322,9 @@ class HostConfig:
             else:
                 text = "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
             found[keys.get(item.name, item.name)] = text
+        for name, section in sorted(self.sections.items()):
+            for key, value in section.values.items():
+                found[f"{name}.{key}"] = ", ".join(sorted(map(str, value))) if isinstance(value, Mapping) else str(value)
         return found
 
     def for_function(
@@ -403,24 +375,32 @@ class HostConfig:
         return self.resolve_connection(name, service, embedded_default=name is None).value
 
 
-def _line_index(text: str) -> dict[str, int]:
-    """Map each dotted key path to the 1-based line where its key stands, for error messages."""
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Map each key path to the 1-based line where its key stands, for error messages."""
     try:
         root = yaml.compose(text)
     except yaml.YAMLError:
         return {}
-    lines: dict[str, int] = {}
+    lines: dict[tuple[str, ...], int] = {}
 
-    def walk(node: yaml.Node, prefix: str) -> None:
+    def walk(node: yaml.Node, prefix: tuple[str, ...]) -> None:
         if isinstance(node, yaml.MappingNode):
             for key_node, value_node in node.value:
-                path = f"{prefix}{key_node.value}"
+                path = (*prefix, str(key_node.value))
                 lines[path] = key_node.start_mark.line + 1
-                walk(value_node, path + ".")
+                walk(value_node, path)
 
     if root is not None:
-        walk(root, "")
+        walk(root, ())
     return lines
+
+
+def _foreign(name: str, value: Any) -> bool:
+    """Whether the top-level ``name`` is a section for another part of the worker to read: a mapping (or nothing,
+    its keys all commented out) under a name that is not the host's own, nor likely a misspelling of one
+    (``extension:``), which the loader refuses as it is."""
+    return (name not in OWN_SECTIONS and name not in IGNORED_HOST_JSON_KEYS
+            and (value is None or isinstance(value, dict)) and likely(name, OWN_SECTIONS) is None)
 
 
 def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
@@ -439,17 +419,16 @@ def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
             out[path] = value
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-    """``WORKER__a__b=v`` becomes ``{"a.b": (v parsed as a YAML scalar, "WORKER__a__b")}``."""
-    found: dict[str, tuple[Any, str]] = {}
+def _env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[Any, str]]:
+    """``WORKER__a__b=v`` becomes ``{("a", "b"): (v parsed as a YAML scalar, "environment WORKER__a__b")}``."""
+    found: dict[tuple[str, ...], tuple[Any, str]] = {}
     for name, raw in environ.items():
         if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
-            path = ".".join(name[len(ENV_PREFIX):].split("__"))
             try:
                 value = yaml.safe_load(raw) if raw.strip() else raw
             except (yaml.YAMLError, RecursionError):  # read as the text it is, which its setting then refuses
                 value = raw
-            found[path] = (value, f"environment {name}")
+            found[tuple(name[len(ENV_PREFIX):].split("__"))] = (value, f"environment {name}")
     return found
 
 
@@ -470,6 +449,9 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     values: dict[str, tuple[Any, str]] = {}
     #: file:line of every key in the file, for errors inside sections read whole (functions:).
     line_of: dict[str, str] = {}
+    #: Top-level sections for other parts of the worker (``spark:``), and where each of their keys stands.
+    given: dict[str, Any] = {}
+    origins: dict[tuple[str, ...], str] = {}
     base_dir = Path.cwd()
     if path is not None:
         file = Path(path)
@@ -494,19 +476,28 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
                 at = f"{file}:{mark.line + 1}" if mark else str(file)
                 problem = getattr(exc, "problem", None) or str(exc)
                 raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
-        lines = _line_index(text)
+        key_lines = _key_lines(text)
+        lines = {".".join(key): line for key, line in key_lines.items()}
         line_of.update((key, f"{file}:{line}") for key, line in lines.items())
+        tree = tree if tree is not None else {}
+        if isinstance(tree, dict):
+            given.update((str(name), tree.pop(name)) for name, value in list(tree.items()) if _foreign(str(name), value))
+            origins.update((key, f"{file}:{line}") for key, line in key_lines.items() if key[0] in given)
         flat: dict[str, Any] = {}
-        _flatten(tree if tree is not None else {}, "", flat, str(file))
+        _flatten(tree, "", flat, str(file))
         for key, value in flat.items():
             line = lines.get(key)
             values[key] = (value, f"{file}:{line}" if line else str(file))
-    values.update(_env_overrides(environ))
+    overrides = []
+    for parts, (value, where) in _env_overrides(environ).items():
+        if len(parts) > 1 and (parts[0] in given or _foreign(parts[0], {})):
+            overrides.append((parts, value, where))
+        else:
+            values[".".join(parts)] = (value, where)
 
     settings: dict[str, Any] = {}
     ignored: list[str] = []
     connections: dict[str, str] = {}
-    spark_conf: dict[str, str] = {}
     log_levels: dict[str, tuple[Any, str]] = {}
     function_values: dict[str, tuple[dict[str, Any], str]] = {}
     retry_fields: dict[str, Any] = {}
@@ -514,13 +505,11 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     for key, (value, where) in values.items():
         try:
             _read_key(key, value, where, settings=settings, ignored=ignored, connections=connections,
-                      spark_conf=spark_conf, log_levels=log_levels, retry_fields=retry_fields,
+                      log_levels=log_levels, retry_fields=retry_fields,
                       functions=(function_values, lambda k: line_of.get(k, "")))
         except ConfigError as exc:
             errors.append(exc)
 
-    if spark_conf:
-        settings["spark_conf"] = {**settings.get("spark_conf", {}), **spark_conf}
     for category, (value, where) in log_levels.items():
         try:
             level = _SCHEMA["logging.logLevel"].read(f"logging.logLevel.{category}", {category: value}, where)
@@ -545,12 +534,13 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     raise_all(errors)
     source = Path(path).resolve() if path is not None else None
     return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
-                      ignored_keys=tuple(sorted(ignored)), source=source)
+                      sections=foreign.gather(given, origins, overrides), ignored_keys=tuple(sorted(ignored)),
+                      source=source)
 
 
 def _read_key(
     key: str, value: Any, where: str, *, settings: dict[str, Any], ignored: list[str], connections: dict[str, str],
-    spark_conf: dict[str, str], log_levels: dict[str, tuple[Any, str]], retry_fields: dict[str, Any],
+    log_levels: dict[str, tuple[Any, str]], retry_fields: dict[str, Any],
     functions: tuple[dict[str, tuple[dict[str, Any], str]], Callable[[str], str]],
 ) -> None:
     """Put one flattened key where it belongs: a setting read against the schema, or a section collected whole."""
@@ -559,9 +549,6 @@ def _read_key(
         return
     if key == "connections" or key.startswith("connections."):
         connections.update(_connections(key, value, where))
-        return
-    if key.startswith("spark.conf."):  # one Spark property from the environment
-        spark_conf[key[len("spark.conf."):]] = str(value)
         return
     if key.startswith("logging.logLevel."):  # one category's level from the environment
         log_levels[key[len("logging.logLevel."):]] = (value, where)
