@@ -9,6 +9,10 @@ out-of-range value is an error naming the key and the line.
 
 Environment variables override file values: ``WORKER__extensions__queues__batchSize=4``.
 
+A top-level section the host does not read (``spark:``, with ``WORKER__spark__...``
+over it) is kept as given, with where each value came from, for the part of the
+worker that declares and reads it (:mod:`worker.settings.sections`).
+
 A ``functions:`` section, keyed by function name, overrides the queue settings
 for one function (``functions: {resize: {maxConcurrency: 2, retry: {...}}}``,
 or ``WORKER__functions__resize__maxConcurrency=2``); :meth:`HostConfig.for_function`
@@ -188,11 +192,12 @@ _FUNCTION_KEYS: dict[str, str] = {
     "retry": "retry",
     "maxConcurrency": "maxConcurrency",
 }
-#: Settings that exist per function only.
+
 #: The top-level keys the host reads itself. Any other top-level mapping, but host.json's that the host ignores, is
 #: a section for the part of the worker that declares it (:mod:`worker.settings.sections`).
 OWN_SECTIONS = frozenset({key.split(".")[0] for key in _SCHEMA} | {"connections", "functions"})
 
+#: Settings that exist per function only.
 _FUNCTION_ONLY: dict[str, Setting] = {
     "maxConcurrency": Setting("max_concurrency", parse_integer, Between(1, 100_000)),
 }
