@@ -102,15 +102,14 @@ def ingest_app(cardinality: str, warehouse: Path, session: WarmSession) -> Worke
 
 
 async def run_variant(
-    cardinality: str, files: list[str], folder: Path, master: str, conf: dict[str, str], provider: SparkProvider
+    cardinality: str, files: list[str], folder: Path, provider: SparkProvider
 ) -> tuple[float, int]:
-    """Seconds to ingest every file once the session is warm, and rows written."""
+    """Seconds to ingest every file once the session is warm (``provider``'s, which says where Spark runs), and rows
+    written."""
     folder.mkdir(parents=True)
     warehouse = folder / "warehouse"
-    config = HostConfig(
-        base_dir=folder, max_polling_interval=0.1, batch_size=32, new_batch_threshold=16, handler_threads=2,
-        spark_master=master, spark_conf=conf,
-    )
+    config = HostConfig(base_dir=folder, max_polling_interval=0.1, batch_size=32, new_batch_threshold=16,
+                        handler_threads=2)
     queues = open_backend(None, folder)
     await queues.create_queue("ingest")
     for path in files:
@@ -217,7 +216,7 @@ def main() -> None:
         results = {}
         for cardinality in ("one", "many"):
             results[cardinality] = asyncio.run(
-                run_variant(cardinality, files, root / cardinality, args.master, conf, provider))
+                run_variant(cardinality, files, root / cardinality, provider))
         (one_s, one_rows), (many_s, many_rows) = results["one"], results["many"]
         assert one_rows == many_rows == manifest.clean, (one_rows, many_rows, manifest.clean)
         print(f"master {args.master}: {args.files} files, {manifest.rows} rows, {manifest.clean} rows out in each variant")

@@ -25,6 +25,7 @@ from functions.function_app import app, warehouse
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import encode
+from worker.middleware.spark_settings import from_config
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
 from worker.runtime.host import Host
@@ -118,7 +119,7 @@ def main() -> None:
           f"({time.monotonic() - started:.1f}s)")
     asyncio.run(enqueue(config, manifest.files))
     print(f"enqueued {len(manifest.files)} ingest messages, and one for a file that does not exist")
-    print(f"running the worker until the queues drain (Spark on {config.spark_master} starts on the first message):",
+    print(f"running the worker until the queues drain (Spark on {from_config(config).master} starts on the first message):",
           flush=True)
     host = Host(app, config, burst=True)
     asyncio.run(run_with_progress(host, config))

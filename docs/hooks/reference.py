@@ -3,9 +3,10 @@
 - ``reference/cli.md``: every ``worker`` command, subcommand and argument, walked from the CLI's own argparse parser
   (``worker.ops.cli._parser``), with its help text, default and choices.
 - ``reference/settings.md``: every key host.yaml and host.json accept, from the settings schema
-  (``worker.settings.config``): its type (from the parser the schema reads it with), its default (from
-  ``HostConfig``), its range (from the schema's check), the Functions setting it mirrors and what it means. A key
-  of the schema with no meaning below, or a meaning for a key the schema no longer has, fails the build.
+  (``worker.settings.config``) and the sections the host's middleware declare (Spark's ``spark:``): its type (from
+  the parser the schema reads it with), its default (from ``HostConfig``, or the section's dataclass), its range
+  (from the schema's check), the Functions setting it mirrors and what it means. A key of a schema with no meaning
+  below, or a meaning for a key no schema has any longer, fails the build.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 from mkdocs.structure.pages import Page
 
+from worker.middleware import builtin
 from worker.ops import cli
 from worker.settings import config as settings
+from worker.settings import schema as checks
 
 CLI_PAGE = "reference/cli.md"
 SETTINGS_PAGE = "reference/settings.md"
@@ -180,15 +183,15 @@ MEANINGS: dict[str, tuple[str, str]] = {
 
 #: The settings' types, by the function the schema parses them with.
 TYPES: dict[str, str] = {
-    "_integer": "whole number", "_boolean": "true or false", "_number": "number", "_text": "text",
+    "parse_integer": "whole number", "parse_boolean": "true or false", "parse_number": "number", "parse_text": "text",
     "_version": "text", "parse_duration": "duration", "_optional_duration": "duration, or -1",
-    "_spark_conf": "map of Spark properties", "_log_levels": "map of category to level",
+    "parse_conf": "map of Spark properties", "_log_levels": "map of category to level",
     "_names": "list of `module:attribute`", "parse_http_host": "address or host name",
-    "_host_names": "list of host names", "_spark_master": "Spark master", "_web_ui": "URL", "<lambda>": "retry policy",
+    "_host_names": "list of host names", "parse_master": "Spark master", "parse_web_ui": "URL", "<lambda>": "retry policy",
 }
 
 DURATION_ATTRIBUTES = {"function_timeout", "max_polling_interval", "visibility_timeout", "lease_duration",
-                       "drain_timeout", "spark_start_timeout", "spark_check_timeout"}
+                       "drain_timeout"}
 
 
 def _hms(seconds: float) -> str:
@@ -204,10 +207,14 @@ def _default(attr: str) -> str:
         if attr == "new_batch_threshold":
             return "batchSize / 2 × processors"
         return "none" if not field.default_factory() else str(field.default_factory())
-    value = field.default
-    if value is None or value == ():
+    return _shown(field.default, duration=attr in DURATION_ATTRIBUTES, attr=attr)
+
+
+def _shown(value: Any, *, duration: bool, attr: str = "") -> str:
+    """A default as the page shows it: durations as host.json writes them."""
+    if value is None or value == () or value == {}:
         return "none"
-    if attr in DURATION_ATTRIBUTES:
+    if duration:
         return f"`{_hms(value)}`"
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
@@ -225,7 +232,7 @@ def _kind(setting: Any) -> str:
 
 def _range(setting: Any) -> str:
     check = setting.check
-    if isinstance(check, (settings._Between, settings._OneOf)):
+    if isinstance(check, (checks.Between, checks.OneOf)):
         text = str(check)
         return f"{text}, or `-1`" if setting.parse is settings._optional_duration else text
     return ""
@@ -235,7 +242,8 @@ def settings_page() -> str:
     schema = settings._SCHEMA
     function_keys = settings._FUNCTION_KEYS
     documented = set(MEANINGS)
-    known = set(schema) | set(settings._FUNCTION_ONLY)
+    sections = builtin.settings_sections([])
+    known = set(schema) | set(settings._FUNCTION_ONLY) | {f"{s.name}.{key}" for s in sections for key in s.keys}
     if missing := sorted(known - documented):
         raise PluginError(f"settings reference: keys of the schema with no meaning in docs/hooks/reference.py: {missing}")
     if stale := sorted(documented - known):
@@ -279,6 +287,29 @@ def settings_page() -> str:
         shown = "(per function only)" if key in settings._FUNCTION_ONLY else f"`{global_key}`"
         lines.append(f"| `functions.<name>.{key}` | {shown} | {_kind(setting)} | {_cell(_range(setting))} | "
                      f"{_cell(meaning)} |")
+    lines += [
+        "",
+        "## Sections the middleware read",
+        "",
+        "The host does not read these sections itself: each is declared, read and checked by the middleware "
+        "named, and set from the environment the same way (`WORKER__spark__master`; "
+        "`WORKER__spark__conf__<property>` sets one Spark property). A wrong value is refused at start, listed "
+        "with the other problems; a top-level section that nothing reads is refused by its name.",
+    ]
+    for section in sections:
+        defaults = section.defaults()
+        lines += [
+            "",
+            f"### `{section.name}`: {section.about}",
+            "",
+            "| key | type | default | range | meaning |",
+            "|---|---|---|---|---|",
+        ]
+        for key, setting in section.keys.items():
+            dotted = f"{section.name}.{key}"
+            default = _shown(defaults[key], duration=setting.parse is checks.parse_duration)
+            lines.append(f"| `{dotted}` | {_kind(setting)} | {default} | {_cell(_range(setting))} | "
+                         f"{_cell(MEANINGS[dotted][0])} |")
     lines += [
         "",
         "## host.json keys accepted and not used",

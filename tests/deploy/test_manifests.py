@@ -40,6 +40,7 @@ from tests.deploy.support import (
     yaml_documents,
 )
 from worker.backends.azure.connection import DEV_ACCOUNT, DEV_ACCOUNT_KEY, parse_connection_string
+from worker.middleware.spark_settings import from_config
 from worker.settings.config import HostConfig, load_config, parse_duration
 
 #: Kubernetes versions the manifests must be valid for: an old supported one and the newest bundled.
@@ -447,7 +448,7 @@ def test_resources_fit_local_spark() -> None:
     assert memory_bytes(limits["memory"]) >= memory_bytes(requests["memory"])
     # Spark's driver JVM heap, plus the JVM's own memory and the Python process, fits the memory limit.
     config = configmap_host_config(literal_env(worker_container()))
-    heap = jvm_memory_bytes(config.spark_conf.get("spark.driver.memory", "1g"))
+    heap = jvm_memory_bytes(from_config(config).conf.get("spark.driver.memory", "1g"))
     assert heap + 2**30 <= memory_bytes(limits["memory"])
 
 

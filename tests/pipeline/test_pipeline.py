@@ -20,6 +20,7 @@ from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import decode, encode
 from worker.middleware.spark import SparkProvider
+from worker.middleware.spark_settings import from_config
 from worker.runtime.host import Host
 from worker.settings.config import load_config
 
@@ -110,7 +111,8 @@ async def test_the_same_ingest_message_twice_gives_identical_tables(
     monkeypatch.delenv("AzureWebJobsStorage", raising=False)
     config = load_config(host_yaml, environ={})
     # host.yaml's Spark: the test process's session, handed to both host runs, which then share it.
-    assert (config.spark_master, dict(config.spark_conf)) == master_and_conf("local", request)
+    spark_settings = from_config(config)
+    assert (spark_settings.master, spark_settings.conf) == master_and_conf("local", request)
     spark = spark_sessions.middleware(*master_and_conf("local", request))
 
     snapshots = []

@@ -43,16 +43,14 @@ def where(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def config(tmp_path: Path, where: str, request: pytest.FixtureRequest) -> HostConfig:
-    master, conf = master_and_conf(where, request)
-    return HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, spark_master=master,
-                      spark_conf=conf)
+def config(tmp_path: Path) -> HostConfig:
+    return HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1)
 
 
 @pytest.fixture
-def shared_spark(config: HostConfig, spark_sessions: SparkSessions) -> Spark:
-    """The test process's session on the config's master, handed to the host so it is not started per test."""
-    return spark_sessions.middleware(config.spark_master, dict(config.spark_conf))
+def shared_spark(where: str, request: pytest.FixtureRequest, spark_sessions: SparkSessions) -> Spark:
+    """The test process's session on ``where``'s master, handed to the host so it is not started per test."""
+    return spark_sessions.middleware(*master_and_conf(where, request))
 
 
 def _sleepy(x: int) -> int:
@@ -264,9 +262,9 @@ async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leas
     await queue.create_queue(OTHER)
     await queue.put(QUEUE, encode("crunch", "base64"))
     await queue.put(OTHER, encode("wait", "base64"))
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, lease_duration=2,
-                        spark_master=paused_server.url, spark_conf={"spark.sql.shuffle.partitions": "2"})
-    with spark_sessions.private(config.spark_master, dict(config.spark_conf), web_ui=paused_server.web_ui) as provider:
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, lease_duration=2)
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    with spark_sessions.private(paused_server.url, conf, web_ui=paused_server.web_ui) as provider:
         host = Host(app, config, middleware=[Spark(provider)])
         task = asyncio.create_task(host.run())
         try:

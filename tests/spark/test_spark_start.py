@@ -83,8 +83,7 @@ async def test_spark_is_ready_before_the_first_message(
     master, conf = master_and_conf(where, request)
     seen: dict[str, Any] = {}
     port = free_port()
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, http_port=port,
-                        spark_master=master, spark_conf=conf)
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, http_port=port)
     await queue.put(PLAIN, encode("no Spark here", "base64"))
     with spark_sessions.private(master, conf) as provider:
         host = Host(summing_app(provider, seen), config, middleware=[Spark(provider)])
@@ -115,8 +114,7 @@ async def test_a_session_that_died_is_made_again_for_the_next_invocation(
     master, conf = master_and_conf(where, request) if server is None else (
         server.url, {"spark.sql.shuffle.partitions": "2"})
     seen: dict[str, Any] = {}
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, max_dequeue_count=1,
-                        spark_master=master, spark_conf=conf)
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, max_dequeue_count=1)
     try:
         with spark_sessions.private(master, conf) as provider:
             host = Host(summing_app(provider, seen), config, middleware=[Spark(provider)])
@@ -165,8 +163,7 @@ async def test_a_connect_server_that_answers_nothing_fails_the_start_within_its_
     server = ConnectServer(tmp_path / "connect").start()
     conf = {"spark.sql.shuffle.partitions": "2"}
     port = free_port()
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, http_port=port,
-                        spark_master=server.url, spark_conf=conf)
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, http_port=port)
     seen: dict[str, Any] = {}
     try:
         with spark_sessions.private(server.url, conf, start_timeout=4, check_timeout=2) as provider:

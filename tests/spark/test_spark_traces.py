@@ -44,8 +44,7 @@ async def test_an_invocations_span_names_the_spark_job_tags_its_handler_ran_unde
         await backend.create_queue(queue)
         await backend.put(queue, encode(b"go", "base64"))
     await backend.close()
-    async with running(app, HostConfig(base_dir=tmp_path, max_polling_interval=0.2, spark_master=master,
-                                       spark_conf=conf)):
+    async with running(app, HostConfig(base_dir=tmp_path, max_polling_interval=0.2)):
         async def both_spans() -> list[Received] | None:  # polled on the loop the host runs on
             got = otlp_receiver.received()
             return got if {"process spark-traced", "process no-spark"} <= {s.name for s in got} else None

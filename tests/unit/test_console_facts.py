@@ -12,13 +12,16 @@ import pytest
 from worker.compat.loading import load_app
 from worker.settings.config import HostConfig, parse_duration
 from worker.settings.retry import parse_retry
+from worker.settings.sections import Section
 
 
 def test_differences_name_the_changed_settings_and_keep_secrets_out() -> None:
     secret = "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=c2VjcmV0"
     config = dataclasses.replace(
         HostConfig(), lease_duration=30.0, http_port=8080,
-        connections={"Orders": secret}, spark_conf={"spark.hadoop.fs.s3a.secret.key": "hush"},
+        connections={"Orders": secret},
+        sections={"spark": Section("spark", {"master": "spark://cluster:7077",
+                                             "conf": {"spark.hadoop.fs.s3a.secret.key": "hush"}})},
         retry=parse_retry({"strategy": "fixedDelay", "maxRetryCount": 3, "delayInterval": "00:00:05"}, parse_duration),
         base_dir=Path("/elsewhere"), source=Path("/elsewhere/host.yaml"),
     )
@@ -26,6 +29,7 @@ def test_differences_name_the_changed_settings_and_keep_secrets_out() -> None:
     assert found["worker.leaseDuration"] == "30"
     assert found["worker.httpPort"] == "8080"
     assert found["connections"] == "Orders"
+    assert found["spark.master"] == "spark://cluster:7077"
     assert found["spark.conf"] == "spark.hadoop.fs.s3a.secret.key"
     assert found["retry"] == "fixedDelay 5s"
     assert not any(secret in value or "hush" in value for value in found.values())

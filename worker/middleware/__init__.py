@@ -22,6 +22,7 @@ CONSUMER span of each invocation), :mod:`.counting` (the counters),
 written before the message is deleted), :mod:`.concurrency`
 (``maxConcurrency``), :mod:`.retry` (the retry delay), :mod:`.spark` (one Spark session per process,
 job tags bound to leases, every Spark call within a deadline; with
+:mod:`.spark_settings`, the ``spark:`` section it declares and reads, and
 :mod:`.connect_jobs`, which kills the Spark Connect jobs an interrupt missed
 through the server's web UI).
 """
@@ -37,6 +38,7 @@ import structlog
 from worker.invocation import Invocation
 from worker.model import Done, Finished, FunctionSpec, Result
 from worker.settings.config import FunctionOptions
+from worker.settings.sections import SectionSchema
 
 log = structlog.get_logger("worker.middleware")
 
@@ -52,6 +54,10 @@ class Middleware:
     #: a line saying what it does. A function given an option that no middleware (nor the host) declares is refused
     #: at start, by the option's name (Dramatiq's ``actor_options``).
     function_options: ClassVar[Mapping[str, str]] = {}
+    #: The top-level settings sections this middleware reads (Spark's: ``spark:``), each with its keys and how they
+    #: are checked. The host lists a declared section's problems with its other start problems, and refuses a
+    #: section that nothing declares, by its name (:mod:`worker.settings.sections`).
+    settings_sections: ClassVar[Sequence[SectionSchema]] = ()
 
     def host_started(self, functions: Sequence[FunctionSpec]) -> None:
         """The host has started its listeners for ``functions``."""

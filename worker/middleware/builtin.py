@@ -7,15 +7,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from worker.backends.storage import Storage
-from worker.middleware import Middleware
+from worker.middleware import Middleware, spark_settings
 from worker.middleware.bindings import Bindings
 from worker.middleware.concurrency import ConcurrencyLimit
 from worker.middleware.counting import Counting
 from worker.middleware.logs import InvocationLogs
 from worker.middleware.retry import RetryDelay
-from worker.middleware.spark import Spark, SparkSettings
+from worker.middleware.spark import Spark
 from worker.observability.metrics import Metrics
-from worker.settings.config import HostConfig
+from worker.settings import sections
+from worker.settings.config import OWN_SECTIONS, HostConfig
+from worker.settings.sections import SectionSchema
 
 if TYPE_CHECKING:
     from worker.observability.otel import Telemetry
@@ -34,6 +36,17 @@ def function_options(given: Sequence[Middleware]) -> dict[str, str]:
     return declared
 
 
+def settings_sections(given: Sequence[Middleware]) -> list[SectionSchema]:
+    """The settings sections the host's own middleware and ``given`` declare they read."""
+    return [schema for middleware in (*STANDARD, *given) for schema in middleware.settings_sections]
+
+
+def section_problems(config: HostConfig, given: Sequence[Middleware]) -> list[str]:
+    """A line for each wrong value in a section the middleware read (``spark.master``), and for each top-level
+    section nothing reads, by name, for the host to list with its other start problems."""
+    return sections.problems(config.sections, settings_sections(given), OWN_SECTIONS)
+
+
 def standard(
     config: HostConfig, metrics: Metrics, storage: Storage, given: Sequence[Middleware] = (),
     telemetry: Telemetry | None = None,
@@ -41,10 +54,10 @@ def standard(
     """Tracing first when on (its span is current for everything after it), counting (it sees every final result),
     then logs, bindings, the concurrency cap, the retry delay, Spark.
 
-    Spark's middleware is made from host.yaml's ``spark:`` section (its session is made only when a handler asks
-    for one) unless ``given`` (the app's and host.yaml's middleware) already has one: a caller that keeps one
-    session across host runs hands it in that way. ``telemetry``: the OpenTelemetry SDK the ``OTEL_*`` variables
-    asked for (:mod:`worker.observability.tracing`), whose module is imported only then.
+    Spark's middleware is made from host.yaml's ``spark:`` section, which it declares and reads (its session is
+    made only when a handler asks for one) unless ``given`` (the app's and host.yaml's middleware) already has one:
+    a caller that keeps one session across host runs hands it in that way. ``telemetry``: the OpenTelemetry SDK
+    the ``OTEL_*`` variables asked for (:mod:`worker.observability.tracing`), whose module is imported only then.
     """
     found: list[Middleware] = []
     if telemetry is not None:
@@ -56,11 +69,7 @@ def standard(
         found.append(InvocationLogs())
     found += [Bindings(storage, config.message_encoding), ConcurrencyLimit(), RetryDelay()]
     if not any(isinstance(m, Spark) for m in given):
-        found.append(Spark.from_settings(SparkSettings(
-            config.spark_master, config.spark_app_name, dict(config.spark_conf),
-            log_file=config.base_dir / ".worker" / "spark.log", start_timeout=config.spark_start_timeout,
-            check_timeout=config.spark_check_timeout, web_ui=config.spark_web_ui,
-        )))
+        found.append(Spark.from_settings(spark_settings.from_config(config)))
     return found
 
 

@@ -2,6 +2,7 @@
 
 The host knows nothing of Spark: :func:`worker.middleware.builtin.standard`
 adds a :class:`Spark` middleware made from host.yaml's ``spark:`` section,
+which this middleware declares and reads itself (:mod:`.spark_settings`),
 unless the app brought its own (a test or a benchmark that keeps one session
 across host runs). When a function is declared with ``spark=True`` the
 middleware's ``host_started`` makes the session in a thread of its own, warmed
@@ -33,7 +34,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
@@ -43,7 +43,9 @@ from worker.backends.embedded.files import private_file
 from worker.invocation import Invocation, current_invocation
 from worker.middleware import Middleware
 from worker.middleware.connect_jobs import ConnectWebUi, cancel_left_jobs
+from worker.middleware.spark_settings import SECTION, SparkSettings
 from worker.model import FunctionSpec
+from worker.settings.sections import SectionSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,25 +113,6 @@ def _set_on_connect(session: SparkSession, conf: dict[str, str]) -> None:
 def tag_for(invocation: Invocation) -> str:
     """The Spark job tag of an invocation (tags may not contain commas)."""
     return f"worker-invocation-{invocation.id}"
-
-
-@dataclass
-class SparkSettings:
-    master: str = "local[*]"
-    app_name: str = "queueworker"
-    conf: dict[str, str] = field(default_factory=dict)
-    #: Where the JVM's log goes; None leaves Spark's own logging as it is.
-    log_file: Path | None = None
-    #: How long making the session and its warm-up job may take; past it the start has failed (``/readyz`` says
-    #: why) and the next handler that asks tries again. A cluster whose master or executors never come, or a
-    #: Connect server that accepts connections and answers nothing, would otherwise hold the start for ever.
-    start_timeout: float = 180.0
-    #: How long the check that a session is alive (one call to the JVM or the Connect server), and a Connect
-    #: session's release, may wait; past it the session counts as gone.
-    check_timeout: float = 30.0
-    #: The Spark Connect server's web UI (``http://host:4040``): through it the host cancels the jobs an interrupt
-    #: could not reach (:mod:`worker.middleware.connect_jobs`). None: such jobs are reported, not cancelled.
-    web_ui: str | None = None
 
 
 class SparkUnavailable(RuntimeError):
@@ -610,6 +593,8 @@ class Spark(Middleware):
     function_options: ClassVar[Mapping[str, str]] = {
         "spark": "spark=True: the handler runs Spark, so the session starts with the host rather than at its first call",
     }
+    #: host.yaml's ``spark:`` section (:mod:`worker.middleware.spark_settings`).
+    settings_sections: ClassVar[tuple[SectionSchema, ...]] = (SECTION,)
 
     def __init__(self, provider: SparkProvider, *, owned: bool = False) -> None:
         self.provider = provider

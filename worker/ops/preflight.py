@@ -69,12 +69,14 @@ def problems(
 ) -> list[str]:
     """Every reason the app's functions cannot run with ``config``; empty when all can.
 
-    Includes host.yaml's ``worker.middleware`` names that cannot be loaded, so that the CLI lists them with the rest.
+    Includes host.yaml's ``worker.middleware`` names that cannot be loaded, and the problems of the settings sections
+    middleware read (``spark:``), so that the CLI lists them with the rest.
     ``looked_in``: see :func:`connection_problem`.
     """
     environ = os.environ if environ is None else environ
     loaded, found = builtin.load(config.middleware)
-    found += unknown_options(app, [*app.middleware, *loaded])
+    given = [*app.middleware, *loaded]
+    found += unknown_options(app, given) + builtin.section_problems(config, given)
     names = {spec.name for spec in app.functions}
     for name, section in config.functions.items():
         if name not in names:

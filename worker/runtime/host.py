@@ -145,7 +145,8 @@ class Host:
         # The start-up checks (worker.ops.preflight) ran before the host was built; what is left to refuse here is
         # what the host cannot build at all.
         self._extra_middleware, problems = builtin.load(config.middleware)
-        problems += unknown_options(app, [*app.middleware, *self._extra_middleware, *middleware])
+        given = [*app.middleware, *self._extra_middleware, *middleware]
+        problems += unknown_options(app, given) + builtin.section_problems(config, given)
         if problems:
             raise StartupRefused(problems)
         self.app = app

@@ -1,8 +1,13 @@
 """Settings: host.yaml / host.json read into typed options, connection settings resolved, retry policies.
 
-- :mod:`.config`: the schema and the loader (every error names file and line):
+- :mod:`.config`: the host's schema and the loader (every error names file and line):
   ``HostConfig``, the host's settings, and ``FunctionOptions``, one function's
   (its ``functions:`` section over the global values);
+- :mod:`.schema`: how one setting is read and checked (parsers, ranges, the
+  errors' wording), for the host's schema and every section's alike;
+- :mod:`.sections`: top-level sections the host does not read (``spark:``),
+  kept as given with where each value came from, for the part that declares
+  and reads them (Spark's middleware); one nothing declares is refused at start;
 - :mod:`.functions_json`: host.json and local.settings.json read as Functions
   reads JSON (comments, trailing commas);
 - :mod:`.local_settings`: local.settings.json into the environment, as Core Tools does;

@@ -9,6 +9,10 @@ out-of-range value is an error naming the key and the line.
 
 Environment variables override file values: ``WORKER__extensions__queues__batchSize=4``.
 
+A top-level section the host does not read (``spark:``, with ``WORKER__spark__...``
+over it) is kept as given, with where each value came from, for the part of the
+worker that declares and reads it (:mod:`worker.settings.sections`).
+
 A ``functions:`` section, keyed by function name, overrides the queue settings
 for one function (``functions: {resize: {maxConcurrency: 2, retry: {...}}}``,
 or ``WORKER__functions__resize__maxConcurrency=2``); :meth:`HostConfig.for_function`
@@ -19,12 +23,10 @@ list of the functions to load) is accepted and ignored, as before.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import ipaddress
-import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +35,28 @@ import yaml
 
 from worker.observability.logs import FUNCTIONS_LEVELS
 from worker.settings import functions_json
+from worker.settings import sections as foreign
 from worker.settings.connections import ResolvedConnection, Service, resolve
 from worker.settings.retry import RetryPolicy, parse_retry
+from worker.settings.schema import (
+    Between,
+    ConfigError,
+    ConfigErrors,
+    Setting,
+    likely,
+    one_of,
+    parse_boolean,
+    parse_duration,
+    parse_integer,
+    parse_number,
+    parse_text,
+    raise_all,
+    unknown,
+)
+from worker.settings.sections import Section
+
+__all__ = ["ConfigError", "ConfigErrors", "FunctionOptions", "FunctionOverrides", "HostConfig", "load_config",
+           "parse_duration", "parse_http_host"]
 
 ENV_PREFIX = "WORKER__"
 
@@ -64,120 +86,11 @@ IGNORED_HOST_JSON_KEYS = frozenset(
 )
 
 
-class ConfigError(ValueError):
-    """A setting is wrong. ``key`` is the dotted path, ``where`` the file:line or variable."""
-
-    def __init__(self, key: str, problem: str, where: str | None = None) -> None:
-        self.key = key
-        self.problem = problem
-        self.where = where
-        prefix = f"{where}: " if where else ""
-        super().__init__(f"{prefix}{key}: {problem}")
-
-
-class ConfigErrors(ConfigError):
-    """Several settings are wrong: every one is listed, so that one run shows all there is to fix."""
-
-    def __init__(self, errors: list[ConfigError]) -> None:
-        first = errors[0]
-        super().__init__(first.key, first.problem, first.where)
-        self.errors = errors
-        self.args = (f"{len(errors)} problems in the settings:\n" + "\n".join(f"  {e}" for e in errors),)
-
-
-def _raise_all(errors: list[ConfigError]) -> None:
-    """Raise the one problem as it is, several together; nothing when there are none."""
-    errors = [one for error in errors for one in (error.errors if isinstance(error, ConfigErrors) else [error])]
-    if len(errors) == 1:
-        raise errors[0]
-    if errors:
-        raise ConfigErrors(errors)
-
-
-# A sign is read, so that a negative duration is refused by its setting's range ("must be between"), as what it is,
-# rather than as badly written.
-_DURATION_HMS = re.compile(r"^(-)?(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
-_DURATION_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds from ``hh:mm:ss`` (host.json's TimeSpan, optionally ``d.hh:mm:ss``), ``30s``/``10m``/``250ms``, or a number.
-
-    Raises ValueError with the accepted forms, for ConfigError to wrap.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if m := _DURATION_HMS.match(text):
-            sign, days, hours, minutes, seconds = m.groups()
-            if int(minutes) >= 60 or float(seconds) >= 60:
-                raise ValueError(f"minutes and seconds must be below 60 in {value!r}")
-            total = int(days or 0) * 86400 + int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-            return -total if sign else total
-        if m := _DURATION_UNIT.match(text):
-            return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-    raise ValueError(f"expected a duration like '00:05:00', '30s' or '10m', got {value!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Setting:
-    """One key of the schema: how to read it and which values are allowed."""
-
-    attr: str
-    parse: Callable[[Any], Any]
-    check: Callable[[Any], str | None] = lambda _v: None
-
-    def read(self, key: str, value: Any, where: str) -> Any:
-        """``value`` parsed and checked; ConfigError naming ``key`` and ``where`` when it is wrong."""
-        try:
-            parsed = self.parse(value)
-        except ValueError as exc:
-            raise ConfigError(key, str(exc), where) from None
-        if problem := self.check(parsed):
-            raise ConfigError(key, problem, where)
-        return parsed
-
-
-def _integer(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"expected a whole number, got {value!r}")
-    return value
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
-    return value
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {value!r}")
-    return float(value)
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected text, got {value!r}")
-    return value
-
-
 def _version(value: Any) -> str:
     """``version: 1.0`` unquoted reads as a number in YAML; it is still the version text."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    return _text(value)
-
-
-def _spark_conf(value: Any) -> dict[str, str]:
-    """``spark.conf``: Spark property names to values, given to the SparkSession builder as text."""
-    if not isinstance(value, dict):
-        raise ValueError(f"expected a mapping of Spark properties to values, got {value!r}")
-    return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+    return parse_text(value)
 
 
 def _log_levels(value: Any) -> dict[str, str]:
@@ -205,7 +118,7 @@ def _names(value: Any) -> tuple[str, ...]:
 
 def parse_http_host(value: Any) -> str:
     """``worker.httpHost``: an address of this machine to listen on, or a host name that resolves to one."""
-    host = _text(value).strip()
+    host = parse_text(value).strip()
     try:
         ipaddress.ip_address(host)
         return host
@@ -231,23 +144,6 @@ def _host_names(value: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _spark_master(value: Any) -> str:
-    master = _text(value)
-    if not re.match(r"^(local(\[(\*|\d+)\])?|local-cluster\[.*\]|spark://.+|sc://.+|yarn|k8s://.+|mesos://.+)$", master):
-        raise ValueError(
-            f"expected a Spark master (local[*], spark://host:port, sc://host:port, yarn, k8s://...), got {master!r}"
-        )
-    return master
-
-
-def _web_ui(value: Any) -> str:
-    """``spark.webUi``: the http(s) address of a Spark Connect server's web UI."""
-    url = _text(value)
-    if not re.match(r"^https?://[^/\s]+/?$", url):
-        raise ValueError(f"expected the web UI's address, as http://host:port, got {url!r}")
-    return url
-
-
 def _optional_duration(value: Any) -> float | None:
     """functionTimeout: -1 (or null) means no limit, as in host.json."""
     if value is None or value == -1 or value == "-1":
@@ -255,90 +151,32 @@ def _optional_duration(value: Any) -> float | None:
     return parse_duration(value)
 
 
-@dataclass(frozen=True, slots=True)
-class _Between:
-    """A range check; with ``unit`` "s" the values are durations, written as the settings write them. Its text
-    (``str()``) is the range as the settings reference gives it."""
-
-    low: float
-    high: float
-    unit: str = ""
-
-    def show(self, number: float) -> str:
-        return _duration_text(number) if self.unit == "s" else f"{number:g}{self.unit}"
-
-    def __call__(self, value: Any) -> str | None:
-        if value is None or self.low <= value <= self.high:
-            return None
-        got = "NaN" if value != value else self.show(value)
-        return f"must be between {self.show(self.low)} and {self.show(self.high)}, got {got}"
-
-    def __str__(self) -> str:
-        return f"{self.show(self.low)} .. {self.show(self.high)}"
-
-
-_between = _Between
-
-
-def _duration_text(seconds: float) -> str:
-    """``seconds`` in the largest of d, h, m, s it is a whole number of (70d rather than 6.048e+06s)."""
-    if not math.isfinite(seconds):
-        return f"{seconds:g}"
-    for unit in ("d", "h", "m"):
-        if seconds and seconds % _UNIT_SECONDS[unit] == 0:
-            return f"{seconds / _UNIT_SECONDS[unit]:g}{unit}"
-    return f"{seconds:g}s"
-
-
-@dataclass(frozen=True, slots=True)
-class _OneOf:
-    """A check that the value is one of ``choices``; its text is the choices."""
-
-    choices: tuple[str, ...]
-
-    def __call__(self, value: Any) -> str | None:
-        return None if value in self.choices else f"must be one of {', '.join(self.choices)}, got {value!r}"
-
-    def __str__(self) -> str:
-        return ", ".join(self.choices)
-
-
-def _one_of(*choices: str) -> _OneOf:
-    return _OneOf(choices)
-
-
 _WEEK = 7 * 86400.0
 
-_SCHEMA: dict[str, _Setting] = {
-    "version": _Setting("version", _version),
-    "functionTimeout": _Setting("function_timeout", _optional_duration, _between(1, 10 * _WEEK, "s")),
-    "extensions.queues.batchSize": _Setting("batch_size", _integer, _between(1, 32)),
-    "extensions.queues.newBatchThreshold": _Setting("new_batch_threshold", _integer, _between(0, 10_000)),
-    "extensions.queues.maxPollingInterval": _Setting("max_polling_interval", parse_duration, _between(0.1, 86400, "s")),
-    "extensions.queues.visibilityTimeout": _Setting("visibility_timeout", parse_duration, _between(0, _WEEK, "s")),
-    "extensions.queues.maxDequeueCount": _Setting("max_dequeue_count", _integer, _between(1, 10_000)),
-    "extensions.queues.messageEncoding": _Setting("message_encoding", _text, _one_of("base64", "none")),
-    "worker.leaseDuration": _Setting("lease_duration", parse_duration, _between(1, _WEEK, "s")),
-    "worker.leaseRenewalFraction": _Setting("lease_renewal_fraction", _number, _between(0.1, 0.9)),
-    "worker.drainTimeout": _Setting("drain_timeout", parse_duration, _between(0, 86400, "s")),
-    "worker.maxInFlight": _Setting("max_in_flight", _integer, _between(1, 100_000)),
-    "worker.handlerThreads": _Setting("handler_threads", _integer, _between(1, 1024)),
-    "worker.httpPort": _Setting("http_port", _integer, _between(0, 65535)),
-    "worker.httpHost": _Setting("http_host", parse_http_host),
-    "worker.httpTokenFile": _Setting("http_token_file", _text),
-    "worker.httpOpenData": _Setting("http_open_data", _boolean),
-    "worker.httpAllowedHosts": _Setting("http_allowed_hosts", _host_names),
-    "worker.invocationLogs": _Setting("invocation_logs", _boolean),
-    "worker.middleware": _Setting("middleware", _names),
-    "worker.processes": _Setting("processes", _integer, _between(1, 256)),
-    "retry": _Setting("retry", lambda value: parse_retry(value, parse_duration)),
-    "spark.master": _Setting("spark_master", _spark_master),
-    "spark.appName": _Setting("spark_app_name", _text),
-    "spark.conf": _Setting("spark_conf", _spark_conf),
-    "spark.startTimeout": _Setting("spark_start_timeout", parse_duration, _between(1, 86400, "s")),
-    "spark.checkTimeout": _Setting("spark_check_timeout", parse_duration, _between(1, 3600, "s")),
-    "spark.webUi": _Setting("spark_web_ui", _web_ui),
-    "logging.logLevel": _Setting("log_levels", _log_levels),
+_SCHEMA: dict[str, Setting] = {
+    "version": Setting("version", _version),
+    "functionTimeout": Setting("function_timeout", _optional_duration, Between(1, 10 * _WEEK, "s")),
+    "extensions.queues.batchSize": Setting("batch_size", parse_integer, Between(1, 32)),
+    "extensions.queues.newBatchThreshold": Setting("new_batch_threshold", parse_integer, Between(0, 10_000)),
+    "extensions.queues.maxPollingInterval": Setting("max_polling_interval", parse_duration, Between(0.1, 86400, "s")),
+    "extensions.queues.visibilityTimeout": Setting("visibility_timeout", parse_duration, Between(0, _WEEK, "s")),
+    "extensions.queues.maxDequeueCount": Setting("max_dequeue_count", parse_integer, Between(1, 10_000)),
+    "extensions.queues.messageEncoding": Setting("message_encoding", parse_text, one_of("base64", "none")),
+    "worker.leaseDuration": Setting("lease_duration", parse_duration, Between(1, _WEEK, "s")),
+    "worker.leaseRenewalFraction": Setting("lease_renewal_fraction", parse_number, Between(0.1, 0.9)),
+    "worker.drainTimeout": Setting("drain_timeout", parse_duration, Between(0, 86400, "s")),
+    "worker.maxInFlight": Setting("max_in_flight", parse_integer, Between(1, 100_000)),
+    "worker.handlerThreads": Setting("handler_threads", parse_integer, Between(1, 1024)),
+    "worker.httpPort": Setting("http_port", parse_integer, Between(0, 65535)),
+    "worker.httpHost": Setting("http_host", parse_http_host),
+    "worker.httpTokenFile": Setting("http_token_file", parse_text),
+    "worker.httpOpenData": Setting("http_open_data", parse_boolean),
+    "worker.httpAllowedHosts": Setting("http_allowed_hosts", _host_names),
+    "worker.invocationLogs": Setting("invocation_logs", parse_boolean),
+    "worker.middleware": Setting("middleware", _names),
+    "worker.processes": Setting("processes", parse_integer, Between(1, 256)),
+    "retry": Setting("retry", lambda value: parse_retry(value, parse_duration)),
+    "logging.logLevel": Setting("log_levels", _log_levels),
 }
 
 
@@ -354,9 +192,14 @@ _FUNCTION_KEYS: dict[str, str] = {
     "retry": "retry",
     "maxConcurrency": "maxConcurrency",
 }
+
+#: The top-level keys the host reads itself. Any other top-level mapping, but host.json's that the host ignores, is
+#: a section for the part of the worker that declares it (:mod:`worker.settings.sections`).
+OWN_SECTIONS = frozenset({key.split(".")[0] for key in _SCHEMA} | {"connections", "functions"})
+
 #: Settings that exist per function only.
-_FUNCTION_ONLY: dict[str, _Setting] = {
-    "maxConcurrency": _Setting("max_concurrency", _integer, _between(1, 100_000)),
+_FUNCTION_ONLY: dict[str, Setting] = {
+    "maxConcurrency": Setting("max_concurrency", parse_integer, Between(1, 100_000)),
 }
 
 
@@ -438,17 +281,6 @@ class HostConfig:
     middleware: tuple[str, ...] = ()
     #: Worker processes ``worker run`` starts under a supervisor (FUNCTIONS_WORKER_PROCESS_COUNT); 1: no supervisor.
     processes: int = 1
-    #: Where Spark runs: local[*], a cluster master, or a Spark Connect sc:// URL.
-    spark_master: str = "local[*]"
-    spark_app_name: str = "queueworker"
-    #: Spark properties for the session builder (spark.sql.shuffle.partitions, ...).
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-    #: How long making the Spark session and its warm-up job may take, and how long a check that it is alive may
-    #: wait (see :class:`worker.middleware.spark.SparkSettings`).
-    spark_start_timeout: float = 180.0
-    spark_check_timeout: float = 30.0
-    #: A Spark Connect server's web UI, through which the host cancels jobs an interrupt could not reach.
-    spark_web_ui: str | None = None
     #: Log levels by Functions category (host.json's ``logging.logLevel``); ``worker run --log-level`` wins.
     log_levels: Mapping[str, str] = field(default_factory=dict)
     #: Named connection strings; an environment variable of the same name wins.
@@ -461,6 +293,9 @@ class HostConfig:
     max_concurrency: int | None = None
     #: The ``functions:`` section: settings of single functions, by function name.
     functions: Mapping[str, FunctionOverrides] = field(default_factory=dict)
+    #: Top-level sections the host does not read itself (``spark:``), by name, as given: what declares a section reads
+    #: it (:mod:`worker.settings.sections`); one that nothing declares is refused at start.
+    sections: Mapping[str, Section] = field(default_factory=dict)
     #: Keys read but not used (copied from host.json), for the host to warn about.
     ignored_keys: tuple[str, ...] = ()
     #: The file the settings were read from (host.yaml or host.json); None for the defaults.
@@ -469,19 +304,19 @@ class HostConfig:
     def differences(self) -> dict[str, str]:
         """The settings that differ from the defaults, by host.yaml key, as text for people (the console).
 
-        Connection strings and Spark properties may hold secrets: only their names are given. Where the files
-        are and the ``functions:`` sections (shown with each function) are left out.
+        Connection strings and the mappings of other sections (Spark's properties) may hold secrets: only their
+        names are given. Where the files are and the ``functions:`` sections (shown with each function) are left out.
         """
         default = HostConfig()
         keys = {setting.attr: key for key, setting in _SCHEMA.items()}
         found: dict[str, str] = {}
         for item in dataclasses.fields(self):
-            if item.name in ("base_dir", "source", "ignored_keys", "functions"):
+            if item.name in ("base_dir", "source", "ignored_keys", "functions", "sections"):
                 continue
             value = getattr(self, item.name)
             if value == getattr(default, item.name):
                 continue
-            if item.name in ("connections", "spark_conf"):
+            if item.name == "connections":
                 text = ", ".join(sorted(value))
             elif isinstance(value, RetryPolicy):
                 text = value.describe()
@@ -492,6 +327,9 @@ class HostConfig:
             else:
                 text = "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
             found[keys.get(item.name, item.name)] = text
+        for name, section in sorted(self.sections.items()):
+            for key, value in section.values.items():
+                found[f"{name}.{key}"] = ", ".join(sorted(map(str, value))) if isinstance(value, Mapping) else str(value)
         return found
 
     def for_function(
@@ -542,24 +380,32 @@ class HostConfig:
         return self.resolve_connection(name, service, embedded_default=name is None).value
 
 
-def _line_index(text: str) -> dict[str, int]:
-    """Map each dotted key path to the 1-based line where its key stands, for error messages."""
+def _key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Map each key path to the 1-based line where its key stands, for error messages."""
     try:
         root = yaml.compose(text)
     except yaml.YAMLError:
         return {}
-    lines: dict[str, int] = {}
+    lines: dict[tuple[str, ...], int] = {}
 
-    def walk(node: yaml.Node, prefix: str) -> None:
+    def walk(node: yaml.Node, prefix: tuple[str, ...]) -> None:
         if isinstance(node, yaml.MappingNode):
             for key_node, value_node in node.value:
-                path = f"{prefix}{key_node.value}"
+                path = (*prefix, str(key_node.value))
                 lines[path] = key_node.start_mark.line + 1
-                walk(value_node, path + ".")
+                walk(value_node, path)
 
     if root is not None:
-        walk(root, "")
+        walk(root, ())
     return lines
+
+
+def _foreign(name: str, value: Any) -> bool:
+    """Whether the top-level ``name`` is a section for another part of the worker to read: a mapping (or nothing,
+    its keys all commented out) under a name that is not the host's own, nor likely a misspelling of one
+    (``extension:``), which the loader refuses as it is."""
+    return (name not in OWN_SECTIONS and name not in IGNORED_HOST_JSON_KEYS
+            and (value is None or isinstance(value, dict)) and likely(name, OWN_SECTIONS) is None)
 
 
 def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
@@ -578,17 +424,16 @@ def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
             out[path] = value
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
-    """``WORKER__a__b=v`` becomes ``{"a.b": (v parsed as a YAML scalar, "WORKER__a__b")}``."""
-    found: dict[str, tuple[Any, str]] = {}
+def _env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[Any, str]]:
+    """``WORKER__a__b=v`` becomes ``{("a", "b"): (v parsed as a YAML scalar, "environment WORKER__a__b")}``."""
+    found: dict[tuple[str, ...], tuple[Any, str]] = {}
     for name, raw in environ.items():
         if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
-            path = ".".join(name[len(ENV_PREFIX):].split("__"))
             try:
                 value = yaml.safe_load(raw) if raw.strip() else raw
             except (yaml.YAMLError, RecursionError):  # read as the text it is, which its setting then refuses
                 value = raw
-            found[path] = (value, f"environment {name}")
+            found[tuple(name[len(ENV_PREFIX):].split("__"))] = (value, f"environment {name}")
     return found
 
 
@@ -609,6 +454,9 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     values: dict[str, tuple[Any, str]] = {}
     #: file:line of every key in the file, for errors inside sections read whole (functions:).
     line_of: dict[str, str] = {}
+    #: Top-level sections for other parts of the worker (``spark:``), and where each of their keys stands.
+    given: dict[str, Any] = {}
+    origins: dict[tuple[str, ...], str] = {}
     base_dir = Path.cwd()
     if path is not None:
         file = Path(path)
@@ -633,19 +481,28 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
                 at = f"{file}:{mark.line + 1}" if mark else str(file)
                 problem = getattr(exc, "problem", None) or str(exc)
                 raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
-        lines = _line_index(text)
+        key_lines = _key_lines(text)
+        lines = {".".join(key): line for key, line in key_lines.items()}
         line_of.update((key, f"{file}:{line}") for key, line in lines.items())
+        tree = tree if tree is not None else {}
+        if isinstance(tree, dict):
+            given.update((str(name), tree.pop(name)) for name, value in list(tree.items()) if _foreign(str(name), value))
+            origins.update((key, f"{file}:{line}") for key, line in key_lines.items() if key[0] in given)
         flat: dict[str, Any] = {}
-        _flatten(tree if tree is not None else {}, "", flat, str(file))
+        _flatten(tree, "", flat, str(file))
         for key, value in flat.items():
             line = lines.get(key)
             values[key] = (value, f"{file}:{line}" if line else str(file))
-    values.update(_env_overrides(environ))
+    overrides = []
+    for parts, (value, where) in _env_overrides(environ).items():
+        if len(parts) > 1 and (parts[0] in given or _foreign(parts[0], {})):
+            overrides.append((parts, value, where))
+        else:
+            values[".".join(parts)] = (value, where)
 
     settings: dict[str, Any] = {}
     ignored: list[str] = []
     connections: dict[str, str] = {}
-    spark_conf: dict[str, str] = {}
     log_levels: dict[str, tuple[Any, str]] = {}
     function_values: dict[str, tuple[dict[str, Any], str]] = {}
     retry_fields: dict[str, Any] = {}
@@ -653,13 +510,11 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     for key, (value, where) in values.items():
         try:
             _read_key(key, value, where, settings=settings, ignored=ignored, connections=connections,
-                      spark_conf=spark_conf, log_levels=log_levels, retry_fields=retry_fields,
+                      log_levels=log_levels, retry_fields=retry_fields,
                       functions=(function_values, lambda k: line_of.get(k, "")))
         except ConfigError as exc:
             errors.append(exc)
 
-    if spark_conf:
-        settings["spark_conf"] = {**settings.get("spark_conf", {}), **spark_conf}
     for category, (value, where) in log_levels.items():
         try:
             level = _SCHEMA["logging.logLevel"].read(f"logging.logLevel.{category}", {category: value}, where)
@@ -681,15 +536,16 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
             functions[name] = _function_overrides(name, fields, where, derive_threshold=not threshold_given)
         except ConfigError as exc:
             errors.append(exc)
-    _raise_all(errors)
+    raise_all(errors)
     source = Path(path).resolve() if path is not None else None
     return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
-                      ignored_keys=tuple(sorted(ignored)), source=source)
+                      sections=foreign.gather(given, origins, overrides), ignored_keys=tuple(sorted(ignored)),
+                      source=source)
 
 
 def _read_key(
     key: str, value: Any, where: str, *, settings: dict[str, Any], ignored: list[str], connections: dict[str, str],
-    spark_conf: dict[str, str], log_levels: dict[str, tuple[Any, str]], retry_fields: dict[str, Any],
+    log_levels: dict[str, tuple[Any, str]], retry_fields: dict[str, Any],
     functions: tuple[dict[str, tuple[dict[str, Any], str]], Callable[[str], str]],
 ) -> None:
     """Put one flattened key where it belongs: a setting read against the schema, or a section collected whole."""
@@ -698,9 +554,6 @@ def _read_key(
         return
     if key == "connections" or key.startswith("connections."):
         connections.update(_connections(key, value, where))
-        return
-    if key.startswith("spark.conf."):  # one Spark property from the environment
-        spark_conf[key[len("spark.conf."):]] = str(value)
         return
     if key.startswith("logging.logLevel."):  # one category's level from the environment
         log_levels[key[len("logging.logLevel."):]] = (value, where)
@@ -722,25 +575,9 @@ def _read_key(
         inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
         if inside:  # a known section given a scalar or a list
             raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
-        raise ConfigError(key, _unknown(key, [*_SCHEMA, "connections", "functions"], "known keys"), where)
+        raise ConfigError(key, unknown(key, [*_SCHEMA, "connections", "functions"], "known keys"), where)
     settings[setting.attr] = setting.read(key, value, where)
 
-
-def _unknown(key: str, known: Iterable[str], listed: str) -> str:
-    """"unknown key", with what it most likely misspells (a wrong case, a letter or two, in the key or in the section
-    it starts with: ``fuctions.a.batchSize``), then every known key: a typo otherwise reads like a setting this
-    host lacks."""
-    known = sorted(known)
-    parts = key.split(".")
-    best, score = None, 0.8  # below this, a guess misleads more than it helps
-    for name in known:
-        depth = name.count(".") + 1
-        ratio = difflib.SequenceMatcher(None, ".".join(parts[:depth]).lower(), name.lower()).ratio()
-        guess = ".".join([name, *parts[depth:]])
-        if ratio > score and guess != key:
-            best, score = guess, ratio
-    hint = f"; did you mean {best}?" if best else ""
-    return f"unknown key{hint} ({listed}: {', '.join(known)})"
 
 
 def _default_threshold(batch_size: int) -> int:
@@ -787,12 +624,12 @@ def _function_overrides(
         global_key = _FUNCTION_KEYS.get(field_key)
         try:
             if global_key is None:
-                raise ConfigError(dotted, _unknown(field_key, _FUNCTION_KEYS, "a function may set"), at)
+                raise ConfigError(dotted, unknown(field_key, _FUNCTION_KEYS, "a function may set"), at)
             setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
             settings[setting.attr] = setting.read(dotted, value, at)
         except ConfigError as exc:
             errors.append(exc)
-    _raise_all(errors)
+    raise_all(errors)
     if derive_threshold and "batch_size" in settings and "new_batch_threshold" not in settings:
         settings["new_batch_threshold"] = _default_threshold(settings["batch_size"])
     return FunctionOverrides(settings, where)
