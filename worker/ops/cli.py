@@ -255,7 +255,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)
     facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)
     host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None,
-                in_flight=Path(in_flight) if in_flight else None, facts=facts)
+                in_flight=Path(in_flight) if in_flight else None, facts=facts, own_process=True)
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)
     if host.recycled is not None:
