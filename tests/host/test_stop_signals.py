@@ -170,15 +170,18 @@ def _both(senders: list[str]) -> list[str] | None:
     return senders if len(senders) >= 2 else None
 
 
-#: Who sends the stop signal first, and who sends its copy once the host has stopped; the worker process must end 0.
+#: Who sends the stop signal first, who sends its copy once the host has stopped, which signal, and where the
+#: worker process holds its exit meanwhile (tests/apps/held_exit.py); a copy must not change how the process ends.
 LATE_COPIES = {
     # coreutils' timeout, descheduled between signalling the command and its group: the supervisor passes the
     # signal on, the idle host drains in milliseconds, and the group's copy reaches the worker process after.
-    "the direct copy late": ("supervisor", "host", signal.SIGTERM),
+    "the direct copy late": ("supervisor", "host", signal.SIGTERM, "atexit"),
     # A person's Ctrl-C reaches the worker process first; the supervisor's copy follows once the host has stopped.
-    "the supervisor's copy late": ("host", "supervisor", signal.SIGINT),
+    "the supervisor's copy late": ("host", "supervisor", signal.SIGINT, "atexit"),
+    # As late as can be: the interpreter has put back the signals' defaults.
+    "the direct copy in the interpreter's last steps": ("supervisor", "host", signal.SIGINT, "finalization"),
     # The same sender again, later than a repeat: a second signal, which still exits at once.
-    "a second signal from the same sender": ("host", "host", signal.SIGTERM),
+    "a second signal from the same sender": ("host", "host", signal.SIGTERM, "atexit"),
 }
 
 
@@ -186,9 +189,10 @@ LATE_COPIES = {
 def test_a_stop_signal_after_the_host_stopped_does_not_end_its_process_unless_it_is_a_second(
     tmp_path: Path, case: str
 ) -> None:
-    first, late, signum = LATE_COPIES[case]
+    first, late, signum, hold_at = LATE_COPIES[case]
     held, gate = tmp_path / "held", tmp_path / "gate"
-    worker = WorkerProcess(write_host_yaml(tmp_path), {"HELD_FILE": str(held), "GATE_FILE": str(gate)},
+    worker = WorkerProcess(write_host_yaml(tmp_path), {"HELD_FILE": str(held), "GATE_FILE": str(gate),
+                                                       "HOLD_AT": hold_at},
                            app="tests.apps.held_exit:app", own_session=True).start()
     try:
         worker.wait_for_log("host started")

@@ -17,11 +17,13 @@ signal again within :data:`REPEAT_WINDOW` is the same signal.
 A copy can also come after the process has stopped listening on its event
 loop: an idle host drains in milliseconds, and ``timeout`` descheduled
 between its two signals, or a supervisor passing one on, is slower than that.
-Until the process ends, :func:`read_after_stop` reads such signals as the loop did.
+Until the process ends, :func:`read_after_stop` reads such signals as the loop did, and in the interpreter's
+last steps they are ignored (:func:`ignore_at_exit`).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import time
@@ -104,3 +106,20 @@ def read_after_stop(signals: StopSignals, signums: Iterable[int]) -> None:
 
     for signum in signums:
         signal.signal(signum, after_stop)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore the stop signals and the forms the supervisor passes them on in (:func:`ignore_at_exit`)."""
+    for signum in (*STOP_SIGNALS, *FORWARDED.values()):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def ignore_at_exit() -> None:
+    """Ignore the stop signals in the interpreter's last steps, after every atexit callback registered later (so:
+    call it before the app is imported, whose callbacks still get :func:`read_after_stop`'s reading).
+
+    Those steps begin by putting back the default of every signal a Python function handles, and a late copy
+    would then end the exiting process by the signal after all. Ignored, it cannot; nothing is left to stop by then.
+    """
+    atexit.unregister(ignore_stop_signals)  # once, however often a process runs a command
+    atexit.register(ignore_stop_signals)
