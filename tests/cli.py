@@ -9,8 +9,10 @@ processes instead and carry ``@pytest.mark.subprocess``.
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
+import signal
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ import structlog
 
 from worker.observability.logs import configure_logging
 from worker.ops import cli
+from worker.runtime.signals import FORWARDED, STOP_SIGNALS, ignore_stop_signals
 
 
 @dataclass(frozen=True)
@@ -34,13 +37,16 @@ class Ran:
 def run_cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
     """Run ``worker ARGS`` in ``cwd`` with ``env`` added to an environment that cannot point it elsewhere.
 
-    The working folder, the environment and the logging set-up (which the CLI
-    configures for itself) are the process's own, so each is put back after
-    the command; the tests of one process run one at a time. The CLI's logging
-    set-up is kept from caching loggers, so that a module's logger first used
-    by a command does not keep writing to that command's captured stderr.
+    The working folder, the environment, the logging set-up (which the CLI
+    configures for itself) and the stop signals' handlers (which ``worker run``
+    keeps reading after its host stops, and ignores at the process's exit) are
+    the process's own, so each is put back after the command; the tests of
+    one process run one at a time. The CLI's logging set-up is kept from
+    caching loggers, so that a module's logger first used by a command does
+    not keep writing to that command's captured stderr.
     """
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_signals = {signum: signal.getsignal(signum) for signum in (*STOP_SIGNALS, *FORWARDED.values())}
     for name in [n for n in os.environ if n.startswith("WORKER__") or n == "AzureWebJobsStorage"]:
         del os.environ[name]
     os.environ.update(env or {})
@@ -58,6 +64,10 @@ def run_cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
         os.environ.clear()
         os.environ.update(saved_env)
         configure_logging("INFO", json_lines=False)
+        for signum, handler in saved_signals.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+        atexit.unregister(ignore_stop_signals)
     return Ran(code, out.getvalue(), err.getvalue())
 
 

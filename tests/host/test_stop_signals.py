@@ -168,3 +168,48 @@ def test_one_signal_from_any_sender_drains_once_and_a_second_ctrl_c_exits_at_onc
 
 def _both(senders: list[str]) -> list[str] | None:
     return senders if len(senders) >= 2 else None
+
+
+#: Who sends the stop signal first, who sends its copy once the host has stopped, which signal, and where the
+#: worker process holds its exit meanwhile (tests/apps/held_exit.py); a copy must not change how the process ends.
+LATE_COPIES = {
+    # coreutils' timeout, descheduled between signalling the command and its group: the supervisor passes the
+    # signal on, the idle host drains in milliseconds, and the group's copy reaches the worker process after.
+    "the direct copy late": ("supervisor", "host", signal.SIGTERM, "atexit"),
+    # A person's Ctrl-C reaches the worker process first; the supervisor's copy follows once the host has stopped.
+    "the supervisor's copy late": ("host", "supervisor", signal.SIGINT, "atexit"),
+    # As late as can be: the interpreter has put back the signals' defaults.
+    "the direct copy in the interpreter's last steps": ("supervisor", "host", signal.SIGINT, "finalization"),
+    # The same sender again, later than a repeat: a second signal, which still exits at once.
+    "a second signal from the same sender": ("host", "host", signal.SIGTERM, "atexit"),
+}
+
+
+@pytest.mark.parametrize("case", list(LATE_COPIES))
+def test_a_stop_signal_after_the_host_stopped_does_not_end_its_process_unless_it_is_a_second(
+    tmp_path: Path, case: str
+) -> None:
+    first, late, signum, hold_at = LATE_COPIES[case]
+    held, gate = tmp_path / "held", tmp_path / "gate"
+    worker = WorkerProcess(write_host_yaml(tmp_path), {"HELD_FILE": str(held), "GATE_FILE": str(gate),
+                                                       "HOLD_AT": hold_at},
+                           app="tests.apps.held_exit:app", own_session=True).start()
+    try:
+        worker.wait_for_log("host started")
+        pids = {"supervisor": worker.pid, "host": worker.host_pid}
+        sent = time.monotonic()
+        os.kill(pids[first], signum)
+        poll(held.exists, 30, what="the host to stop and its process to hold its exit")
+        time.sleep(max(0.0, sent + 2 * REPEAT_WINDOW - time.monotonic()))  # later than a repeat of the first
+        os.kill(pids[late], signum)
+        if first == late:
+            assert worker.wait(timeout=10) == 128 + signum
+            return
+        gate.touch()
+        assert worker.wait(timeout=30) == 0, worker.log_path.read_text()
+        [exited] = [line for line in worker.lines() if line.get("event") == "worker process exited"]
+        assert exited["exit_code"] == 0
+        assert "Traceback" not in worker.log_path.read_text()
+    finally:
+        gate.touch()
+        worker.kill()

@@ -77,7 +77,7 @@ from worker.runtime.host import SERVICE_NAME, Host
 from worker.runtime.inflight import INFLIGHT_ENV
 from worker.runtime.poison import poison_queue, policy_for, source_queue
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
-from worker.runtime.signals import forwarded_act_as_original
+from worker.runtime.signals import forwarded_act_as_original, ignore_at_exit
 from worker.settings import local_settings
 from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration, parse_http_host
 from worker.settings.connections import ConnectionSettingError
@@ -212,6 +212,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if supervisor_pid is not None:  # first: a supervisor killed while this process starts takes it along
         die_with_supervisor(int(supervisor_pid))
         forwarded_act_as_original()
+    ignore_at_exit()  # before the app registers its own atexit callbacks, so that it comes after them
     if args.no_supervisor and (args.processes or 1) > 1:
         raise UsageError("--no-supervisor runs one process; --processes needs the supervisor")
     config = _config(args.config, args.app)
@@ -260,7 +261,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)
     facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)
     host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None,
-                in_flight=Path(in_flight) if in_flight else None, facts=facts)
+                in_flight=Path(in_flight) if in_flight else None, facts=facts, own_process=True)
     dispatcher = asyncio.run(host.run())
     print(format_summary(host.metrics, host.elapsed), flush=True)
     if host.recycled is not None:

@@ -82,7 +82,7 @@ from worker.runtime.endpoints import listen
 from worker.runtime.guard import Access, allowed_hosts, announce, application
 from worker.runtime.inflight import INFLIGHT_ENV
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED, recycle_reason
-from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals
+from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals, read_after_stop
 from worker.settings.http_token import BearerToken
 from worker.waits import wait_set
 
@@ -172,6 +172,8 @@ class Supervisor:
             for signum in (*STOP_SIGNALS, APP_LOADED_SIGNAL):
                 loop.remove_signal_handler(signum)
             self._close_gate()
+            # worker run's own process: a late copy of a stop signal must not end it as it cleans up.
+            read_after_stop(self._signals, STOP_SIGNALS)
             if runner is not None:
                 await runner.cleanup()
             shutil.rmtree(self._handovers, ignore_errors=True)

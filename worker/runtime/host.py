@@ -52,7 +52,7 @@ from worker.runtime.listener import FUNCTION_OPTIONS as listener_options
 from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
 from worker.runtime.recycle import Recycler, settle_handed_over, take
-from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals
+from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals, read_after_stop
 from worker.runtime.threads import TIMEOUT_GRACE, HandlerThreads
 from worker.settings.config import FunctionOptions, HostConfig
 from worker.settings.http_token import BearerToken, http_token
@@ -129,13 +129,17 @@ class Host:
     def __init__(
         self, app: WorkerApp, config: HostConfig, *, burst: bool = False, middleware: Sequence[Middleware] = (),
         handover: Path | None = None, in_flight: Path | None = None, facts: StartFacts | None = None,
+        own_process: bool = False,
     ) -> None:
         """``middleware`` runs after the app's and host.yaml's; one of a kind the host would make itself (Spark's)
         replaces the host's own, e.g. to keep one Spark session across host runs. ``handover`` is the file this
         process and the one before it (if it was recycled) hand timed-out messages over in
         (:mod:`worker.runtime.recycle`); the supervisor names it, and ``in_flight``, where the host says what it
         holds should it die (:mod:`worker.runtime.inflight`). ``facts``: what ``worker run`` knows of the start that
-        the host does not, for the console."""
+        the host does not, for the console. ``own_process``: the process is the host's (``worker run``), so once
+        the host stops, stop signals still arriving are read as before rather than left to the defaults, which
+        would end it (:func:`worker.runtime.signals.read_after_stop`); a host built in code leaves them to its
+        caller."""
         if app.problems:  # worker run lists them at start; a host built in code refuses them too
             raise StartupRefused(app.problems)
         if problem := tracing.problem(os.environ):  # worker run refuses it among the start-up checks
@@ -159,6 +163,7 @@ class Host:
         self.handover = handover
         self.in_flight = in_flight
         self.facts = facts or StartFacts()
+        self.own_process = own_process
         #: Why this process must be recycled (a sync handler ran past functionTimeout), once run() returns.
         self.recycled: str | None = None
         self._signals = StopSignals()
@@ -279,6 +284,8 @@ class Host:
                 await endpoints.stop()
             for signum in (*STOP_SIGNALS, *FORWARDED.values()):
                 loop.remove_signal_handler(signum)
+            if self.own_process:  # a late copy of the signal obeyed must not end the process as it closes
+                read_after_stop(self._signals, (*STOP_SIGNALS, *FORWARDED.values()))
             await backends.close()
             threads.close()
             if telemetry is not None:  # every span has ended: export what the batch processor still holds

@@ -13,13 +13,21 @@ supervisor apart from what it got directly: a second signal from the same
 sender exits at once, one from each sender drains once. A child whose
 supervisor has died still obeys the signals sent to it directly. The same
 signal again within :data:`REPEAT_WINDOW` is the same signal.
+
+A copy can also come after the process has stopped listening on its event
+loop: an idle host drains in milliseconds, and ``timeout`` descheduled
+between its two signals, or a supervisor passing one on, is slower than that.
+Until the process ends, :func:`read_after_stop` reads such signals as the loop did, and in the interpreter's
+last steps they are ignored (:func:`ignore_at_exit`).
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -79,3 +87,39 @@ def forwarded_act_as_original() -> None:
     still starting ends as it would have on SIGTERM or SIGINT), not what SIGUSR1 and SIGUSR2 do by default."""
     for original, passed in FORWARDED.items():
         signal.signal(passed, lambda _signum, _frame, original=original: signal.raise_signal(original))
+
+
+def read_after_stop(signals: StopSignals, signums: Iterable[int]) -> None:
+    """Once a process no longer listens for ``signums`` on its event loop (its host or supervisor has stopped),
+    read them with ``signals`` until it ends, instead of leaving them to the defaults.
+
+    Under the defaults a late copy of the signal already obeyed ends the process while it closes its storage, by
+    the signal (SIGINT with a KeyboardInterrupt traceback; SIGUSR1 and SIGUSR2 too), so that a clean drain exits
+    130 or 143. Here a copy, or the first signal of another sender, does nothing; a second signal from the same
+    sender still exits at once. The handler logs nothing: it runs between any two steps of the main thread, which
+    may be writing a log line under its lock.
+    """
+    def after_stop(signum: int, _frame: object) -> None:
+        stop, original, _ = signals.receive(signum)
+        if stop is Stop.EXIT_NOW:
+            os._exit(128 + original)
+
+    for signum in signums:
+        signal.signal(signum, after_stop)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore the stop signals and the forms the supervisor passes them on in (:func:`ignore_at_exit`)."""
+    for signum in (*STOP_SIGNALS, *FORWARDED.values()):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def ignore_at_exit() -> None:
+    """Ignore the stop signals in the interpreter's last steps, after every atexit callback registered later (so:
+    call it before the app is imported, whose callbacks still get :func:`read_after_stop`'s reading).
+
+    Those steps begin by putting back the default of every signal a Python function handles, and a late copy
+    would then end the exiting process by the signal after all. Ignored, it cannot; nothing is left to stop by then.
+    """
+    atexit.unregister(ignore_stop_signals)  # once, however often a process runs a command
+    atexit.register(ignore_stop_signals)
