@@ -89,7 +89,8 @@ bench: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) bench/throughput.py --default-settings --latency-ms 25
 	$(PY) bench/pickup.py
 	$(PY) bench/pickup.py --oci
-	$(PY) bench/processes.py
+	$(PY) bench/processes.py --rounds 5
+	$(PY) bench/processes.py --rounds 5 --handler-threads 1
 	$(PY) bench/renewals.py
 	$(PY) bench/pipeline.py
 	$(PY) bench/spark_start.py

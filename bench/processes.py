@@ -9,7 +9,13 @@ handler's start to the last one's end (each handler records both), so process
 start-up is in neither; ``worker run``'s whole time is printed beside it.
 Variants alternate over ``--rounds``; medians reported.
 
-    python bench/processes.py [--messages 60] [--rounds 3] [--work 1500000]
+``--handler-threads N`` sets ``worker.handlerThreads`` for both variants
+(default: the host's own default, processors + 4). CPU-bound handlers are
+best run with one thread a process, as docs/operating.md advises: more
+threads only take turns at the interpreter lock, and once every core is busy
+their hand-offs cost the other process's core too.
+
+    python bench/processes.py [--messages 60] [--rounds 3] [--work 1500000] [--handler-threads N]
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(processes: int, messages: int, work: int) -> tuple[float, float]:
+def run(processes: int, messages: int, work: int, threads: int | None) -> tuple[float, float]:
     """(span of the handlers, whole ``worker run`` time) for ``--processes N`` draining ``messages`` messages."""
     with tempfile.TemporaryDirectory(prefix="bench-processes-") as folder:
         config = Path(folder) / "host.yaml"
@@ -36,6 +42,8 @@ def run(processes: int, messages: int, work: int) -> tuple[float, float]:
         times.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}
         env |= {"PYTHONPATH": str(REPO), "CPU_WORK": str(work), "CPU_TIMES": str(times)}
+        if threads is not None:
+            env["WORKER__worker__handlerThreads"] = str(threads)
         worker = [sys.executable, "-m", "worker"]
         bodies = [f"m{i}" for i in range(messages)]
         subprocess.run([*worker, "send", "cpu-bound", *bodies, "--config", str(config)], env=env, cwd=REPO,
@@ -64,18 +72,22 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=int, default=1_500_000, help="loop iterations per message")
+    parser.add_argument("--handler-threads", type=int, default=None,
+                        help="worker.handlerThreads for both variants (default: the host's default)")
     args = parser.parse_args()
     spans: dict[int, list[float]] = {1: [], 2: []}
     wholes: dict[int, list[float]] = {1: [], 2: []}
     for round_ in range(args.rounds):
         for processes in ((1, 2) if round_ % 2 == 0 else (2, 1)):
-            span, whole = run(processes, args.messages, args.work)
+            span, whole = run(processes, args.messages, args.work, args.handler_threads)
             spans[processes].append(span)
             wholes[processes].append(whole)
             print(f"  round {round_ + 1}: --processes {processes}: {span:6.2f} s of handlers, "
                   f"{whole:6.2f} s of worker run", flush=True)
     one, two = statistics.median(spans[1]), statistics.median(spans[2])
-    print(f"\n{args.messages} CPU-bound messages, {os.cpu_count()} cores, median of {args.rounds} rounds")
+    threads = "default" if args.handler_threads is None else args.handler_threads
+    print(f"\n{args.messages} CPU-bound messages, {os.cpu_count()} cores, handlerThreads {threads}, "
+          f"median of {args.rounds} rounds")
     for n, span in ((1, one), (2, two)):
         print(f"--processes {n} : {span:6.2f} s  {args.messages / span:6.1f} msgs/s   "
               f"(worker run, start-up and stop included: {statistics.median(wholes[n]):6.2f} s)")

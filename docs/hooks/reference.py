@@ -206,6 +206,8 @@ def _default(attr: str) -> str:
     if field.default_factory is not dataclasses.MISSING:  # computed at start
         if attr == "new_batch_threshold":
             return "batchSize / 2 × processors"
+        if attr == "handler_threads":
+            return "processors + 4, at most 32"
         return "none" if not field.default_factory() else str(field.default_factory())
     return _shown(field.default, duration=attr in DURATION_ATTRIBUTES, attr=attr)
 

@@ -262,8 +262,10 @@ class HostConfig:
     drain_timeout: float = 20.0
     #: Messages held at once across all functions (received and not yet completed).
     max_in_flight: int = 64
-    #: Threads that run synchronous handlers; a sync message waits for one.
-    handler_threads: int = 16
+    #: Threads that run synchronous handlers; a sync message waits for one. By default as many as the Functions
+    #: Python worker's pool (``ThreadPoolExecutor``'s default, min(32, processors + 4)): a few more threads than
+    #: cores, since more only take turns at one interpreter lock, and on a busy machine they contend for it.
+    handler_threads: int = field(default_factory=lambda: min(32, (os.cpu_count() or 1) + 4))
     #: Port of /healthz, /readyz, /metrics and /leases; 0 (the default) turns the server off.
     http_port: int = 0
     #: Address the endpoints listen on: every interface, because probes and scrapes come to the pod's address.
