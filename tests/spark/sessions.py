@@ -128,6 +128,13 @@ class SparkSessions:
                 pass
         return left
 
+    def leave(self, master: str) -> None:
+        """Stop the shared session if it is on ``master``: for a test whose worker process runs an application of
+        its own on the shared standalone cluster, whose one worker's cores (``spark.cores.max``) the session holds
+        while it lives, so that the other application would wait for executors that never come."""
+        if self._key is not None and self._key[0] == master:
+            self.stop()
+
     def stop(self) -> None:
         if self._provider is not None:
             self._provider.stop()

@@ -22,6 +22,7 @@ def _spark_section(where: str, request: pytest.FixtureRequest) -> dict[str, obje
     if where == "connect":  # the server runs the Python functions, with the interpreter it was started with
         return {"master": request.getfixturevalue("spark_connect").url, "conf": {"spark.sql.shuffle.partitions": 2}}
     cluster = request.getfixturevalue("spark_cluster")
+    request.getfixturevalue("spark_sessions").leave(cluster.url)  # the worker process's application needs the cores
     # Executors start in their own work folder: the app's package reaches them as it would on a real cluster,
     # through the executors' environment (or spark.submit.pyFiles / spark.archives).
     conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
