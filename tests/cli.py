@@ -65,7 +65,9 @@ def run_cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Ran:
         os.environ.update(saved_env)
         configure_logging("INFO", json_lines=False)
         for signum, handler in saved_signals.items():
-            if handler is not None:
+            # Only what the command changed: a command run from a thread (asyncio.to_thread) changed none, and
+            # may not set any.
+            if handler is not None and signal.getsignal(signum) is not handler:
                 signal.signal(signum, handler)
         atexit.unregister(ignore_stop_signals)
     return Ran(code, out.getvalue(), err.getvalue())
