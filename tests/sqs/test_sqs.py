@@ -193,6 +193,23 @@ async def test_renewals_and_deletes_made_together_go_in_batches_and_each_reads_i
     assert await sqs.approximate_count(queue_name) == 0
 
 
+async def test_deletes_made_in_one_turn_of_the_loop_go_in_one_request(sqs: SqsBackend, queue_name: str) -> None:
+    """A received batch's handlers often finish in the same turn of the event loop: their ten deletes cost one
+    DeleteMessageBatch, none of them a DeleteMessage of its own (the first two went alone before)."""
+    await sqs.create_queue(queue_name)
+    for n in range(10):
+        await sqs.put(queue_name, f"m{n}")
+    taken = await sqs.receive(queue_name, 10, 30)
+    while len(taken) < 10:  # a receive may bring fewer than are visible
+        taken += await sqs.receive(queue_name, 10 - len(taken), 30)
+    requests: list[str] = []
+    sqs.client().meta.events.register("before-call.sqs.*", lambda model, **_: requests.append(model.name))
+
+    await asyncio.gather(*(sqs.delete(queue_name, m.id, m.pop_receipt or "") for m in taken))
+    assert requests == ["DeleteMessageBatch"], requests
+    assert await sqs.approximate_count(queue_name) == 0
+
+
 async def test_a_host_built_in_code_refuses_a_batch_larger_than_sqs_returns(moto_server: Moto, tmp_path: Path) -> None:
     """worker run's preflight refuses it by the connection's kind; a host built in code is refused by the backend's
     own limits, with every such option named, rather than failing each receive."""

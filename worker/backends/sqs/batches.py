@@ -1,11 +1,12 @@
 """Deletes and visibility changes of one queue sent in batches (DeleteMessageBatch, ChangeMessageVisibilityBatch)
 where the host has several at once.
 
-A call made while few of its kind are under way goes out alone, at once: a lone completion waits for nothing.
-Calls made while :data:`MAX_IN_FLIGHT` requests of their kind to their queue are under way wait, and go out
-together, up to :data:`BATCH` to a request, as soon as one of those ends: under load, ten completions cost one
-request. Each call gets its own entry's result (a batch answers entry by entry), so one stale receipt fails only its
-own caller.
+A call goes out at the end of the event loop's current turn, together with every other call of its kind to its
+queue made in that turn (a received batch's handlers often finish in the same turn): a lone completion waits for
+nothing but that turn. Calls made while :data:`MAX_IN_FLIGHT` requests of their kind to their queue are under way
+wait, and go out together, up to :data:`BATCH` to a request, as soon as one of those ends: under load, ten
+completions cost one request. Each call gets its own entry's result (a batch answers entry by entry), so one stale
+receipt fails only its own caller.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ SendBatch = Callable[[str, list[Entry]], Awaitable[list[BaseException | None]]]
 class _Queue:
     in_flight: int = 0
     waiting: list[tuple[Entry, asyncio.Future[None]]] = field(default_factory=list)
+    #: A send of what waits is due at the end of the loop's current turn.
+    due: bool = False
 
 
 class Batcher:
@@ -45,17 +48,17 @@ class Batcher:
     async def submit(self, queue: str, entry: Entry) -> None:
         """Send ``entry``: alone at once, or in the next batch of its queue; raises its own error."""
         state = self._queues.setdefault(queue, _Queue())
-        if state.in_flight < MAX_IN_FLIGHT and not state.waiting:
-            state.in_flight += 1
-            try:
-                await self._send_one(queue, entry)
-            finally:
-                state.in_flight -= 1
-                self._next(queue, state)
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         state.waiting.append((entry, future))
+        if not state.due:
+            state.due = True
+            loop.call_soon(self._turn_ended, queue, state)
         await future
+
+    def _turn_ended(self, queue: str, state: _Queue) -> None:
+        state.due = False
+        self._next(queue, state)
 
     def _next(self, queue: str, state: _Queue) -> None:
         """Send what waits, a batch at a time, while there is room."""
@@ -65,7 +68,7 @@ class Batcher:
             flush = asyncio.ensure_future(self._flush(queue, state, chunk))
             self._flushes.add(flush)
             flush.add_done_callback(self._flushes.discard)
-        if not state.waiting and not state.in_flight:
+        if not state.waiting and not state.in_flight and not state.due:
             self._queues.pop(queue, None)
 
     async def _flush(self, queue: str, state: _Queue, chunk: list[tuple[Entry, asyncio.Future[None]]]) -> None:
