@@ -8,11 +8,16 @@ fresh queue, filled beforehand with the same N messages by SendMessageBatch from
     request, visibility 600 s, no wait) and deleting them with one DeleteMessageBatch, until the queue is empty.
     k is chosen so that the loop holds as many messages as the worker: maxInFlight / 10 (``--raw-k`` gives
     others to try; the best median is the one compared).
+``raw K=k +attrs``
+    The same loop asking each receive for what the host reads from every message: all its system attributes
+    (``ApproximateReceiveCount``, the dequeue count poison handling counts; ``ApproximateFirstReceiveTimestamp``,
+    for the 12-hour cap; the rest for Lambda's event records) and its message attributes (the trace context).
+    Larger answers cost moto, the bottleneck here, more per message; this is the like-for-like loop.
 ``worker``
-    ``worker.runtime.host.Host`` in-process in burst mode on an ``sqs://`` connection, one function with an async
+    ``worker.runtime.host.Host`` in-process on an ``sqs://`` connection, one function with an async
     handler that does nothing: batchSize 10, maxInFlight 64 (the default), messageEncoding none. Its time runs
     from ``Host.run()`` (which opens its own client) to the N-th delete, read from its ``succeeded`` counter; the
-    burst-mode stop check is not counted.
+    host runs as a deployed one does (not in burst mode, whose stop check would load moto) and is stopped then.
 
 Per contender: msgs/s (median, each round in brackets), this process's CPU per message ("py ms/msg": botocore,
 urllib3 and, for the worker, the host's own work) and moto's ("moto ms/msg", from /proc). On a two-core machine
@@ -31,6 +36,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +75,10 @@ async def fill(sqs: SqsBackend, queue: str, messages: int) -> None:
         list(pool.map(send, range(0, messages, BATCH)))
 
 
-def run_raw(client: Any, url: str, messages: int, threads: int) -> float:
-    """k threads: receive up to 10, delete them in one batch, until ``messages`` are deleted; the seconds taken."""
+def run_raw(client: Any, url: str, messages: int, threads: int, attributes: bool) -> float:
+    """k threads: receive up to 10 (with every attribute, if ``attributes``), delete them in one batch, until
+    ``messages`` are deleted; the seconds taken."""
+    asked = {"MessageSystemAttributeNames": ["All"], "MessageAttributeNames": ["All"]} if attributes else {}
     done = 0
     lock = threading.Lock()
 
@@ -81,7 +89,7 @@ def run_raw(client: Any, url: str, messages: int, threads: int) -> float:
                 if done >= messages:
                     return
             got = client.receive_message(QueueUrl=url, MaxNumberOfMessages=BATCH, VisibilityTimeout=LEASE_SECONDS,
-                                         WaitTimeSeconds=0).get("Messages", [])
+                                         WaitTimeSeconds=0, **asked).get("Messages", [])
             if not got:
                 with lock:
                     if done >= messages:
@@ -106,13 +114,28 @@ async def run_worker(connection: str, queue: str, messages: int) -> float:
 
     app.queue_trigger(arg_name="msg", queue_name=queue, connection=CONNECTION)(noop)
     config = HostConfig(batch_size=BATCH, message_encoding="none", connections={CONNECTION: connection})
-    host = Host(app, config, burst=True)
-    clock = host.metrics = SuccessClock(messages)
+    # Not burst mode: its stop check asks the queue's depth every 0.25 s (GetQueueAttributes), load on moto, the
+    # bottleneck here, that the raw loops do not make. The host is stopped once the N-th delete is counted.
+    host = Host(app, config)
+    clock = host.metrics = StopAtTarget(messages, host.request_stop)
     started = time.perf_counter()
     await host.run()
     if clock.reached_at is None:
         raise RuntimeError(f"the worker deleted {clock.succeeded} of {messages} messages")
     return clock.reached_at - started
+
+
+class StopAtTarget(SuccessClock):
+    """The host's counters: the time of the ``target``-th delete, which also stops the host."""
+
+    def __init__(self, target: int, stop: Callable[[], None]) -> None:
+        super().__init__(target)
+        self._stop = stop
+
+    def inc(self, name: str, function: str = "", amount: int = 1) -> None:
+        super().inc(name, function, amount)
+        if name == "succeeded" and self.succeeded == self.target:
+            self._stop()
 
 
 @dataclass
@@ -128,7 +151,7 @@ class Contender:
     def line(self, messages: int) -> str:
         rounds = ", ".join(f"{messages / s:.0f}" for s in self.seconds)
         per = [f"{1000 * statistics.median(values) / messages:6.2f}" for values in (self.python_cpu, self.moto_cpu)]
-        return f"{self.name:<10} {self.median_rate(messages):6.0f}  {per[0]}  {per[1]:>10}  [{rounds}]"
+        return f"{self.name:<16} {self.median_rate(messages):6.0f}  {per[0]}  {per[1]:>10}  [{rounds}]"
 
 
 async def bench(args: argparse.Namespace, moto: Moto) -> None:
@@ -136,7 +159,8 @@ async def bench(args: argparse.Namespace, moto: Moto) -> None:
     sqs = open_backend(connection, REPO)
     assert isinstance(sqs, SqsBackend)
     moto_cpu = ProcessCpu(moto.proc.pid if moto.proc else 0)
-    contenders = {f"raw K={k}": Contender(f"raw K={k}") for k in args.raw_k} | {"worker": Contender("worker")}
+    raw = [f"raw K={k}{suffix}" for k in args.raw_k for suffix in ("", " +attrs")]
+    contenders = {name: Contender(name) for name in raw} | {"worker": Contender("worker")}
     for round_number in range(args.rounds):
         order = list(contenders)
         order = order[round_number % len(order):] + order[:round_number % len(order)]
@@ -149,7 +173,8 @@ async def bench(args: argparse.Namespace, moto: Moto) -> None:
             else:
                 client = sqs.client()
                 url = client.get_queue_url(QueueName=queue)["QueueUrl"]
-                seconds = await asyncio.to_thread(run_raw, client, url, args.messages, int(name.split("=")[1]))
+                threads = int(name.split("=")[1].split()[0])
+                seconds = await asyncio.to_thread(run_raw, client, url, args.messages, threads, "+attrs" in name)
             contenders[name].seconds.append(seconds)
             contenders[name].python_cpu.append(time.process_time() - cpu)
             contenders[name].moto_cpu.append(moto_cpu.seconds() - moto_before)
@@ -158,11 +183,14 @@ async def bench(args: argparse.Namespace, moto: Moto) -> None:
     await sqs.close()
     n = args.messages
     print(f"{n} messages, {args.rounds} rounds; worker: batchSize {BATCH}, maxInFlight {HostConfig().max_in_flight}")
-    print(f"{'contender':<10} {'msgs/s':>6}  {'py ms/msg':>9}  {'moto ms/msg':>10}  [each round]")
+    print(f"{'contender':<16} {'msgs/s':>6}  {'py ms/msg':>9}  {'moto ms/msg':>10}  [each round]")
     for contender in contenders.values():
         print(contender.line(n))
-    best = max((c for name, c in contenders.items() if name != "worker"), key=lambda c: c.median_rate(n))
-    print(f"worker/{best.name}: {contenders['worker'].median_rate(n) / best.median_rate(n):.2f}")
+    worker = contenders["worker"].median_rate(n)
+    for like_for_like in (False, True):
+        best = max((c for name, c in contenders.items() if name != "worker" and ("+attrs" in name) == like_for_like),
+                   key=lambda c: c.median_rate(n))
+        print(f"worker/{best.name}: {worker / best.median_rate(n):.2f}")
 
 
 def main(argv: list[str] | None = None) -> None:
