@@ -33,9 +33,9 @@ reads through the protocol:
   no second message of a group while one is in flight, but one request may
   return several of a group, which the host would then run at once. Puts to
   them carry a group and deduplication id (:mod:`worker.backends.sqs.fifo`).
-- Deletes and visibility changes made while others of their queue are under way go out together, ten to a
-  request (DeleteMessageBatch, ChangeMessageVisibilityBatch: :mod:`worker.backends.sqs.batches`), each caller
-  reading its own entry's result.
+- Deletes and visibility changes made in one turn of the event loop, or while others of their queue are under
+  way, go out together, ten to a request (DeleteMessageBatch, ChangeMessageVisibilityBatch:
+  :mod:`worker.backends.sqs.batches`), each caller reading its own entry's result.
 - A receive cancelled under way is not cut: SQS may still hand its messages to
   a request whose client hung up, so the request runs to its end and what it
   brings is released at once (ChangeMessageVisibilityBatch to 0); ``close``
