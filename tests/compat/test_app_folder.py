@@ -85,8 +85,10 @@ def test_worker_run_with_no_flags_in_the_app_folder_reads_its_three_files(
         run = subprocess.Popen([sys.executable, "-m", "worker", "run"], cwd=folder, env=worker_environment(),
                                stdout=subprocess.DEVNULL, stderr=log, text=True)
     try:
-        [written] = poll(lambda: list(results.iterdir()), 60, what="the handler's file")
-        assert written.read_text(encoding="utf-8") == "first order"
+        # The handler's write_text creates the file before it writes it: wait for what it wrote, not the name.
+        written = poll(lambda: [path.read_text(encoding="utf-8") for path in results.iterdir() if path.stat().st_size],
+                       60, what="the handler's file with its text")
+        assert written == ["first order"]
         run.send_signal(signal.SIGTERM)
         assert run.wait(60) == 0
     finally:
