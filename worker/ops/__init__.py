@@ -12,6 +12,8 @@
 - :mod:`.supervisor`: the process, or ``--processes N`` of them, that runs the
   host; replaces a recycled one at once and logs one that died unasked; never
   imports the app;
+- :mod:`.front`: the endpoints of ``--processes N`` on one port, served by the
+  supervisor (imported only then: the web framework is most of a start);
 - :mod:`.spark_cluster`: ``worker spark``, a standalone master and worker or a
   Spark Connect server from the installed pyspark, detached.
 

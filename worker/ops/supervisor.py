@@ -41,22 +41,15 @@ too (the children then exit at once, and so does the supervisor, with 128 +
 the signal's number). They are passed on as other signals
 (:data:`worker.runtime.signals.FORWARDED`): a signal sent to the whole process
 group reaches each child directly as well, and that is still one signal. With ``worker.httpPort`` and one process, the child
-serves the port itself (on ``worker.httpHost``); with several, the supervisor
-serves the endpoints for all of them on ``worker.httpHost``: each child
-listens on a port of its own on loopback, and ``/metrics`` sums the children's
-series, ``/leases`` lists every child's leases, ``/healthz`` and ``/readyz``
-are fine only when every child's are, and the console at ``/`` shows them as
-one (:mod:`worker.runtime.console.merge`); its poison actions are handed to
-the first child that answers, as they act on storage all share. With a token
-set, the supervisor asks for it as its children do, and hands it to them when
-it asks them.
+serves the port itself (on ``worker.httpHost``); with several, each child
+listens on a port of its own on loopback and the supervisor serves the
+endpoints for all of them on ``worker.httpHost`` (:mod:`worker.ops.front`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
-import json
 import os
 import shutil
 import signal
@@ -67,24 +60,19 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import structlog
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST
-from prometheus_client.parser import text_string_to_metric_families
 
 from worker.runtime import inflight
-from worker.runtime.console.merge import merge_history, merge_state
-from worker.runtime.console.web import static_routes, who
-from worker.runtime.endpoints import listen
-from worker.runtime.guard import Access, allowed_hosts, announce, application
 from worker.runtime.inflight import INFLIGHT_ENV
 from worker.runtime.recycle import HANDOVER_ENV, RECYCLED, recycle_reason
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals, read_after_stop
 from worker.settings.http_token import BearerToken
 from worker.waits import wait_set
+
+if TYPE_CHECKING:
+    from worker.ops.front import Front
 
 log = structlog.get_logger("worker.ops.supervisor")
 
@@ -95,8 +83,6 @@ RESTART_DELAY_MAX = 60.0
 STABLE_AFTER = 60.0
 #: Exit code of ``worker run`` when the app or its settings are refused; restarting cannot help.
 REFUSED = 2
-#: How long the supervisor waits for a child's endpoint, in seconds.
-CHILD_TIMEOUT = 5.0
 #: The environment variable that tells a child its supervisor's process id.
 SUPERVISOR_ENV = "WORKER_SUPERVISOR_PID"
 #: The environment variable that tells a child its place among the supervisor's processes (0, 1, ...).
@@ -138,15 +124,18 @@ class Supervisor:
         endpoints the supervisor serves for several processes (:mod:`worker.runtime.guard`)."""
         self.command = list(command)
         self.count = count
-        self.http_port = http_port
         self.http_host = http_host
-        self.token = token
-        self.access = Access(token, http_host, open_data, allowed_hosts(allowed))
         self.burst = burst
         self.env = dict(os.environ if env is None else env)
         # One child serves the port itself; several each get a loopback port of their own behind the supervisor's.
         ports = [http_port or None] if count == 1 else [_free_port() if http_port else None for _ in range(count)]
         self.children = [Child(index, port) for index, port in enumerate(ports)]
+        self.front: Front | None = None
+        if http_port and count > 1:  # the web framework is imported only by a supervisor that serves a port
+            from worker.ops.front import Front
+
+            self.front = Front([port for port in ports if port], CHILD_HOST, http_host, http_port, token, open_data,
+                               allowed)
         self.stopping = asyncio.Event()
         self._gate: tuple[int, int] | None = None  # (read, write) of the pipe the others wait on; None once open
         self._signals = StopSignals()
@@ -156,7 +145,7 @@ class Supervisor:
 
     async def run(self) -> int:
         """Start the children, keep them running, and return the exit code once all have stopped."""
-        runner = await self._serve() if self.http_port and self.count > 1 else None  # CannotListen: nothing started
+        runner = await self.front.serve() if self.front is not None else None  # CannotListen: nothing started
         loop = asyncio.get_running_loop()
         for signum in STOP_SIGNALS:
             loop.add_signal_handler(signum, self._signal, signum)
@@ -283,117 +272,6 @@ class Supervisor:
         """The file of ``kind`` ("handover", "in-flight") the supervisor names for ``child``."""
         assert self._handovers is not None
         return self._handovers / f"process-{child.index}.{kind}.json"
-
-    # -- endpoints --------------------------------------------------------------------------------------------
-
-    async def _serve(self) -> web.AppRunner:
-        app = application(self.access)
-        app.add_routes([web.get("/healthz", self._healthz), web.get("/readyz", self._readyz),
-                        web.get("/metrics", self._metrics), web.get("/leases", self._leases),
-                        *static_routes(), web.get("/console/api/state", self._console_state),
-                        web.get("/console/api/history", self._console_history),
-                        web.post("/console/api/poison/{function}/{action}", self._console_action)])
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await listen(runner, self.http_host, self.http_port)
-        announce(self.access, port=self.http_port, processes=self.count)
-        return runner
-
-    async def _ask(self, path: str) -> list[tuple[Child, int, str]]:
-        """``path`` of every child: (child, status, body); status 0 when it does not answer."""
-
-        async def one(session: aiohttp.ClientSession, child: Child) -> tuple[Child, int, str]:
-            try:
-                async with session.get(f"http://{CHILD_HOST}:{child.port}{path}") as response:
-                    return child, response.status, await response.text()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                return child, 0, f"{type(exc).__name__}: {exc}"
-
-        timeout = aiohttp.ClientTimeout(total=CHILD_TIMEOUT)
-        headers = self.token.header() if self.token is not None else None  # the children ask for it too
-        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
-            return list(await asyncio.gather(*(one(session, child) for child in self.children)))
-
-    async def _healthz(self, _: web.Request) -> web.Response:
-        return await self._all_fine("/healthz")
-
-    async def _readyz(self, _: web.Request) -> web.Response:
-        return await self._all_fine("/readyz")
-
-    async def _all_fine(self, path: str) -> web.Response:
-        answers = await self._ask(path)
-        problems = [f"process {child.index}: {status or 'no answer'} {body}".strip()
-                    for child, status, body in answers if status != 200]
-        return web.json_response({"ok": not problems, "processes": self.count, "problems": problems},
-                                 status=200 if not problems else 503)
-
-    async def _leases(self, _: web.Request) -> web.Response:
-        leases = []
-        for child, status, body in await self._ask("/leases"):
-            if status == 200:
-                leases += [{**lease, "process": child.index} for lease in json.loads(body)]
-        return web.json_response(leases)
-
-    async def _console_state(self, _: web.Request) -> web.Response:
-        answers = await self._ask("/console/api/state")
-        return web.json_response(merge_state([(child.index, json.loads(body))
-                                              for child, status, body in answers if status == 200]))
-
-    async def _console_history(self, _: web.Request) -> web.Response:
-        answers = await self._ask("/console/api/history")
-        return web.json_response(merge_history([json.loads(body) for _, status, body in answers if status == 200]))
-
-    async def _console_action(self, request: web.Request) -> web.Response:
-        """Hand a poison action to the first child that answers (the token, checked here, goes along as the
-        supervisor's own; who asked goes in X-Forwarded-For), and log who asked."""
-        body = await request.read()
-        headers = {"Content-Type": "application/json", "X-Forwarded-For": str(request.remote)}
-        if self.token is not None:
-            headers |= self.token.header()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CHILD_TIMEOUT)  # requeue all may take a while
-        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
-            for child in self.children:
-                try:
-                    async with session.post(f"http://{CHILD_HOST}:{child.port}{request.path}", data=body) as answer:
-                        text = await answer.text()
-                except (aiohttp.ClientError, TimeoutError):
-                    continue
-                log.info("poison action from the console handed to a worker process", process=child.index,
-                         path=request.path, status=answer.status, **who(request))
-                return web.Response(body=text, status=answer.status, content_type="application/json")
-        return web.json_response({"error": "no worker process answers"}, status=503)
-
-    async def _metrics(self, _: web.Request) -> web.Response:
-        texts = [body for _, status, body in await self._ask("/metrics") if status == 200]
-        return web.Response(body=sum_metrics(texts).encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-def sum_metrics(texts: Sequence[str]) -> str:
-    """Prometheus texts of several processes as one: each series (name and labels) summed over them.
-
-    Counters, gauges and histogram buckets all add up across processes; the
-    HELP and TYPE lines are the first process's.
-    """
-    families: dict[str, tuple[str, str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]] = {}
-    for text in texts:
-        for family in text_string_to_metric_families(text):
-            _, _, series = families.setdefault(family.name, (family.type, family.documentation, {}))
-            for sample in family.samples:
-                key = (sample.name, tuple(sorted(sample.labels.items())))
-                series[key] = series.get(key, 0.0) + sample.value
-    lines = []
-    for name, (kind, documentation, series) in families.items():
-        exposed = f"{name}_total" if kind == "counter" else name
-        lines.append(f"# HELP {exposed} {documentation}")
-        lines.append(f"# TYPE {exposed} {kind}")
-        for (sample, labels), value in series.items():
-            rendered = ",".join(f'{key}="{_escape(val)}"' for key, val in labels)
-            lines.append(f"{sample}{{{rendered}}} {value!r}" if rendered else f"{sample} {value!r}")
-    return "\n".join(lines) + "\n"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def exit_cause(code: int) -> str:

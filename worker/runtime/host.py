@@ -45,8 +45,6 @@ from worker.runtime.console.recorder import ConsoleRecorder
 from worker.runtime.console.state import Console, HostParts, StartFacts, Watched
 from worker.runtime.dispatcher import FUNCTION_OPTIONS as dispatcher_options
 from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
-from worker.runtime.endpoints import Endpoints
-from worker.runtime.guard import Access, allowed_hosts
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import FUNCTION_OPTIONS as listener_options
 from worker.runtime.listener import Capacity, Listener
@@ -60,6 +58,7 @@ from worker.waits import wait_set
 
 if TYPE_CHECKING:
     from worker.observability.otel import Telemetry
+    from worker.runtime.endpoints import Endpoints
 
 log = structlog.get_logger("worker.runtime.host")
 
@@ -299,6 +298,10 @@ class Host:
     ) -> tuple[Endpoints, asyncio.Task[None]]:
         """Start the HTTP endpoints and the console, with gauges for in-flight messages, queue lengths, threads and
         tasks; the task returned keeps the gauge's queue lengths and the console's history."""
+        # Imported here: the web framework is most of a worker's start, and a host without a port does not need it.
+        from worker.runtime.endpoints import Endpoints
+        from worker.runtime.guard import Access, allowed_hosts
+
         lengths: dict[str, float] = {}
 
         async def storage_check() -> None:
