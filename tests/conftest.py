@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.azurite import Azurite
+from tests.spark import jvm
 from worker.backends.queues import QueueBackend
 from worker.backends.registry import open_backend
 from worker.observability.logs import configure_logging
@@ -33,19 +34,11 @@ pytest_plugins = ["tests.tiers"]
 #: the conformance suite on "sqs").
 BACKENDS = ["sqlite", "azurite"]
 
-#: How every JVM of the suite runs: Spark's drivers (pyspark's ``spark-submit``, in this process or a worker's), the
-#: Connect servers, and the standalone cluster's master and worker (executors: ``master_and_conf`` in
-#: tests/spark/sessions.py). The client compiler alone, and garbage collected on one thread: a test's JVM lives
-#: seconds to minutes on kilobytes of data, where the optimising compiler's work at start-up is most of its CPU
-#: and is never paid back, and the suite runs on two cores. Measured here: the pipeline's end-to-end run in a worker
-#: process of its own went from 20 s to 14 s. Set in the environment, which every process the tests start inherits;
-#: a value set before the run is kept.
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
-
 def pytest_configure(config: pytest.Config) -> None:
+    """Every JVM the tests start runs with the suite's options (tests/spark/jvm.py); a value set before the run is
+    kept."""
     for variable in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
-        os.environ.setdefault(variable, JVM_OPTIONS)
+        os.environ.setdefault(variable, jvm.options())
 
 
 @pytest.fixture(scope="session")

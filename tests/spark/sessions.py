@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.conftest import JVM_OPTIONS
 from tests.host.processes import REPO
+from tests.spark import jvm
 from worker.middleware.spark import Spark, SparkProvider, SparkSettings
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def master_and_conf(where: str, request: pytest.FixtureRequest) -> tuple[str, di
     return request.getfixturevalue("spark_cluster").url, conf | {
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.executor.memory": "512m",
         "spark.cores.max": "2", "spark.executorEnv.PYTHONPATH": str(REPO),
-        "spark.executor.extraJavaOptions": JVM_OPTIONS,
+        "spark.executor.extraJavaOptions": jvm.options(),
     }
 
 
