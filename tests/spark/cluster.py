@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -90,6 +91,14 @@ class ConnectServer:
         """The ids of the jobs running on the server now."""
         assert self.web_ui is not None
         return ConnectWebUi(self.web_ui).running_jobs()
+
+    def idle(self) -> bool:
+        """Whether the server runs no job; False as well when its web UI does not answer within the request's
+        timeout, as a server just resumed from a pause may not on a loaded machine: a poll asks again."""
+        try:
+            return not self.running_jobs()
+        except (TimeoutError, urllib.error.URLError):
+            return False
 
     def kill_jobs(self, jobs: list[int]) -> None:
         assert self.web_ui is not None

@@ -283,7 +283,7 @@ async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leas
             assert "cancel" in seen["error"].lower(), seen["error"]
             # A job the interrupt could not reach is found on the server and cancelled within a second of showing
             # (the host watches ten seconds after the handler returned): the bound leaves room for a loaded machine.
-            await apoll(lambda: _true(not paused_server.running_jobs()), 30,
+            await apoll(lambda: _true(paused_server.idle()), 30,
                         what="no job of the interrupted query left on the server")
             let_go.set()
             await apoll(lambda: _true(host.metrics.get("succeeded", "patient") == 1), 20,
