@@ -77,13 +77,17 @@ def cancel_left_jobs(ui: ConnectWebUi, session_id: str, tag: str, *, watch: floa
     """Kill the jobs of ``tag`` still running on the server, watching ``watch`` seconds for late ones; returns them.
 
     Called once the interrupted handler returned, so any job of its tag still
-    running (or submitted within the watch) belongs to no operation. Stops
-    after ``give_up`` seconds whatever happens, and on a UI that cannot be
-    reached, saying so: the job then runs to its end, as it would without this.
+    running (or submitted within the watch) belongs to no operation. A UI that
+    does not answer is asked again: a server just resumed or overloaded (the
+    very case that leaves such jobs) may not answer its first requests in
+    time, and its web API starts on the first request. Stops after
+    ``give_up`` seconds whatever happens, saying so if the UI never answered
+    meanwhile: the job then runs to its end, as it would without this.
     """
     suffix = session_tag_suffix(session_id, tag)
     killed: list[int] = []
     began = last_seen = time.monotonic()
+    failure: str | None = None
     pause = threading.Event()
     while (now := time.monotonic()) - began < give_up:
         try:
@@ -93,14 +97,21 @@ def cancel_left_jobs(ui: ConnectWebUi, session_id: str, tag: str, *, watch: floa
                 if job not in killed:
                     killed.append(job)
         except (OSError, ValueError) as exc:
-            log.error("cannot cancel through the Connect server's web UI the Spark jobs an interrupt left running",
-                      tag=tag, web_ui=ui.url, error=f"{type(exc).__name__}: {exc}")
-            return killed
+            if failure is None:
+                log.warning("the Connect server's web UI did not answer; asking again", tag=tag, web_ui=ui.url,
+                            error=f"{type(exc).__name__}: {exc}")
+            failure = f"{type(exc).__name__}: {exc}"
+            pause.wait(POLL_SECONDS)
+            continue
+        failure = None
         if running:
             last_seen = now
         elif now - last_seen >= watch:
             break
         pause.wait(POLL_SECONDS)
+    if failure is not None:
+        log.error("cannot cancel through the Connect server's web UI the Spark jobs an interrupt left running",
+                  tag=tag, web_ui=ui.url, error=failure, seconds=give_up)
     if killed:
         log.warning("Spark jobs of an interrupted invocation outlived its operation on the Connect server; "
                     "cancelled through its web UI", tag=tag, jobs=killed)
