@@ -152,9 +152,10 @@ async def test_one_scheduler_renews_hundreds_of_leases_without_a_task_per_messag
     for i in range(200):
         await queue.put(QUEUE, str(i))
     metrics = Metrics()
-    # 6 s leases renewed at half: a renewal may be up to 3 s late on a machine the whole suite shares (with 3 s
-    # leases, a 1.5 s stall of this process let a batch lapse in one full run in five).
-    scheduler = LeaseScheduler(duration=6, fraction=0.5, metrics=metrics)
+    # 10 s leases renewed at a quarter: a renewal may be up to 7.5 s late on a machine the whole suite shares (with
+    # 3 s leases renewed at half, a 1.5 s stall of this process let a batch lapse in one full run in five; with 6 s
+    # leases, a 3 s one once, with six test processes on two cores).
+    scheduler = LeaseScheduler(duration=10, fraction=0.25, metrics=metrics)
     task = asyncio.create_task(scheduler.run())
     leases: list[Lease] = []
     most_tasks = 0
@@ -162,7 +163,7 @@ async def test_one_scheduler_renews_hundreds_of_leases_without_a_task_per_messag
         # Each batch held as soon as it is received, as the dispatcher does: a lease held later than its receive
         # would be renewed by a clock that started late.
         while len(leases) < 200:
-            for m in await queue.receive(QUEUE, 32, 6):
+            for m in await queue.receive(QUEUE, 32, 10):
                 leases.append(lease := Lease(queue, QUEUE, m.id, m.pop_receipt))
                 scheduler.hold(lease)
         deadline = time.monotonic() + 30
