@@ -7,11 +7,12 @@ asks for Spark, so the fast tier does not pay for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -87,6 +88,19 @@ def oci_connection(server: OciTestServer, long_poll: int = 2) -> str:
     """
     return (f"oci+http://{server.endpoint.split('://', 1)[1]}?compartment={server.compartment_id}"
             f"&config={server.config_file}&adminEndpoint={server.endpoint}&longPoll={long_poll}")
+
+
+@contextlib.asynccontextmanager
+async def oci_queue(server: OciTestServer, tmp_path: Path, queue_name: str, **options: Any
+                    ) -> AsyncIterator[QueueBackend]:
+    """A backend on the test server (``options`` as :func:`open_backend` takes them) with the test's queue made;
+    closed after."""
+    backend = open_backend(oci_connection(server), tmp_path, **options)
+    try:
+        await backend.create_queue(queue_name)
+        yield backend
+    finally:
+        await backend.close()
 
 
 @pytest.fixture(params=BACKENDS)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from tests.conftest import oci_connection
+from tests.conftest import oci_connection, oci_queue
 from tests.oci.fixture import REPO, OciTestServer
 from tests.support import apoll, captured_logs
 from worker.backends.oci import queues as oci_queues
@@ -51,11 +51,9 @@ def retries() -> list[str]:
 @pytest.fixture
 async def backend(server: OciTestServer, tmp_path: Path, queue_name: str, retries: list[str]
                   ) -> AsyncIterator[QueueBackend]:
-    opened = open_backend(oci_connection(server), tmp_path, on_retry=retries.append)
-    await opened.create_queue(queue_name)
-    yield opened
-    server.clear_faults()
-    await opened.close()
+    async with oci_queue(server, tmp_path, queue_name, on_retry=retries.append) as opened:
+        yield opened
+        server.clear_faults()
 
 
 @pytest.fixture

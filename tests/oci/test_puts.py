@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import oci_connection
+from tests.conftest import oci_connection, oci_queue
 from tests.oci.fixture import OciTestServer
 from tests.oci.server import Modes
 from tests.support import apoll, captured_logs, running
@@ -43,10 +43,8 @@ def stopping(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer
 
 @pytest.fixture
 async def queue(hanging_up: OciTestServer, tmp_path: Path, queue_name: str) -> AsyncIterator[QueueBackend]:
-    backend = open_backend(oci_connection(hanging_up), tmp_path)
-    await backend.create_queue(queue_name)
-    yield backend
-    await backend.close()
+    async with oci_queue(hanging_up, tmp_path, queue_name) as backend:
+        yield backend
 
 
 async def test_a_put_whose_answer_is_lost_is_stored_once_and_the_caller_is_told(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import Ran, run_cli
-from tests.conftest import oci_connection
+from tests.conftest import oci_connection, oci_queue
 from tests.oci.fixture import OciTestServer
 from worker.backends.queues import MessageTooLarge, QueueBackend
 from worker.backends.registry import open_backend
@@ -35,10 +35,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OciTestServer]:
 @pytest.fixture
 async def queue(server: OciTestServer, tmp_path: Path, queue_name: str) -> AsyncIterator[QueueBackend]:
     """The test's queue, made with the default connection (256 KiB)."""
-    backend = open_backend(oci_connection(server), tmp_path)
-    await backend.create_queue(queue_name)
-    yield backend
-    await backend.close()
+    async with oci_queue(server, tmp_path, queue_name) as backend:
+        yield backend
 
 
 @pytest.fixture
