@@ -86,6 +86,16 @@ async def test_spark_is_ready_before_the_first_message(
     config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, http_port=port)
     await queue.put(PLAIN, encode("no Spark here", "base64"))
     with spark_sessions.private(master, conf) as provider:
+        # The start waits until the test has seen it under way: a session on a warm Connect server was made in 0.2 s,
+        # before /readyz first answered, once on a loaded machine.
+        started = threading.Event()
+        make = provider._make
+
+        def make_when_seen(*args: Any, **kwargs: Any) -> Any:
+            started.wait(60)
+            return make(*args, **kwargs)
+
+        provider._make = make_when_seen  # type: ignore[method-assign]
         host = Host(summing_app(provider, seen), config, middleware=[Spark(provider)])
         task = asyncio.create_task(host.run())
         try:
@@ -93,6 +103,7 @@ async def test_spark_is_ready_before_the_first_message(
             assert starting == (503, ["Spark starting"])
             await apoll(lambda: _true(host.metrics.get("succeeded", "plain") == 1), 30, what="the message without Spark")
             assert seen["plain_ran_while"] == "Spark starting"  # it did not wait for Spark
+            started.set()
             await apoll(lambda: _ready(port), 180, what="/readyz to say ready")
 
             await queue.put(QUEUE, encode("sum", "base64"))
