@@ -33,11 +33,16 @@ renames the node ids, which pytest 9 no longer lets it do):
   runs it; it shares nothing with the ``spark`` group, whose longest path it would otherwise lengthen by a
   minute, so it runs beside it.
 - ``timing`` (``tests/reliability``): the reliability scenarios, whose deadlines assume a share of the machine they keep for
-  themselves rather than three other processes' worth of neighbours each.
+  themselves rather than three other processes' worth of neighbours each. The storage outage is not among them
+  (``LEADING``).
 - ``browser`` (``tests/console``): the console's tests, which share one worker process and one Chromium per module
   (module-scoped fixtures): split over processes, each would start its own.
 - ``container`` (``tests/container``): the container tests, which share the images they build (session fixtures)
   and mostly wait on downloads, the disk and containers, so that they overlap the rest on a process of their own.
+
+The tests scheduled on their own run in the order they are collected, as each process finishes its group, except
+``LEADING``: tests that each take a minute or more, mostly waiting, which run first, so that none of them starts in
+the suite's last minute and becomes its tail.
 """
 
 from __future__ import annotations
@@ -73,6 +78,12 @@ SPARK_FILES = {
     "tests/pipeline/test_pipeline.py": "spark-pipeline",
     "tests/pipeline/test_fenced_writers.py": "spark-pipeline",
 }
+
+#: Files of tests that take a minute or more each, scheduled on their own before every other such test (above). The
+#: storage outage waits through 30 s of outage and, when a receive was under way as storage stopped, for that
+#: receive's 2-minute lease (63 s or 133 s in clean runs); it needs no quiet machine, so it is not in the ``timing``
+#: group, where it made the group's chain the suite's longest. The wheel's install builds and installs it twice.
+LEADING = ("tests/reliability/test_storage_outage.py", "tests/deploy/test_wheel.py")
 
 MARKERS = {
     "azurite": "uses the Azurite emulator",
@@ -124,6 +135,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(f"{item.nodeid} runs Spark outside {sorted(FOLDERS['spark'])}: move it there, "
                                     "so that it runs in the Spark group")
     order_by_master(items)
+    # First in the collection, so first of the tests scheduled on their own: xdist hands out the groups (its largest
+    # scopes) first, then the rest in the order collected.
+    items.sort(key=lambda item: item.nodeid.partition("::")[0] not in LEADING)
 
 
 #: The order of the masters a Spark test runs on, in which the Spark groups run their tests.
@@ -156,6 +170,8 @@ def group_of(nodeid: str) -> str | None:
     """The xdist group of a test, from its file or folder; None for a test scheduled on its own."""
     if (group := SPARK_FILES.get(nodeid.partition("::")[0])) is not None:
         return group
+    if nodeid.partition("::")[0] in LEADING:
+        return None
     folder = nodeid.split("/", 2)[1] if nodeid.startswith("tests/") else ""
     return next((group for group, folders in GROUPS.items() if folder in folders), None)
 
