@@ -1,6 +1,6 @@
 """Messages through a real ``worker run`` while a fault proxy breaks a share of its storage calls; what came of them.
 
-Shared by ``tests/reliability/test_faults.py`` (2,000 messages) and ``bench/faults.py`` (20,000 by
+Shared by ``tests/reliability/test_faults.py`` (1,000 messages) and ``bench/faults.py`` (20,000 by
 default), so that both measure the same thing:
 
 1. an Azurite of its own, on disk (in memory, its extent store is swept every minute by a pass

@@ -1,6 +1,6 @@
-"""2,000 messages through a real ``worker run`` while a proxy faults 20 % of its storage calls.
+"""1,000 messages through a real ``worker run`` while a proxy faults 20 % of its storage calls.
 
-One run (about 30-50 s on two busy cores) is shared by the tests below, each judging one property,
+One run (about 20-35 s on two busy cores) is shared by the tests below, each judging one property,
 so that a failure names what broke. The faults are spread over the proxy's kinds: 500 and 503
 answers, latency, dropped and reset connections, and the same three failures *after* Azurite did
 the operation, which is what makes a worker lose a lease it still held (a renewal whose new pop
@@ -44,7 +44,7 @@ from worker.settings.config import HostConfig
 
 pytestmark = pytest.mark.subprocess
 
-SETTINGS = Settings(messages=2000, fault_rate=0.2, seed=1, timeout=75)
+SETTINGS = Settings(messages=1000, fault_rate=0.2, seed=1, timeout=75)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +112,7 @@ async def test_a_delete_that_went_through_before_storage_failed_is_a_success_not
     """The first attempt of the delete reaches Azurite (which deletes the message) but its answer is lost; the
     others are refused, so the call fails. Completion then keeps the lease and retries (worker/runtime/completion.py),
     and the renewal finds the message gone: while the lease still holds, that can only be this worker's own
-    delete, not another receiver. (Seen in the 2,000-message run, where it was once counted as a lost lease.)
+    delete, not another receiver. (Seen in the fault run, where it was once counted as a lost lease.)
 
     The lease (10 s) outlasts the delete's retries (about 3 s), as the default 10 minutes do: once a lease has
     run out, a message found gone may have been taken and deleted by another worker, and counts as lost.
