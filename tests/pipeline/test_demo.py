@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.host.processes import REPO
+from tests.spark import jvm
 from tests.spark.sessions import process_env
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(420)]
@@ -30,10 +31,10 @@ def worker(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=180, check=False)
 
 
-def demo(project: Path, master: str) -> subprocess.CompletedProcess[str]:
+def demo(project: Path, master: str, **env: str) -> subprocess.CompletedProcess[str]:
     """The demo on a small data set: two files, one of them CSV and one JSON lines, and the missing one."""
     return subprocess.run([sys.executable, "-m", "functions.demo", "--master", master, "--size-mb", "0.1",
-                           "--files", "2"], cwd=project, env=process_env(PYTHONPATH=str(REPO)),
+                           "--files", "2"], cwd=project, env=process_env(PYTHONPATH=str(REPO), **env),
                           capture_output=True, text=True, timeout=360, check=False)
 
 
@@ -70,7 +71,10 @@ def test_the_demo_runs_on_a_standalone_cluster_started_and_stopped_by_worker_spa
         status = worker(project, "spark", "status")
         assert [line.split()[:2] for line in status.stdout.splitlines()] == [["master", url], ["worker", url]]
 
-        ran = demo(project, url)
+        # Its executors run with the suite's JVM options, as every JVM of the suite does (tests/spark/jvm.py): the
+        # cluster's worker starts them with what the application asks for, set here as a user would, in the
+        # environment (its driver and the servers have them from SPARK_SUBMIT_OPTS and SPARK_DAEMON_JAVA_OPTS).
+        ran = demo(project, url, **{"WORKER__spark__conf__spark.executor.extraJavaOptions": jvm.options()})
         assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
         assert f"Spark on {url}" in ran.stdout
         assert "the generator put in" in ran.stdout and ": match" in ran.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.spark import jvm
 from tests.spark.sessions import process_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,8 +26,11 @@ def _spark_section(where: str, request: pytest.FixtureRequest) -> dict[str, obje
     request.getfixturevalue("spark_sessions").leave(cluster.url)  # the worker process's application needs the cores
     # Executors start in their own work folder: the app's package reaches them as it would on a real cluster,
     # through the executors' environment (or spark.submit.pyFiles / spark.archives).
+    # The executors' JVM options are the suite's (tests/spark/jvm.py), which the cluster's worker gives only what the
+    # application asks for.
     conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                 "spark.executor.memory": "512m", "spark.cores.max": 2, "spark.executorEnv.PYTHONPATH": str(REPO)})
+                 "spark.executor.memory": "512m", "spark.cores.max": 2, "spark.executorEnv.PYTHONPATH": str(REPO),
+                 "spark.executor.extraJavaOptions": jvm.options()})
     return {"master": cluster.url, "conf": conf}
 
 
