@@ -105,6 +105,7 @@ bench: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) bench/pickup.py --oci
 	$(PY) bench/processes.py --rounds 5
 	$(PY) bench/processes.py --rounds 5 --handler-threads 1
+	$(PY) bench/processes.py --rounds 5 --handler-threads 1 --batch-size 1
 	$(PY) bench/renewals.py
 	$(PY) bench/pipeline.py
 	$(PY) bench/spark_start.py

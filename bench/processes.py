@@ -15,7 +15,13 @@ best run with one thread a process, as docs/operating.md advises: more
 threads only take turns at the interpreter lock, and once every core is busy
 their hand-offs cost the other process's core too.
 
-    python bench/processes.py [--messages 60] [--rounds 3] [--work 1500000] [--handler-threads N]
+``--batch-size N`` sets ``extensions.queues.batchSize`` (newBatchThreshold follows it, as in Functions). With the
+default 16, a process takes a batch and the next as soon as it is at the threshold, so 60 messages split about 32/28
+between two processes from the first second, and the one with more ends last: 60/32 = 1.875x at best. With 1 (and
+so a threshold of 0) a process takes a message only when it has none, so both work to the end, as
+docs/operating.md advises for CPU-bound handlers.
+
+    python bench/processes.py [--messages 60] [--rounds 3] [--work 1500000] [--handler-threads N] [--batch-size N]
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(processes: int, messages: int, work: int, threads: int | None) -> tuple[float, float]:
+def run(processes: int, messages: int, work: int, threads: int | None, batch: int | None) -> tuple[float, float]:
     """(span of the handlers, whole ``worker run`` time) for ``--processes N`` draining ``messages`` messages."""
     with tempfile.TemporaryDirectory(prefix="bench-processes-") as folder:
         config = Path(folder) / "host.yaml"
@@ -44,6 +50,8 @@ def run(processes: int, messages: int, work: int, threads: int | None) -> tuple[
         env |= {"PYTHONPATH": str(REPO), "CPU_WORK": str(work), "CPU_TIMES": str(times)}
         if threads is not None:
             env["WORKER__worker__handlerThreads"] = str(threads)
+        if batch is not None:
+            env["WORKER__extensions__queues__batchSize"] = str(batch)
         worker = [sys.executable, "-m", "worker"]
         bodies = [f"m{i}" for i in range(messages)]
         subprocess.run([*worker, "send", "cpu-bound", *bodies, "--config", str(config)], env=env, cwd=REPO,
@@ -74,20 +82,23 @@ def main() -> None:
     parser.add_argument("--work", type=int, default=1_500_000, help="loop iterations per message")
     parser.add_argument("--handler-threads", type=int, default=None,
                         help="worker.handlerThreads for both variants (default: the host's default)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="extensions.queues.batchSize for both variants (default: the host's default, 16)")
     args = parser.parse_args()
     spans: dict[int, list[float]] = {1: [], 2: []}
     wholes: dict[int, list[float]] = {1: [], 2: []}
     for round_ in range(args.rounds):
         for processes in ((1, 2) if round_ % 2 == 0 else (2, 1)):
-            span, whole = run(processes, args.messages, args.work, args.handler_threads)
+            span, whole = run(processes, args.messages, args.work, args.handler_threads, args.batch_size)
             spans[processes].append(span)
             wholes[processes].append(whole)
             print(f"  round {round_ + 1}: --processes {processes}: {span:6.2f} s of handlers, "
                   f"{whole:6.2f} s of worker run", flush=True)
     one, two = statistics.median(spans[1]), statistics.median(spans[2])
     threads = "default" if args.handler_threads is None else args.handler_threads
+    batch = "default" if args.batch_size is None else args.batch_size
     print(f"\n{args.messages} CPU-bound messages, {os.cpu_count()} cores, handlerThreads {threads}, "
-          f"median of {args.rounds} rounds")
+          f"batchSize {batch}, median of {args.rounds} rounds")
     for n, span in ((1, one), (2, two)):
         print(f"--processes {n} : {span:6.2f} s  {args.messages / span:6.1f} msgs/s   "
               f"(worker run, start-up and stop included: {statistics.median(wholes[n]):6.2f} s)")
