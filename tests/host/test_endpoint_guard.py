@@ -15,11 +15,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-import structlog
 from multidict import CIMultiDictProxy
 
-from tests.support import apoll, free_port, running
+from tests.support import apoll, captured_logs, free_port, running
 from worker import QueueMessage, WorkerApp
+from worker.runtime import guard
 from worker.settings.config import HostConfig
 
 QUEUE = "guarded"
@@ -70,9 +70,11 @@ async def listening(port: int) -> bool:
     return True
 
 
-async def test_with_no_token_beyond_loopback_only_the_probes_metrics_and_shell_answer(tmp_path: Path) -> None:
+async def test_with_no_token_beyond_loopback_only_the_probes_metrics_and_shell_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = config(tmp_path)  # httpHost 0.0.0.0, the default
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs(monkeypatch, guard) as logs:
         async with running(app(), settings):
             assert await statuses(settings.http_port, PROBES) == [200] * 4
             assert await statuses(settings.http_port, DATA) == [403] * 3
@@ -80,17 +82,21 @@ async def test_with_no_token_beyond_loopback_only_the_probes_metrics_and_shell_a
     assert listening["data"] == "nobody" and not _warned(logs)
 
 
-async def test_open_data_serves_the_data_without_a_token_and_warns_at_start(tmp_path: Path) -> None:
+async def test_open_data_serves_the_data_without_a_token_and_warns_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = config(tmp_path, http_open_data=True)
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs(monkeypatch, guard) as logs:
         async with running(app(), settings):
             assert await statuses(settings.http_port, DATA) == [200] * 3
     assert [warning["readers"] for warning in _warned(logs)] == ["anyone"]
 
 
-async def test_on_loopback_with_no_token_every_path_answers_and_the_start_warns(tmp_path: Path) -> None:
+async def test_on_loopback_with_no_token_every_path_answers_and_the_start_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = config(tmp_path, http_host="127.0.0.1")
-    with structlog.testing.capture_logs() as logs:
+    with captured_logs(monkeypatch, guard) as logs:
         async with running(app(), settings):
             assert await statuses(settings.http_port, PROBES + DATA) == [200] * 7
     assert [warning["readers"] for warning in _warned(logs)] == ["this machine"]
