@@ -82,11 +82,24 @@ SPARK_FILES = {
     "tests/pipeline/test_fenced_writers.py": "spark-pipeline",
 }
 
-#: Files of tests that take a minute or more each, scheduled on their own before every other such test (above). The
-#: storage outage waits through 30 s of outage and, when a receive was under way as storage stopped, for that
-#: receive's 2-minute lease (63 s or 133 s in clean runs); it needs no quiet machine, so it is not in the ``timing``
-#: group, where it made the group's chain the suite's longest. The wheel's install builds and installs it twice.
-LEADING = ("tests/reliability/test_storage_outage.py", "tests/deploy/test_wheel.py")
+#: Tests that each take half a minute or more, mostly waiting, scheduled on their own before every other such test
+#: (above), by file or by node id. The storage outage waits through 30 s of outage and, when a receive was under way
+#: as storage stopped, for that receive's 2-minute lease (63 s or 133 s in clean runs); it needs no quiet machine, so
+#: it is not in the ``timing`` group, where it made the group's chain the suite's longest. The wheel's install builds
+#: and installs it twice. A sign-in that fails at start waits out the host's retries (about 30 s), and SQS's pick-up
+#: a 20 s long poll: handed out last, they were the suite's tail.
+LEADING = (
+    "tests/reliability/test_storage_outage.py",
+    "tests/deploy/test_wheel.py",
+    "tests/host/test_startup_errors.py::test_a_sign_in_that_fails_at_start_keeps_the_host_up_and_it_recovers_when_the_"
+    "identity_works",
+    "tests/host/test_pickup.py::test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_process_at_once[sqs]",
+)
+
+
+def leading(nodeid: str) -> bool:
+    """Whether a test is in ``LEADING``, by its file or its node id."""
+    return nodeid in LEADING or nodeid.partition("::")[0] in LEADING
 
 MARKERS = {
     "azurite": "uses the Azurite emulator",
@@ -144,7 +157,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def schedule_order(item: pytest.Item) -> int:
     """Where a test goes in the collection (a stable sort): the tests of a group keep their order among themselves."""
-    if item.nodeid.partition("::")[0] in LEADING:
+    if leading(item.nodeid):
         return 0
     if group_of(item.nodeid) is not None or any(item.get_closest_marker(m) for m in OUTSIDE_THE_FAST_TIER):
         return 1
@@ -181,7 +194,7 @@ def group_of(nodeid: str) -> str | None:
     """The xdist group of a test, from its file or folder; None for a test scheduled on its own."""
     if (group := SPARK_FILES.get(nodeid.partition("::")[0])) is not None:
         return group
-    if nodeid.partition("::")[0] in LEADING:
+    if leading(nodeid):
         return None
     folder = nodeid.split("/", 2)[1] if nodeid.startswith("tests/") else ""
     return next((group for group, folders in GROUPS.items() if folder in folders), None)
