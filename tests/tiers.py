@@ -41,8 +41,8 @@ renames the node ids, which pytest 9 no longer lets it do):
   and mostly wait on downloads, the disk and containers, so that they overlap the rest on a process of their own.
 
 The tests scheduled on their own are handed out, as each process finishes its group, in this order
-(:func:`schedule_order`): first ``LEADING``, tests that each take a minute or more, mostly waiting, so that none of
-them starts in the suite's last minute and becomes its tail; then the tests outside the fast tier (worker processes,
+(:func:`schedule_order`): first ``LEADING``, tests that each take half a minute or more, mostly waiting, so that none
+of them starts in the suite's last minute and becomes its tail; then the tests outside the fast tier (worker processes,
 servers, emulators), whose waits on leases and polls overlap the groups' computing; the fast tier last, short tests
 that compute, which keep both cores busy to the end. In collection order, the tests that wait came last: the machine
 was busy all the time for the first 240 s of a run and 70-90 % of the time for the last 120 s.
