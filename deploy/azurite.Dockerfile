@@ -62,5 +62,6 @@ USER 10001:10001
 WORKDIR /data
 
 # Every service on every interface of the container, its data in /data; compose.yaml runs the queue service alone.
+# --disableTelemetry: a local emulator has no reason to report its requests to an endpoint on the internet.
 CMD ["azurite", "--blobHost", "0.0.0.0", "--queueHost", "0.0.0.0", "--tableHost", "0.0.0.0", "--location", "/data", \
-     "--loose", "--skipApiVersionCheck"]
+     "--loose", "--skipApiVersionCheck", "--disableTelemetry"]

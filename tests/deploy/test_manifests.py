@@ -554,7 +554,7 @@ def test_compose_azurite_runs_the_queue_service_like_the_tests() -> None:
     command = azurite["command"]
     assert command[0] == "azurite-queue"
     assert option(command, "--queueHost") == "0.0.0.0"
-    assert {"--loose", "--skipApiVersionCheck"} <= set(command)
+    assert {"--loose", "--skipApiVersionCheck", "--disableTelemetry"} <= set(command)
     location = option(command, "--location") if "--location" in command else "/data"
     named = {v.split(":")[0]: v.split(":")[1] for v in azurite["volumes"]}
     assert location in named.values(), "Azurite's data is not on a volume"
