@@ -21,7 +21,8 @@ objects to the garbage collector).
 from __future__ import annotations
 
 import contextvars
-import uuid
+import itertools
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,34 @@ from worker.settings.config import FunctionOptions
 current_invocation: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar(
     "current_invocation", default=None
 )
+
+class _InvocationIds:
+    """Invocation ids in the form of Functions' (a version-4 UUID's text): 74 random bits drawn once per process,
+    then 48 bits counting up from a random start.
+
+    Unique within the process for 2**48 invocations, and across processes by the random part (drawn again in a
+    forked child), as an id needs to be; not unguessable, which an invocation id need not be. One is made per
+    message: about 0.3 us, against 2.5 us for ``str(uuid.uuid4())``, which reads the OS's random source each time.
+    """
+
+    def __init__(self) -> None:
+        self._draw()
+        os.register_at_fork(after_in_child=self._draw)
+
+    def _draw(self) -> None:
+        bits = int.from_bytes(os.urandom(16), "big")
+        # 8-4-4-4-12 hex digits: the third group starts with the version (4), the fourth with the variant (8 to b).
+        self._prefix = (f"{bits >> 96:08x}-{(bits >> 80) & 0xFFFF:04x}-4{(bits >> 68) & 0xFFF:03x}-"
+                        f"{0x8000 | ((bits >> 54) & 0x3FFF):04x}-")
+        self._counter = itertools.count(bits & _LAST_GROUP)
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._counter) & _LAST_GROUP:012x}"
+
+
+_LAST_GROUP = (1 << 48) - 1
+#: A new invocation id (see :class:`_InvocationIds`).
+new_invocation_id = _InvocationIds()
 
 #: The key of the bindings middleware's scratch, which the deprecated ``Invocation.binding_data`` reads.
 BINDINGS_SCRATCH = "worker.bindings"
@@ -118,7 +147,7 @@ class Invocation(_InvocationFields):
                 deliveries: list[Delivery], state: InvocationState, *, id: str | None = None,  # noqa: A002
                 log: Any = None) -> Invocation:
         """One made with ``state`` to write (the dispatcher uses :func:`new_invocation`, the same without keywords)."""
-        return new_invocation(function, options, backend, deliveries, state, id or str(uuid.uuid4()), log)
+        return new_invocation(function, options, backend, deliveries, state, id or new_invocation_id(), log)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Everything was done by :func:`new_invocation`."""

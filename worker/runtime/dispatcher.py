@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -31,7 +29,15 @@ import structlog
 from worker.backends.queues import QueueBackend, RawMessage
 from worker.bindings.encoding import MessageDecodeError, decode
 from worker.context import Context, RetryContext
-from worker.invocation import Delivery, Invocation, InvocationState, current_invocation, new_invocation, state_of
+from worker.invocation import (
+    Delivery,
+    Invocation,
+    InvocationState,
+    current_invocation,
+    new_invocation,
+    new_invocation_id,
+    state_of,
+)
 from worker.message import QueueMessage
 from worker.middleware import Chain
 from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
@@ -82,7 +88,7 @@ class Dispatcher:
         One message per invocation, or a whole batch for a ``cardinality="many"`` function; ``options`` are the
         function's.
         """
-        invocation_id = str(uuid.uuid4())
+        invocation_id = new_invocation_id()
         deliveries = [
             Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
                                 dequeue_count=raw.dequeue_count, invocation_id=invocation_id,
@@ -267,30 +273,53 @@ class Dispatcher:
         return Result(Outcome.SUCCEEDED)
 
     async def _invoke(self, inv: Invocation) -> None:
-        """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread."""
+        """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread.
+
+        A BaseException a handler raises (SystemExit, KeyboardInterrupt) becomes :class:`HandlerExited`, a failure of
+        the attempt; cancellation and errors pass as they are.
+        """
         function = inv.function
         current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
         timeout = inv.options.function_timeout
         state = state_of(inv)
         if function.is_async:
             state.started = True
+            # functionTimeout as a timer that cancels this task (the handler's own), not asyncio.timeout: the same
+            # outcome without its context manager's objects and rescheduling, on every message.
+            task = asyncio.current_task()
+            assert task is not None
+            expired: list[bool] = []
+
+            def expire() -> None:
+                expired.append(True)
+                task.cancel()
+
+            deadline = None if timeout is None else asyncio.get_running_loop().call_later(timeout, expire)
             try:
-                async with asyncio.timeout(timeout) as deadline:
-                    with _exits_fail():
-                        await function.handler(**inv.kwargs)
-            except TimeoutError:
-                if deadline.expired():  # the deadline cancelled it, rather than the handler's own TimeoutError
+                await function.handler(**inv.kwargs)
+            except asyncio.CancelledError:
+                if expired and task.uncancel() == 0:  # the deadline's cancellation, and no other
                     self._interrupt(inv)
                     raise TimedOut(f"functionTimeout of {timeout:g}s exceeded") from None
                 raise
+            except Exception:
+                raise
+            except BaseException as exc:
+                raise HandlerExited(exc) from exc
+            finally:
+                if deadline is not None:
+                    deadline.cancel()
             return
 
         def in_thread() -> None:
             if inv.context is not None:  # the Python worker's context.thread_local_storage, filled in the handler's thread
                 inv.context.thread_local_storage.invocation_id = inv.id
             try:
-                with _exits_fail():
-                    function.handler(**inv.kwargs)
+                function.handler(**inv.kwargs)
+            except Exception:
+                raise
+            except BaseException as exc:
+                raise HandlerExited(exc) from exc
             finally:
                 for cleanup in inv.thread_cleanup:
                     cleanup()
@@ -300,17 +329,6 @@ class Dispatcher:
 
         await self.threads.run(in_thread, timeout, on_start=started, on_timeout=lambda: self._interrupt(inv),
                                about={"function": function.name, "invocation_id": inv.id})
-
-
-@contextmanager
-def _exits_fail() -> Iterator[None]:
-    """Turn a BaseException from a handler into :class:`HandlerExited`; cancellation and errors pass as they are."""
-    try:
-        yield
-    except (Exception, asyncio.CancelledError):
-        raise
-    except BaseException as exc:
-        raise HandlerExited(exc) from exc
 
 
 def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:

@@ -24,6 +24,7 @@ above fails first. Nothing falls back to a path that is tested less.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote
 
 from azure.core import AsyncPipelineClient
@@ -49,6 +50,18 @@ _ERRORS = {
 }
 
 
+#: Text that ``quote(text, safe="")`` changes only by percent-encoding ``+``, ``/`` and ``=``: message ids (GUIDs) and
+#: pop receipts (base64), i.e. every id and receipt Azure Storage hands out.
+_PLAIN_OR_BASE64 = re.compile(r"[A-Za-z0-9_.~+/=-]*")
+
+
+def _quote(text: str) -> str:
+    """``quote(text, safe="")``, the same text: for a receipt in a fifth of quote's time (one per message)."""
+    if _PLAIN_OR_BASE64.fullmatch(text):
+        return text.replace("+", "%2B").replace("/", "%2F").replace("=", "%3D")
+    return quote(text, safe="")
+
+
 class DeleteRequests:
     """Delete Message for one queue client: the request built once per queue, sent through its pipeline."""
 
@@ -71,7 +84,7 @@ class DeleteRequests:
 
     def request(self, message_id: str, pop_receipt: str) -> HttpRequest:
         """The Delete Message request, as the SDK's generated layer builds it."""
-        url = f"{self._prefix}{quote(message_id, safe='')}{self._receipt}{quote(pop_receipt, safe='')}"
+        url = f"{self._prefix}{_quote(message_id)}{self._receipt}{_quote(pop_receipt)}"
         return HttpRequest("DELETE", url, headers={"x-ms-version": self._version})
 
     async def send(self, message_id: str, pop_receipt: str) -> None:
