@@ -1,7 +1,7 @@
 """Throughput of the worker on Azure Storage Queues (Azurite), beside a raw-SDK ceiling and a naive loop.
 
-One Azurite (``azurite-queue`` on a free loopback port, storing in a temporary
-folder) serves the whole run. Not in memory: its in-memory extent store is
+One Azurite (as the tests start it: on free loopback ports, without telemetry
+or access log, storing in a temporary folder) serves the whole run. Not in memory: its in-memory extent store is
 swept every minute by a mark-and-sweep that blocks the emulator, and once a
 few thousand messages have passed through it a sweep takes up to a minute (57 s
 for 5,243 extents, measured here), which would land in some contenders' runs
@@ -39,8 +39,7 @@ each round (``--rounds``); figures are medians over rounds.
 
 Reading the output: per contender, msgs/s (median, then each round in
 brackets), the benchmark process's CPU per message ("py ms/msg": SDK, HTTP
-and, for the worker, the host's own work; also the thread that reads
-Azurite's access log, the same per request for everyone), the part of it the
+and, for the worker, the host's own work), the part of it the
 garbage collector took ("gc"), and Azurite's CPU per message (from /proc; NaN
 where there is none). Where Python and Azurite share a few cores, wall-clock
 rates are bounded by CPU, so "py ms/msg" shows the worker's per-message
