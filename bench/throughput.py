@@ -47,6 +47,11 @@ overhead over the raw SDK directly, and it is steadier than msgs/s on a busy
 machine. Then the ratios worker/ceiling and worker/naive; the issue's targets
 at 1,000 messages are >= 0.9 and >= 5. ceiling/naive is printed too: what
 concurrency and batching buy at all against this emulator on this machine.
+Last, worker py/ceiling py: the worker's CPU per message over the raw loops'
+(target <= 1.05 at 10 ms of latency), as the median of each round's ratio to
+that round's ceilings. A round's CPU per message moves by several per cent with
+what the other core runs, the same way for every contender of the round, so
+paired rounds show a difference of a few per cent that medians taken apart blur.
 
 ``--latency-ms D`` puts a proxy process (the test suite's fault proxy, delaying
 every request by D ms and injecting nothing else) between every contender and
@@ -509,6 +514,12 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     print(f"\nworker/ceiling = {worker_rate / best_rate:.2f}   (target >= 0.9; the ceiling is {best.name})")
     print(f"worker/naive   = {worker_rate / naive_rate:.2f}   (target >= 5)")
     print(f"ceiling/naive  = {best_rate / naive_rate:.2f}   (the most any client could gain over the naive loop here)")
+    # CPU per message against the raw loops': each round's worker against that round's ceilings (their median), so
+    # that what drifts between rounds (the other core's load, caches) drifts in both sides of a ratio.
+    paired = [worker_cpu / statistics.median(c.python_cpu[round_] for c in ceilings)
+              for round_, worker_cpu in enumerate(host.python_cpu)]
+    print(f"worker py/ceiling py = {statistics.median(paired):.3f}   (CPU per message, target <= 1.05: the median of the "
+          f"rounds' ratios to the ceilings' median, each round {', '.join(f'{r:.3f}' for r in paired)})")
     if traced is not None and receiver is not None:
         print(f"worker+otel/worker = {traced.median_rate(n) / worker_rate:.2f}   (msgs/s with traces over without; "
               f"py ms/msg {1000 * statistics.median(traced.python_cpu) / n:.2f} against "
