@@ -78,6 +78,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections for as long as the block runs: bound by this process and not
+    listening, so that no other process can start listening on it meanwhile."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield int(s.getsockname()[1])
+
+
 def get(port: int, path: str, timeout: float = 10) -> tuple[int, str]:
     """GET a worker endpoint on loopback: the status and the body, also for 4xx and 5xx answers."""
     status, _, body = fetch(port, path, timeout=timeout)

@@ -17,7 +17,7 @@ from tests.conftest import oci_connection
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.identity import IDENTITY_HEADER, TokenEndpoint, loopback_certificate
 from tests.oci.fixture import OciTestServer
-from tests.support import free_port, get, poll
+from tests.support import closed_port, free_port, get, poll
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,13 +65,17 @@ def _azure(endpoint: str, key: str = KEY) -> str:
 @pytest.mark.parametrize(
     ("endpoint", "cause"),
     [
-        (f"http://127.0.0.1:{free_port()}/{ACCOUNT}", "connection refused"),
+        ("http://127.0.0.1:{closed_port}/" + ACCOUNT, "connection refused"),
         (f"http://nosuchhost.invalid/{ACCOUNT}", "name not resolved"),
     ],
     ids=["closed-port", "unresolvable-name"],
 )
 def test_unreachable_storage_is_named_with_its_cause(tmp_path: Path, endpoint: str, cause: str) -> None:
-    result = _worker(tmp_path, "queues", connection=_azure(endpoint))
+    """The closed port is held (bound, not listening) while the test runs: a port only free when the test was
+    collected may be another test's server by the time it runs (once an Azurite with a queue, which answered)."""
+    with closed_port() as port:
+        endpoint = endpoint.format(closed_port=port)
+        result = _worker(tmp_path, "queues", connection=_azure(endpoint))
 
     assert result.returncode == 1, result.stderr
     [line] = result.stderr.strip().splitlines()
