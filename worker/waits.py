@@ -7,7 +7,9 @@ stopping host waited out a whole 20-second long poll, and a lease scheduler
 cancelled at stop would go on looping. ``asyncio.timeout`` counts the
 cancellations it did not cause and lets them through, so the host never uses
 ``asyncio.wait_for``: a wait for an event with a deadline goes through
-:func:`wait_set`, and other deadline-bound awaits use ``asyncio.timeout`` itself.
+:func:`wait_set`, and other deadline-bound awaits use ``asyncio.timeout`` itself,
+or (an async handler's functionTimeout, on every message) a timer that cancels the
+task and, as ``asyncio.timeout`` does, takes back only the cancellation it caused.
 
 This module imports nothing of the package: every layer may use it.
 """
