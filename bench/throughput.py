@@ -1,9 +1,10 @@
 """Throughput of the worker on Azure Storage Queues (Azurite), beside a raw-SDK ceiling and a naive loop.
 
 One Azurite (as the tests start it: on free loopback ports, without telemetry
-or access log, storing in a temporary folder) serves the whole run. Not in memory: its in-memory extent store is
-swept every minute by a mark-and-sweep that blocks the emulator, and once a
-few thousand messages have passed through it a sweep takes up to a minute (57 s
+or access log, storing in a temporary folder) serves the whole run. Not in
+memory: its in-memory extent store is swept every minute by a mark-and-sweep
+that blocks the emulator, and once a few thousand messages have passed through
+it a sweep takes up to a minute (57 s
 for 5,243 extents, measured here), which would land in some contenders' runs
 and not in others'. Each contender drains its own fresh queue, filled
 beforehand with the same N messages by a concurrent put loop that is not timed:

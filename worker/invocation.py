@@ -39,6 +39,7 @@ current_invocation: contextvars.ContextVar[Invocation | None] = contextvars.Cont
     "current_invocation", default=None
 )
 
+
 class _InvocationIds:
     """Invocation ids in the form of Functions' (a version-4 UUID's text): 74 random bits drawn once per process,
     then 48 bits counting up from a random start.

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -273,11 +274,7 @@ class Dispatcher:
         return Result(Outcome.SUCCEEDED)
 
     async def _invoke(self, inv: Invocation) -> None:
-        """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread.
-
-        A BaseException a handler raises (SystemExit, KeyboardInterrupt) becomes :class:`HandlerExited`, a failure of
-        the attempt; cancellation and errors pass as they are.
-        """
+        """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread."""
         function = inv.function
         current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
         timeout = inv.options.function_timeout
@@ -296,16 +293,13 @@ class Dispatcher:
 
             deadline = None if timeout is None else asyncio.get_running_loop().call_later(timeout, expire)
             try:
-                await function.handler(**inv.kwargs)
+                with _exits_fail():
+                    await function.handler(**inv.kwargs)
             except asyncio.CancelledError:
                 if expired and task.uncancel() == 0:  # the deadline's cancellation, and no other
                     self._interrupt(inv)
                     raise TimedOut(f"functionTimeout of {timeout:g}s exceeded") from None
                 raise
-            except Exception:
-                raise
-            except BaseException as exc:
-                raise HandlerExited(exc) from exc
             finally:
                 if deadline is not None:
                     deadline.cancel()
@@ -315,11 +309,8 @@ class Dispatcher:
             if inv.context is not None:  # the Python worker's context.thread_local_storage, filled in the handler's thread
                 inv.context.thread_local_storage.invocation_id = inv.id
             try:
-                function.handler(**inv.kwargs)
-            except Exception:
-                raise
-            except BaseException as exc:
-                raise HandlerExited(exc) from exc
+                with _exits_fail():
+                    function.handler(**inv.kwargs)
             finally:
                 for cleanup in inv.thread_cleanup:
                     cleanup()
@@ -329,6 +320,17 @@ class Dispatcher:
 
         await self.threads.run(in_thread, timeout, on_start=started, on_timeout=lambda: self._interrupt(inv),
                                about={"function": function.name, "invocation_id": inv.id})
+
+
+@contextmanager
+def _exits_fail() -> Iterator[None]:
+    """Turn a BaseException from a handler into :class:`HandlerExited`; cancellation and errors pass as they are."""
+    try:
+        yield
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        raise HandlerExited(exc) from exc
 
 
 def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:
