@@ -10,28 +10,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.spark import jvm
-from tests.spark.sessions import process_env
+from tests.spark.sessions import master_and_conf, process_env
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _spark_section(where: str, request: pytest.FixtureRequest) -> dict[str, object]:
-    conf: dict[str, object] = {"spark.ui.enabled": False, "spark.sql.shuffle.partitions": 2}
-    if where == "local":
-        return {"master": "local[2]", "conf": conf}
-    if where == "connect":  # the server runs the Python functions, with the interpreter it was started with
-        return {"master": request.getfixturevalue("spark_connect").url, "conf": {"spark.sql.shuffle.partitions": 2}}
-    cluster = request.getfixturevalue("spark_cluster")
-    request.getfixturevalue("spark_sessions").leave(cluster.url)  # the worker process's application needs the cores
-    # Executors start in their own work folder: the app's package reaches them as it would on a real cluster,
-    # through the executors' environment (or spark.submit.pyFiles / spark.archives).
-    # The executors' JVM options are the suite's (tests/spark/jvm.py), which the cluster's worker gives only what the
-    # application asks for.
-    conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                 "spark.executor.memory": "512m", "spark.cores.max": 2, "spark.executorEnv.PYTHONPATH": str(REPO),
-                 "spark.executor.extraJavaOptions": jvm.options()})
-    return {"master": cluster.url, "conf": conf}
+    """host.yaml's spark section: the master and settings of the group's other tests on ``where``
+    (tests/spark/sessions.py), for a worker process of its own. On the cluster, executors start in their own work
+    folder: the app's package reaches them as it would on a real cluster, through the executors' environment."""
+    master, conf = master_and_conf(where, request)
+    if where == "cluster":  # the worker process's application needs the cores
+        request.getfixturevalue("spark_sessions").leave(master)
+    return {"master": master, "conf": conf}
 
 
 @pytest.mark.subprocess
