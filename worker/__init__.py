@@ -20,19 +20,55 @@ decorator registry), :mod:`.spark` (``spark.session()`` for handlers) and
 :mod:`.middleware`, :mod:`.runtime`, :mod:`.compat`, :mod:`.ops`.
 """
 
-from worker.app import WorkerApp
-from worker.backends.queues import QueueBackend, RawMessage
-from worker.bindings.blobs import InputStream
-from worker.bindings.outputs import Out
-from worker.context import Context
-from worker.invocation import Delivery, Invocation
-from worker.message import Poison, QueueMessage
-from worker.middleware import InvocationFailed, Middleware
-from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Lease, Outcome, Result
-from worker.settings.config import FunctionOptions
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from worker.app import WorkerApp
+    from worker.backends.queues import QueueBackend, RawMessage
+    from worker.bindings.blobs import InputStream
+    from worker.bindings.outputs import Out
+    from worker.context import Context
+    from worker.invocation import Delivery, Invocation
+    from worker.message import Poison, QueueMessage
+    from worker.middleware import InvocationFailed, Middleware
+    from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Lease, Outcome, Result
+    from worker.settings.config import FunctionOptions
 
 __all__ = [
     "CheckpointFailed", "Context", "Delivery", "Done", "Finished", "FunctionOptions", "FunctionSpec", "InputStream",
     "Invocation", "InvocationFailed", "Lease", "Middleware", "Out", "Outcome", "Poison", "QueueBackend", "QueueMessage",
     "RawMessage", "Result", "WorkerApp",
 ]
+
+#: The module that defines each exported name, imported when the name is first asked for (PEP 562) rather than with
+#: the package: every ``worker`` command imports this package first, and ``worker run``'s supervisor, which runs no
+#: app, would otherwise load the whole host.
+_DEFINED_IN = {
+    "WorkerApp": "worker.app",
+    "QueueBackend": "worker.backends.queues", "RawMessage": "worker.backends.queues",
+    "InputStream": "worker.bindings.blobs",
+    "Out": "worker.bindings.outputs",
+    "Context": "worker.context",
+    "Delivery": "worker.invocation", "Invocation": "worker.invocation",
+    "Poison": "worker.message", "QueueMessage": "worker.message",
+    "InvocationFailed": "worker.middleware", "Middleware": "worker.middleware",
+    **dict.fromkeys(["CheckpointFailed", "Done", "Finished", "FunctionSpec", "Lease", "Outcome", "Result"],
+                    "worker.model"),
+    "FunctionOptions": "worker.settings.config",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module 'worker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups find it here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -24,7 +24,8 @@ from tests.moto import REGION, Moto
 from tests.support import apoll, poll, running
 from worker.backends.registry import open_backend
 from worker.backends.sqs.queues import SqsBackend
-from worker.compat.loading import discover, load_app
+from worker.compat.discovery import discover
+from worker.compat.loading import load_app
 from worker.settings.config import HostConfig
 
 SAM = Path(__file__).resolve().parent / "sam"

@@ -111,4 +111,4 @@ def test_the_checker_sees_an_upward_import_and_a_cycle() -> None:
     """The checks above would fail on the shapes they guard against (they are not vacuous)."""
     assert layer_of("worker.runtime.host") > layer_of("worker.middleware.builtin") > layer_of("worker.model")
     assert "worker.model" in GRAPH["worker.runtime.dispatcher"]
-    assert "worker.ops.preflight" in GRAPH["worker.ops.cli"]  # `from worker.ops import preflight` resolves
+    assert "worker.ops.preflight" in GRAPH["worker.ops.host_process"]  # `from worker.ops import preflight` resolves

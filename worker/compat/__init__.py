@@ -1,7 +1,9 @@
 """Azure Functions (and Lambda) compatibility: loading an app, and running an unchanged one.
 
-- :mod:`.loading`: find the app as Functions does (``function_app.py``, else a
-  v1 app's function folders, else a SAM ``template.yaml``) and import it;
+- :mod:`.discovery`: find the app as Functions does (``function_app.py``, else a
+  v1 app's function folders, else a SAM ``template.yaml``), and its folder,
+  from the files alone;
+- :mod:`.loading`: import it, as a ``WorkerApp``;
 - :mod:`.converted`: what a conversion gives (the app, what is not run, the problems);
 - :mod:`.functions`: an unchanged ``azure.functions.FunctionApp``, or any list
   of azure-functions ``Function`` objects, converted into a ``WorkerApp``;

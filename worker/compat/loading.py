@@ -7,7 +7,7 @@ import importlib
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -16,21 +16,13 @@ import structlog
 
 from worker.app import WorkerApp
 from worker.compat.converted import ConvertedApp, as_written
-from worker.compat.sam import from_template, is_template, template_in
+from worker.compat.discovery import AppLoadError, app_directory, function_files, is_template, is_v1_target
+from worker.compat.sam import from_template
 from worker.compat.tracebacks import import_failure
 from worker.settings.connections import Service
 
-#: The file the Functions Python v2 model starts from, in the app's folder (``PYTHON_SCRIPT_FILE_NAME`` names another).
-SCRIPT_FILE = "function_app.py"
-SCRIPT_SETTING = "PYTHON_SCRIPT_FILE_NAME"
-#: What each function's folder of a Functions v1 app holds (an app without ``function_app.py``).
-FUNCTION_JSON = "function.json"
 #: The oldest azure-functions whose FunctionApp this host reads (pyproject's azure-functions extra says the same).
 AZURE_FUNCTIONS_FLOOR = (1, 20)
-
-
-class AppLoadError(ValueError):
-    """The app cannot be imported, is not an app, or cannot run as it is; the message lists every problem."""
 
 
 def load_app(
@@ -101,16 +93,6 @@ def load_app(
     if not isinstance(app, WorkerApp):
         raise AppLoadError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
     return _checked(app, target, problems, check)
-
-
-def is_v1_target(target: str) -> bool:
-    """Whether ``--app`` names a Functions v1 app's folder (one holding ``*/function.json``) rather than a module."""
-    return bool(function_files(Path(target)))
-
-
-def function_files(folder: Path) -> list[Path]:
-    """The ``function.json`` of each function folder in ``folder``: how Functions finds a v1 app's functions."""
-    return sorted(folder.glob(f"*/{FUNCTION_JSON}")) if folder.is_dir() else []
 
 
 def _v1_app(
@@ -204,31 +186,6 @@ def _version_problem() -> str | None:
             f"(pip install 'azure-functions>={floor}')")
 
 
-def discover(folder: Path, environ: Mapping[str, str]) -> str:
-    """What ``worker run`` runs without ``--app``, found as Functions finds it in ``folder``.
-
-    ``function_app.py`` (the v2 model; ``PYTHON_SCRIPT_FILE_NAME`` names another) as a module name; else,
-    when function folders (``*/function.json``) are there, the folder itself: a v1 app; else the folder's AWS SAM
-    ``template.yaml``.
-    """
-    name = environ.get(SCRIPT_SETTING) or SCRIPT_FILE
-    script = folder / name
-    if Path(name).name != name or script.suffix != ".py":
-        raise AppLoadError(f"{SCRIPT_SETTING}={name!r} must name a .py file in the app's folder")
-    if script.is_file():
-        return script.stem
-    if function_files(folder):
-        return str(folder.resolve())
-    if SCRIPT_SETTING not in environ and (template := template_in(folder)) is not None:
-        return template.name  # an AWS SAM app: its Lambda SQS functions
-    raise AppLoadError(
-        f"no app to run: no {name} in {folder} (the Functions Python entry point"
-        + ("" if name != SCRIPT_FILE else f"; {SCRIPT_SETTING} names another")
-        + f"), no function folders (*/{FUNCTION_JSON}, a v1 app) and no AWS SAM template.yaml; run in the app's "
-        "folder, or give --app MODULE:ATTR"
-    )
-
-
 def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
     """The name and object of a module's app: ``app`` if it is one, else the one app object it defines."""
     azure_functions = sys.modules.get("azure.functions")
@@ -250,23 +207,3 @@ def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
         raise AppLoadError(f"module {module_name!r} defines no app (a worker.WorkerApp or an azure.functions.FunctionApp)")
     raise AppLoadError(f"module {module_name!r} defines {len(found)} apps ({', '.join(sorted(found))}): "
                        f"give --app {module_name}:NAME")
-
-
-def app_directory(target: str) -> Path | None:
-    """The folder of the module ``MODULE:ATTR`` names (or the v1 app folder, or a SAM template's), found without
-    importing anything."""
-    if is_v1_target(target):
-        return Path(target).resolve()
-    if is_template(target):
-        path = Path(target)
-        return (path if path.is_absolute() else Path(os.getcwd()) / path).parent.resolve()
-    parts = target.partition(":")[0].split(".")
-    if not all(parts):
-        return None
-    for folder in (os.getcwd(), *sys.path):
-        base = Path(folder or ".", *parts)
-        if base.with_suffix(".py").is_file():
-            return base.parent.resolve()
-        if (base / "__init__.py").is_file():
-            return base.resolve()
-    return None

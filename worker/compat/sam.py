@@ -49,18 +49,12 @@ from worker.compat.lambda_sqs import REPORT_BATCH_ITEM_FAILURES, LambdaFunction,
 log = structlog.get_logger("worker.compat.sam")
 
 #: The template ``worker run`` looks for beside ``function_app.py``, and the names ``--app`` takes as one.
-TEMPLATE_FILES = ("template.yaml", "template.yml")
 #: The connection setting the template's queues are read through.
 CONNECTION = "AWS_SQS"
 #: Lambda's defaults: a function's timeout and memory, an event source's batch size.
 DEFAULT_TIMEOUT = 3
 DEFAULT_MEMORY_MB = 128
 DEFAULT_BATCH_SIZE = 10
-
-
-def is_template(target: str) -> bool:
-    """Whether ``worker run --app`` names a SAM template rather than a module."""
-    return target.endswith((".yaml", ".yml"))
 
 
 def _region(environ: Mapping[str, str]) -> str:
@@ -239,9 +233,3 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
     )
     app.queue_trigger(arg_name="messages", queue_name=queue, connection=CONNECTION, cardinality="many",
                       settings=settings)(lambda_handler(function, ACCOUNT_ID))
-
-
-def template_in(folder: Path) -> Path | None:
-    """The SAM template of ``folder``, if it has one."""
-    return next((folder / name for name in TEMPLATE_FILES if (folder / name).is_file()), None)
-

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from worker.observability.otel import Telemetry
 
+#: The service name traces carry unless OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) names one.
+SERVICE_NAME = "queueworker"
 #: What installs the SDK and the OTLP/HTTP exporter.
 OTEL_INSTALL = "pip install 'queueworker[otel]'"
 #: The exporters this host can build (``OTEL_TRACES_EXPORTER``, comma-separated as the specification allows).

@@ -1,6 +1,10 @@
 """Operating the host: the ``worker`` command, start-up checks, the supervisor, poison tools.
 
-- :mod:`.cli`: the ``worker`` command;
+- :mod:`.cli`: the ``worker`` command; it loads what a command needs, so that
+  ``worker run``'s supervisor loads neither the app nor the host;
+- :mod:`.host_process`: the process that runs the host (``worker run
+  --no-supervisor``, which the supervisor starts): the app loaded and checked,
+  the host run, its exit code;
 - :mod:`.scaffold`: ``worker init``, an app folder that runs at once;
 - :mod:`.completion`: ``worker completion``, shell completion written from the
   command's parser;

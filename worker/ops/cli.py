@@ -23,7 +23,6 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -54,35 +53,28 @@ from worker.backends.registry import (
     open_backend,
 )
 from worker.bindings.encoding import body_text, encode
-from worker.compat.loading import AppLoadError, app_directory, discover, load_app
+from worker.compat.discovery import AppLoadError, app_directory, discover
 from worker.model import StartupRefused
 from worker.observability import tracing
 from worker.observability.logs import configure_logging
-from worker.observability.metrics import format_summary
-from worker.ops import completion, preflight, scaffold, spark_cluster
+from worker.ops import completion, scaffold, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
 from worker.ops.spark_cluster import SparkServerError
 from worker.ops.supervisor import (
-    APP_LOADED_SIGNAL,
-    PROCESS_INDEX_ENV,
     SUPERVISOR_ENV,
     Supervisor,
     child_command,
     die_with_supervisor,
-    wait_for_the_first_process,
 )
 from worker.ops.terminal import printable
-from worker.runtime.console.state import StartFacts
-from worker.runtime.host import SERVICE_NAME, Host
-from worker.runtime.inflight import INFLIGHT_ENV
+from worker.runtime.handover import RECYCLED
 from worker.runtime.poison import poison_queue, policy_for, source_queue
-from worker.runtime.recycle import HANDOVER_ENV, RECYCLED
 from worker.runtime.signals import forwarded_act_as_original, ignore_at_exit
 from worker.settings import local_settings
 from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration, parse_http_host
 from worker.settings.connections import ConnectionSettingError
 from worker.settings.http_token import http_token
-from worker.settings.local_settings import LocalSettings, LocalSettingsError
+from worker.settings.local_settings import LocalSettingsError
 
 T = TypeVar("T")
 
@@ -201,12 +193,6 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def _looked_in(local: LocalSettings, config: HostConfig) -> str:
-    """Every place a setting may come from, for a connection found in none of them."""
-    settings_file = f"{config.source} (connections:)" if config.source else "no host.yaml or host.json"
-    return f"looked in: the environment, {local.describe()}, {settings_file}"
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     supervisor_pid = os.environ.get(SUPERVISOR_ENV) if args.no_supervisor else None
     if supervisor_pid is not None:  # first: a supervisor killed while this process starts takes it along
@@ -243,37 +229,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                 http_host=config.http_host, token=token, open_data=config.http_open_data,
                                 allowed=config.http_allowed_hosts, burst=args.burst)
         return asyncio.run(supervisor.run())
-    if not wait_for_the_first_process(os.environ):  # the supervisor stopped before the first process loaded the app
-        return 0
-    looked_in = _looked_in(args.local_settings, config)
-    # Every start-up check runs here, once, before anything is built: what cannot run is refused with every
-    # problem listed (exit 2).
-    app = load_app(args.app, config.base_dir,
-                   connection_problem=partial(preflight.connection_problem, config, looked_in=looked_in),
-                   check=lambda app: preflight.problems(app, config, looked_in=looked_in),
-                   found=preflight.environment_problems(os.environ))
-    if os.environ.get(PROCESS_INDEX_ENV, "0") == "0":  # the first process (or the only one) says it for all
-        for found in preflight.exposed_files(app, config):
-            log.warning("embedded queue or blob storage open to other users", path=str(found.path),
-                        mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
-        if supervisor_pid is not None:  # the app can run: the supervisor starts the other processes now
-            os.kill(int(supervisor_pid), APP_LOADED_SIGNAL)
-    handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)
-    facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)
-    host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None,
-                in_flight=Path(in_flight) if in_flight else None, facts=facts, own_process=True)
-    dispatcher = asyncio.run(host.run())
-    print(format_summary(host.metrics, host.elapsed), flush=True)
-    if host.recycled is not None:
-        # The timed-out handler's thread still runs: only the end of the process stops it.
-        log.warning("process recycled", reason=host.recycled, exit_code=RECYCLED)
-        sys.stderr.flush()
-        os._exit(RECYCLED)
-    if dispatcher.threads.busy:
-        # A sync handler past drainTimeout cannot be stopped from outside; its message is already released.
-        sys.stderr.flush()
-        os._exit(0)
-    return 0
+    # Only this branch loads the app, and with it the host: imported here, so that the supervisor above does not.
+    from worker.ops.host_process import run_here
+
+    return run_here(args, config, log, supervisor_pid)
 
 
 def cmd_send(args: argparse.Namespace) -> int:
@@ -303,7 +262,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     if problem := tracing.problem(os.environ):
         raise UsageError(problem)
     # Each put is a PRODUCER span whose context the message carries, where the backend has message properties.
-    telemetry = tracing.start(os.environ, SERVICE_NAME)
+    telemetry = tracing.start(os.environ, tracing.SERVICE_NAME)
 
     async def work(backend: QueueBackend) -> list[RawMessage]:
         if backend.capabilities.creates_queues:

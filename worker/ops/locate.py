@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from worker.compat.loading import app_directory
+from worker.compat.discovery import app_directory
 
 #: The settings files, in the order they are looked for in each folder: host.yaml, else Functions' host.json.
 SETTINGS_FILES = ("host.yaml", "host.json")

@@ -65,8 +65,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from worker.runtime import inflight
+from worker.runtime.handover import HANDOVER_ENV, RECYCLED, recycle_reason
 from worker.runtime.inflight import INFLIGHT_ENV
-from worker.runtime.recycle import HANDOVER_ENV, RECYCLED, recycle_reason
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals, read_after_stop
 from worker.settings.http_token import BearerToken
 from worker.waits import wait_set

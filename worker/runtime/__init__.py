@@ -13,7 +13,8 @@
 - :mod:`.backpressure`: while completions on a backend fail for storage, its
   listeners receive nothing;
 - :mod:`.recycle`: a sync handler past functionTimeout: the process hands its
-  message to the next one and exits;
+  message to the next one and exits; :mod:`.handover`: the file it hands them
+  over in, which the supervisor reads;
 - :mod:`.inflight`: what a worker process holds, written for its supervisor;
 - :mod:`.signals`: stop signals read per sender, so that a signal to the process group drains once;
 - :mod:`.endpoints`: probes, ``/metrics``, ``/leases``; :mod:`.guard`: who may

@@ -45,11 +45,12 @@ from worker.runtime.console.recorder import ConsoleRecorder
 from worker.runtime.console.state import Console, HostParts, StartFacts, Watched
 from worker.runtime.dispatcher import FUNCTION_OPTIONS as dispatcher_options
 from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
+from worker.runtime.handover import take
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import FUNCTION_OPTIONS as listener_options
 from worker.runtime.listener import Capacity, Listener
 from worker.runtime.poison import policy_for
-from worker.runtime.recycle import Recycler, settle_handed_over, take
+from worker.runtime.recycle import Recycler, settle_handed_over
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals, read_after_stop
 from worker.runtime.threads import TIMEOUT_GRACE, HandlerThreads
 from worker.settings.config import FunctionOptions, HostConfig
@@ -62,8 +63,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("worker.runtime.host")
 
-#: The service name traces carry unless OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) names one.
-SERVICE_NAME = "queueworker"
 #: How often burst mode looks whether the trigger queues are empty, in seconds.
 BURST_CHECK_INTERVAL = 0.25
 #: How often the queue-length gauge is refreshed when the endpoints are on, in seconds.
@@ -192,7 +191,7 @@ class Host:
                         file=str(config.source) if config.source else None)
         token = http_token(config, os.environ) if config.http_port else None  # a bad one refuses the start (exit 2)
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
-        telemetry = tracing.start(os.environ, SERVICE_NAME)
+        telemetry = tracing.start(os.environ, tracing.SERVICE_NAME)
         backends = _Storage(config, self.metrics, telemetry=telemetry)
         given = [*self.app.middleware, *self._extra_middleware, *self._given]
         # The console's recorder goes first: its after-hooks run last, so it sees each final result.

@@ -17,9 +17,10 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from worker.invocation import Invocation
+if TYPE_CHECKING:  # the supervisor reads these files, and loads nothing of the host
+    from worker.invocation import Invocation
 
 #: The environment variable naming a process's in-flight file; set by the supervisor.
 INFLIGHT_ENV = "WORKER_INFLIGHT_FILE"

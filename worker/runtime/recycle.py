@@ -10,8 +10,9 @@ moment of the timeout, killing every other invocation with it. Here:
    other), stops the host receiving and lets the other invocations finish
    within ``drainTimeout``;
 2. it then stops renewing that lease and writes the message, with why, to
-   the *handover file* the supervisor named for this process, and the
-   process exits with :data:`RECYCLED` (the file, written even when no
+   the *handover file* the supervisor named for this process
+   (:mod:`worker.runtime.handover`), and the process exits with
+   :data:`~worker.runtime.handover.RECYCLED` (the file, written even when no
    message is left to hand over, is how the supervisor tells a recycle from
    a process that exited with the same code for another reason);
 3. the supervisor starts a fresh process at once, which settles each handed-over
@@ -27,12 +28,8 @@ no handover file: the message comes back when its lease ends.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -43,36 +40,11 @@ from worker.invocation import Delivery, Invocation
 from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
 from worker.observability.metrics import Metrics
 from worker.runtime.completion import CompletionProcessor
+from worker.runtime.handover import HandedOver, write
 from worker.runtime.lease import LeaseScheduler
 from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.recycle")
-
-#: Exit code of a ``worker run`` process recycled after a sync handler ran past functionTimeout.
-RECYCLED = 3
-#: The environment variable naming a process's handover file; set by the supervisor.
-HANDOVER_ENV = "WORKER_HANDOVER_FILE"
-
-
-@dataclass(frozen=True, slots=True)
-class HandedOver:
-    """A timed-out message, as the next process needs it to settle the attempt: its lease, content and reason."""
-
-    function: str
-    invocation_id: str
-    message_id: str
-    pop_receipt: str
-    dequeue_count: int
-    #: The stored text (as last checkpointed), for the copy in the poison queue if this was the last attempt.
-    content: str
-    #: ISO 8601, as the message's ``{insertionTime}``.
-    insertion_time: str
-    #: When the message expires (Unix seconds), which bounds its retry delay; None: never.
-    message_expires: float | None
-    reason: str
-    #: When the lease ends unless renewed, as wall-clock seconds: the next process has another monotonic clock.
-    lease_ends: float
-
 
 class Recycler:
     """Holds the messages of sync handlers that ran past functionTimeout until this process exits."""
@@ -119,33 +91,6 @@ class Recycler:
         else:
             write(path, self.reason or "recycled", handed)
         return len(handed)
-
-
-def write(path: Path, reason: str, messages: Sequence[HandedOver]) -> None:
-    """Write the handover file whole or not at all (readable by this user only: it holds message bodies)."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".handover-")
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump({"reason": reason, "messages": [asdict(m) for m in messages]}, out)
-    os.replace(temporary, path)
-
-
-def recycle_reason(path: Path) -> str | None:
-    """Why the process that wrote ``path`` was recycled, leaving the file to the next process; None when there is no
-    file (the process was not recycled)."""
-    try:
-        return str(json.loads(path.read_text(encoding="utf-8"))["reason"])
-    except FileNotFoundError:
-        return None
-
-
-def take(path: Path) -> list[HandedOver]:
-    """The messages a recycled process left in ``path``, removing the file; none when there is no file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return []
-    path.unlink()
-    return [HandedOver(**fields) for fields in json.loads(text)["messages"]]
 
 
 async def settle_handed_over(

@@ -1,0 +1,92 @@
+"""Which app ``worker run`` runs and where its folder is, found from the files alone, without importing it.
+
+What the command line needs before anything is loaded: ``worker run`` without
+``--app`` (:func:`discover`), and the app's folder, where its settings files
+are looked for (:func:`app_directory`). Kept apart from :mod:`.loading`, which
+imports the app and with it the host, so that ``worker run``'s supervisor,
+which runs no app, loads neither.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+#: The file the Functions Python v2 model starts from, in the app's folder (``PYTHON_SCRIPT_FILE_NAME`` names another).
+SCRIPT_FILE = "function_app.py"
+SCRIPT_SETTING = "PYTHON_SCRIPT_FILE_NAME"
+#: What each function's folder of a Functions v1 app holds (an app without ``function_app.py``).
+FUNCTION_JSON = "function.json"
+#: An AWS SAM app's template, in its folder.
+TEMPLATE_FILES = ("template.yaml", "template.yml")
+
+
+class AppLoadError(ValueError):
+    """The app cannot be imported, is not an app, or cannot run as it is; the message lists every problem."""
+
+
+def discover(folder: Path, environ: Mapping[str, str]) -> str:
+    """What ``worker run`` runs without ``--app``, found as Functions finds it in ``folder``.
+
+    ``function_app.py`` (the v2 model; ``PYTHON_SCRIPT_FILE_NAME`` names another) as a module name; else,
+    when function folders (``*/function.json``) are there, the folder itself: a v1 app; else the folder's AWS SAM
+    ``template.yaml``.
+    """
+    name = environ.get(SCRIPT_SETTING) or SCRIPT_FILE
+    script = folder / name
+    if Path(name).name != name or script.suffix != ".py":
+        raise AppLoadError(f"{SCRIPT_SETTING}={name!r} must name a .py file in the app's folder")
+    if script.is_file():
+        return script.stem
+    if function_files(folder):
+        return str(folder.resolve())
+    if SCRIPT_SETTING not in environ and (template := template_in(folder)) is not None:
+        return template.name  # an AWS SAM app: its Lambda SQS functions
+    raise AppLoadError(
+        f"no app to run: no {name} in {folder} (the Functions Python entry point"
+        + ("" if name != SCRIPT_FILE else f"; {SCRIPT_SETTING} names another")
+        + f"), no function folders (*/{FUNCTION_JSON}, a v1 app) and no AWS SAM template.yaml; run in the app's "
+        "folder, or give --app MODULE:ATTR"
+    )
+
+
+def is_v1_target(target: str) -> bool:
+    """Whether ``--app`` names a Functions v1 app's folder (one holding ``*/function.json``) rather than a module."""
+    return bool(function_files(Path(target)))
+
+
+def function_files(folder: Path) -> list[Path]:
+    """The ``function.json`` of each function folder in ``folder``: how Functions finds a v1 app's functions."""
+    return sorted(folder.glob(f"*/{FUNCTION_JSON}")) if folder.is_dir() else []
+
+
+def is_template(target: str) -> bool:
+    """Whether ``worker run --app`` names a SAM template rather than a module."""
+    return target.endswith((".yaml", ".yml"))
+
+
+def template_in(folder: Path) -> Path | None:
+    """The SAM template of ``folder``, if it has one."""
+    return next((folder / name for name in TEMPLATE_FILES if (folder / name).is_file()), None)
+
+
+def app_directory(target: str) -> Path | None:
+    """The folder of the module ``MODULE:ATTR`` names (or the v1 app folder, or a SAM template's), found without
+    importing anything."""
+    if is_v1_target(target):
+        return Path(target).resolve()
+    if is_template(target):
+        path = Path(target)
+        return (path if path.is_absolute() else Path(os.getcwd()) / path).parent.resolve()
+    parts = target.partition(":")[0].split(".")
+    if not all(parts):
+        return None
+    for folder in (os.getcwd(), *sys.path):
+        base = Path(folder or ".", *parts)
+        if base.with_suffix(".py").is_file():
+            return base.parent.resolve()
+        if (base / "__init__.py").is_file():
+            return base.resolve()
+    return None
