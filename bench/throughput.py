@@ -32,6 +32,11 @@ beforehand with the same N messages by a concurrent put loop that is not timed:
     burst-mode stop check (every 0.25 s, one ``approximate_count``) is *not*
     counted. The full ``run()`` time, stop included, is printed beside it.
 
+Start-up's objects are frozen (``gc.freeze()``) once, before the first round, for
+every contender alike, as ``worker run`` freezes them before its host starts: else
+each full collection walks every module loaded, for 30-85 ms at a time, and
+where one falls decides more of a contender's CPU than its own work per message.
+
 Every contender's time includes opening its storage client. The raw loops'
 SDK clients retry a failed request at once instead of the SDK's default 15 s
 back-off (the worker's own policy waits at most 0.2 s at first), and every
@@ -489,6 +494,7 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
 
         watched = Contender("worker+console", worker_watched)
         contenders.append(watched)
+    gc.freeze()  # as worker run does once its app is loaded; for every contender alike (see the docstring)
     for round_ in range(args.rounds):
         # Rotate the order each round and reverse every other one, so that no contender always runs first or last.
         shift = round_ % len(contenders)
