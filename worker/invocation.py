@@ -89,6 +89,8 @@ class InvocationState:
     started: bool = False
     #: Why the host gave up on the invocation (shutdown, lease lost), once it has.
     cancel_reason: str | None = None
+    #: How often the host cancelled the invocation's task while its handler ran (withdrawn once the handler is over).
+    handler_cancels: int = 0
     #: Set when a sync handler ran past functionTimeout and still runs (why): its messages then wait for the
     #: process to be recycled (:mod:`worker.runtime.recycle`).
     overran: str | None = None

@@ -73,7 +73,8 @@ class Dispatcher:
         self.recycler = recycler
         #: Each invocation not yet completed, with its task (the handler, then completion).
         self.invocations: dict[Invocation, asyncio.Task[None]] = {}
-        #: The tasks of the handlers running now, cancelled when the host gives up on their invocation.
+        #: The invocations whose handler runs now, each with its task (the handler runs in the invocation's own):
+        #: cancelled there when the host gives up on it.
         self._handlers: dict[Invocation, asyncio.Task[None]] = {}
 
     def dispatch(
@@ -140,9 +141,24 @@ class Dispatcher:
         if state.cancel_reason is None:
             state.cancel_reason = reason
         self._interrupt(inv)
-        handler = self._handlers.get(inv)
-        if handler is not None:
-            handler.cancel()
+        task = self._handlers.get(inv)
+        if task is None:
+            return
+        if task is asyncio.current_task():
+            # Given up from within the handler (its checkpoint found the lease lost), which goes on running: a
+            # cancellation asked for now would wait for the task's next await, which may come after the handler has
+            # returned, in its completion (Python 3.11's uncancel() does not withdraw it). So it is asked for from
+            # the loop, if the handler still runs then.
+            task.get_loop().call_soon(self._cancel_handler, inv, task)
+        else:
+            self._cancel_handler(inv, task)
+
+    def _cancel_handler(self, inv: Invocation, task: asyncio.Task[None]) -> None:
+        """Cancel ``task`` where it awaits in ``inv``'s handler, if it still runs it; counted, for :meth:`_call` to
+        withdraw once the handler is over."""
+        if self._handlers.get(inv) is task:
+            state_of(inv).handler_cancels += 1
+            task.cancel()
 
     def _interrupt(self, inv: Invocation) -> None:
         """Tell the handler to stop (``message.cancelled``) and the middleware (``on_interrupt``)."""
@@ -240,18 +256,35 @@ class Dispatcher:
             # Given up while a before_invocation hook ran (shutdown releases what has not started): the handler
             # must not start now, or it would run to its end and then see its message released.
             return Result(Outcome.RELEASE, state.cancel_reason)
-        # From here the handler's task is known to _give_up, which cancels it (before it starts, if it has not).
-        handler = self._handlers[inv] = asyncio.create_task(self._invoke(inv))
+        # The handler runs in this task, not in one of its own (which cost more than the rest of the dispatcher's work
+        # for a message); while it runs, _give_up cancels this task, and the cancellations it asked for are withdrawn
+        # once the handler is over, so that only another's (the host torn down) reach what follows.
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers[inv] = task
+        # Set for the handler alone (a sync handler's thread gets a copy of this context), not for what follows it.
+        handler_context = current_invocation.set(inv)
         started = time.monotonic()
         try:
             try:
-                await handler
+                await self._invoke(inv, task)
             finally:
                 state.handler_seconds = time.monotonic() - started
+                current_invocation.reset(handler_context)
                 del self._handlers[inv]
+                for _ in range(state.handler_cancels):
+                    task.uncancel()
+            if task.cancelling():
+                # Cancelled by another than the host while the handler ran, and not seen: the handler swallowed it, or
+                # cancelled its own task and returned before its next await. Pending, the latter would be taken at this
+                # task's next await, in the completion; it is taken here instead, as the handler's own.
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:
+                    task.uncancel()
+                    raise
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():  # the host itself is being torn down
+            if task.cancelling():  # the host itself is being torn down
                 raise
             if state.cancel_reason is None:
                 inv.log.error("handler cancelled itself")
@@ -273,18 +306,16 @@ class Dispatcher:
         inv.log.debug("handler succeeded", seconds=round(state.handler_seconds, 3), messages=len(inv.messages))
         return Result(Outcome.SUCCEEDED)
 
-    async def _invoke(self, inv: Invocation) -> None:
-        """Call the handler with ``inv.kwargs``: on the event loop if async, else in a handler thread."""
+    async def _invoke(self, inv: Invocation, task: asyncio.Task[None]) -> None:
+        """Call the handler with ``inv.kwargs`` in ``task`` (the current one): on the event loop if async, else in a
+        handler thread."""
         function = inv.function
-        current_invocation.set(inv)  # this task's own context, copied into the handler's thread below
         timeout = inv.options.function_timeout
         state = state_of(inv)
         if function.is_async:
             state.started = True
-            # functionTimeout as a timer that cancels this task (the handler's own), not asyncio.timeout: the same
-            # outcome without its context manager's objects and rescheduling, on every message.
-            task = asyncio.current_task()
-            assert task is not None
+            # functionTimeout as a timer that cancels this task, not asyncio.timeout: the same outcome without its
+            # context manager's objects and rescheduling, on every message.
             expired: list[bool] = []
 
             def expire() -> None:
@@ -300,6 +331,9 @@ class Dispatcher:
                     self._interrupt(inv)
                     raise TimedOut(f"functionTimeout of {timeout:g}s exceeded") from None
                 raise
+            else:
+                if expired:  # the handler swallowed the deadline's cancellation: withdrawn, as the host's are
+                    task.uncancel()
             finally:
                 if deadline is not None:
                     deadline.cancel()
