@@ -91,6 +91,8 @@ class InvocationState:
     cancel_reason: str | None = None
     #: How often the host cancelled the invocation's task while its handler ran (withdrawn once the handler is over).
     handler_cancels: int = 0
+    #: Set when an async handler's functionTimeout has cancelled its task.
+    timed_out: bool = False
     #: Set when a sync handler ran past functionTimeout and still runs (why): its messages then wait for the
     #: process to be recycled (:mod:`worker.runtime.recycle`).
     overran: str | None = None

@@ -76,6 +76,8 @@ class Dispatcher:
         #: The invocations whose handler runs now, each with its task (the handler runs in the invocation's own):
         #: cancelled there when the host gives up on it.
         self._handlers: dict[Invocation, asyncio.Task[None]] = {}
+        #: The functionTimeout of the async handlers running now, by its length.
+        self._deadlines: dict[float, _Deadlines] = {}
 
     def dispatch(
         self,
@@ -314,29 +316,28 @@ class Dispatcher:
         state = state_of(inv)
         if function.is_async:
             state.started = True
-            # functionTimeout as a timer that cancels this task, not asyncio.timeout: the same outcome without its
-            # context manager's objects and rescheduling, on every message.
-            expired: list[bool] = []
-
-            def expire() -> None:
-                expired.append(True)
-                task.cancel()
-
-            deadline = None if timeout is None else asyncio.get_running_loop().call_later(timeout, expire)
+            # functionTimeout cancels this task (see _Deadlines), not asyncio.timeout: the same outcome without its
+            # context manager's objects and timer on every message.
+            deadlines = None
+            if timeout is not None:
+                deadlines = self._deadlines.get(timeout)
+                if deadlines is None:
+                    deadlines = self._deadlines[timeout] = _Deadlines(timeout)
+                deadlines.start(task, state)
             try:
                 with _exits_fail():
                     await function.handler(**inv.kwargs)
             except asyncio.CancelledError:
-                if expired and task.uncancel() == 0:  # the deadline's cancellation, and no other
+                if state.timed_out and task.uncancel() == 0:  # the deadline's cancellation, and no other
                     self._interrupt(inv)
                     raise TimedOut(f"functionTimeout of {timeout:g}s exceeded") from None
                 raise
             else:
-                if expired:  # the handler swallowed the deadline's cancellation: withdrawn, as the host's are
+                if state.timed_out:  # the handler swallowed the deadline's cancellation: withdrawn, as the host's are
                     task.uncancel()
             finally:
-                if deadline is not None:
-                    deadline.cancel()
+                if deadlines is not None:
+                    deadlines.end(task)
             return
 
         def in_thread() -> None:
@@ -354,6 +355,46 @@ class Dispatcher:
 
         await self.threads.run(in_thread, timeout, on_start=started, on_timeout=lambda: self._interrupt(inv),
                                about={"function": function.name, "invocation_id": inv.id})
+
+
+class _Deadlines:
+    """The functionTimeout of the async handlers running now that have one length of it, kept with one timer.
+
+    A timer per message (``call_later``, then its cancel) cost more than the rest of what keeps the deadline, and
+    left a cancelled handle per message in the loop's heap. Handlers start in the order their deadlines come, so
+    the earliest is the first still running: the one timer is set for it, and when it fires, the handlers past
+    their deadline are cancelled and it is set again for the first left.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._loop = asyncio.get_running_loop()
+        #: Each running handler's task, with its deadline (the loop's clock) and its invocation's state; in start order.
+        self._running: dict[asyncio.Task[None], tuple[float, InvocationState]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, task: asyncio.Task[None], state: InvocationState) -> None:
+        """``task``'s handler starts now: it is cancelled, and ``state.timed_out`` set, once its time is up."""
+        deadline = self._loop.time() + self.timeout
+        self._running[task] = (deadline, state)
+        if self._timer is None:
+            self._timer = self._loop.call_at(deadline, self._expire)
+
+    def end(self, task: asyncio.Task[None]) -> None:
+        """``task``'s handler is over."""
+        self._running.pop(task, None)
+
+    def _expire(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        while self._running:
+            task, (deadline, state) = next(iter(self._running.items()))
+            if deadline > now:
+                self._timer = self._loop.call_at(deadline, self._expire)
+                return
+            del self._running[task]
+            state.timed_out = True
+            task.cancel()
 
 
 @contextmanager
