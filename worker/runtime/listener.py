@@ -82,8 +82,11 @@ class Capacity:
         #: Receives in progress per function, and the room they reserved.
         self._receiving: Counter[str] = Counter()
         self._receiving_room: Counter[str] = Counter()
-        #: Set whenever places are given back; every waiting listener wakes and looks again.
+        #: Set when places given back may let a waiting listener receive: it wakes and looks again.
         self._changed = asyncio.Event()
+        #: The listeners waiting for room, by function, and each such function's ``newBatchThreshold``.
+        self._waiting: Counter[str] = Counter()
+        self._thresholds: dict[str, int] = {}
         #: Long polls holding room, each with the event that asks it to give the room back.
         self._long_polls: dict[asyncio.Event, str] = {}
         #: Functions waiting for room because the process has none left.
@@ -96,7 +99,7 @@ class Capacity:
         """Wait until ``function`` holds no more than ``threshold``, the process has room and ``allowed`` gives some.
 
         ``allowed()`` is what middleware lets the function receive now
-        (maxConcurrency), read again whenever places are given back. The room is taken before the receive (the
+        (maxConcurrency), read again whenever places given back leave room. The room is taken before the receive (the
         check and the taking have no await between them), so that listeners
         receiving at the same time cannot together pass ``maxInFlight``; the
         caller gives back what the receive did not fill.
@@ -115,9 +118,12 @@ class Capacity:
                     if holder != function:
                         preempt.set()
             self._changed.clear()
+            self._waiting[function] += 1
+            self._thresholds[function] = threshold
             try:
                 await self._changed.wait()
             finally:
+                self._waiting[function] -= 1
                 if starved:
                     self._starved[function] -= 1
         self._per_function[function] += room
@@ -168,7 +174,12 @@ class Capacity:
             self._per_function[function] -= count
             self._invocations[function] -= invocations
             self.total -= count
-            self._changed.set()
+            # Only when a waiting listener's function is at its threshold now, with room in the process: else it would
+            # wake to wait again, once for each message completed.
+            if self.total < self.limit and any(
+                n and self._per_function[name] <= self._thresholds[name] for name, n in self._waiting.items()
+            ):
+                self._changed.set()
 
 
 @dataclass
