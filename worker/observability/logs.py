@@ -13,6 +13,7 @@ import logging
 import re
 import sys
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any, TextIO
 
 import structlog
@@ -50,12 +51,66 @@ def _redact_event(_logger: object, _method: str, event: dict[str, object]) -> di
     return {key: _redact_value(value) for key, value in event.items()}
 
 
+#: The function and invocation id every line logged in an invocation's task names (and in its handler's thread, which
+#: copies the task's context): one ContextVar set once per invocation, where structlog's ``bind_contextvars`` sets one
+#: per key and builds a token for each.
+_invocation: ContextVar[tuple[str, str] | None] = ContextVar("worker_invocation", default=None)
+
+
+def bind_invocation(function: str, invocation_id: str) -> None:
+    """Name ``function`` and ``invocation_id`` on every line logged from now on in the current context."""
+    _invocation.set((function, invocation_id))
+
+
+def _merge_invocation(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+    """A structlog processor: the invocation's function and id, on a line that does not name its own."""
+    named = _invocation.get()
+    if named is not None:
+        event.setdefault("function", named[0])
+        event.setdefault("invocation_id", named[1])
+    return event
+
+
+def _context_function() -> str | None:
+    """The function the current context logs for: bound with structlog's ``bind_contextvars``, or the invocation's."""
+    function = structlog.contextvars.get_contextvars().get("function")
+    if function is None and (named := _invocation.get()) is not None:
+        function = named[0]
+    return function
+
+
+class BindOnUse:
+    """A structlog logger bound to ``fields`` when it is first used, then that bound logger.
+
+    Every message's invocation has a logger bound to its function, queue and ids, and most never write a line
+    (a success logs only at INFO): binding on use spares them the bind (about 2.5 us a message, measured).
+    """
+
+    __slots__ = ("_logger", "_fields", "_bound")
+
+    def __init__(self, logger: Any, **fields: Any) -> None:
+        self._logger = logger
+        self._fields = fields
+        self._bound: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        bound = self._bound
+        if bound is None:  # two threads may both bind: the same logger either way
+            bound = self._bound = self._logger.bind(**self._fields)
+        return getattr(bound, name)
+
+
 def info_enabled() -> bool:
     """Whether INFO lines are written at all (``worker run --log-level``): lines that would be dropped need not be built.
 
     ``configure_logging`` sets the root logger's level, so the answer is read there rather than kept in a global.
     """
     return logging.getLogger().isEnabledFor(logging.INFO)
+
+
+def debug_enabled() -> bool:
+    """Whether DEBUG lines are written at all (see :func:`info_enabled`)."""
+    return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
 #: Functions' level names (host.json ``logging.logLevel``) and the levels of ``logging`` they stand for.
@@ -115,7 +170,7 @@ class Categories:
 
     def filter(self, record: logging.LogRecord) -> bool:
         """A ``logging`` filter: keep a record at or over its category's level."""
-        function = structlog.contextvars.get_contextvars().get("function")
+        function = _context_function()
         return record.levelno >= self.level(self.category(record.name, function))
 
 
@@ -162,13 +217,14 @@ def configure_logging(
     numeric = by_category.lowest if by_category else logging.getLevelName((level or "INFO").upper())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
+        _merge_invocation,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    # Category levels are decided once the line's function is known (merged from the context), before any work.
+    # Category levels are decided once the line's function is known (merged from the contexts), before any work.
     dropping = [by_category.drop_below] if by_category else []
     structlog.configure(
-        processors=[shared[0], *dropping, *shared[1:], structlog.processors.format_exc_info, _redact_event, renderer],
+        processors=[*shared[:2], *dropping, *shared[2:], structlog.processors.format_exc_info, _redact_event, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         # One write per line (print() writes the text and its newline apart): the processes of `--processes N`
         # share one stderr, and two lines must never interleave into one that is not JSON.

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -42,6 +41,7 @@ from worker.invocation import (
 from worker.message import QueueMessage
 from worker.middleware import Chain
 from worker.model import Finished, FunctionSpec, Lease, Outcome, Result
+from worker.observability.logs import BindOnUse, bind_invocation, debug_enabled
 from worker.runtime import verdict
 from worker.runtime.completion import CompletionProcessor
 from worker.runtime.lease import LeaseScheduler
@@ -57,6 +57,8 @@ FUNCTION_OPTIONS = {"checkpoints": "checkpoints=True: the handler replaces its m
                                    "(msg.checkpoint); refused at start where the backend cannot change content"}
 
 LEASE_LOST = "lease lost"
+#: A handler's success: one result for all (a Result is frozen), not a new one per message.
+_SUCCEEDED = Result(Outcome.SUCCEEDED)
 SHUTDOWN = "shutdown"
 
 
@@ -101,10 +103,10 @@ class Dispatcher:
             for raw in raws
         ]
         if function.many:
-            bound = log.bind(function=function.name, queue=function.queue_name, invocation_id=invocation_id)
+            bound = BindOnUse(log, function=function.name, queue=function.queue_name, invocation_id=invocation_id)
         else:
-            bound = log.bind(function=function.name, queue=function.queue_name, invocation_id=invocation_id,
-                             message_id=raws[0].id, dequeue_count=raws[0].dequeue_count)
+            bound = BindOnUse(log, function=function.name, queue=function.queue_name, invocation_id=invocation_id,
+                              message_id=raws[0].id, dequeue_count=raws[0].dequeue_count)
         inv = new_invocation(function, options, backend, deliveries, InvocationState(), invocation_id, bound)
         for delivery in inv.deliveries:
             if not function.many:  # a batch goes on without a message whose lease was lost
@@ -171,7 +173,7 @@ class Dispatcher:
         # Every line logged in this task (and the handler's thread, which copies its context) names the invocation,
         # including the handler's own logging and structlog lines. The task's context is its own: nothing leaks.
         function = inv.function
-        structlog.contextvars.bind_contextvars(function=function.name, invocation_id=inv.id)
+        bind_invocation(function.name, inv.id)
         state = state_of(inv)
         state.began = time.monotonic()
         await self._execute(inv)
@@ -182,7 +184,7 @@ class Dispatcher:
         completions = [
             self.completion.complete(
                 Finished(function.name, inv.id, inv.backend, function.queue_name, d.raw, d.lease, inv.options,
-                         inv.log.bind(message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many
+                         BindOnUse(inv.log, message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many
                          else inv.log),
                 d.result or Result(Outcome.RELEASE, "no result"),
             )
@@ -305,8 +307,9 @@ class Dispatcher:
         if state.cancel_reason is not None:
             inv.log.warning("invocation cancelled", reason=state.cancel_reason)
             return Result(Outcome.RELEASE, state.cancel_reason)
-        inv.log.debug("handler succeeded", seconds=round(state.handler_seconds, 3), messages=len(inv.messages))
-        return Result(Outcome.SUCCEEDED)
+        if debug_enabled():  # else the invocation's logger need not be bound at all
+            inv.log.debug("handler succeeded", seconds=round(state.handler_seconds, 3), messages=len(inv.messages))
+        return _SUCCEEDED
 
     async def _invoke(self, inv: Invocation, task: asyncio.Task[None]) -> None:
         """Call the handler with ``inv.kwargs`` in ``task`` (the current one): on the event loop if async, else in a
@@ -325,13 +328,16 @@ class Dispatcher:
                     deadlines = self._deadlines[timeout] = _Deadlines(timeout)
                 deadlines.start(task, state)
             try:
-                with _exits_fail():
-                    await function.handler(**inv.kwargs)
+                await function.handler(**inv.kwargs)
             except asyncio.CancelledError:
                 if state.timed_out and task.uncancel() == 0:  # the deadline's cancellation, and no other
                     self._interrupt(inv)
                     raise TimedOut(f"functionTimeout of {timeout:g}s exceeded") from None
                 raise
+            except Exception:
+                raise
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt ...: fails the attempt, not the loop
+                raise HandlerExited(exc) from exc
             else:
                 if state.timed_out:  # the handler swallowed the deadline's cancellation: withdrawn, as the host's are
                     task.uncancel()
@@ -344,8 +350,11 @@ class Dispatcher:
             if inv.context is not None:  # the Python worker's context.thread_local_storage, filled in the handler's thread
                 inv.context.thread_local_storage.invocation_id = inv.id
             try:
-                with _exits_fail():
-                    function.handler(**inv.kwargs)
+                function.handler(**inv.kwargs)
+            except Exception:
+                raise
+            except BaseException as exc:
+                raise HandlerExited(exc) from exc
             finally:
                 for cleanup in inv.thread_cleanup:
                     cleanup()
@@ -395,17 +404,6 @@ class _Deadlines:
             del self._running[task]
             state.timed_out = True
             task.cancel()
-
-
-@contextmanager
-def _exits_fail() -> Iterator[None]:
-    """Turn a BaseException from a handler into :class:`HandlerExited`; cancellation and errors pass as they are."""
-    try:
-        yield
-    except (Exception, asyncio.CancelledError):
-        raise
-    except BaseException as exc:
-        raise HandlerExited(exc) from exc
 
 
 def _trigger_argument(message: QueueMessage, function: FunctionSpec) -> Any:
