@@ -176,10 +176,11 @@ class Capacity:
             self.total -= count
             # Only when a waiting listener's function is at its threshold now, with room in the process: else it would
             # wake to wait again, once for each message completed.
-            if self.total < self.limit and any(
-                n and self._per_function[name] <= self._thresholds[name] for name, n in self._waiting.items()
-            ):
-                self._changed.set()
+            if self.total < self.limit:
+                for name, n in self._waiting.items():  # a loop, not any(): no generator made per message
+                    if n and self._per_function[name] <= self._thresholds[name]:
+                        self._changed.set()
+                        break
 
 
 @dataclass
