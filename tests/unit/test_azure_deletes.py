@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 from azure.core.exceptions import HttpResponseError
+from azure.core.rest import HttpRequest
 from azure.storage.queue import VERSION
 from azure.storage.queue._generated.operations._operations import build_queue_delete_message_request
 from azure.storage.queue.aio import QueueClient
@@ -52,6 +53,12 @@ def test_the_request_is_the_one_the_sdk_builds(make) -> None:  # type: ignore[no
         for receipt in RECEIPTS:
             ours = deletes.request(message_id, receipt)
             assert (ours.method, ours.url, dict(ours.headers)) == sdk_request(client, message_id, receipt)
+            # Copied from a template, it is in every other part what HttpRequest() makes, with headers of its own.
+            made = HttpRequest(ours.method, ours.url, headers=dict(ours.headers))
+            assert {k: v for k, v in vars(ours).items() if k != "headers"} == {
+                k: v for k, v in vars(made).items() if k != "headers"}
+            assert type(ours.headers) is type(made.headers)
+            assert ours.headers is not deletes.request(message_id, receipt).headers
 
 
 async def test_a_refused_delete_raises_what_the_sdk_raises_and_a_good_one_deletes(azurite: Azurite) -> None:
