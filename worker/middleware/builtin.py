@@ -14,6 +14,7 @@ from worker.middleware.counting import Counting
 from worker.middleware.logs import InvocationLogs
 from worker.middleware.retry import RetryDelay
 from worker.middleware.spark import Spark
+from worker.model import FunctionSpec
 from worker.observability.metrics import Metrics
 from worker.settings import sections
 from worker.settings.config import OWN_SECTIONS, HostConfig
@@ -49,10 +50,13 @@ def section_problems(config: HostConfig, given: Sequence[Middleware]) -> list[st
 
 def standard(
     config: HostConfig, metrics: Metrics, storage: Storage, given: Sequence[Middleware] = (),
-    telemetry: Telemetry | None = None,
+    telemetry: Telemetry | None = None, functions: Sequence[FunctionSpec] | None = None,
 ) -> list[Middleware]:
     """Tracing first when on (its span is current for everything after it), counting (it sees every final result),
     then logs, bindings, the concurrency cap, the retry delay, Spark.
+
+    Bindings only where one of ``functions`` (None: any) has an input or output binding: its two hooks would
+    otherwise run for every message to find nothing to do.
 
     Spark's middleware is made from host.yaml's ``spark:`` section, which it declares and reads (its session is
     made only when a handler asks for one) unless ``given`` (the app's and host.yaml's middleware) already has one:
@@ -67,7 +71,9 @@ def standard(
     found.append(Counting(metrics))
     if config.invocation_logs:
         found.append(InvocationLogs())
-    found += [Bindings(storage, config.message_encoding), ConcurrencyLimit(), RetryDelay()]
+    if functions is None or any(function.inputs or function.outputs for function in functions):
+        found.append(Bindings(storage, config.message_encoding))
+    found += [ConcurrencyLimit(), RetryDelay()]
     if not any(isinstance(m, Spark) for m in given):
         found.append(Spark.from_settings(spark_settings.from_config(config)))
     return found

@@ -196,7 +196,8 @@ class Host:
         given = [*self.app.middleware, *self._extra_middleware, *self._given]
         # The console's recorder goes first: its after-hooks run last, so it sees each final result.
         recorder = [ConsoleRecorder()] if config.http_port else []
-        middleware = Chain([*recorder, *builtin.standard(config, self.metrics, backends, given, telemetry), *given])
+        standard = builtin.standard(config, self.metrics, backends, given, telemetry, self.app.functions)
+        middleware = Chain([*recorder, *standard, *given])
         trouble = StoreTrouble()
         completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble)
         threads = HandlerThreads(config.handler_threads)
