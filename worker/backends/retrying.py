@@ -134,15 +134,15 @@ class Retrier:
         whole handling, and almost every call succeeds at once.
         """
         started = time.monotonic()
-
-        def may_retry(exc: BaseException) -> bool:
-            retried = self.is_transient(exc) or self.worth_retrying(exc)
-            return retried and (unsure is None or not self.may_have_acted(exc))
-
         try:
             try:
                 result = await call()
             except Exception as exc:
+
+                def may_retry(exc: BaseException) -> bool:  # made only once a call has failed
+                    retried = self.is_transient(exc) or self.worth_retrying(exc)
+                    return retried and (unsure is None or not self.may_have_acted(exc))
+
                 if not may_retry(exc):
                     raise
                 self.incident.failed(exc)
@@ -156,7 +156,8 @@ class Retrier:
             if error is None:
                 raise
             raise error from None
-        self.incident.succeeded()
+        if self.incident.started is not None:  # the first call to succeed after an outage says so
+            self.incident.succeeded()
         return result
 
     async def _retry(

@@ -126,12 +126,10 @@ class Chain:
         self._completed = hooks["after_completion"][::-1]
 
     def host_started(self, functions: Sequence[FunctionSpec]) -> None:
-        for hook in self._started:
-            _guarded(hook, functions)
+        _each(self._started, functions)
 
     def host_stopped(self) -> None:
-        for hook in self._stopped:
-            _guarded(hook)
+        _each(self._stopped)
 
     def not_ready(self) -> list[str]:
         """Every middleware's reasons the host is not ready; one that fails says so (a readiness probe must answer)."""
@@ -149,8 +147,7 @@ class Chain:
         return room
 
     def after_receive(self, function: FunctionSpec, count: int) -> None:
-        for hook in self._received:
-            _guarded(hook, function, count)
+        _each(self._received, function, count)
 
     async def before_invocation(self, invocation: Invocation) -> None:
         for hook, is_async in self._before:
@@ -167,8 +164,7 @@ class Chain:
         return result
 
     def on_interrupt(self, invocation: Invocation) -> None:
-        for hook in self._interrupts:
-            _guarded(hook, invocation)
+        _each(self._interrupts, invocation)
 
     def retry_delay(self, item: Finished, delay: float) -> float:
         for hook in self._delays:
@@ -176,17 +172,17 @@ class Chain:
         return delay
 
     def after_completion(self, item: Finished, result: Result, done: Done) -> None:
-        for hook in self._completed:
-            _guarded(hook, item, result, done)
+        _each(self._completed, item, result, done)
 
 
-def _guarded(hook: Any, *args: Any) -> None:
-    """Call a hook whose failure must not stop the host: log it and go on."""
-    try:
-        hook(*args)
-    except Exception as exc:
-        log.error("middleware hook failed", hook=getattr(hook, "__qualname__", repr(hook)),
-                  error=f"{type(exc).__name__}: {exc}")
+def _each(hooks: Sequence[Any], *args: Any) -> None:
+    """Call hooks whose failure must not stop the host: one that fails is logged, and the next called."""
+    for hook in hooks:
+        try:
+            hook(*args)
+        except Exception as exc:
+            log.error("middleware hook failed", hook=getattr(hook, "__qualname__", repr(hook)),
+                      error=f"{type(exc).__name__}: {exc}")
 
 
 __all__ = ["Chain", "InvocationFailed", "Middleware"]

@@ -105,12 +105,12 @@ def info_enabled() -> bool:
 
     ``configure_logging`` sets the root logger's level, so the answer is read there rather than kept in a global.
     """
-    return logging.getLogger().isEnabledFor(logging.INFO)
+    return logging.root.isEnabledFor(logging.INFO)
 
 
 def debug_enabled() -> bool:
     """Whether DEBUG lines are written at all (see :func:`info_enabled`)."""
-    return logging.getLogger().isEnabledFor(logging.DEBUG)
+    return logging.root.isEnabledFor(logging.DEBUG)
 
 
 #: Functions' level names (host.json ``logging.logLevel``) and the levels of ``logging`` they stand for.

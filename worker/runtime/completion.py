@@ -56,50 +56,47 @@ class CompletionProcessor:
         Any other error is logged and counted; the message then comes back when
         its lease ends, which is the safe direction.
         """
-        try:
-            await self._complete(item, result)
-        finally:  # however it ends (settled, lease lost, cancelled at shutdown), it no longer holds receives back
-            self.trouble.settled(item.backend, item.lease)
-
-    async def _complete(self, item: Finished, result: Result) -> None:
         lease = item.lease
         log = item.log
         progress = _Progress()
-        while True:
-            async with lease.lock:
-                if lease.is_lost:
-                    log.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
-                    self.middleware.after_completion(item, result, Done.SKIPPED)
-                    return
-                self.scheduler.forget(lease)
-                try:
-                    done = await self._apply(item, result, progress)
-                    if progress.failed_attempts:
-                        log.info("completion done after storage returned", attempts=progress.failed_attempts + 1)
-                    self.middleware.after_completion(item, result, done)
-                    return
-                except LeaseGone as exc:
-                    log.warning("message changed hands before completion", error=type(exc).__name__)
-                    self.middleware.after_completion(item, result, Done.LEASE_LOST)
-                    return
-                except TransientError as exc:
-                    self.metrics.inc("storage_errors", item.function)
-                    self.trouble.failed(item.backend, lease, str(exc) or type(exc).__name__)
-                    progress.failed_attempts += 1
-                    if progress.failed_attempts == 1:
+        try:
+            while True:
+                async with lease.lock:
+                    if lease.is_lost:
+                        log.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
+                        self.middleware.after_completion(item, result, Done.SKIPPED)
+                        return
+                    self.scheduler.forget(lease)
+                    try:
+                        done = await self._apply(item, result, progress)
+                        if progress.failed_attempts:
+                            log.info("completion done after storage returned", attempts=progress.failed_attempts + 1)
+                        self.middleware.after_completion(item, result, done)
+                        return
+                    except LeaseGone as exc:
+                        log.warning("message changed hands before completion", error=type(exc).__name__)
+                        self.middleware.after_completion(item, result, Done.LEASE_LOST)
+                        return
+                    except TransientError as exc:
+                        self.metrics.inc("storage_errors", item.function)
+                        self.trouble.failed(item.backend, lease, str(exc) or type(exc).__name__)
+                        progress.failed_attempts += 1
+                        if progress.failed_attempts == 1:
+                            log.error(
+                                "completion failed; keeping the lease and retrying until storage answers",
+                                outcome=result.outcome.value, error=str(exc), retry_every=COMPLETION_RETRY_INTERVAL,
+                            )
+                        self.scheduler.resume(lease)
+                    except Exception as exc:
                         log.error(
-                            "completion failed; keeping the lease and retrying until storage answers",
-                            outcome=result.outcome.value, error=str(exc), retry_every=COMPLETION_RETRY_INTERVAL,
+                            "completion failed; the message returns when its lease ends",
+                            outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
                         )
-                    self.scheduler.resume(lease)
-                except Exception as exc:
-                    log.error(
-                        "completion failed; the message returns when its lease ends",
-                        outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
-                    )
-                    self.middleware.after_completion(item, result, Done.ERROR)
-                    return
-            await asyncio.sleep(COMPLETION_RETRY_INTERVAL)
+                        self.middleware.after_completion(item, result, Done.ERROR)
+                        return
+                await asyncio.sleep(COMPLETION_RETRY_INTERVAL)
+        finally:  # however it ends (settled, lease lost, cancelled at shutdown), it no longer holds receives back
+            self.trouble.settled(item.backend, lease)
 
     async def _apply(self, item: Finished, result: Result, progress: _Progress) -> Done:
         receipt = item.lease.pop_receipt

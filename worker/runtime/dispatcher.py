@@ -176,7 +176,7 @@ class Dispatcher:
         bind_invocation(function.name, inv.id)
         state = state_of(inv)
         state.began = time.monotonic()
-        await self._execute(inv)
+        await self._execute(inv, state)
         deliveries = inv.deliveries
         if state.overran is not None:  # completed by the next process, once this one (and the handler's thread) is gone
             self.recycler.hold(inv, [d for d in deliveries if d.message is not None], state.overran)
@@ -215,19 +215,18 @@ class Dispatcher:
         )
         return True
 
-    async def _execute(self, inv: Invocation) -> None:
+    async def _execute(self, inv: Invocation, state: InvocationState) -> None:
         """Run the handler with its middleware and set each delivery's result; never raises."""
         live = [d for d in inv.deliveries if self._admit(inv, d)]
         if not live:
             return
-        state_of(inv).messages = [d.message for d in live if d.message is not None]
-        result = await self._run(inv)
+        state.messages = [d.message for d in live if d.message is not None]
+        result = await self._run(inv, state)
         for delivery in live:
             delivery.result = verdict.of_message(delivery.message, result, inv.log)
 
-    async def _run(self, inv: Invocation) -> Result:
+    async def _run(self, inv: Invocation, state: InvocationState) -> Result:
         """before_invocation hooks, the handler, after_invocation hooks: the outcome of the whole call."""
-        state = state_of(inv)
         if state.cancel_reason is not None:
             return Result(Outcome.RELEASE, state.cancel_reason)
         function = inv.function
@@ -247,15 +246,14 @@ class Dispatcher:
         except Exception as exc:
             result = verdict.raised(exc, "before the handler", inv.log)
         else:
-            result = await self._call(inv)
+            result = await self._call(inv, state)
         try:
             return await self.middleware.after_invocation(inv, result)
         except Exception as exc:
             return verdict.raised(exc, "after the handler", inv.log)
 
-    async def _call(self, inv: Invocation) -> Result:
+    async def _call(self, inv: Invocation, state: InvocationState) -> Result:
         """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
-        state = state_of(inv)
         if state.cancel_reason is not None:
             # Given up while a before_invocation hook ran (shutdown releases what has not started): the handler
             # must not start now, or it would run to its end and then see its message released.
@@ -263,15 +261,14 @@ class Dispatcher:
         # The handler runs in this task, not in one of its own (which cost more than the rest of the dispatcher's work
         # for a message); while it runs, _give_up cancels this task, and the cancellations it asked for are withdrawn
         # once the handler is over, so that only another's (the host torn down) reach what follows.
-        task = asyncio.current_task()
-        assert task is not None
+        task = self.invocations[inv]  # the current task, as dispatch made it
         self._handlers[inv] = task
         # Set for the handler alone (a sync handler's thread gets a copy of this context), not for what follows it.
         handler_context = current_invocation.set(inv)
         started = time.monotonic()
         try:
             try:
-                await self._invoke(inv, task)
+                await self._invoke(inv, task, state)
             finally:
                 state.handler_seconds = time.monotonic() - started
                 current_invocation.reset(handler_context)
@@ -311,12 +308,11 @@ class Dispatcher:
             inv.log.debug("handler succeeded", seconds=round(state.handler_seconds, 3), messages=len(inv.messages))
         return _SUCCEEDED
 
-    async def _invoke(self, inv: Invocation, task: asyncio.Task[None]) -> None:
+    async def _invoke(self, inv: Invocation, task: asyncio.Task[None], state: InvocationState) -> None:
         """Call the handler with ``inv.kwargs`` in ``task`` (the current one): on the event loop if async, else in a
         handler thread."""
         function = inv.function
         timeout = inv.options.function_timeout
-        state = state_of(inv)
         if function.is_async:
             state.started = True
             # functionTimeout cancels this task (see _Deadlines), not asyncio.timeout: the same outcome without its
