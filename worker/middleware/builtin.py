@@ -49,13 +49,13 @@ def section_problems(config: HostConfig, given: Sequence[Middleware]) -> list[st
 
 
 def standard(
-    config: HostConfig, metrics: Metrics, storage: Storage, given: Sequence[Middleware] = (),
-    telemetry: Telemetry | None = None, functions: Sequence[FunctionSpec] | None = None,
+    config: HostConfig, metrics: Metrics, storage: Storage, functions: Sequence[FunctionSpec],
+    given: Sequence[Middleware] = (), telemetry: Telemetry | None = None,
 ) -> list[Middleware]:
     """Tracing first when on (its span is current for everything after it), counting (it sees every final result),
     then logs, bindings, the concurrency cap, the retry delay, Spark.
 
-    Bindings only where one of ``functions`` (None: any) has an input or output binding: its two hooks would
+    Bindings only where one of ``functions`` (the app's) has an input or output binding: its two hooks would
     otherwise run for every message to find nothing to do.
 
     Spark's middleware is made from host.yaml's ``spark:`` section, which it declares and reads (its session is
@@ -71,7 +71,7 @@ def standard(
     found.append(Counting(metrics))
     if config.invocation_logs:
         found.append(InvocationLogs())
-    if functions is None or any(function.inputs or function.outputs for function in functions):
+    if any(function.inputs or function.outputs for function in functions):
         found.append(Bindings(storage, config.message_encoding))
     found += [ConcurrencyLimit(), RetryDelay()]
     if not any(isinstance(m, Spark) for m in given):

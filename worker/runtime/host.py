@@ -196,7 +196,7 @@ class Host:
         given = [*self.app.middleware, *self._extra_middleware, *self._given]
         # The console's recorder goes first: its after-hooks run last, so it sees each final result.
         recorder = [ConsoleRecorder()] if config.http_port else []
-        standard = builtin.standard(config, self.metrics, backends, given, telemetry, self.app.functions)
+        standard = builtin.standard(config, self.metrics, backends, self.app.functions, given, telemetry)
         middleware = Chain([*recorder, *standard, *given])
         trouble = StoreTrouble()
         completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble)
