@@ -347,7 +347,7 @@ class Dispatcher:
                 inv.context.thread_local_storage.invocation_id = inv.id
             try:
                 function.handler(**inv.kwargs)
-            except Exception:
+            except (Exception, asyncio.CancelledError):
                 raise
             except BaseException as exc:
                 raise HandlerExited(exc) from exc
