@@ -31,7 +31,6 @@ from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
 from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS, DEV_QUEUE_ENDPOINT, AzureConnection
-from worker.backends.azure.deletes import DeleteRequests
 from worker.backends.azure.errors import (
     READ_TIMEOUT,
     Transport,
@@ -42,6 +41,7 @@ from worker.backends.azure.errors import (
     is_transient,
     may_have_acted,
 )
+from worker.backends.azure.messages import MessageRequests
 from worker.backends.failures import CONNECT_TIMEOUT
 from worker.backends.queues import (
     InvalidArgument,
@@ -117,11 +117,11 @@ class AzureBackend:
                 connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, use_env_settings=env_settings_wanted()
             ),
         )
-        # Built once here so that an SDK laid out otherwise than the hot path's deletes expect stops the start.
-        DeleteRequests(self._service.get_queue_client("deletes"))
+        # Built once here so that an SDK laid out otherwise than the hot path's requests expect stops the start.
+        MessageRequests(self._service.get_queue_client("messages"))
         self._queues: dict[str, QueueClient] = {}
-        #: Delete Message per queue, built beside the SDK's generated layer (see worker.backends.azure.deletes).
-        self._deletes: dict[str, DeleteRequests] = {}
+        #: Get Messages and Delete Message per queue, beside the SDK's generated layer (worker.backends.azure.messages).
+        self._messages: dict[str, MessageRequests] = {}
         self._retrier = Retrier(
             is_transient=is_transient, failure_kind=failure_kind, may_have_acted=may_have_acted, on_retry=on_retry, log=log
         )
@@ -134,6 +134,12 @@ class AzureBackend:
         if client is None:
             client = self._queues[name] = self._service.get_queue_client(name)
         return client
+
+    def _requests(self, queue: str) -> MessageRequests:
+        requests = self._messages.get(queue)
+        if requests is None:
+            requests = self._messages[queue] = MessageRequests(self._queue(queue))
+        return requests
 
     async def _call(
         self, call: Callable[[], Awaitable[T]], queue: str, message_id: str | None = None, *, put: bool = False
@@ -222,16 +228,12 @@ class AzureBackend:
         self.limits.check_count(max_messages)
         self.limits.check_visibility(visibility_timeout, 1)
 
-        async def first_page() -> list[SdkMessage]:
-            pages = self._queue(queue).receive_messages(
-                messages_per_page=max_messages, max_messages=max_messages,
-                visibility_timeout=_seconds(visibility_timeout),
-            ).by_page()
-            async for page in pages:  # one page is one request
-                return [m async for m in page]
-            return []
+        requests, seconds = self._requests(queue), _seconds(visibility_timeout)
 
-        return [_raw(m) for m in await self._call(first_page, queue)]
+        async def receive() -> list[RawMessage]:
+            return await requests.receive(max_messages, seconds)
+
+        return await self._call(receive, queue)
 
     async def update(
         self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
@@ -249,16 +251,14 @@ class AzureBackend:
         return Receipt(updated.pop_receipt or "", updated.next_visible_on or datetime.now(UTC))
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
-        deletes = self._deletes.get(queue)
-        if deletes is None:
-            deletes = self._deletes[queue] = DeleteRequests(self._queue(queue))
+        requests = self._requests(queue)
         attempts = 0
 
         async def delete() -> None:
             nonlocal attempts
             attempts += 1
             try:
-                await deletes.send(message_id, pop_receipt)
+                await requests.delete(message_id, pop_receipt)
             except ResourceNotFoundError as exc:
                 # A retried delete that finds nothing: the first attempt deleted it and its answer was lost.
                 if attempts == 1 or error_code(exc) != "MessageNotFound":
