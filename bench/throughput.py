@@ -32,10 +32,17 @@ beforehand with the same N messages by a concurrent put loop that is not timed:
     burst-mode stop check (every 0.25 s, one ``approximate_count``) is *not*
     counted. The full ``run()`` time, stop included, is printed beside it.
 
-Start-up's objects are frozen (``gc.freeze()``) once, before the first round, for
-every contender alike, as ``worker run`` freezes them before its host starts: else
-each full collection walks every module loaded, for 30-85 ms at a time, and
-where one falls decides more of a contender's CPU than its own work per message.
+Before the first round every contender drains 64 messages once, untimed: what
+a long-running process pays once (imports made on first use, such as the
+worker's storage backend and its retry library, the SDK's response classes,
+first-use caches) would otherwise land in whichever runs first. Without it, the
+worker's CPU ratio to the raw loops (below) was 1.22-1.43 in the first round of
+five runs out of seven at 10 ms of latency, against a median of 0.99 over all
+their later rounds.
+Then start-up's objects are frozen (``gc.freeze()``), for every contender
+alike, as ``worker run`` freezes them before its host starts: else each full
+collection walks every module loaded, for 30-85 ms at a time, and where one
+falls decides more of a contender's CPU than its own work per message.
 
 Every contender's time includes opening its storage client. The raw loops'
 SDK clients retry a failed request at once instead of the SDK's default 15 s
@@ -58,6 +65,11 @@ Last, worker py/ceiling py: the worker's CPU per message over the raw loops'
 that round's ceilings. A round's CPU per message moves by several per cent with
 what the other core runs, the same way for every contender of the round, so
 paired rounds show a difference of a few per cent that medians taken apart blur.
+On a shared two-core machine it also moves from one run to the next, by up to
+a third (the same worker, eight runs of 1,000 messages in a row: 679 to 1,085
+us per message), which three rounds do not outvote: ``make bench`` runs this
+case for 9 rounds, the naive loop (some 30 times as long as a worker run, and
+far from its target) in the first 3 of them (``--naive-rounds``).
 
 ``--latency-ms D`` puts a proxy process (the test suite's fault proxy, delaying
 every request by D ms and injecting nothing else) between every contender and
@@ -83,7 +95,8 @@ first poll at once and the pages staggered), from a process of its own so that
 only the serving is charged to the worker. It prints worker+console/worker and
 how many console requests were answered.
 
-Run: ``.venv/bin/python bench/throughput.py [--messages 1000] [--rounds 3] [--latency-ms 0] [--otel] [--console]``
+Run: ``.venv/bin/python bench/throughput.py [--messages 1000] [--rounds 3] [--naive-rounds N] [--latency-ms 0]
+[--otel] [--console]``
 (or ``make bench``).
 """
 
@@ -92,7 +105,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import importlib
 import os
 import statistics
 import subprocess
@@ -126,6 +138,8 @@ from worker.settings.config import HostConfig  # noqa: E402
 BATCH = 32
 #: Lease taken at receive by the ceiling: the worker's leaseDuration (10 minutes, as in Functions).
 LEASE_SECONDS = 600
+#: Messages each contender drains once, untimed, before the first round.
+WARM_UP = 64
 #: Concurrent senders filling a queue (not timed).
 FILL_CONCURRENCY = 64
 #: The connection setting the worker's function names.
@@ -187,6 +201,8 @@ class GcTime:
 class Measurement:
     seconds: float
     retries: int
+    #: The worker's: until ``run()`` returned, its burst-mode stop included (``seconds`` ends at the last delete).
+    returned_after: float | None = None
 
 
 @dataclass(frozen=True)
@@ -225,7 +241,7 @@ async def delete(client: QueueClient, message: SdkMessage, retries: RetryCount) 
             raise
 
 
-async def run_ceiling(connection_string: str, queue: str, receivers: int) -> Measurement:
+async def run_ceiling(connection_string: str, queue: str, _messages: int, receivers: int) -> Measurement:
     """``receivers`` raw-SDK loops (receive a page of 32, delete them concurrently) drain ``queue``."""
     retries = RetryCount()
     started = time.perf_counter()
@@ -248,7 +264,7 @@ async def run_ceiling(connection_string: str, queue: str, receivers: int) -> Mea
     return Measurement(time.perf_counter() - started, retries.count)
 
 
-async def run_naive(connection_string: str, queue: str) -> Measurement:
+async def run_naive(connection_string: str, queue: str, _messages: int) -> Measurement:
     """One loop of receive_message(), process (nothing), delete_message() drains ``queue``."""
     retries = RetryCount()
     started = time.perf_counter()
@@ -277,9 +293,9 @@ class SuccessClock(Metrics):
 
 async def run_worker(
     connection_string: str, queue: str, messages: int, settings: WorkerSettings, http_port: int | None = None
-) -> tuple[Measurement, float]:
-    """The host drains ``queue``: the time to the last delete, and the time until burst-mode ``run()`` returned.
-    With ``http_port``, its endpoints and console are served there."""
+) -> Measurement:
+    """The host drains ``queue`` of its ``messages``: the time to the last delete, and until burst-mode ``run()``
+    returned. With ``http_port``, its endpoints and console are served there."""
     app = WorkerApp()
 
     async def noop(msg: QueueMessage) -> None:
@@ -301,7 +317,7 @@ async def run_worker(
     stopped = time.perf_counter() - started
     if clock.reached_at is None:
         raise RuntimeError(f"the worker deleted {clock.succeeded} of {messages} messages")
-    return Measurement(clock.reached_at - started, clock.get("storage_retries")), stopped
+    return Measurement(clock.reached_at - started, clock.get("storage_retries"), stopped)
 
 
 @dataclass
@@ -309,11 +325,13 @@ class Contender:
     """One way of draining a queue, with what each round measured."""
 
     name: str
-    run: Callable[[str, str], Awaitable[Measurement]]
+    #: Drains a queue (connection string, queue) of the given number of messages.
+    run: Callable[[str, str, int], Awaitable[Measurement]]
     seconds: list[float] = field(default_factory=list)
     python_cpu: list[float] = field(default_factory=list)
     gc_seconds: list[float] = field(default_factory=list)
     azurite_cpu: list[float] = field(default_factory=list)
+    returned_after: list[float] = field(default_factory=list)
     retries: int = 0
 
     def rates(self, messages: int) -> list[float]:
@@ -332,18 +350,25 @@ class Contender:
                 f"{per_message(self.gc_seconds)}  {per_message(self.azurite_cpu):>7}  [{rounds}{retried}]")
 
 
+def slug(contender: Contender) -> str:
+    """The contender's name as part of a queue name ("ceiling K=4": "ceiling-k4")."""
+    return contender.name.lower().replace(" k=", "-k").replace(" ", "-").replace("+", "-")
+
+
 async def measure(
     contender: Contender, connection_string: str, queue: str, messages: int, azurite: AzuriteCpu, collector: GcTime
 ) -> None:
     """Fill ``queue``, let ``contender`` drain it, check that nothing is left, note the figures."""
     await fill(connection_string, queue, messages)
     cpu, collected, server = time.process_time(), collector.seconds, azurite.seconds()
-    result = await contender.run(connection_string, queue)
+    result = await contender.run(connection_string, queue, messages)
     contender.python_cpu.append(time.process_time() - cpu)
     contender.gc_seconds.append(collector.seconds - collected)
     contender.azurite_cpu.append(azurite.seconds() - server)
     contender.seconds.append(result.seconds)
     contender.retries += result.retries
+    if result.returned_after is not None:
+        contender.returned_after.append(result.returned_after)
     left = await remaining(connection_string, queue)
     if left:
         raise RuntimeError(f"{contender.name} left {left} of {messages} messages in {queue}")
@@ -450,15 +475,12 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     settings = WorkerSettings(args.max_in_flight, args.new_batch_threshold)
     if args.default_settings:  # the host's own defaults: maxInFlight 64, newBatchThreshold batchSize/2 x processors
         settings = WorkerSettings(HostConfig().max_in_flight, BATCH // 2 * (os.cpu_count() or 1))
-    worker_stop_seconds: list[float] = []
 
-    async def worker(connection_string: str, queue: str) -> Measurement:
-        result, to_stop = await run_worker(connection_string, queue, n, settings)
-        worker_stop_seconds.append(to_stop)
-        return result
+    async def worker(connection_string: str, queue: str, messages: int) -> Measurement:
+        return await run_worker(connection_string, queue, messages, settings)
 
-    def ceiling(k: int) -> Callable[[str, str], Awaitable[Measurement]]:
-        return lambda connection_string, queue: run_ceiling(connection_string, queue, k)
+    def ceiling(k: int) -> Callable[[str, str, int], Awaitable[Measurement]]:
+        return lambda connection_string, queue, messages: run_ceiling(connection_string, queue, messages, k)
 
     ceilings = [Contender(f"ceiling K={k}", ceiling(k)) for k in args.ceiling_k]
     naive = Contender("naive", run_naive)
@@ -466,14 +488,11 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     contenders = [*ceilings, naive, host]
     traced: Contender | None = None
     if receiver is not None:
-        # Imported now, as a long-running worker imports them once at start, not within the first timed run.
-        importlib.import_module("worker.middleware.tracing")
-        importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
 
-        async def worker_traced(connection_string: str, queue: str) -> Measurement:
+        async def worker_traced(connection_string: str, queue: str, messages: int) -> Measurement:
             os.environ.update(otel_environment(receiver.endpoint))
             try:
-                result, _ = await run_worker(connection_string, queue, n, settings)
+                result = await run_worker(connection_string, queue, messages, settings)
             finally:
                 for name in otel_environment(receiver.endpoint):
                     os.environ.pop(name, None)
@@ -484,16 +503,21 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     watched: Contender | None = None
     if pages is not None:
 
-        async def worker_watched(connection_string: str, queue: str) -> Measurement:
+        async def worker_watched(connection_string: str, queue: str, messages: int) -> Measurement:
             os.environ["WORKER_HTTP_TOKEN"] = CONSOLE_TOKEN
             try:
-                result, _ = await run_worker(connection_string, queue, n, settings, http_port=console_port)
+                result = await run_worker(connection_string, queue, messages, settings, http_port=console_port)
             finally:
                 os.environ.pop("WORKER_HTTP_TOKEN", None)
             return result
 
         watched = Contender("worker+console", worker_watched)
         contenders.append(watched)
+    for contender in contenders:  # untimed: what a long-running process does once (see the docstring)
+        queue = f"bench-warm-{slug(contender)}"
+        await fill(connection_string, queue, WARM_UP)
+        await contender.run(connection_string, queue, WARM_UP)
+        await remaining(connection_string, queue)
     gc.freeze()  # as worker run does once its app is loaded; for every contender alike (see the docstring)
     for round_ in range(args.rounds):
         # Rotate the order each round and reverse every other one, so that no contender always runs first or last.
@@ -502,12 +526,15 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
         if round_ % 2:
             order.reverse()
         for contender in order:
-            queue = f"bench-{round_}-{contender.name.lower().replace(' k=', '-k').replace(' ', '-').replace('+', '-')}"
+            if contender is naive and round_ >= args.naive_rounds:
+                continue
+            queue = f"bench-{round_}-{slug(contender)}"
             await measure(contender, connection_string, queue, n, server, collector)
             print(f"  round {round_ + 1}: {contender.name:<13} {n / contender.seconds[-1]:5.0f} msgs/s", flush=True)
 
     best = max(ceilings, key=lambda c: c.median_rate(n))
-    print(f"\n{n} messages per contender, median of {args.rounds} rounds (each round in brackets)"
+    print(f"\n{n} messages per contender, median of {args.rounds} rounds (each round in brackets"
+          + (f"; the naive loop in the first {args.naive_rounds}" if args.naive_rounds < args.rounds else "") + ")"
           + (f", every request delayed {args.latency_ms:g} ms" if args.latency_ms else ""))
     print(f"worker: batchSize {BATCH}, maxInFlight {settings.max_in_flight}, "
           f"newBatchThreshold {settings.new_batch_threshold}, messageEncoding none")
@@ -515,7 +542,7 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     print(f"  {'':<13} {'msg/s':>5}  {'py':>5}  {'gc':>5}  {'azurite':>7}  [msg/s each round]")
     for contender in contenders:
         print(f"  {contender.line(n)}{'   <- the ceiling' if contender is best else ''}")
-    stop = statistics.median(worker_stop_seconds)
+    stop = statistics.median(host.returned_after)
     print(f"  worker run() returned after {stop:.2f} s (median; burst-mode stop check included): {n / stop:.0f} msgs/s")
     worker_rate, best_rate, naive_rate = host.median_rate(n), best.median_rate(n), naive.median_rate(n)
     print(f"\nworker/ceiling = {worker_rate / best_rate:.2f}   (target >= 0.9; the ceiling is {best.name})")
@@ -545,6 +572,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--messages", type=int, default=1000, help="messages per contender (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; the figures are medians (default 3)")
+    parser.add_argument("--naive-rounds", type=int, default=None,
+                        help="rounds the naive loop runs in, the first ones (default: all); it takes 30 times as long")
     parser.add_argument("--max-in-flight", type=int, default=128, help="the worker's maxInFlight (default 128)")
     parser.add_argument("--new-batch-threshold", type=int, default=96,
                         help="the worker's newBatchThreshold (default 96: receive again once 32 places are free)")
@@ -560,7 +589,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="add the worker with its endpoints and web console on, and console pages refreshing it")
     parser.add_argument("--console-pages", type=int, default=10,
                         help="how many open console pages refresh it with --console (default 10)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.naive_rounds is None or args.naive_rounds > args.rounds:
+        args.naive_rounds = args.rounds
+    if args.naive_rounds < 1:
+        parser.error("--naive-rounds must be at least 1")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
