@@ -192,6 +192,34 @@ async def test_a_refused_delete_raises_what_the_sdk_raises_and_a_good_one_delete
         await client.delete_queue()
 
 
+async def test_each_request_carries_an_id_of_its_own_shaped_as_the_sdks_and_storage_echoes_it(azurite: Azurite) -> None:
+    """Not the SDK's ``uuid1()`` (a socket to the uuidd daemon per call), but what storage logs read alike."""
+    sent: list[tuple[str, str, str | None]] = []
+
+    def hook(response) -> None:  # type: ignore[no-untyped-def]
+        sent.append((response.http_request.method, response.http_request.headers["x-ms-client-request-id"],
+                     response.http_response.headers.get("x-ms-client-request-id")))
+
+    name = f"request-ids-{uuid.uuid4().hex[:12]}"
+    async with QueueClient.from_connection_string(azurite.connection_string, name, raw_response_hook=hook) as client:
+        await client.create_queue()
+        await client.send_message("one")
+        await client.send_message("two")
+        requests = MessageRequests(client)
+        sent.clear()
+        got = await requests.receive(32, 60)
+        for message in got:
+            await requests.delete(message.id, message.pop_receipt)
+        await client.delete_queue()
+    ours = sent[:3]
+    assert [method for method, _, _ in ours] == ["GET", "DELETE", "DELETE"]
+    assert all(echoed == request_id for _, request_id, echoed in ours)
+    ids = [request_id for _, request_id, _ in ours]
+    assert len(set(ids)) == 3 and all(str(uuid.UUID(i)) == i for i in ids)
+    assert len({i[:24] for i in ids}) == 1  # one client's prefix, then its count
+    assert uuid.UUID(sent[3][1]).version == 1  # the SDK's own call still names its request as it does
+
+
 @pytest.mark.parametrize("client", [SimpleNamespace(), SimpleNamespace(_client=SimpleNamespace(_client=None))],
                          ids=["no generated client", "no pipeline client"])
 def test_an_sdk_laid_out_otherwise_is_refused_naming_its_version(client: object) -> None:

@@ -23,6 +23,11 @@ compares both against the installed SDK). It sends them through the queue
 client's own pipeline, so the credential's signing, the SDK's headers, retries
 and transport are unchanged, and a refusal becomes the exception the SDK raises
 (``process_storage_error``, as ``receive_messages`` and ``delete_message`` do).
+One header differs in its value, not its form: the SDK gives each request an
+``x-ms-client-request-id`` of ``str(uuid.uuid1())``, which asks the ``uuidd``
+daemon over a socket every time (about 10 us where none runs, as in containers);
+these requests carry a UUID-shaped id of their own, random per queue client
+and counted per request, which the SDK takes as a caller's id.
 
 The generated client and its configuration are private attributes of the SDK's
 ``QueueClient``. If a future SDK moves them, the Azure backend refuses to open
@@ -32,7 +37,9 @@ above fails first. Nothing falls back to a path that is tested less.
 
 from __future__ import annotations
 
+import itertools
 import re
+import uuid
 from datetime import UTC, datetime
 from urllib.parse import quote
 from xml.etree import ElementTree
@@ -139,6 +146,9 @@ class MessageRequests:
         self._messages = f"{base.rstrip('/')}/messages"
         self._prefix = f"{self._messages}/"
         self._query = f"?{query}&" if query else "?"
+        #: x-ms-client-request-id: a random UUID's first 24 characters, then a count in its last 12 hex digits.
+        self._id_prefix = str(uuid.uuid4())[:24]
+        self._ids = itertools.count(1)
         #: A request made by HttpRequest itself, whose state each delete's request copies (see :meth:`delete_request`).
         self._template = HttpRequest("DELETE", self._prefix, headers={"x-ms-version": version})
         if not isinstance(getattr(self._template, "__dict__", None), dict):
@@ -165,17 +175,23 @@ class MessageRequests:
         state["headers"] = self._template.headers.copy()
         return request
 
+    def request_id(self) -> str:
+        """The next request's ``x-ms-client-request-id``: unique, and shaped as the SDK's own."""
+        return f"{self._id_prefix}{next(self._ids):012x}"
+
     async def receive(self, count: int, visibility_timeout: int) -> list[RawMessage]:
         """Up to ``count`` messages leased for ``visibility_timeout`` seconds; raises what ``receive_messages``
         raises for the same answer."""
-        response = await self._pipeline.send_request(self.receive_request(count, visibility_timeout))
+        response = await self._pipeline.send_request(self.receive_request(count, visibility_timeout),
+                                                     client_request_id=self.request_id())
         if response.status_code != 200:
             _raise_for(response)
         return received(response.text())
 
     async def delete(self, message_id: str, pop_receipt: str) -> None:
         """Delete the message; raises what ``QueueClient.delete_message`` raises for the same answer."""
-        response = await self._pipeline.send_request(self.delete_request(message_id, pop_receipt))
+        response = await self._pipeline.send_request(self.delete_request(message_id, pop_receipt),
+                                                     client_request_id=self.request_id())
         if response.status_code != 204:
             _raise_for(response)
 
