@@ -103,20 +103,36 @@ class _Dates(dict[str, datetime]):
         return date
 
 
+def raw_message(
+    message_id: str, content: str, dequeue_count: int | None, inserted_on: datetime | None,
+    expires_on: datetime | None, next_visible_on: datetime | None, pop_receipt: str | None,
+) -> RawMessage:
+    """The protocol's message from Azure's fields, whether the SDK read them or :func:`received` did: a missing count
+    reads as 0, a missing insertion time as now, and the year 9999's expiry (a message that never expires) as none."""
+    return RawMessage(
+        id=message_id,
+        content=content,
+        dequeue_count=dequeue_count or 0,
+        insertion_time=inserted_on or datetime.now(UTC),
+        expiration_time=None if expires_on is None or expires_on.year >= 9999 else expires_on,
+        time_next_visible=next_visible_on,
+        pop_receipt=pop_receipt,
+    )
+
+
 def _message(element: ElementTree.Element, dates: _Dates) -> RawMessage:
-    """One ``QueueMessage`` element of a Get Messages answer, as the backend reads the SDK's ``QueueMessage``."""
+    """One ``QueueMessage`` element of a Get Messages answer, read as the SDK reads it."""
     inserted, expires, visible = (element.findtext("InsertionTime"), element.findtext("ExpirationTime"),
                                   element.findtext("TimeNextVisible"))
-    expires_on = None if expires is None else dates[expires]
     count = element.findtext("DequeueCount")
-    return RawMessage(
-        id=element.findtext("MessageId"),  # type: ignore[arg-type]  # always present, as for the SDK
-        content=element.findtext("MessageText"),  # type: ignore[arg-type]
-        dequeue_count=int(count) if count else 0,
-        insertion_time=datetime.now(UTC) if inserted is None else dates[inserted],
-        expiration_time=None if expires_on is None or expires_on.year >= 9999 else expires_on,  # 9999: never expires
-        time_next_visible=None if visible is None else dates[visible],
-        pop_receipt=element.findtext("PopReceipt"),
+    return raw_message(
+        element.findtext("MessageId"),  # type: ignore[arg-type]  # always present, as for the SDK
+        element.findtext("MessageText"),  # type: ignore[arg-type]
+        int(count) if count else None,
+        None if inserted is None else dates[inserted],
+        None if expires is None else dates[expires],
+        None if visible is None else dates[visible],
+        element.findtext("PopReceipt"),
     )
 
 

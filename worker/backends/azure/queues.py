@@ -41,7 +41,7 @@ from worker.backends.azure.errors import (
     is_transient,
     may_have_acted,
 )
-from worker.backends.azure.messages import MessageRequests
+from worker.backends.azure.messages import MessageRequests, raw_message
 from worker.backends.failures import CONNECT_TIMEOUT
 from worker.backends.queues import (
     InvalidArgument,
@@ -88,14 +88,9 @@ def _seconds(value: float) -> int:
 
 
 def _raw(message: SdkMessage, content: str | None = None) -> RawMessage:
-    return RawMessage(
-        id=message.id,
-        content=message.content if content is None else content,
-        dequeue_count=message.dequeue_count or 0,
-        insertion_time=message.inserted_on or datetime.now(UTC),
-        expiration_time=None if message.expires_on is None or message.expires_on.year >= 9999 else message.expires_on,
-        time_next_visible=message.next_visible_on,
-        pop_receipt=message.pop_receipt,
+    return raw_message(
+        message.id, message.content if content is None else content, message.dequeue_count, message.inserted_on,
+        message.expires_on, message.next_visible_on, message.pop_receipt,
     )
 
 
