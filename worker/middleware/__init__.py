@@ -12,7 +12,8 @@ hooks run in reverse order, so that the first middleware sees the last word
 (as layers of an onion). Invocation hooks may be ``async def``. A hook that raises
 in ``before_invocation`` or ``after_invocation`` fails the invocation (raising
 :class:`worker.Poison` poisons its messages); one that raises elsewhere is
-logged and the host goes on. The API, with a worked example, is documented in
+logged with its middleware's name and counted as that middleware's failure, and
+the host goes on as if the hook had not been there (:meth:`Chain.call`). The API, with a worked example, is documented in
 one place: ``docs/middleware.md``.
 
 The host's own middleware, in the order :mod:`.builtin` puts them (and where
@@ -30,8 +31,9 @@ through the server's web UI).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import structlog
 
@@ -41,6 +43,11 @@ from worker.settings.config import FunctionOptions
 from worker.settings.sections import SectionSchema
 
 log = structlog.get_logger("worker.middleware")
+
+T = TypeVar("T")
+
+#: Seconds between two log lines of one failing hook; the failures between are counted in the next line.
+FAILURE_LOG_INTERVAL = 60.0
 
 
 class InvocationFailed(Exception):
@@ -107,8 +114,12 @@ _HOOKS = ("host_started", "host_stopped", "not_ready", "receive_limit", "after_r
 class Chain:
     """The host's middleware in order, calling only the hooks each one overrides."""
 
-    def __init__(self, middleware: Sequence[Middleware]) -> None:
+    def __init__(self, middleware: Sequence[Middleware], failed: Callable[[str], None] | None = None) -> None:
+        """``failed`` is told the name of a middleware whose hook raised (the host counts it in ``/metrics``)."""
         self.middleware = tuple(middleware)
+        self._failed = failed
+        #: Per failing hook: when it was last logged, and its failures since.
+        self._failures: dict[str, tuple[float, int]] = {}
         hooks = {
             name: [getattr(m, name) for m in self.middleware if getattr(type(m), name) is not getattr(Middleware, name)]
             for name in _HOOKS
@@ -125,29 +136,51 @@ class Chain:
         self._delays = hooks["retry_delay"]
         self._completed = hooks["after_completion"][::-1]
 
+    def call(self, hook: Callable[..., T], fallback: T, *args: Any) -> T:
+        """``hook(*args)``, or ``fallback`` when it raises: the failure is logged with the middleware's name and its
+        traceback (then once a minute while it goes on failing, with a count) and counted as the middleware's."""
+        try:
+            return hook(*args)
+        except Exception as exc:
+            self._failure(hook, exc)
+            return fallback
+
+    def _failure(self, hook: Callable[..., object], exc: Exception) -> None:
+        owner = getattr(hook, "__self__", None)
+        middleware = type(owner).__name__ if owner is not None else getattr(hook, "__qualname__", repr(hook))
+        name = getattr(hook, "__name__", repr(hook))
+        if self._failed is not None:
+            self._failed(middleware)
+        key = f"{middleware}.{name}"
+        now = time.monotonic()
+        last, since = self._failures.get(key, (None, 0))
+        if last is not None and now - last < FAILURE_LOG_INTERVAL:
+            self._failures[key] = (last, since + 1)
+            return
+        self._failures[key] = (now, 0)
+        log.error("middleware hook failed; the host goes on as if it were not there", middleware=middleware,
+                  hook=name, error=f"{type(exc).__name__}: {exc}", failures_not_logged=since, exc_info=exc)
+
     def host_started(self, functions: Sequence[FunctionSpec]) -> None:
-        _each(self._started, functions)
+        self._each(self._started, functions)
 
     def host_stopped(self) -> None:
-        _each(self._stopped)
+        self._each(self._stopped)
 
     def not_ready(self) -> list[str]:
         """Every middleware's reasons the host is not ready; one that fails says so (a readiness probe must answer)."""
         problems: list[str] = []
         for hook in self._not_ready:
-            try:
-                problems += hook()
-            except Exception as exc:
-                problems.append(f"{getattr(hook, '__qualname__', repr(hook))} failed: {type(exc).__name__}: {exc}")
+            problems += self.call(hook, [f"{getattr(hook, '__qualname__', repr(hook))} failed"])
         return problems
 
     def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
         for hook in self._limits:
-            room = max(0, min(room, hook(function, options, running, room)))
+            room = max(0, min(room, self.call(hook, room, function, options, running, room)))
         return room
 
     def after_receive(self, function: FunctionSpec, count: int) -> None:
-        _each(self._received, function, count)
+        self._each(self._received, function, count)
 
     async def before_invocation(self, invocation: Invocation) -> None:
         for hook, is_async in self._before:
@@ -164,25 +197,23 @@ class Chain:
         return result
 
     def on_interrupt(self, invocation: Invocation) -> None:
-        _each(self._interrupts, invocation)
+        self._each(self._interrupts, invocation)
 
     def retry_delay(self, item: Finished, delay: float) -> float:
         for hook in self._delays:
-            delay = hook(item, delay)
+            delay = self.call(hook, delay, item, delay)
         return delay
 
     def after_completion(self, item: Finished, result: Result, done: Done) -> None:
-        _each(self._completed, item, result, done)
+        self._each(self._completed, item, result, done)
 
-
-def _each(hooks: Sequence[Any], *args: Any) -> None:
-    """Call hooks whose failure must not stop the host: one that fails is logged, and the next called."""
-    for hook in hooks:
-        try:
-            hook(*args)
-        except Exception as exc:
-            log.error("middleware hook failed", hook=getattr(hook, "__qualname__", repr(hook)),
-                      error=f"{type(exc).__name__}: {exc}")
+    def _each(self, hooks: Sequence[Callable[..., object]], *args: Any) -> None:
+        """Call hooks that return nothing, each guarded as :meth:`call` guards one."""
+        for hook in hooks:
+            try:
+                hook(*args)
+            except Exception as exc:
+                self._failure(hook, exc)
 
 
 __all__ = ["Chain", "InvocationFailed", "Middleware"]

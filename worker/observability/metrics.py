@@ -100,6 +100,7 @@ class Metrics:
     def __init__(self) -> None:
         self._counts: Counter[tuple[str, str]] = Counter()
         self._retry_kinds: Counter[str] = Counter()
+        self._middleware_failures: Counter[str] = Counter()
         self._gauges: dict[str, Gauge] = {}
         self._lock = threading.Lock()
         self.registry = CollectorRegistry()
@@ -119,6 +120,15 @@ class Metrics:
         with self._lock:
             self._retry_kinds[kind] += 1
             self._counts[("storage_retries", "")] += 1
+
+    def middleware_failed(self, middleware: str) -> None:
+        """A hook of ``middleware`` raised (the host went on without it)."""
+        with self._lock:
+            self._middleware_failures[middleware] += 1
+
+    def middleware_failures(self, middleware: str) -> int:
+        with self._lock:
+            return self._middleware_failures[middleware]
 
     def gauge(self, name: str, help: str, label: str, read: Callable[[], dict[str, float]]) -> None:
         """Expose ``read()`` (label value -> number) as gauge ``name`` at each scrape."""
@@ -155,6 +165,7 @@ class _Exposition:
         with m._lock:
             counts = dict(m._counts)
             kinds = dict(m._retry_kinds)
+            hooks = dict(m._middleware_failures)
         families: list[Metric] = []
         for name in COUNTERS:
             if name == "storage_retries":
@@ -167,6 +178,11 @@ class _Exposition:
                     if key == name and function:
                         family.add_metric([function], n)
             families.append(family)
+        family = CounterMetricFamily("worker_middleware_errors", "Middleware hooks that raised (the host went on "
+                                     "without them)", labels=["middleware"])
+        for middleware, n in sorted(hooks.items()):
+            family.add_metric([middleware], n)
+        families.append(family)
         for name, (help, label, read) in m._gauges.items():
             gauge = GaugeMetricFamily(name, help, labels=[label])
             for value, number in sorted(read().items()):
