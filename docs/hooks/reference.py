@@ -141,6 +141,8 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "worker.leaseRenewalFraction": ("renew when this part of the lease has passed", "none: Functions renews at half"),
     "worker.drainTimeout": ("time running handlers get after SIGTERM (a stop then takes at most 7 s more: "
                             "[shutdown](../leases.md#what-happens-to-a-message))", ""),
+    "worker.burstStorageTimeout": ("how long `worker run --burst` waits for storage it cannot reach before it exits "
+                                   "1, saying so in one line", ""),
     "worker.maxInFlight": ("messages held at once across all functions", ""),
     "worker.handlerThreads": ("threads for synchronous handlers", ""),
     "worker.httpPort": ("port of `/healthz`, `/readyz`, `/metrics`, `/leases` and the web console at `/`; 0: off", ""),

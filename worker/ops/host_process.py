@@ -2,9 +2,10 @@
 
 It loads the app with every start-up check (what cannot run is refused with
 every problem listed, exit 2), tells the supervisor the app loaded, runs the
-host, prints its summary, and exits: 0, or :data:`RECYCLED` when a sync handler
-ran past functionTimeout. A module of its own because only this process loads
-the app and the host; ``worker run`` itself, the supervisor, does neither.
+host, prints its summary, and exits: 0, :data:`RECYCLED` when a sync handler
+ran past functionTimeout, or :data:`FAULT` when a task of the host's own
+failed. A module of its own because only this process loads the app and the
+host; ``worker run`` itself, the supervisor, does neither.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from worker.observability.metrics import format_summary
 from worker.ops import preflight
 from worker.ops.supervisor import APP_LOADED_SIGNAL, PROCESS_INDEX_ENV, wait_for_the_first_process
 from worker.runtime.console.state import StartFacts
+from worker.runtime.faults import FAULT
 from worker.runtime.handover import HANDOVER_ENV, RECYCLED
 from worker.runtime.host import Host
 from worker.runtime.inflight import INFLIGHT_ENV
@@ -67,6 +69,11 @@ def run_here(args: argparse.Namespace, config: HostConfig, log: Any, supervisor_
     finally:  # what the interpreter's last steps finalize (an app's objects' __del__) must be collectable again
         gc.unfreeze()
     print(format_summary(host.metrics, host.elapsed), flush=True)
+    if host.gave_up is not None:  # said in one line when it gave up
+        return FAULT
+    if host.faults.failed:  # said with its traceback when it happened; the exit is for whatever restarts the process
+        log.error("the host stopped because a task of its own failed", failed=host.faults.failed, exit_code=FAULT)
+        return FAULT
     if host.recycled is not None:
         # The timed-out handler's thread still runs: only the end of the process stops it.
         log.warning("process recycled", reason=host.recycled, exit_code=RECYCLED)

@@ -1,6 +1,7 @@
 """The runtime: the host's lifecycle and the path of a message through it.
 
-- :mod:`.host`: starts and stops everything, in order;
+- :mod:`.host`: starts and stops everything, in order; :mod:`.faults`: its own tasks,
+  one that fails reported at once and the host stopped;
 - :mod:`.listener`: when to receive (``Capacity`` bounds what is held);
 - :mod:`.dispatcher`: decodes, runs handlers with the middleware's hooks;
   :mod:`.threads`: sync handlers' threads, their timeout and grace;

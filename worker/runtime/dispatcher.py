@@ -65,9 +65,12 @@ SHUTDOWN = "shutdown"
 class Dispatcher:
     def __init__(
         self, scheduler: LeaseScheduler, completion: CompletionProcessor, middleware: Chain, threads: HandlerThreads,
-        recycler: Recycler,
+        recycler: Recycler, on_fault: Callable[[str, BaseException], None] | None = None,
     ) -> None:
+        """``on_fault`` hears of an invocation task that ended with an exception (a fault of the host's own: the
+        handler's failures are results), so that it is reported at once rather than its messages stalling."""
         self.scheduler = scheduler
+        self.on_fault = on_fault
         self.completion = completion
         self.middleware = middleware
         self.threads = threads
@@ -115,9 +118,11 @@ class Dispatcher:
             self.scheduler.hold(delivery.lease)
         task = self.invocations[inv] = asyncio.create_task(self._process(inv), name=f"invocation-{inv.id}")
 
-        def finished(_: asyncio.Task[None]) -> None:
+        def finished(done: asyncio.Task[None]) -> None:
             del self.invocations[inv]
             on_done()
+            if self.on_fault is not None and not done.cancelled() and (exc := done.exception()) is not None:
+                self.on_fault(done.get_name(), exc)
 
         task.add_done_callback(finished)
         return inv

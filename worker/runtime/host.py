@@ -45,6 +45,7 @@ from worker.runtime.console.recorder import ConsoleRecorder
 from worker.runtime.console.state import Console, HostParts, StartFacts, Watched
 from worker.runtime.dispatcher import FUNCTION_OPTIONS as dispatcher_options
 from worker.runtime.dispatcher import SHUTDOWN, Dispatcher
+from worker.runtime.faults import Faults
 from worker.runtime.handover import take
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import FUNCTION_OPTIONS as listener_options
@@ -164,6 +165,10 @@ class Host:
         self.own_process = own_process
         #: Why this process must be recycled (a sync handler ran past functionTimeout), once run() returns.
         self.recycled: str | None = None
+        #: Why burst mode stopped before its queues were empty: storage unreachable for burstStorageTimeout.
+        self.gave_up: str | None = None
+        #: The host's own tasks; one that failed stopped the host (:attr:`Faults.failed` says which).
+        self.faults = Faults(self.stopping)
         self._signals = StopSignals()
 
     def request_stop(self, signum: int | None = None) -> None:
@@ -183,7 +188,9 @@ class Host:
         """Run until stopped; return the dispatcher so the caller can see whether handler threads still run.
 
         Also returns, after draining, when a sync handler ran past functionTimeout (:attr:`recycled` says why):
-        the caller must then end the process (``worker run`` exits with code 3) so that the handler ends too.
+        the caller must then end the process (``worker run`` exits with code 3) so that the handler ends too; when
+        a task of the host's own failed (:attr:`faults`); and in burst mode when storage stayed unreachable
+        (:attr:`gave_up`). ``worker run`` exits 1 after either.
         """
         config = self.config
         for key in config.ignored_keys:
@@ -197,19 +204,21 @@ class Host:
         # The console's recorder goes first: its after-hooks run last, so it sees each final result.
         recorder = [ConsoleRecorder()] if config.http_port else []
         standard = builtin.standard(config, self.metrics, backends, self.app.functions, given, telemetry)
-        middleware = Chain([*recorder, *standard, *given])
+        middleware = Chain([*recorder, *standard, *given], failed=self.metrics.middleware_failed)
         trouble = StoreTrouble()
         completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble)
         threads = HandlerThreads(config.handler_threads)
         recycler = Recycler(scheduler, self.stopping)
-        dispatcher = Dispatcher(scheduler, completion, middleware, threads, recycler)
+        faults = self.faults
+        scheduler.on_fault = faults.watch
+        dispatcher = Dispatcher(scheduler, completion, middleware, threads, recycler, on_fault=faults.report)
         capacity = Capacity(config.max_in_flight)
         loop = asyncio.get_running_loop()
         for signum in (*STOP_SIGNALS, *FORWARDED.values()):
             loop.add_signal_handler(signum, self.request_stop, signum)
-        scheduler_task = asyncio.create_task(scheduler.run(), name="lease-scheduler")
-        recorder_task = None if self.in_flight is None else asyncio.create_task(
-            inflight.record(self.in_flight, lambda: dispatcher.invocations), name="in-flight")
+        scheduler_task = faults.start(scheduler.run(), "lease-scheduler")
+        recorder_task = None if self.in_flight is None else faults.start(
+            inflight.record(self.in_flight, lambda: dispatcher.invocations), "in-flight")
         endpoints: Endpoints | None = None
         watcher: asyncio.Task[None] | None = None
         try:
@@ -262,13 +271,13 @@ class Host:
             # host's lines at Warning).
             logs.always("worker.runtime.host", "host started", functions=len(listeners), pid=os.getpid(),
                         burst=self.burst, middleware=[type(m).__name__ for m in middleware.middleware])
-            listener_tasks = [asyncio.create_task(lst.run(), name=f"listener-{lst.function.name}") for lst in listeners]
+            listener_tasks = [faults.start(lst.run(), f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
                 await self._until_drained(listeners, dispatcher)
             else:
                 await self.stopping.wait()
             self.stopping.set()
-            await asyncio.gather(*listener_tasks)
+            await asyncio.gather(*listener_tasks, return_exceptions=True)  # a failed one is reported already
             await self._drain(dispatcher)
             if recycler.reason is not None:
                 self.recycled = recycler.reason
@@ -336,7 +345,8 @@ class Host:
         endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
                               draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
                               last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
-                              held_back=trouble.problems, not_ready=middleware.not_ready)
+                              held_back=trouble.problems,
+                              not_ready=lambda: [*self.faults.not_ready(), *middleware.not_ready()])
         console = self._console(listeners, scheduler, dispatcher, endpoints, middleware, actions=token is not None)
         access = Access(token, self.config.http_host, self.config.http_open_data,
                         allowed_hosts(self.config.http_allowed_hosts))
@@ -345,7 +355,7 @@ class Host:
         async def watch() -> None:
             await asyncio.gather(watch_lengths(), console.sample_forever())
 
-        return endpoints, asyncio.create_task(watch(), name="queue-lengths")
+        return endpoints, self.faults.start(watch(), "queue-lengths")
 
     def _console(self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher,
                  endpoints: Endpoints, middleware: Chain, *, actions: bool) -> Console:
@@ -391,16 +401,26 @@ class Host:
         The queues' counts include messages a receive holds but has not handed
         over yet (they are invisible, not gone), and an idle long poll holds none.
         """
+        unreachable_since: float | None = None
         while not self.stopping.is_set():
+            problem = next((lst.last_error for lst in listeners if lst.last_error), None)
             if not dispatcher.invocations:
                 try:
                     counts = [await lst.backend.approximate_count(lst.function.queue_name) for lst in listeners]
                 except Exception as exc:  # storage trouble is no reason to stop early, nor to crash
-                    log.warning("burst mode cannot count the trigger queues now", error=f"{type(exc).__name__}: {exc}")
+                    problem = f"{type(exc).__name__}: {exc}"
+                    log.warning("burst mode cannot count the trigger queues now", error=problem)
                     counts = [1]
                 if not dispatcher.invocations and not any(counts):
                     log.info("trigger queues are empty; stopping (burst mode)")
                     return
+            now = time.monotonic()
+            unreachable_since = None if problem is None else unreachable_since or now
+            if unreachable_since is not None and now - unreachable_since >= self.config.burst_storage_timeout:
+                self.gave_up = problem
+                log.error("storage unreachable for worker.burstStorageTimeout; burst mode gives up and exits 1",
+                          seconds=round(now - unreachable_since), error=problem)
+                return
             await wait_set(self.stopping, BURST_CHECK_INTERVAL)
 
     async def _drain(self, dispatcher: Dispatcher) -> None:

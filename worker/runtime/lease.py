@@ -30,6 +30,7 @@ import itertools
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 
 import structlog
 
@@ -76,6 +77,8 @@ class LeaseScheduler:
         self._renewers: set[asyncio.Task[None]] = set()
         #: The loop the leases are held on (known from the first one held): handler threads hand checkpoints to it.
         self.loop: asyncio.AbstractEventLoop | None = None
+        #: Hears of a renewer that ended with an exception (the host's :meth:`worker.runtime.faults.Faults.watch`).
+        self.on_fault: Callable[[asyncio.Task[None]], None] | None = None
 
     @property
     def held(self) -> frozenset[Lease]:
@@ -162,9 +165,11 @@ class LeaseScheduler:
                     if not lease.finished and due == lease.due:
                         self._due.append(lease)
                 while self._due and len(self._renewers) < MAX_CONCURRENT_RENEWALS:
-                    task = asyncio.create_task(self._renew_due())
+                    task = asyncio.create_task(self._renew_due(), name="lease-renewer")
                     self._renewers.add(task)
                     task.add_done_callback(self._renewers.discard)
+                    if self.on_fault is not None:
+                        task.add_done_callback(self.on_fault)
                 timeout = self._heap[0][0] - now if self._heap else None
                 await wait_set(self._wake, timeout)
         finally:

@@ -165,6 +165,7 @@ _SCHEMA: dict[str, Setting] = {
     "worker.leaseDuration": Setting("lease_duration", parse_duration, Between(1, _WEEK, "s")),
     "worker.leaseRenewalFraction": Setting("lease_renewal_fraction", parse_number, Between(0.1, 0.9)),
     "worker.drainTimeout": Setting("drain_timeout", parse_duration, Between(0, 86400, "s")),
+    "worker.burstStorageTimeout": Setting("burst_storage_timeout", parse_duration, Between(1, _WEEK, "s")),
     "worker.maxInFlight": Setting("max_in_flight", parse_integer, Between(1, 100_000)),
     "worker.handlerThreads": Setting("handler_threads", parse_integer, Between(1, 1024)),
     "worker.httpPort": Setting("http_port", parse_integer, Between(0, 65535)),
@@ -260,6 +261,8 @@ class HostConfig:
     lease_renewal_fraction: float = 0.5
     #: What running handlers get after SIGTERM: 20 s, so that a whole stop fits Kubernetes' default grace (30 s).
     drain_timeout: float = 20.0
+    #: How long ``worker run --burst`` waits for storage it cannot reach before it gives up and exits non-zero.
+    burst_storage_timeout: float = 60.0
     #: Messages held at once across all functions (received and not yet completed).
     max_in_flight: int = 64
     #: Threads that run synchronous handlers; a sync message waits for one. By default as many as the Functions
