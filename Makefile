@@ -91,7 +91,7 @@ clean:
 
 # Benchmarks (about forty minutes): worker throughput on Azurite beside a raw-SDK ceiling and a naive loop
 # (directly, then at the host's default settings with 10 and 25 ms added to every request as a storage
-# account's round trip; at 10 ms 9 rounds, for the CPU per message against the raw loop), idle pick-up on the embedded queue and on OCI Queue's test server, CPU-bound
+# account's round trip; at 10 ms 9 rounds, for the CPU per message against the raw loop, on the fast path and the SDK's public calls), idle pick-up on the embedded queue and on OCI Queue's test server, CPU-bound
 # handlers on one process and two, lease renewal at scale on the embedded SQLite queue, then the pipeline
 # one message per file versus batched, Spark's first job with and without starting it with the host, then the
 # web console at 10,000 leases in flight (the first run also sets the worker beside itself with traces and with the
@@ -99,7 +99,7 @@ clean:
 .PHONY: bench
 bench: $(INSTALLED) $(NODE_INSTALLED)
 	$(PY) bench/throughput.py --otel --console
-	$(PY) bench/throughput.py --default-settings --latency-ms 10 --rounds 9 --naive-rounds 3
+	$(PY) bench/throughput.py --default-settings --latency-ms 10 --rounds 9 --naive-rounds 3 --public-path
 	$(PY) bench/throughput.py --default-settings --latency-ms 25
 	$(PY) bench/pickup.py
 	$(PY) bench/pickup.py --oci

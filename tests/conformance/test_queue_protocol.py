@@ -431,6 +431,27 @@ async def test_put_rejects_visibility_timeout_over_the_limit(backend: QueueBacke
 # -- receive ------------------------------------------------------------------------------------------------------
 
 
+async def test_a_delete_or_update_without_its_message_id_or_receipt_is_refused_before_it_is_sent(
+    backend: QueueBackend, queue_name: str,
+) -> None:
+    """On Azure Storage a delete of the queue's messages without an id is Clear Messages: no backend lets one go."""
+    await backend.create_queue(queue_name)
+    await backend.put(queue_name, "kept")
+    await backend.put(queue_name, "other")
+    held = await receive_one(backend, queue_name)
+    receipt = receipt_of(held)
+    for call in (
+        lambda: backend.delete(queue_name, "", receipt),
+        lambda: backend.delete(queue_name, held.id, ""),
+        lambda: backend.update(queue_name, "", receipt, 0),
+        lambda: backend.update(queue_name, held.id, "", 0),
+    ):
+        with pytest.raises(InvalidArgument, match="refused before it was sent"):
+            await call()
+    assert await backend.approximate_count(queue_name) == 2  # nothing was deleted, nor cleared
+    await backend.delete(queue_name, held.id, receipt)  # the lease still holds: its own receipt deletes it
+
+
 async def test_receive_takes_a_message_and_gives_a_pop_receipt(backend: QueueBackend, queue_name: str) -> None:
     await backend.create_queue(queue_name)
     sent = await backend.put(queue_name, "work")

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import AZURITE_SDK, BACKENDS
 from tests.support import apoll, running
 from worker import Out, QueueMessage, WorkerApp
 from worker.backends.queues import PopReceiptMismatch, QueueBackend, QueueNotFound
@@ -30,6 +31,12 @@ from worker.runtime.threads import TIMEOUT_GRACE
 from worker.settings.config import HostConfig
 
 QUEUE = "jobs"
+
+
+@pytest.fixture(params=[*BACKENDS, AZURITE_SDK])
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """Azure on the SDK's public calls too: what the host does with a message must not depend on the path."""
+    return str(request.param)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import AZURITE_SDK
 from tests.host.processes import WorkerProcess, attempts, write_host_yaml
 from tests.support import apoll, poll
 from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
@@ -33,7 +34,7 @@ DOCKER_STOP_GRACE = 10.0
 StartWorker = Callable[..., WorkerProcess]
 
 
-@pytest.fixture(params=["sqlite", "azurite", "oci"])
+@pytest.fixture(params=["sqlite", "azurite", AZURITE_SDK, "oci"])
 def backend_kind(request: pytest.FixtureRequest) -> str:
     return request.param
 
@@ -113,7 +114,7 @@ async def _peek_if_exists(backend: QueueBackend, queue: str) -> list[RawMessage]
         return []
 
 
-@pytest.mark.parametrize("backend_kind", ["sqlite", "azurite"], indirect=True)
+@pytest.mark.parametrize("backend_kind", ["sqlite", "azurite", AZURITE_SDK], indirect=True)
 async def test_failing_message_reaches_poison_after_exactly_max_dequeue_count(
     start_worker: StartWorker, queue: QueueBackend, record_db: Path
 ) -> None:

@@ -30,8 +30,7 @@ from azure.storage.queue._generated.operations._operations import (
 from azure.storage.queue.aio import QueueClient
 
 from tests.azurite import Azurite
-from worker.backends.azure.messages import MessageRequests, received
-from worker.backends.azure.queues import _raw
+from worker.backends.azure.messages import MessageRequests, fast_path_problem, received, sdk_raw, unsettled
 
 #: Azurite's well-known development account (public; the emulator's documentation prints it).
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UdGSmDTNvmqIn+yKxDuQ/HkqT9Xwm7f5fkxLh+A=="
@@ -102,8 +101,8 @@ def element(content: str | None = '{"n": 1}', *, count: str | None = "1",
 
 
 def sdk_read(text: str) -> list:  # type: ignore[type-arg]
-    """What the backend made of the same answer through the SDK: its model, its QueueMessage, then ``_raw``."""
-    return [_raw(SdkMessage._from_generated(m))
+    """What the backend made of the same answer through the SDK: its model, its QueueMessage, then ``sdk_raw``."""
+    return [sdk_raw(SdkMessage._from_generated(m))
             for m in _deserialize_xml(generated_models.ReceivedMessages, text).items_property or []]
 
 
@@ -222,8 +221,86 @@ async def test_each_request_carries_an_id_of_its_own_shaped_as_the_sdks_and_stor
 
 @pytest.mark.parametrize("client", [SimpleNamespace(), SimpleNamespace(_client=SimpleNamespace(_client=None))],
                          ids=["no generated client", "no pipeline client"])
-def test_an_sdk_laid_out_otherwise_is_refused_naming_its_version(client: object) -> None:
-    """What a future SDK that moved the private attributes looks like: refused when built, which the backend does
-    at start, instead of failing every receive and delete."""
-    with pytest.raises(RuntimeError, match=f"azure-storage-queue {VERSION} is not laid out as this worker expects"):
-        MessageRequests(client)  # type: ignore[arg-type]
+def test_an_sdk_laid_out_otherwise_fails_the_fast_paths_self_check_naming_its_version(client: object) -> None:
+    """What a future SDK that moved the private attributes looks like: the self-check says why, and raises nothing."""
+    problem = fast_path_problem(client)  # type: ignore[arg-type]
+    assert problem is not None and f"azure-storage-queue {VERSION} is not laid out as this worker expects" in problem
+
+
+def test_the_installed_sdk_passes_the_fast_paths_self_check() -> None:
+    assert fast_path_problem(QueueClient.from_connection_string(KEYED, "orders")) is None
+
+
+def test_a_request_whose_url_ignores_the_copied_state_fails_the_self_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An azure-core whose HttpRequest keeps ``url`` behind a property: every copied delete would name the queue's
+    messages without an id (Clear Messages). The self-check sees the path, and the public calls are used."""
+    monkeypatch.setattr(HttpRequest, "url", property(lambda self: self.__dict__.get("_url", ""),
+                                                     lambda self, value: self.__dict__.__setitem__("_url", value)),
+                        raising=False)
+    problem = fast_path_problem(QueueClient.from_connection_string(KEYED, "orders"))
+    assert problem is not None and "DELETE request's path is '/devstoreaccount1/orders/messages/'" in problem
+
+
+def test_a_moved_process_storage_error_fails_the_self_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("worker.backends.azure.messages.process_storage_error", None)
+    problem = fast_path_problem(QueueClient.from_connection_string(KEYED, "orders"))
+    assert problem is not None and "process_storage_error is gone" in problem
+
+
+@pytest.mark.parametrize(("method", "url", "refused"), [
+    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages", "without a message id"),
+    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/", "without a message id"),
+    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages?sv=1&sig=x", "without a message id"),
+    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc", "without its pop receipt"),
+    ("PUT", "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc?popreceipt=&visibilitytimeout=0",
+     "without its pop receipt"),
+    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc?popreceipt=AgA%2B", None),
+    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/messages", None),  # Delete Queue of a queue named "messages"
+    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders", None),  # Delete Queue
+    ("GET", "http://127.0.0.1:1/devstoreaccount1/orders/messages?numofmessages=1", None),
+    ("POST", "http://127.0.0.1:1/devstoreaccount1/orders/messages", None),  # Put Message
+])
+def test_the_transport_refuses_a_message_request_without_its_id_or_receipt(
+    method: str, url: str, refused: str | None,
+) -> None:
+    problem = unsettled("devstoreaccount1", method, url)
+    assert (problem is None) if refused is None else (problem is not None and refused in problem)
+    assert unsettled("", method, url.replace("/devstoreaccount1", "")) == (
+        None if problem is None else problem)
+
+
+async def test_a_clear_messages_request_never_leaves_the_process(tmp_path: object) -> None:
+    """Sent through the backend's own pipeline to a port that would refuse a connection: refused before it."""
+    from tests.support import closed_port
+    from worker.backends.azure.connection import parse_connection_string
+    from worker.backends.azure.queues import AzureBackend
+    from worker.backends.queues import InvalidArgument
+
+    with closed_port() as port:
+        endpoint = f"http://127.0.0.1:{port}/devstoreaccount1"
+        backend = AzureBackend(parse_connection_string(
+            f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};QueueEndpoint={endpoint};"))
+        client = backend._queue("orders")
+        try:
+            with pytest.raises(InvalidArgument, match="without a message id was refused"):
+                await client._client._client.send_request(HttpRequest("DELETE", f"{endpoint}/orders/messages"))
+        finally:
+            await backend.close()
+
+
+async def test_the_sdks_public_calls_are_used_where_switched_to_and_the_fast_path_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from worker.backends.azure.connection import parse_connection_string
+    from worker.backends.azure.messages import SdkMessages
+    from worker.backends.azure.queues import FAST_PATH_ENV, AzureBackend
+
+    fast = AzureBackend(parse_connection_string(KEYED))
+    monkeypatch.setenv(FAST_PATH_ENV, "0")
+    public = AzureBackend(parse_connection_string(KEYED))
+    try:
+        assert fast.fast_path and isinstance(fast._requests("orders"), MessageRequests)
+        assert not public.fast_path and isinstance(public._requests("orders"), SdkMessages)
+    finally:
+        await fast.close()
+        await public.close()

@@ -350,6 +350,20 @@ def check_no_channel(channel: str | None, service: str) -> None:
         raise Unsupported(f"{service} queues have no channels (asked for channel {channel!r})")
 
 
+def check_target(operation: str, queue: str, message_id: str, pop_receipt: str) -> None:
+    """Refuse a delete or visibility change that names no message or no receipt, before any request is made.
+
+    No such call is a request for one message: on Azure Storage a DELETE of ``<queue>/messages`` without an id is
+    Clear Messages, which deletes every message of the queue. Every backend calls this first in ``update`` and
+    ``delete``, whatever built the call (a bug, a changed dependency).
+    """
+    if not (message_id and isinstance(message_id, str)):
+        raise InvalidArgument(f"a {operation} in queue {queue!r} without its message id was refused before it was sent")
+    if not (pop_receipt and isinstance(pop_receipt, str)):
+        raise InvalidArgument(f"a {operation} of message {message_id} in queue {queue!r} without its pop receipt was "
+                              "refused before it was sent")
+
+
 def check_no_properties(properties: Mapping[str, str] | None, service: str) -> None:
     """Raise Unsupported for message properties on a service whose messages have none."""
     if properties:

@@ -29,10 +29,15 @@ daemon over a socket every time (about 10 us where none runs, as in containers);
 these requests carry a UUID-shaped id of their own, random per queue client
 and counted per request, which the SDK takes as a caller's id.
 
-The generated client and its configuration are private attributes of the SDK's
-``QueueClient``. If a future SDK moves them, the Azure backend refuses to open
-(it builds one at start for that reason), naming the SDK's version, and the test
-above fails first. Nothing falls back to a path that is tested less.
+The generated client, its configuration and ``process_storage_error`` are
+private parts of the SDK, and the copy of a request relies on azure-core's
+``HttpRequest`` keeping its state in ``__dict__``. So the fast path is used only
+where :func:`fast_path_problem` proves it at start: it builds a receive and two
+deletes for known ids and receipts and checks each method, path, query and
+version header, and that the two deletes share nothing. Anything missing or
+different selects :class:`SdkMessages`, the SDK's public ``receive_messages`` and
+``delete_message``, with one warning naming the versions; the conformance suite
+runs on both.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ import itertools
 import re
 import uuid
 from datetime import UTC, datetime
-from urllib.parse import quote
+from typing import Protocol
+from urllib.parse import parse_qs, quote, urlsplit
 from xml.etree import ElementTree
 
 from azure.core import AsyncPipelineClient
@@ -55,8 +61,13 @@ from azure.core.exceptions import (
 )
 from azure.core.rest import AsyncHttpResponse, HttpRequest
 from azure.storage.queue import VERSION as sdk_version
-from azure.storage.queue._shared.response_handlers import process_storage_error
+from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient
+
+try:  # private: where a later SDK moves it, the fast path's self-check fails and the public calls are used
+    from azure.storage.queue._shared.response_handlers import process_storage_error
+except ImportError:
+    process_storage_error = None
 
 from worker.backends.queues import RawMessage
 
@@ -120,6 +131,14 @@ def raw_message(
     )
 
 
+def sdk_raw(message: SdkMessage, content: str | None = None) -> RawMessage:
+    """The protocol's message from one the SDK read (``content``: the text put, where the answer has none)."""
+    return raw_message(
+        message.id, message.content if content is None else content, message.dequeue_count, message.inserted_on,
+        message.expires_on, message.next_visible_on, message.pop_receipt,
+    )
+
+
 def _message(element: ElementTree.Element, dates: _Dates) -> RawMessage:
     """One ``QueueMessage`` element of a Get Messages answer, read as the SDK reads it."""
     inserted, expires, visible = (element.findtext("InsertionTime"), element.findtext("ExpirationTime"),
@@ -142,6 +161,103 @@ def received(text: str) -> list[RawMessage]:
     return [_message(element, dates) for element in ElementTree.fromstring(text).iterfind("QueueMessage")]
 
 
+class Messages(Protocol):
+    """Get Messages and Delete Message of one queue: :class:`MessageRequests` or :class:`SdkMessages`."""
+
+    async def receive(self, count: int, visibility_timeout: int) -> list[RawMessage]: ...
+
+    async def delete(self, message_id: str, pop_receipt: str) -> None: ...
+
+
+class SdkMessages:
+    """Get Messages and Delete Message through the SDK's public API: where the fast path's self-check fails."""
+
+    def __init__(self, client: QueueClient) -> None:
+        self._client = client
+
+    async def receive(self, count: int, visibility_timeout: int) -> list[RawMessage]:
+        pages = self._client.receive_messages(
+            messages_per_page=count, max_messages=count, visibility_timeout=visibility_timeout,
+        ).by_page()
+        async for page in pages:  # one page is one request
+            return [sdk_raw(m) async for m in page]
+        return []
+
+    async def delete(self, message_id: str, pop_receipt: str) -> None:
+        await self._client.delete_message(message_id, pop_receipt)
+
+
+#: The ids and receipts the self-check builds requests for: every character a URL treats specially among them.
+_PROBES = (("7d3c59a8-3f5e-4f0b-9c1e-0c2b5f0e8a11", "AgAAAAMAAAAAAAAA+/=="), ("a+b/c=d?e&f#g", "plain receipt"))
+
+
+def fast_path_problem(client: QueueClient) -> str | None:
+    """Why :class:`MessageRequests` cannot be trusted with this SDK and azure-core, or None when its requests are
+    proved right: built for known ids and receipts, read back through ``HttpRequest``'s public attributes."""
+    try:
+        if process_storage_error is None:
+            return "azure.storage.queue._shared.response_handlers.process_storage_error is gone"
+        requests = MessageRequests(client)
+        problems = _request_problems(requests.receive_request(3, 30), "GET", "", {"numofmessages": "3",
+                                                                              "visibilitytimeout": "30"}, requests)
+        deletes = [requests.delete_request(message_id, receipt) for message_id, receipt in _PROBES]
+        for request, (message_id, receipt) in zip(deletes, _PROBES, strict=True):
+            problems += _request_problems(request, "DELETE", message_id, {"popreceipt": receipt}, requests)
+        deletes[0].headers["x-ms-probe"] = "1"
+        if "x-ms-probe" in deletes[1].headers or deletes[0].url == deletes[1].url:
+            problems.append("two delete requests share their state")
+    except Exception as exc:  # any surprise at all: the public calls are used
+        return f"{type(exc).__name__}: {exc}"
+    return "; ".join(problems) or None
+
+
+def _request_problems(request: HttpRequest, method: str, message_id: str, query: dict[str, str],
+                      requests: MessageRequests) -> list[str]:
+    """How ``request`` differs from a Get Messages (no ``message_id``) or Delete Message of the queue."""
+    url = urlsplit(request.url)
+    path = url.path.rstrip("/") if not message_id else url.path
+    wanted = "/messages" + (f"/{quote(message_id, safe='')}" if message_id else "")
+    got = {key: values[0] for key, values in parse_qs(url.query).items()}
+    problems = []
+    if request.method != method:
+        problems.append(f"{method} request built as {request.method}")
+    if not path.endswith(wanted):
+        problems.append(f"{method} request's path is {url.path!r}, not .../messages{wanted.removeprefix('/messages')}")
+    if any(got.get(key) != value for key, value in query.items()):
+        problems.append(f"{method} request's query is {url.query!r}")
+    if request.headers.get("x-ms-version") != requests.version:
+        problems.append(f"{method} request has no x-ms-version {requests.version}")
+    return problems
+
+
+_POP_RECEIPT = re.compile(r"(?:^|&)popreceipt=[^&]")
+
+
+def unsettled(base: str, method: str, url: str) -> str | None:
+    """Why a request of the queue service must not leave: a DELETE or PUT of ``<queue>/messages`` without a message
+    id (Clear Messages deletes every message of the queue) or without a ``popreceipt``; None for any other request.
+    ``base``: the endpoint's own path (``devstoreaccount1`` on the emulator, empty on Azure)."""
+    if method not in ("DELETE", "PUT"):
+        return None
+    address, _, query = url.partition("?")
+    path = address.split("/", 3)[3] if address.count("/") >= 3 else ""
+    if base and path.startswith(f"{base}/"):
+        path = path[len(base) + 1:]
+    parts = path.split("/")
+    if len(parts) < 2 or parts[1] != "messages":
+        return None
+    if len(parts) < 3 or not parts[2]:
+        return f"a {method} of queue {parts[0]!r}'s messages without a message id was refused before it was sent"
+    if not _POP_RECEIPT.search(query):
+        return f"a {method} of message {parts[2]} in queue {parts[0]!r} without its pop receipt was refused"
+    return None
+
+
+def queue_messages(client: QueueClient, fast: bool) -> Messages:
+    """The requests of ``client``'s queue: the fast path where :func:`fast_path_problem` proved it (``fast``)."""
+    return MessageRequests(client) if fast else SdkMessages(client)
+
+
 class MessageRequests:
     """Get Messages and Delete Message for one queue client, sent through its pipeline."""
 
@@ -157,7 +273,7 @@ class MessageRequests:
                 f"generated client and configuration: {pipeline!r}); install a version the worker was tested with"
             )
         self._pipeline = pipeline
-        self._version = version
+        self.version = version
         base, _, query = url.partition("?")  # a SAS token rides in the queue URL's query
         self._messages = f"{base.rstrip('/')}/messages"
         self._prefix = f"{self._messages}/"
@@ -175,7 +291,7 @@ class MessageRequests:
         """The Get Messages request, as the SDK's generated layer builds it (one per batch: made plainly)."""
         return HttpRequest(
             "GET", f"{self._messages}{self._query}numofmessages={count}&visibilitytimeout={visibility_timeout}",
-            headers={"x-ms-version": self._version, "Accept": "application/xml"},
+            headers={"x-ms-version": self.version, "Accept": "application/xml"},
         )
 
     def delete_request(self, message_id: str, pop_receipt: str) -> HttpRequest:
@@ -218,4 +334,5 @@ def _raise_for(response: AsyncHttpResponse) -> None:
         map_error(status_code=response.status_code, response=response, error_map=_ERRORS)
         raise HttpResponseError(response=response)
     except HttpResponseError as error:
+        assert process_storage_error is not None  # fast_path_problem selected this path only with it
         process_storage_error(error)

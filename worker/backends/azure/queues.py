@@ -16,17 +16,21 @@ under messageEncoding happens above this layer, as for the embedded queue.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import structlog
+from azure.core import VERSION as core_version
 from azure.core.exceptions import (
     AzureError,
     HttpResponseError,
     ResourceExistsError,
     ResourceNotFoundError,
 )
+from azure.storage.queue import VERSION as sdk_version
 from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
@@ -41,7 +45,7 @@ from worker.backends.azure.errors import (
     is_transient,
     may_have_acted,
 )
-from worker.backends.azure.messages import MessageRequests, raw_message
+from worker.backends.azure.messages import Messages, fast_path_problem, queue_messages, sdk_raw, unsettled
 from worker.backends.failures import CONNECT_TIMEOUT
 from worker.backends.queues import (
     InvalidArgument,
@@ -54,11 +58,16 @@ from worker.backends.queues import (
     Receipt,
     check_no_channel,
     check_no_properties,
+    check_target,
 )
 from worker.backends.retrying import RETRY_ATTEMPTS as RETRY_ATTEMPTS  # re-exported: the fault tests count attempts
 from worker.backends.retrying import Retrier
 
 log = structlog.get_logger("worker.backends.azure.queues")
+
+#: Set to 0 to use the SDK's public receive and delete even where the fast path proves itself (a switch for a
+#: suspected fault of the fast path, and for the tests, which run both).
+FAST_PATH_ENV = "WORKER_AZURE_FAST_PATH"
 
 T = TypeVar("T")
 
@@ -87,11 +96,18 @@ def _seconds(value: float) -> int:
     return math.ceil(value)
 
 
-def _raw(message: SdkMessage, content: str | None = None) -> RawMessage:
-    return raw_message(
-        message.id, message.content if content is None else content, message.dequeue_count, message.inserted_on,
-        message.expires_on, message.next_visible_on, message.pop_receipt,
-    )
+class QueueTransport(Transport):
+    """The queue service's transport: no DELETE or PUT of a message leaves without its id and receipt
+    (:func:`~worker.backends.azure.messages.unsettled`), whoever built the request (the fast path or the SDK)."""
+
+    def __init__(self, endpoint: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._base = urlsplit(endpoint).path.strip("/")
+
+    async def send(self, request: Any, **kwargs: Any) -> Any:
+        if problem := unsettled(self._base, request.method, request.url):
+            raise InvalidArgument(problem)
+        return await super().send(request, **kwargs)
 
 
 class AzureBackend:
@@ -108,15 +124,16 @@ class AzureBackend:
             connection.queue_endpoint,
             credential=connection.credential(),
             retry_total=0,
-            transport=Transport(
-                connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, use_env_settings=env_settings_wanted()
+            transport=QueueTransport(
+                connection.queue_endpoint, connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
+                use_env_settings=env_settings_wanted(),
             ),
         )
-        # Built once here so that an SDK laid out otherwise than the hot path's requests expect stops the start.
-        MessageRequests(self._service.get_queue_client("messages"))
+        #: Get Messages and Delete Message beside the SDK's generated layer, where that proves itself at start.
+        self.fast_path = self._fast_path()
         self._queues: dict[str, QueueClient] = {}
-        #: Get Messages and Delete Message per queue, beside the SDK's generated layer (worker.backends.azure.messages).
-        self._messages: dict[str, MessageRequests] = {}
+        #: Get Messages and Delete Message per queue (worker.backends.azure.messages).
+        self._messages: dict[str, Messages] = {}
         self._retrier = Retrier(
             is_transient=is_transient, failure_kind=failure_kind, may_have_acted=may_have_acted, on_retry=on_retry, log=log
         )
@@ -130,10 +147,19 @@ class AzureBackend:
             client = self._queues[name] = self._service.get_queue_client(name)
         return client
 
-    def _requests(self, queue: str) -> MessageRequests:
+    def _fast_path(self) -> bool:
+        if os.environ.get(FAST_PATH_ENV, "1") == "0":
+            return False
+        if (problem := fast_path_problem(self._service.get_queue_client("messages"))) is None:
+            return True
+        log.warning("the SDK's requests are not laid out as the fast path expects; using its public receive and "
+                    "delete", problem=problem, azure_storage_queue=sdk_version, azure_core=core_version)
+        return False
+
+    def _requests(self, queue: str) -> Messages:
         requests = self._messages.get(queue)
         if requests is None:
-            requests = self._messages[queue] = MessageRequests(self._queue(queue))
+            requests = self._messages[queue] = queue_messages(self._queue(queue), self.fast_path)
         return requests
 
     async def _call(
@@ -212,7 +238,7 @@ class AzureBackend:
                 content, visibility_timeout=_seconds(visibility_timeout) or None, time_to_live=ttl
             )
 
-        return _raw(await self._call(send, queue, put=True), content)
+        return sdk_raw(await self._call(send, queue, put=True), content)
 
     async def receive(
         self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
@@ -233,6 +259,7 @@ class AzureBackend:
     async def update(
         self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
     ) -> Receipt:
+        check_target("visibility change", queue, message_id, pop_receipt)
         self.limits.check_visibility(visibility_timeout, 0)
         if content is not None:
             self.limits.check_size(content)
@@ -246,6 +273,7 @@ class AzureBackend:
         return Receipt(updated.pop_receipt or "", updated.next_visible_on or datetime.now(UTC))
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        check_target("delete", queue, message_id, pop_receipt)
         requests = self._requests(queue)
         attempts = 0
 
@@ -267,7 +295,7 @@ class AzureBackend:
         async def peek() -> list[SdkMessage]:
             return await self._queue(queue).peek_messages(max_messages=max_messages)
 
-        return [_raw(m) for m in await self._call(peek, queue)]
+        return [sdk_raw(m) for m in await self._call(peek, queue)]
 
     async def approximate_count(self, queue: str) -> int:
         async def count() -> int:

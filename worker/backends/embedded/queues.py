@@ -56,6 +56,7 @@ from worker.backends.queues import (
     TransientError,
     UnusableFile,
     check_no_channel,
+    check_target,
 )
 from worker.waits import wait_set
 
@@ -459,6 +460,7 @@ class SqliteBackend:
     async def update(
         self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
     ) -> Receipt:
+        check_target("visibility change", queue, message_id, pop_receipt)
         self.limits.check_visibility(visibility_timeout, 0)
         if content is not None:
             self.limits.check_size(content)
@@ -479,6 +481,7 @@ class SqliteBackend:
         return receipt
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
+        check_target("delete", queue, message_id, pop_receipt)
         def work(db: sqlite3.Connection) -> None:
             self._held(db, queue, message_id, pop_receipt, time.time())
             db.execute("DELETE FROM messages WHERE id = ?", (message_id,))

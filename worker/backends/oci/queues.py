@@ -69,6 +69,7 @@ from worker.backends.queues import (
     Receipt,
     Unsupported,
     check_no_properties,
+    check_target,
 )
 from worker.backends.receipts import Receipts
 from worker.backends.releasing import PendingReleases
@@ -519,6 +520,7 @@ class OciBackend(QueueAdmin):
     ) -> Receipt:
         """OCI keeps the receipt across updates (``capabilities.new_receipt_on_update`` is False), and its
         UpdateMessage takes a visibility only: new content is refused before any request."""
+        check_target("visibility change", queue, message_id, pop_receipt)
         if content is not None:
             raise Unsupported("OCI Queue cannot change a message's content: its UpdateMessage sets the visibility only")
         self.limits.check_visibility(visibility_timeout, 0)
@@ -538,6 +540,7 @@ class OciBackend(QueueAdmin):
         have deleted it, or the lease ran out and another consumer holds the message now. Only the lease's own
         clock tells which (:meth:`worker.runtime.completion.CompletionProcessor._delete`), so the refusal is not
         taken for a success here."""
+        check_target("delete", queue, message_id, pop_receipt)
         self._check_owner(queue, message_id, pop_receipt)
 
         def delete() -> None:

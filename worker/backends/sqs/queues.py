@@ -72,6 +72,7 @@ from worker.backends.queues import (
     Receipt,
     Unsupported,
     check_no_channel,
+    check_target,
 )
 from worker.backends.receipts import Receipts
 from worker.backends.releasing import PendingReleases
@@ -397,6 +398,7 @@ class SqsBackend:
         self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
     ) -> Receipt:
         """ChangeMessageVisibility, within the 12-hour cap (:func:`within_cap`); the receipt handle stays the same."""
+        check_target("visibility change", queue, message_id, pop_receipt)
         if content is not None:
             raise Unsupported("Amazon SQS cannot change a message's content: ChangeMessageVisibility sets the "
                               "visibility only")
@@ -417,6 +419,7 @@ class SqsBackend:
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
         """DeleteMessage, or a DeleteMessageBatch with other deletes of the queue made meanwhile (see
         :mod:`worker.backends.sqs.batches`)."""
+        check_target("delete", queue, message_id, pop_receipt)
         self._receipts.check(queue, message_id, pop_receipt)
         await self._deletes.submit(queue, {"message_id": message_id, "ReceiptHandle": pop_receipt})
         self._receipts.deleted(queue, message_id)
