@@ -1,9 +1,10 @@
 """A function that runs Spark receives nothing until its Spark is ready: the host's own start costs no message.
 
 A worker process starts cold with a message already waiting for a Spark function whose functionTimeout is shorter
-than Spark's start, and with maxDequeueCount 1: taken at once, that message would wait for the session within its
-functionTimeout and go to poison without its handler running a job. Held in the queue until Spark is ready, it is
-handled at its first attempt and deleted, while the app's function without Spark serves from the start.
+than Spark's start, and with a single attempt allowed (maxDequeueCount): taken at once, that message would wait for
+the session within its functionTimeout and go to poison without its handler running a job. Held in the queue until
+Spark is ready, it is handled at its first attempt and deleted, while the app's function without Spark serves from
+the start.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def test_a_spark_functions_first_message_after_a_cold_start_is_not_timed_out_by_
     tmp_path: Path, where: str, request: pytest.FixtureRequest
 ) -> None:
     """The Spark message is received once "Spark ready" is logged, at once (the listener is woken, not left to its
-    one-minute polling interval), and succeeds; the message without Spark was handled before Spark was ready; both
+    long polling interval), and succeeds; the message without Spark was handled before Spark was ready; both
     queues are empty and nothing went to poison. On Connect the start is a session on a running server, often shorter
     than functionTimeout: the order and the outcome are checked there, the start's length only where Spark's JVM is
     the worker's own."""
