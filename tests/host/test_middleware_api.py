@@ -1,12 +1,16 @@
 """The middleware API as docs/middleware.md describes it, in a running host on the embedded queue: the invocation a
 hook receives is frozen, each middleware's per-invocation state is its own, every type a hook receives is exported
-from ``worker``, and a middleware written against the older names still runs (with a DeprecationWarning)."""
+from ``worker``, a middleware written against the older names still runs (with a DeprecationWarning), and one that
+held receives back wakes the listeners when it allows them."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 import typing
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -227,3 +231,56 @@ async def test_the_worked_example_of_docs_middleware_md_runs_as_written(
     await queue.close()
     assert "acme b'order 1'" in capsys.readouterr().out
     assert set(tenants.slowest) == {"handle"}  # type: ignore[attr-defined]
+
+
+class Gate(Middleware):
+    """Holds back the receives of the functions given ``gated=True`` until it opens, as Spark's middleware holds back
+    its functions' until the session is ready."""
+
+    function_options = {"gated": "gated=True: received only once the gate opens"}
+
+    def __init__(self) -> None:
+        self.open = False
+        self.asked: Counter[str] = Counter()
+
+    def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
+        self.asked[function.name] += 1
+        return room if self.open or not function.extra("gated") else 0
+
+    def opened(self) -> None:
+        self.open = True
+        self.wake_listeners()
+
+
+async def test_a_listener_held_back_receives_as_soon_as_its_middleware_wakes_the_listeners(tmp_path: Path) -> None:
+    """A listener held back asks receive_limit again when an invocation completes; once the other function's
+    message is done nothing completes any more, so only ``wake_listeners`` (called from another thread, as a session
+    made in the background calls it) lets the held function receive, and at once, not after a polling interval."""
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=60)
+    queue = open_backend(None, tmp_path)
+    for name in ("held", "free"):
+        await queue.create_queue(name)
+        await queue.put(name, encode(name, "base64"))
+    gate = Gate()
+    app = WorkerApp()
+    app.add_middleware(gate)
+    handled: list[str] = []
+
+    @app.queue_trigger(arg_name="msg", queue_name="held", gated=True)
+    def held(msg: QueueMessage) -> None:
+        handled.append("held")
+
+    @app.queue_trigger(arg_name="msg", queue_name="free")
+    def free(msg: QueueMessage) -> None:
+        handled.append("free")
+
+    async with running(app, config) as host:
+        await apoll(lambda: _true(host.metrics.get("succeeded", "free") == 1), 30, what="the message not held back")
+        assert gate.asked["held"] >= 1 and host.metrics.get("received", "held") == 0
+        opened = time.monotonic()
+        await asyncio.to_thread(gate.opened)
+        await apoll(lambda: _true(host.metrics.get("succeeded", "held") == 1), 10, what="the held message")
+        woken_within = time.monotonic() - opened
+    await queue.close()
+    assert handled == ["free", "held"]
+    assert woken_within < 5, woken_within

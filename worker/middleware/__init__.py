@@ -13,7 +13,11 @@ hooks run in reverse order, so that the first middleware sees the last word
 in ``before_invocation`` or ``after_invocation`` fails the invocation (raising
 :class:`worker.Poison` poisons its messages); one that raises elsewhere is
 logged with its middleware's name and counted as that middleware's failure, and
-the host goes on as if the hook had not been there (:meth:`Chain.call`). The API, with a worked example, is documented in
+the host goes on as if the hook had not been there (:meth:`Chain.call`). A
+middleware whose ``receive_limit`` rises for a reason of its own (a session
+ready, a service back) calls :meth:`Middleware.wake_listeners`, from any thread,
+so that the listeners it held back ask again at once. The API, with a worked
+example, is documented in
 one place: ``docs/middleware.md``.
 
 The host's own middleware, in the order :mod:`.builtin` puts them (and where
@@ -30,8 +34,11 @@ through the server's web UI).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -83,7 +90,9 @@ class Middleware:
         """How many messages the listener of ``function`` may receive now, at most ``room``.
 
         ``running`` is the function's invocations held now (received and not
-        completed). Returning 0 holds its receives back until one completes.
+        completed). Returning 0 holds its receives back: the listener asks
+        again when one of the host's invocations completes, or when this
+        middleware calls :meth:`wake_listeners`.
         """
         return room
 
@@ -106,6 +115,21 @@ class Middleware:
     def after_completion(self, item: Finished, result: Result, done: Done) -> None:
         """The message was completed: ``done`` says what was done to it (deleted, released, poisoned, ...)."""
 
+    def wake_listeners(self) -> None:
+        """Have the listeners of every host this middleware serves ask ``receive_limit`` again now; from any thread.
+
+        Not a hook but a call for the middleware to make: a listener held back
+        by ``receive_limit`` otherwise asks again only when an invocation
+        completes, which for a function held back from the start never happens.
+        """
+        for ref in getattr(self, _CHAINS, ()):
+            if (chain := ref()) is not None:
+                chain.wake_listeners()
+
+
+#: The instance attribute where a middleware keeps the chains it is part of (for :meth:`Middleware.wake_listeners`):
+#: weak references in a tuple replaced whole, so that a thread reading it never sees it change.
+_CHAINS = "_worker_chains"
 
 _HOOKS = ("host_started", "host_stopped", "not_ready", "receive_limit", "after_receive", "before_invocation",
           "after_invocation", "on_interrupt", "retry_delay", "after_completion")
@@ -135,6 +159,12 @@ class Chain:
         self._interrupts = hooks["on_interrupt"]
         self._delays = hooks["retry_delay"]
         self._completed = hooks["after_completion"][::-1]
+        #: What wakes each listener, with its event loop: replaced whole on the loop, read from any thread.
+        self._watchers: tuple[tuple[asyncio.AbstractEventLoop, Callable[[], None]], ...] = ()
+        for m in self.middleware:
+            with contextlib.suppress(TypeError):  # a middleware without __dict__ (slots) cannot wake listeners
+                chains = tuple(ref for ref in vars(m).get(_CHAINS, ()) if ref() is not None)
+                vars(m)[_CHAINS] = (*chains, weakref.ref(self))
 
     def call(self, hook: Callable[..., T], fallback: T, *args: Any) -> T:
         """``hook(*args)``, or ``fallback`` when it raises: the failure is logged with the middleware's name and its
@@ -178,6 +208,23 @@ class Chain:
         for hook in self._limits:
             room = max(0, min(room, self.call(hook, room, function, options, running, room)))
         return room
+
+    def watch_limits(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """Have ``wake`` called on this event loop each time a middleware calls ``wake_listeners``; returns what
+        undoes it. For a listener held back by ``receive_limit``: it then asks again."""
+        watcher = (asyncio.get_running_loop(), wake)
+        self._watchers = (*self._watchers, watcher)
+
+        def unwatch() -> None:
+            self._watchers = tuple(w for w in self._watchers if w is not watcher)
+
+        return unwatch
+
+    def wake_listeners(self) -> None:
+        """Wake every listener watching this chain, each on its own event loop; safe from any thread."""
+        for loop, wake in self._watchers:
+            with contextlib.suppress(RuntimeError):  # its loop has closed: the listener is gone
+                loop.call_soon_threadsafe(wake)
 
     def after_receive(self, function: FunctionSpec, count: int) -> None:
         self._each(self._received, function, count)

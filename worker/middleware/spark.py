@@ -7,8 +7,12 @@ unless the app brought its own (a test or a benchmark that keeps one session
 across host runs). When a function is declared with ``spark=True`` the
 middleware's ``host_started`` makes the session in a thread of its own, warmed
 with a tiny job, while the host already serves the other functions; until it is
-ready ``/readyz`` says "Spark starting" (or why it did not start), and a handler
-that asks for it waits. Without such a function nothing starts a JVM until a
+ready ``/readyz`` says "Spark starting" (or why it did not start), and the
+functions that run Spark receive nothing (``receive_limit``), so that no message
+spends its attempt and its functionTimeout on the host's own start; once it is
+ready their listeners are woken. A start that failed is tried again by the
+middleware after a pause, growing while it keeps failing, the messages waiting
+in the queue meanwhile. Without such a function nothing starts a JVM until a
 handler asks. A session that died is made again for the next handler that
 asks (:meth:`SparkProvider.session`). Before each invocation it
 makes its :class:`SparkProvider` the one :func:`worker.spark.session` answers
@@ -45,6 +49,7 @@ from worker.middleware import Middleware
 from worker.middleware.connect_jobs import ConnectWebUi, cancel_left_jobs
 from worker.middleware.spark_settings import SECTION, SparkSettings
 from worker.model import FunctionSpec
+from worker.settings.config import FunctionOptions
 from worker.settings.sections import SectionSchema
 
 if TYPE_CHECKING:
@@ -57,6 +62,9 @@ active_provider: contextvars.ContextVar[SparkProvider | None] = contextvars.Cont
 
 #: How often an interrupted invocation's Spark jobs are cancelled again, until its handler returns.
 CANCEL_REPEAT_SECONDS = 0.5
+#: The pause before a failed start is tried again, doubled after each failure up to the longest.
+RESTART_FIRST_SECONDS = 5.0
+RESTART_LONGEST_SECONDS = 60.0
 
 T = TypeVar("T")
 
@@ -185,6 +193,8 @@ class SparkProvider:
         self._closed = False
         #: Per invocation id, how to cancel the jobs of each handler thread that tagged them.
         self._tagged: dict[str, list[tuple[Callable[[], object], str, threading.Event, Callable[[], object] | None]]] = {}
+        #: Called, outside the lock, each time a start ends (made or failed): see :meth:`watch`.
+        self._watchers: tuple[Callable[[], object], ...] = ()
 
     @property
     def remote(self) -> bool:
@@ -208,10 +218,29 @@ class SparkProvider:
         with contextlib.suppress(Exception):
             self._make(warm_up=True)
 
+    def watch(self, changed: Callable[[], object]) -> Callable[[], None]:
+        """Have ``changed`` called, in the thread that made or failed to make the session, each time a start ends
+        (see :meth:`ready` and :meth:`problem`); returns what undoes it."""
+        with self._lock:
+            self._watchers = (*self._watchers, changed)
+
+        def unwatch() -> None:
+            with self._lock:
+                self._watchers = tuple(w for w in self._watchers if w is not changed)
+
+        return unwatch
+
+    def ready(self) -> bool:
+        """Whether a session is made and not being made again: a handler that asks now gets it without waiting."""
+        with self._lock:
+            return self._session is not None and not self._building and not self._closed
+
     def problem(self) -> str | None:
         """Why Spark is not ready for handlers (starting, or why it did not start), for ``/readyz``; None when it is
         (or when nothing has asked for it)."""
         with self._lock:
+            if self._building and self._failure is not None:
+                return f"Spark starting again; the last start failed: {self._failure}"
             if self._building:
                 return "Spark starting"
             if self._session is None and self._failure is not None:
@@ -276,8 +305,7 @@ class SparkProvider:
                              build, lambda: self._abandon(made))
         except Exception as exc:
             failure = str(exc) if isinstance(exc, SparkTimeout) else f"{type(exc).__name__}: {exc}"
-            log.error("Spark did not start; the next Spark handler tries again", master=self.settings.master,
-                      error=failure)
+            log.error("Spark did not start", master=self.settings.master, error=failure)
             if made:  # a session made before the failure (its warm-up failed, or the deadline passed) is not kept
                 _discard(made[0], self.remote, self.settings.check_timeout)
             elif not self.remote:
@@ -285,6 +313,7 @@ class SparkProvider:
             with self._lock:
                 self._building, self._failure = False, failure
                 self._lock.notify_all()
+            self._changed()
             raise
         with self._lock:
             self._building, self._failure, closed = False, None, self._closed
@@ -297,7 +326,16 @@ class SparkProvider:
             raise SparkUnavailable("the host stopped while Spark was starting")
         log.info("Spark ready", master=self.settings.master, seconds=round(time.monotonic() - began, 3),
                  warmed_up=warm_up, starts=self.starts)
+        self._changed()
         return spark
+
+    def _changed(self) -> None:
+        """Tell the watchers that a start ended; one that fails is logged, and the session is handed out anyway."""
+        for changed in self._watchers:
+            try:
+                changed()
+            except Exception as exc:
+                log.error("a watcher of Spark's start failed", error=f"{type(exc).__name__}: {exc}")
 
     def _death(self, spark: SparkSession) -> str | None:
         """Why the session can run no more jobs; None while it can. One call to the JVM or the Connect server.
@@ -599,6 +637,13 @@ class Spark(Middleware):
     def __init__(self, provider: SparkProvider, *, owned: bool = False) -> None:
         self.provider = provider
         self.owned = owned
+        #: Guards the fields below, which the provider's watcher changes from the thread that ended a start.
+        self._lock = threading.Lock()
+        #: Between host_started and host_stopped, with functions that run Spark: failed starts are tried again.
+        self._serving = False
+        self._unwatch: Callable[[], None] | None = None
+        self._restart: threading.Timer | None = None
+        self._pause = RESTART_FIRST_SECONDS
 
     @classmethod
     def from_settings(cls, settings: SparkSettings) -> Spark:
@@ -607,8 +652,36 @@ class Spark(Middleware):
     def host_started(self, functions: Sequence[FunctionSpec]) -> None:
         """Start Spark now, in the background, when a function says it runs Spark (``spark=True``)."""
         if using := [function.name for function in functions if function.extra("spark")]:
-            log.info("starting Spark with the host", functions=using)
+            log.info("starting Spark with the host; its functions receive once it is ready", functions=using)
+            with self._lock:
+                self._serving = True
+                self._unwatch = self.provider.watch(self._start_ended)
             self.provider.start()
+
+    def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
+        """Nothing for a function that runs Spark while its session is not ready: a message received now would wait
+        for the start within its own functionTimeout, and could end in poison without its handler running a job."""
+        return 0 if function.extra("spark") and not self.provider.ready() else room
+
+    def _start_ended(self) -> None:
+        """A start ended (in the thread that made it): wake the listeners held back, or try a failed start again."""
+        if self.provider.ready():
+            with self._lock:
+                self._pause = RESTART_FIRST_SECONDS
+            self.wake_listeners()
+            return
+        with self._lock:
+            if not self._serving or self.provider.problem() is None:
+                return
+            pause, self._pause = self._pause, min(self._pause * 2, RESTART_LONGEST_SECONDS)
+            if self._restart is not None:
+                self._restart.cancel()
+            self._restart = threading.Timer(pause, self.provider.start)
+            self._restart.name = "spark-start-again"
+            self._restart.daemon = True
+            self._restart.start()
+        log.warning("starting Spark again after a pause; the messages of its functions wait in the queue",
+                    seconds=pause)
 
     def not_ready(self) -> list[str]:
         problem = self.provider.problem()
@@ -622,5 +695,12 @@ class Spark(Middleware):
         self.provider.interrupt(invocation)
 
     def host_stopped(self) -> None:
+        with self._lock:
+            self._serving = False
+            unwatch, self._unwatch = self._unwatch, None
+            if self._restart is not None:
+                self._restart.cancel()
+        if unwatch is not None:
+            unwatch()
         if self.owned:
             self.provider.stop()

@@ -31,8 +31,9 @@ class SparkSettings:
     #: Where the JVM's log goes; None leaves Spark's own logging as it is.
     log_file: Path | None = None
     #: How long making the session and its warm-up job may take; past it the start has failed (``/readyz`` says
-    #: why) and the next handler that asks tries again. A cluster whose master or executors never come, or a
-    #: Connect server that accepts connections and answers nothing, would otherwise hold the start for ever.
+    #: why) and it is tried again (by the Spark middleware after a pause, or by the next handler that asks). A
+    #: cluster whose master or executors never come, or a Connect server that accepts connections and answers
+    #: nothing, would otherwise hold the start for ever.
     start_timeout: float = 180.0
     #: How long the check that a session is alive (one call to the JVM or the Connect server), and a Connect
     #: session's release, may wait; past it the session counts as gone.

@@ -145,6 +145,10 @@ class Capacity:
         pending = self._receiving[function] if batches else self._receiving_room[function]
         return self._invocations[function] + pending
 
+    def recheck(self) -> None:
+        """Listeners waiting for room look again: what middleware allows them may have risen."""
+        self._changed.set()
+
     def long_poll(self, function: str) -> asyncio.Event:
         """A long poll of ``function`` begins, holding room; the event is set if another function needs the room."""
         preempt = asyncio.Event()
@@ -233,9 +237,12 @@ class Listener:
         """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble."""
         extra = [asyncio.create_task(self._pipelined(index), name=f"receiver-{self.function.name}-{index}")
                  for index in range(1, self._most)]
+        # A middleware that held receives back and now allows them says so (wake_listeners): room is looked at again.
+        unwatch = self.middleware.watch_limits(self.capacity.recheck)
         try:
             await self._first()
         finally:
+            unwatch()
             for task in extra:
                 task.cancel()
             await asyncio.gather(*extra, return_exceptions=True)
