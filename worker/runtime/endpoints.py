@@ -14,7 +14,8 @@
 
 It runs on the host's event loop (aiohttp), and only when ``worker.httpPort`` is set, on ``worker.httpHost``.
 Who may read what (the token, data on loopback only without one, the Host header, the headers of every answer)
-is :mod:`worker.runtime.guard`'s.
+is :mod:`worker.runtime.guard`'s; how many connections stay open and for how long,
+:mod:`worker.runtime.connections`'.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
+from worker.runtime.connections import ConnectionLimits, Gate, GatedSite
 from worker.runtime.console.state import Console
 from worker.runtime.console.web import routes
 from worker.runtime.guard import Access, announce, application
@@ -40,10 +42,13 @@ log = structlog.get_logger("worker.runtime.endpoints")
 
 #: Longest a readiness check waits for storage, in seconds.
 READY_TIMEOUT = 3.0
-async def listen(runner: web.AppRunner, host: str, port: int) -> None:
-    """Serve ``runner`` on ``host:port``; a port that cannot be had refuses the start with one line naming it."""
+
+
+async def listen(runner: web.AppRunner, host: str, port: int, gate: Gate) -> None:
+    """Serve ``runner`` on ``host:port`` through ``gate`` (whose middleware the runner's application must have); a port
+    that cannot be had refuses the start with one line naming it."""
     try:
-        await web.TCPSite(runner, host, port).start()
+        await GatedSite(runner, host, port, gate).start()
     except OSError as exc:
         await runner.cleanup()
         reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
@@ -90,10 +95,13 @@ class Endpoints:
         self.draining = draining
         self._runner: web.AppRunner | None = None
 
-    async def start(self, port: int, access: Access, console: Console | None = None) -> None:
-        """Listen on ``access.bind``:``port`` (with the console at ``/`` when given); CannotListen when the address
-        cannot be had."""
-        app = application(access)
+    async def start(self, port: int, access: Access, console: Console | None = None,
+                    limits: ConnectionLimits | None = None) -> None:
+        """Listen on ``access.bind``:``port`` (with the console at ``/`` when given) within ``limits``; CannotListen
+        when the address cannot be had."""
+        gate = Gate(limits or ConnectionLimits())
+        self.metrics.registry.register(gate)
+        app = application(access, gate)
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/readyz", self.readyz),
@@ -103,8 +111,8 @@ class Endpoints:
         ])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await listen(self._runner, access.bind, port)
-        announce(access, port=port,
+        await listen(self._runner, access.bind, port, gate)
+        announce(access, port=port, max_connections=gate.max_connections,
                  paths=["/healthz", "/readyz", "/metrics", "/leases", *(["/"] if console is not None else [])])
 
     async def stop(self) -> None:

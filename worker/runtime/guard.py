@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
+from worker.runtime.connections import Gate
 from worker.runtime.console.web import STATIC
 from worker.settings.http_token import BearerToken
 
@@ -98,9 +99,11 @@ def host_name(header: str) -> str:
     return header.rstrip(".")
 
 
-def application(access: Access) -> web.Application:
-    """An aiohttp application whose every answer goes through ``access``."""
-    app = web.Application(middlewares=[_middleware(access)])
+def application(access: Access, gate: Gate | None = None) -> web.Application:
+    """An aiohttp application whose every answer goes through ``access``; ``gate`` sees each request first (the
+    connections it listens with: :mod:`worker.runtime.connections`)."""
+    guard = _middleware(access)
+    app = web.Application(middlewares=[gate.middleware, guard] if gate is not None else [guard])
     app.on_response_prepare.append(_safe_headers)
     return app
 
