@@ -2,8 +2,8 @@
 
 Past ``worker.httpMaxConnections`` a new connection is closed at once, but one that waited too long for its request
 gives way to a probe; a connection that sends no full request in ``worker.httpHeaderTimeout``, or idles between
-requests for ``worker.httpIdleTimeout``, is closed; and the accept loop, out of descriptors, says so once per
-interval however often it fails. The process tests
+requests for ``worker.httpIdleTimeout``, is closed, while a slow answer is not cut; ``/readyz`` asks storage once
+for many probes; and the accept loop, out of descriptors, says so once per interval however often it fails. The process tests
 (``test_endpoint_flood.py``) show the same under a real limit on open files.
 """
 
@@ -28,7 +28,9 @@ from worker import QueueMessage, WorkerApp
 from worker.observability.metrics import Metrics
 from worker.runtime import connections
 from worker.runtime.connections import ACCEPT_ERROR, ConnectionLimits, Gate
-from worker.runtime.endpoints import listen
+from worker.runtime.endpoints import Endpoints, listen
+from worker.runtime.guard import Access
+from worker.runtime.lease import LeaseScheduler
 from worker.settings.config import HostConfig
 
 QUEUE = "connections"
@@ -122,6 +124,42 @@ async def test_a_connection_without_a_request_in_time_or_idle_too_long_is_closed
         finally:
             for _, writer in (silent, slow, keep_alive):
                 writer.close()
+
+
+async def test_readyz_asks_storage_once_for_many_probes_and_a_slow_answer_is_not_cut(tmp_path: Path) -> None:
+    """Three hundred probes at once while storage takes longer to answer than the header timeout: one storage
+    call, and every probe answered."""
+    calls = 0
+    answer = asyncio.Event()
+
+    async def storage_check() -> None:
+        nonlocal calls
+        calls += 1
+        await answer.wait()
+
+    metrics = Metrics()
+    endpoints = Endpoints(metrics, LeaseScheduler(60, 0.5, metrics), storage_check, ["f"], draining=lambda: False,
+                          stuck=lambda: None)
+    port = free_port()
+    await endpoints.start(port, Access(None, "127.0.0.1"), limits=ConnectionLimits(400, 0.3, 0.3))
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def probe() -> int:
+                async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                    await response.read()
+                    return response.status
+
+            probes = [asyncio.create_task(probe()) for _ in range(300)]
+            await apoll(lambda: _now(sample(metrics, "worker_http_connections") == 300), 20,
+                        what="three hundred probes in")
+            await asyncio.sleep(0.6)  # twice the header and idle timeouts: what must not happen meanwhile
+            answer.set()
+            assert await asyncio.gather(*probes) == [200] * 300
+        assert calls == 1
+        assert sample(metrics, "worker_http_connections_closed_total", reason="header_timeout") == 0
+    finally:
+        await endpoints.stop()
 
 
 async def test_the_accept_loop_out_of_descriptors_says_so_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,8 @@
 It runs on the host's event loop (aiohttp), and only when ``worker.httpPort`` is set, on ``worker.httpHost``.
 Who may read what (the token, data on loopback only without one, the Host header, the headers of every answer)
 is :mod:`worker.runtime.guard`'s; how many connections stay open and for how long,
-:mod:`worker.runtime.connections`'.
+:mod:`worker.runtime.connections`'. ``/readyz`` asks storage at most once per :data:`STORAGE_CHECK_TTL`, however
+many probes ask it meanwhile, as the console's look at storage is cached.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ log = structlog.get_logger("worker.runtime.endpoints")
 
 #: Longest a readiness check waits for storage, in seconds.
 READY_TIMEOUT = 3.0
+#: How long an answer of storage to a readiness check stands for the next ones, in seconds.
+STORAGE_CHECK_TTL = 3.0
 
 
 async def listen(runner: web.AppRunner, host: str, port: int, gate: Gate) -> None:
@@ -94,6 +97,9 @@ class Endpoints:
         self.functions = functions
         self.draining = draining
         self._runner: web.AppRunner | None = None
+        self._storage_checking = asyncio.Lock()
+        self._storage_checked_at = -STORAGE_CHECK_TTL
+        self._storage_problem: str | None = None
 
     async def start(self, port: int, access: Access, console: Console | None = None,
                     limits: ConnectionLimits | None = None) -> None:
@@ -130,7 +136,7 @@ class Endpoints:
         return web.json_response(body, status=200 if not problems else 503)
 
     async def readiness(self) -> list[str]:
-        """Why the host is not ready, one line each; empty when it is (asks storage: up to READY_TIMEOUT)."""
+        """Why the host is not ready, one line each; empty when it is (storage's answer may be a few seconds old)."""
         problems = []
         if not self.functions:
             problems.append("no functions loaded")
@@ -140,16 +146,30 @@ class Endpoints:
             problems.append(stuck)
         problems += self.held_back()
         problems += self.not_ready()
+        if (storage := await self.storage_problem()) is not None:
+            problems.append(storage)
+        return problems
+
+    async def storage_problem(self) -> str | None:
+        """Why storage does not answer, or None when it does: asked at most once per :data:`STORAGE_CHECK_TTL` (one
+        check at a time; the probes that come meanwhile take its answer)."""
+        async with self._storage_checking:
+            if time.monotonic() - self._storage_checked_at >= STORAGE_CHECK_TTL:
+                self._storage_problem = await self._check_storage()
+                self._storage_checked_at = time.monotonic()
+            return self._storage_problem
+
+    async def _check_storage(self) -> str | None:
         try:
             async with asyncio.timeout(READY_TIMEOUT):  # not wait_for: see worker/waits.py
                 await self.storage_check()
         except TimeoutError:
             last = self.last_storage_error()
             problem = f"storage unreachable: no answer within {READY_TIMEOUT:g}s"
-            problems.append(f"{problem}; last: {last}" if last else problem)
+            return f"{problem}; last: {last}" if last else problem
         except Exception as exc:  # a TransientError names the endpoint and the cause (refused, sign-in, TLS ...)
-            problems.append(f"storage unreachable: {exc}" if str(exc) else f"storage unreachable: {type(exc).__name__}")
-        return problems
+            return f"storage unreachable: {exc}" if str(exc) else f"storage unreachable: {type(exc).__name__}"
+        return None
 
     async def metrics_text(self, _: web.Request) -> web.Response:
         output = await asyncio.to_thread(generate_latest, self.metrics.registry)
