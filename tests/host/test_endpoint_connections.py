@@ -3,7 +3,8 @@
 Past ``worker.httpMaxConnections`` a new connection is closed at once, but one that waited too long for its request
 gives way to a probe; a connection that sends no full request in ``worker.httpHeaderTimeout``, or idles between
 requests for ``worker.httpIdleTimeout``, is closed, while a slow answer is not cut; ``/readyz`` asks storage once
-for many probes; and the accept loop, out of descriptors, says so once per interval however often it fails. The process tests
+for many probes; wrong tokens are counted, throttled (429) and logged in a line per interval; and the accept loop,
+out of descriptors, says so once per interval however often it fails. The process tests
 (``test_endpoint_flood.py``) show the same under a real limit on open files.
 """
 
@@ -26,14 +27,16 @@ from aiohttp import web
 from tests.support import apoll, captured_logs, free_port, running
 from worker import QueueMessage, WorkerApp
 from worker.observability.metrics import Metrics
-from worker.runtime import connections
+from worker.runtime import connections, guard
 from worker.runtime.connections import ACCEPT_ERROR, ConnectionLimits, Gate
 from worker.runtime.endpoints import Endpoints, listen
-from worker.runtime.guard import Access
+from worker.runtime.guard import BLOCK_AFTER, Access
 from worker.runtime.lease import LeaseScheduler
 from worker.settings.config import HostConfig
+from worker.settings.http_token import TOKEN_ENV
 
 QUEUE = "connections"
+TOKEN = "Y29ubmVjdGlvbnMtdGVzdC10b2tlbg"
 
 
 def app() -> WorkerApp:
@@ -51,10 +54,12 @@ def config(tmp_path: Path, **settings: object) -> HostConfig:
                    http_host="127.0.0.1", **settings)  # type: ignore[arg-type]
 
 
-async def status(port: int, path: str) -> int | None:
+async def status(port: int, path: str, token: str | None = None) -> int | None:
     """The status of ``path``, or None when the connection is closed before an answer."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else None
     try:
-        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}") as answer:
+        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}",
+                                                                   headers=headers) as answer:
             await answer.read()
             return answer.status
     except aiohttp.ClientConnectionError:
@@ -160,6 +165,30 @@ async def test_readyz_asks_storage_once_for_many_probes_and_a_slow_answer_is_not
         assert sample(metrics, "worker_http_connections_closed_total", reason="header_timeout") == 0
     finally:
         await endpoints.stop()
+
+
+async def test_wrong_tokens_are_counted_throttled_and_logged_in_few_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    settings = config(tmp_path)
+    port = settings.http_port
+    with captured_logs(monkeypatch, guard, connections) as logs:
+        async with running(app(), settings) as host:
+            await apoll(lambda: status(port, "/healthz"), 15, what="the endpoints to listen")
+            answers = [await status(port, "/metrics", token=f"wrong-{n:02d}-{TOKEN}") for n in range(50)]
+            assert answers == [401] * BLOCK_AFTER + [429] * (50 - BLOCK_AFTER)
+            assert await status(port, "/leases", token=TOKEN) == 200  # the right token still passes
+            assert await status(port, "/leases") == 401  # none at all is no attempt: not counted
+            assert sample(host.metrics, "worker_http_token_failures_total", status="401") == BLOCK_AFTER
+            assert sample(host.metrics, "worker_http_token_failures_total", status="429") == 50 - BLOCK_AFTER
+    lines = [line for line in logs if line["event"] == "endpoint token refused"]
+    # One line at once, the rest counted in one more when the interval ends (here: when the host stops).
+    assert len(lines) == 2, lines
+    assert sum(line["count"] for line in lines) == 50 and lines[-1]["total"] == 50
+    assert lines[0]["peers"] == {"127.0.0.1": 1} and lines[-1]["peers"] == {"127.0.0.1": 49}
+    assert lines[-1]["blocked"] is True and lines[-1]["status"] == 429
+    assert TOKEN not in repr(logs)
 
 
 async def test_the_accept_loop_out_of_descriptors_says_so_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,8 +4,8 @@ idle connections to their endpoints, on the embedded queue and blob store.
 Once, a few hundred idle connections to the port took every descriptor a process at a soft limit of 256 had: a blob
 output failed with "Too many open files", every message of the run went to poison, ``/healthz`` stopped answering
 and the accept loop's errors filled the log. Here the worker runs at 256 soft and hard (raising cannot help), three
-hundred connections stay open and silent, and every message is still handled; and a soft limit under a higher hard
-one is raised.
+hundred connections stay open and silent, and every message is still handled; a short token is refused at start,
+and a soft limit under a higher hard one is raised.
 """
 
 from __future__ import annotations
@@ -113,6 +113,20 @@ def test_a_soft_limit_under_the_hard_one_is_raised_to_it(tmp_path: Path) -> None
         assert re.search(r"^Max open files\s+4096\s+4096\s", limits, re.MULTILINE), limits
     finally:
         worker.kill()
+
+
+def test_a_one_character_token_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
+    config = write_host_yaml(tmp_path, worker={"httpPort": free_port(), "httpHost": "127.0.0.1"})
+    worker = WorkerProcess(config, {"TRIGGER_QUEUE": QUEUE, "WORKER_HTTP_TOKEN": "x"}, app=APP).start()
+    try:
+        assert worker.wait(60) == 2
+    finally:
+        worker.kill()
+    stderr = worker.log_path.read_text()
+    line = ('worker run: error: WORKER_HTTP_TOKEN: the token in environment WORKER_HTTP_TOKEN has 1 character, fewer '
+            'than 16; make one with python -c "import secrets; print(secrets.token_urlsafe(32))"\n')
+    assert stderr.endswith(line), stderr
+    assert "Traceback" not in stderr
 
 
 def _metrics(port: int) -> str | None:

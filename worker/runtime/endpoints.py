@@ -36,7 +36,7 @@ from worker.observability.metrics import Metrics
 from worker.runtime.connections import ConnectionLimits, Gate, GatedSite
 from worker.runtime.console.state import Console
 from worker.runtime.console.web import routes
-from worker.runtime.guard import Access, announce, application
+from worker.runtime.guard import Access, TokenFailures, announce, application
 from worker.runtime.lease import LeaseScheduler
 
 log = structlog.get_logger("worker.runtime.endpoints")
@@ -97,6 +97,7 @@ class Endpoints:
         self.functions = functions
         self.draining = draining
         self._runner: web.AppRunner | None = None
+        self._failures = TokenFailures()
         self._storage_checking = asyncio.Lock()
         self._storage_checked_at = -STORAGE_CHECK_TTL
         self._storage_problem: str | None = None
@@ -106,8 +107,9 @@ class Endpoints:
         """Listen on ``access.bind``:``port`` (with the console at ``/`` when given) within ``limits``; CannotListen
         when the address cannot be had."""
         gate = Gate(limits or ConnectionLimits())
-        self.metrics.registry.register(gate)
-        app = application(access, gate)
+        for collector in (gate, self._failures):
+            self.metrics.registry.register(collector)
+        app = application(access, gate, self._failures)
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/readyz", self.readyz),
@@ -124,6 +126,7 @@ class Endpoints:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        self._failures.log.close()
 
     async def healthz(self, _: web.Request) -> web.Response:
         if (problem := self.stuck()) is not None:
