@@ -3,14 +3,14 @@ the accept loop may be. Nothing beside the worker may wedge it.
 
 An HTTP server holds a file descriptor per connection, and the worker's messages need descriptors too (a blob
 output, the embedded queue's files, storage's sockets). Left to aiohttp's defaults, a connection that never sends a
-request stays open for about an hour, and there is no limit on how many do: idle connections could take every
-descriptor the process may open, and every message then fails. So:
+request stays open long, and there is no limit on how many do: idle connections could take every descriptor the
+process may open, and every message then fails. So:
 
-- **A cap** (``worker.httpMaxConnections``, and never more than a quarter of the descriptors the process may
-  open): past it, a new connection is closed at once, unless a connection that has waited for its request longer
-  than :data:`GIVE_WAY_AFTER` can give way to it, the oldest first; a probe thus still gets in while idle
-  connections fill the cap, as busy servers close idle keep-alive connections first. asyncio accepts as many
-  connections in a row as its backlog argument says before any is closed, so that is small
+- **A cap** (``worker.httpMaxConnections``, and never more than a part of the descriptors the process may open,
+  :data:`SHARE_OF_DESCRIPTORS`): past it, a new connection is closed at once, unless a connection that has waited
+  for its request longer than :data:`GIVE_WAY_AFTER` can give way to it, the oldest first; a probe thus still gets
+  in while idle connections fill the cap, as busy servers close idle keep-alive connections first. asyncio accepts
+  as many connections in a row as its backlog argument says before any is closed, so that is small
   (:data:`ACCEPT_AT_ONCE`), and the listening socket's own backlog is set after it (:data:`BACKLOG`): connections
   waiting there hold no descriptor of the process.
 - **Timeouts:** a new connection whose request's headers have not come in ``worker.httpHeaderTimeout`` is closed,
@@ -36,6 +36,8 @@ import structlog
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from worker.settings.config import HostConfig
+
 log = structlog.get_logger("worker.runtime.connections")
 
 #: How long a connection must have waited for a request before a new one at the cap may close it, in seconds: long
@@ -45,7 +47,8 @@ GIVE_WAY_AFTER = 1.0
 ACCEPT_AT_ONCE = 16
 #: Connections the system keeps waiting to be accepted (as nginx's and Node's default).
 BACKLOG = 511
-#: The endpoints' connections take at most this part of the descriptors the process may open, whatever the cap.
+#: The endpoints' connections take at most this part (one in so many) of the descriptors the process may open,
+#: whatever the cap.
 SHARE_OF_DESCRIPTORS = 4
 #: At most one line per this many seconds for each kind of repeated trouble (failed accepts, wrong tokens).
 LOG_INTERVAL = 10.0
@@ -67,8 +70,8 @@ class ConnectionLimits:
     idle_timeout: float = 75.0
 
     @classmethod
-    def of(cls, config: Any) -> ConnectionLimits:
-        """The limits a host's settings (a ``HostConfig``) ask for."""
+    def of(cls, config: HostConfig) -> ConnectionLimits:
+        """The limits a host's settings ask for."""
         return cls(config.http_max_connections, config.http_header_timeout, config.http_idle_timeout)
 
 
@@ -130,7 +133,7 @@ class Gate:
     def __init__(self, limits: ConnectionLimits) -> None:
         self.limits = limits
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        #: The cap in force: the setting's, or a quarter of the descriptors the process may open when that is less.
+        #: The cap in force: the setting's, or the share of descriptors the process may open when that is less.
         self.max_connections = limits.max_connections if soft == resource.RLIM_INFINITY else max(
             1, min(limits.max_connections, soft // SHARE_OF_DESCRIPTORS))
         #: Connections closed by the gate, by reason (:data:`CLOSE_REASONS`).
