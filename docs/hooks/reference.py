@@ -158,6 +158,13 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "worker.httpAllowedHosts": ("names, besides `localhost`, IP addresses and `worker.httpHost`, that requests may "
                                 "reach the endpoints by (the `Host` header); any other answers 421 (DNS rebinding)",
                                 ""),
+    "worker.httpMaxConnections": ("connections to the endpoints open at once; past it a new one is closed at once, "
+                                  "unless one that has waited over a second for its request gives way (see "
+                                  "[Running and operating](../operating.md#limits-on-the-endpoints-connections))", ""),
+    "worker.httpHeaderTimeout": ("longest a new connection to the endpoints may take to send its request's headers; "
+                                 "then it is closed", ""),
+    "worker.httpIdleTimeout": ("longest a connection to the endpoints may stay idle between requests; then it is "
+                               "closed", ""),
     "worker.invocationLogs": ("an INFO line when each invocation starts (`Executing`) and ends (`Executed`, with outcome "
                               "and duration)",
                               "the Functions host's own Executing / Executed lines"),

@@ -21,7 +21,7 @@ from worker.backends.registry import open_backend
 
 pytestmark = pytest.mark.subprocess
 
-TOKEN = "bulk-test-token"
+TOKEN = "bulk-actions-test-token"
 POISON = "console-fragile-poison"
 
 

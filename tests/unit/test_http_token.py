@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import secrets
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from worker.settings.config import ConfigError, load_config
-from worker.settings.http_token import TOKEN_ENV, http_token
+from worker.settings.config import ConfigError, ConfigErrors, load_config
+from worker.settings.http_token import MAKE_ONE, MIN_LENGTH, TOKEN_ENV, http_token
 
 TOKEN = "c2VjcmV0LXRva2VuLWZvci10ZXN0cw=="
 
@@ -96,3 +97,33 @@ def test_an_empty_token_in_the_environment_is_refused() -> None:
 def test_accepts_only_its_own_token_as_a_bearer(header: str | None, accepted: bool) -> None:
     token = http_token(load_config(None, environ={}), {TOKEN_ENV: TOKEN})
     assert token is not None and token.accepts(header) is accepted
+
+
+@pytest.mark.parametrize("token", ["x", "a" * (MIN_LENGTH - 1)])
+def test_a_short_token_is_refused_in_one_line_that_says_how_to_make_one(token: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        http_token(load_config(None, environ={}), {TOKEN_ENV: token})
+    assert str(error.value) == (
+        f"{TOKEN_ENV}: the token in environment {TOKEN_ENV} has {len(token)} character{'s' * (len(token) > 1)}, fewer "
+        f"than {MIN_LENGTH}; make one with {MAKE_ONE}")
+    assert "\n" not in str(error.value)
+
+
+def test_a_token_of_the_least_length_is_accepted_and_the_made_one_is_long_enough() -> None:
+    token = http_token(load_config(None, environ={}), {TOKEN_ENV: "a" * MIN_LENGTH})
+    assert token is not None and token.accepts("Bearer " + "a" * MIN_LENGTH)
+    # What the refusal's command makes (secrets' URL-safe base64) is long enough and fits a header.
+    assert "secrets.token_urlsafe(32)" in MAKE_ONE
+    assert http_token(load_config(None, environ={}), {TOKEN_ENV: secrets.token_urlsafe(32)}) is not None
+
+
+def test_a_short_token_with_characters_a_header_cannot_carry_is_refused_for_both_at_once(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("two words\n", encoding="utf-8")
+    config = load_config(config_in(tmp_path, "worker:\n  httpTokenFile: token\n"), environ={})
+    with pytest.raises(ConfigErrors) as error:
+        http_token(config, {})
+    assert [e.problem.split(";")[0].split(",")[0] for e in error.value.errors] == [
+        f"the token in file {tmp_path / 'token'} has 9 characters",
+        f"the token in file {tmp_path / 'token'} holds characters a header cannot carry as they are",
+    ]
+

@@ -16,6 +16,7 @@
 - :mod:`.supervisor`: the process, or ``--processes N`` of them, that runs the
   host; replaces a recycled one at once and logs one that died unasked; never
   imports the app;
+- :mod:`.open_files`: the soft limit on open files raised to the hard one at start;
 - :mod:`.front`: the endpoints of ``--processes N`` on one port, served by the
   supervisor (imported only then: the web framework is most of a start);
 - :mod:`.spark_cluster`: ``worker spark``, a standalone master and worker or a

@@ -59,6 +59,7 @@ from worker.observability import tracing
 from worker.observability.logs import configure_logging
 from worker.ops import completion, scaffold, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
+from worker.ops.open_files import raise_open_files_limit
 from worker.ops.spark_cluster import SparkServerError
 from worker.ops.supervisor import (
     SUPERVISOR_ENV,
@@ -208,7 +209,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # --log-level, when given, sets one level for all; else host.json's logging.logLevel sets each category's.
     configure_logging(args.log_level, categories=config.log_levels)
     log = structlog.get_logger("worker.ops.cli")
+    raised = raise_open_files_limit()  # the processes of the supervisor inherit it
     if supervisor_pid is None:  # said once, by worker run itself, not again by the process it supervises
+        if raised is not None:
+            log.info("limit on open files raised", soft=raised[0], now=raised[1])
         if args.local_settings.found:
             log.info("local settings read", path=str(args.local_settings.path),
                      settings=len(args.local_settings.applied))

@@ -23,6 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.runtime.connections import ConnectionLimits, Gate
 from worker.runtime.console.merge import merge_history, merge_state
 from worker.runtime.console.web import static_routes, who
 from worker.runtime.endpoints import listen
@@ -50,7 +51,8 @@ class Front:
         self.access = Access(token, host, open_data, allowed_hosts(allowed))
 
     async def serve(self) -> web.AppRunner:
-        app = application(self.access)
+        gate = Gate(ConnectionLimits())
+        app = application(self.access, gate)
         app.add_routes([web.get("/healthz", self._healthz), web.get("/readyz", self._readyz),
                         web.get("/metrics", self._metrics), web.get("/leases", self._leases),
                         *static_routes(), web.get("/console/api/state", self._console_state),
@@ -58,7 +60,7 @@ class Front:
                         web.post("/console/api/poison/{function}/{action}", self._console_action)])
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        await listen(runner, self.host, self.port)
+        await listen(runner, self.host, self.port, gate)
         announce(self.access, port=self.port, processes=len(self.ports))
         return runner
 

@@ -19,7 +19,8 @@
 - :mod:`.inflight`: what a worker process holds, written for its supervisor;
 - :mod:`.signals`: stop signals read per sender, so that a signal to the process group drains once;
 - :mod:`.endpoints`: probes, ``/metrics``, ``/leases``; :mod:`.guard`: who may
-  read what (the token, loopback, the ``Host`` header);
+  read what (the token, loopback, the ``Host`` header); :mod:`.connections`:
+  how many connections stay open and for how long, and a quiet accept loop;
 - :mod:`.console`: the web console at ``/``.
 
 May import every layer below it (backends, settings, observability, the

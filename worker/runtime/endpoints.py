@@ -14,7 +14,9 @@
 
 It runs on the host's event loop (aiohttp), and only when ``worker.httpPort`` is set, on ``worker.httpHost``.
 Who may read what (the token, data on loopback only without one, the Host header, the headers of every answer)
-is :mod:`worker.runtime.guard`'s.
+is :mod:`worker.runtime.guard`'s; how many connections stay open and for how long,
+:mod:`worker.runtime.connections`'. ``/readyz`` asks storage at most once per :data:`STORAGE_CHECK_TTL`, however
+many probes ask it meanwhile, as the console's look at storage is cached.
 """
 
 from __future__ import annotations
@@ -31,19 +33,25 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
+from worker.runtime.connections import ConnectionLimits, Gate, GatedSite
 from worker.runtime.console.state import Console
 from worker.runtime.console.web import routes
-from worker.runtime.guard import Access, announce, application
+from worker.runtime.guard import Access, TokenFailures, announce, application
 from worker.runtime.lease import LeaseScheduler
 
 log = structlog.get_logger("worker.runtime.endpoints")
 
 #: Longest a readiness check waits for storage, in seconds.
 READY_TIMEOUT = 3.0
-async def listen(runner: web.AppRunner, host: str, port: int) -> None:
-    """Serve ``runner`` on ``host:port``; a port that cannot be had refuses the start with one line naming it."""
+#: How long an answer of storage to a readiness check stands for the next ones, in seconds.
+STORAGE_CHECK_TTL = 3.0
+
+
+async def listen(runner: web.AppRunner, host: str, port: int, gate: Gate) -> None:
+    """Serve ``runner`` on ``host:port`` through ``gate`` (whose middleware the runner's application must have); a port
+    that cannot be had refuses the start with one line naming it."""
     try:
-        await web.TCPSite(runner, host, port).start()
+        await GatedSite(runner, host, port, gate).start()
     except OSError as exc:
         await runner.cleanup()
         reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
@@ -89,11 +97,19 @@ class Endpoints:
         self.functions = functions
         self.draining = draining
         self._runner: web.AppRunner | None = None
+        self._failures = TokenFailures()
+        self._storage_checking = asyncio.Lock()
+        self._storage_checked_at = -STORAGE_CHECK_TTL
+        self._storage_problem: str | None = None
 
-    async def start(self, port: int, access: Access, console: Console | None = None) -> None:
-        """Listen on ``access.bind``:``port`` (with the console at ``/`` when given); CannotListen when the address
-        cannot be had."""
-        app = application(access)
+    async def start(self, port: int, access: Access, console: Console | None = None,
+                    limits: ConnectionLimits | None = None) -> None:
+        """Listen on ``access.bind``:``port`` (with the console at ``/`` when given) within ``limits``; CannotListen
+        when the address cannot be had."""
+        gate = Gate(limits or ConnectionLimits())
+        for collector in (gate, self._failures):
+            self.metrics.registry.register(collector)
+        app = application(access, gate, self._failures)
         app.add_routes([
             web.get("/healthz", self.healthz),
             web.get("/readyz", self.readyz),
@@ -103,13 +119,14 @@ class Endpoints:
         ])
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await listen(self._runner, access.bind, port)
-        announce(access, port=port,
+        await listen(self._runner, access.bind, port, gate)
+        announce(access, port=port, max_connections=gate.max_connections,
                  paths=["/healthz", "/readyz", "/metrics", "/leases", *(["/"] if console is not None else [])])
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        self._failures.log.close()
 
     async def healthz(self, _: web.Request) -> web.Response:
         if (problem := self.stuck()) is not None:
@@ -122,7 +139,7 @@ class Endpoints:
         return web.json_response(body, status=200 if not problems else 503)
 
     async def readiness(self) -> list[str]:
-        """Why the host is not ready, one line each; empty when it is (asks storage: up to READY_TIMEOUT)."""
+        """Why the host is not ready, one line each; empty when it is (storage's answer may be a few seconds old)."""
         problems = []
         if not self.functions:
             problems.append("no functions loaded")
@@ -132,16 +149,30 @@ class Endpoints:
             problems.append(stuck)
         problems += self.held_back()
         problems += self.not_ready()
+        if (storage := await self.storage_problem()) is not None:
+            problems.append(storage)
+        return problems
+
+    async def storage_problem(self) -> str | None:
+        """Why storage does not answer, or None when it does: asked at most once per :data:`STORAGE_CHECK_TTL` (one
+        check at a time; the probes that come meanwhile take its answer)."""
+        async with self._storage_checking:
+            if time.monotonic() - self._storage_checked_at >= STORAGE_CHECK_TTL:
+                self._storage_problem = await self._check_storage()
+                self._storage_checked_at = time.monotonic()
+            return self._storage_problem
+
+    async def _check_storage(self) -> str | None:
         try:
             async with asyncio.timeout(READY_TIMEOUT):  # not wait_for: see worker/waits.py
                 await self.storage_check()
         except TimeoutError:
             last = self.last_storage_error()
             problem = f"storage unreachable: no answer within {READY_TIMEOUT:g}s"
-            problems.append(f"{problem}; last: {last}" if last else problem)
+            return f"{problem}; last: {last}" if last else problem
         except Exception as exc:  # a TransientError names the endpoint and the cause (refused, sign-in, TLS ...)
-            problems.append(f"storage unreachable: {exc}" if str(exc) else f"storage unreachable: {type(exc).__name__}")
-        return problems
+            return f"storage unreachable: {exc}" if str(exc) else f"storage unreachable: {type(exc).__name__}"
+        return None
 
     async def metrics_text(self, _: web.Request) -> web.Response:
         output = await asyncio.to_thread(generate_latest, self.metrics.registry)

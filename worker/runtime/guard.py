@@ -6,7 +6,9 @@
   name is an IP address (a rebinding page always names itself), ``localhost``,
   ``worker.httpHost`` or one of ``worker.httpAllowedHosts``.
 - **The token.** With one set (:mod:`worker.settings.http_token`), every path
-  but the probes and the console's shell answers 401 without it.
+  but the probes and the console's shell answers 401 without it. Wrong tokens
+  are counted and logged (one line per interval, :class:`TokenFailures`), and
+  an address that keeps sending them is answered 429 for a while.
 - **No token, beyond loopback.** ``/leases`` and the console's data name
   messages, failure reasons and files; on an address others reach, they
   answer 403 unless ``worker.httpOpenData`` says to serve them anyway. The
@@ -19,12 +21,17 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Awaitable, Callable, Iterable
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, Metric
 
+from worker.runtime.connections import Gate, Throttled
 from worker.runtime.console.web import STATIC
 from worker.settings.http_token import BearerToken
 
@@ -38,6 +45,13 @@ PUBLIC_PATHS = OPEN_PATHS | {"/metrics"}
 LOOPBACK_NAMES = frozenset({"localhost"})
 #: What the ``Server`` header says: the product, no version to look vulnerabilities up by.
 SERVER = "queueworker"
+
+#: Wrong tokens from one address within FAILURE_WINDOW seconds after which it is answered 429 for BLOCK_SECONDS.
+BLOCK_AFTER = 10
+FAILURE_WINDOW = 60.0
+BLOCK_SECONDS = 60.0
+#: Addresses remembered at most, the least recent forgotten first, so that many addresses cannot grow the table.
+PEERS_KEPT = 1024
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -77,6 +91,53 @@ class Access:
         return True
 
 
+@dataclass
+class _Peer:
+    failures: int = 0
+    since: float = 0.0
+    blocked_until: float = 0.0
+
+
+class TokenFailures:
+    """Wrong tokens: counted for /metrics, logged with the sender's address (one line per interval), and an
+    address that sends :data:`BLOCK_AFTER` within :data:`FAILURE_WINDOW` is answered 429 for :data:`BLOCK_SECONDS`.
+    A right token still passes from a blocked address: one shared by a scraper and a guesser (a node's, a proxy's)
+    keeps its scrapes, and a token long enough cannot be guessed anyway."""
+
+    def __init__(self) -> None:
+        #: Wrong tokens, by the status they were answered with ("401", "429").
+        self.answered: Counter[str] = Counter()
+        self.log = Throttled(log.warning, "endpoint token refused")
+        self._peers: dict[str, _Peer] = {}
+
+    def refuse(self, peer: str, path: str) -> float:
+        """Count a wrong token from ``peer``; the seconds it is blocked for (429), or 0 (401)."""
+        now = time.monotonic()
+        state = self._peers.pop(peer, None) or _Peer(since=now)
+        self._peers[peer] = state  # the most recent last
+        if len(self._peers) > PEERS_KEPT:
+            del self._peers[next(iter(self._peers))]
+        wait = state.blocked_until - now
+        if wait <= 0:
+            if now - state.since > FAILURE_WINDOW:
+                state.failures, state.since = 0, now
+            state.failures += 1
+            if state.failures >= BLOCK_AFTER:  # this one is still 401; the next ones 429
+                state.failures, state.since, state.blocked_until = 0, now + BLOCK_SECONDS, now + BLOCK_SECONDS
+        answer = "429" if wait > 0 else "401"
+        self.answered[answer] += 1
+        self.log.note(peer=peer, path=path, status=int(answer), blocked=state.blocked_until > now)
+        return max(wait, 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        """The series for /metrics (a prometheus_client collector)."""
+        family = CounterMetricFamily("worker_http_token_failures", "Requests to the endpoints with a wrong token, by "
+                                     "the status answered (429: the address sent too many)", labels=["status"])
+        for answer in ("401", "429"):
+            family.add_metric([answer], self.answered[answer])
+        yield family
+
+
 def is_loopback(bind: str) -> bool:
     """Whether an address to listen on is reachable from this machine only."""
     if bind.lower() in LOOPBACK_NAMES:
@@ -98,9 +159,11 @@ def host_name(header: str) -> str:
     return header.rstrip(".")
 
 
-def application(access: Access) -> web.Application:
-    """An aiohttp application whose every answer goes through ``access``."""
-    app = web.Application(middlewares=[_middleware(access)])
+def application(access: Access, gate: Gate | None = None, failures: TokenFailures | None = None) -> web.Application:
+    """An aiohttp application whose every answer goes through ``access``; ``gate`` sees each request first (the
+    connections it listens with: :mod:`worker.runtime.connections`), ``failures`` each wrong token."""
+    guard = _middleware(access, failures if failures is not None else TokenFailures())
+    app = web.Application(middlewares=[gate.middleware, guard] if gate is not None else [guard])
     app.on_response_prepare.append(_safe_headers)
     return app
 
@@ -119,7 +182,9 @@ def allowed_hosts(names: Iterable[str]) -> frozenset[str]:
     return frozenset(host_name(name) for name in names)
 
 
-def _middleware(access: Access) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def _middleware(
+    access: Access, failures: TokenFailures
+) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not access.host_allowed(request.headers.get("Host")):
@@ -127,8 +192,13 @@ def _middleware(access: Access) -> Callable[[web.Request, Handler], Awaitable[we
                 {"error": f"this worker does not answer to the host name {host_name(request.headers['Host'])!r}; "
                           "add it to worker.httpAllowedHosts if it is this worker's"}, status=421)
         if access.token is not None:
-            if request.path in OPEN_PATHS or access.token.accepts(request.headers.get("Authorization")):
+            given = request.headers.get("Authorization")
+            if request.path in OPEN_PATHS or access.token.accepts(given):
                 return await handler(request)
+            if given is not None and (wait := failures.refuse(request.remote or "unknown", request.path)):
+                return web.json_response(
+                    {"error": "too many wrong tokens from this address; try again later"}, status=429,
+                    headers={"Retry-After": str(math.ceil(wait))})
             return web.json_response({"error": "a bearer token is required"}, status=401,
                                      headers={"WWW-Authenticate": 'Bearer realm="worker"'})
         if access.data == "nobody" and request.path not in PUBLIC_PATHS:

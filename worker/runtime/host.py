@@ -308,6 +308,7 @@ class Host:
         """Start the HTTP endpoints and the console, with gauges for in-flight messages, queue lengths, threads and
         tasks; the task returned keeps the gauge's queue lengths and the console's history."""
         # Imported here: the web framework is most of a worker's start, and a host without a port does not need it.
+        from worker.runtime.connections import ConnectionLimits
         from worker.runtime.endpoints import Endpoints
         from worker.runtime.guard import Access, allowed_hosts
 
@@ -350,7 +351,7 @@ class Host:
         console = self._console(listeners, scheduler, dispatcher, endpoints, middleware, actions=token is not None)
         access = Access(token, self.config.http_host, self.config.http_open_data,
                         allowed_hosts(self.config.http_allowed_hosts))
-        await endpoints.start(self.config.http_port, access, console)
+        await endpoints.start(self.config.http_port, access, console, ConnectionLimits.of(self.config))
 
         async def watch() -> None:
             await asyncio.gather(watch_lengths(), console.sample_forever())

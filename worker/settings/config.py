@@ -173,6 +173,9 @@ _SCHEMA: dict[str, Setting] = {
     "worker.httpTokenFile": Setting("http_token_file", parse_text),
     "worker.httpOpenData": Setting("http_open_data", parse_boolean),
     "worker.httpAllowedHosts": Setting("http_allowed_hosts", _host_names),
+    "worker.httpMaxConnections": Setting("http_max_connections", parse_integer, Between(1, 10_000)),
+    "worker.httpHeaderTimeout": Setting("http_header_timeout", parse_duration, Between(0.1, 3600, "s")),
+    "worker.httpIdleTimeout": Setting("http_idle_timeout", parse_duration, Between(0.1, 86400, "s")),
     "worker.invocationLogs": Setting("invocation_logs", parse_boolean),
     "worker.middleware": Setting("middleware", _names),
     "worker.processes": Setting("processes", parse_integer, Between(1, 256)),
@@ -280,6 +283,13 @@ class HostConfig:
     http_open_data: bool = False
     #: Host names, besides loopback's and http_host, that requests may name (refusing the rest stops DNS rebinding).
     http_allowed_hosts: tuple[str, ...] = ()
+    #: Connections to the endpoints open at once; past it a new one is closed at once (worker.runtime.connections).
+    #: Few: probes, a scraper and a console need a handful, and each holds a file descriptor messages may need.
+    http_max_connections: int = 64
+    #: Longest a new connection may take to send its request's headers, in seconds.
+    http_header_timeout: float = 10.0
+    #: Longest a connection may stay idle between requests, in seconds: above a minute, Prometheus' usual interval.
+    http_idle_timeout: float = 75.0
     #: An INFO line when each invocation starts (Executing) and ends (Executed), as Functions logs them.
     invocation_logs: bool = True
     #: Middleware to add, as ``module:attribute`` names, after the host's own and the app's.

@@ -5,7 +5,8 @@ the port beyond the pod can ask for a token (without one, ``/leases`` and the co
 only: :mod:`worker.runtime.guard`). It comes from the environment (``WORKER_HTTP_TOKEN``, as
 platforms hand secrets to containers) or from a file (``worker.httpTokenFile``, a mounted Secret); never from
 host.yaml itself, which is copied into images and repositories. The probes stay open: the kubelet sends no
-token.
+token. A token shorter than :data:`MIN_LENGTH` is refused at start: the endpoints do not slow a guesser down enough
+for a short one to hold (they only count and throttle wrong tokens: :mod:`worker.runtime.guard`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from worker.settings.config import ConfigError, HostConfig
+from worker.settings.schema import raise_all
 
 #: The environment variable that holds the token.
 TOKEN_ENV = "WORKER_HTTP_TOKEN"
 #: What a token may hold: RFC 6750's token68 characters, so that it fits an ``Authorization`` header unchanged.
 _TOKEN68 = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+#: The fewest characters a token may have.
+MIN_LENGTH = 16
+#: How to make a token, as the refusals say.
+MAKE_ONE = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 class BearerToken:
@@ -51,8 +57,8 @@ def http_token(config: HostConfig, environ: Mapping[str, str]) -> BearerToken | 
     """The token the endpoints require, or None when neither ``WORKER_HTTP_TOKEN`` nor ``worker.httpTokenFile`` is set.
 
     Raises ConfigError when it is set and unusable: both set (which one is meant?), a file that cannot be
-    read, an empty token (an operator who set one believes the endpoints guarded), or characters that
-    cannot travel in a header.
+    read, an empty token (an operator who set one believes the endpoints guarded), one shorter than
+    :data:`MIN_LENGTH`, or characters that cannot travel in a header; every problem of the token at once.
     """
     from_env = environ.get(TOKEN_ENV)
     if from_env is not None and config.http_token_file is not None:
@@ -72,8 +78,14 @@ def http_token(config: HostConfig, environ: Mapping[str, str]) -> BearerToken | 
 
 def _checked(value: str, key: str, source: str) -> BearerToken:
     if not value:
-        raise ConfigError(key, f"the token in {source} is empty")
+        raise ConfigError(key, f"the token in {source} is empty; make one with {MAKE_ONE}")
+    problems = []
+    if len(value) < MIN_LENGTH:
+        characters = f"{len(value)} character{'' if len(value) == 1 else 's'}"
+        problems.append(ConfigError(key, f"the token in {source} has {characters}, fewer than {MIN_LENGTH}; make one "
+                                         f"with {MAKE_ONE}"))
     if not _TOKEN68.fullmatch(value):
-        raise ConfigError(key, f"the token in {source} holds characters a header cannot carry as they are; use "
-                               "letters, digits and - . _ ~ + / (base64 or hex, say)")
+        problems.append(ConfigError(key, f"the token in {source} holds characters a header cannot carry as they are; "
+                                         "use letters, digits and - . _ ~ + / (base64 or hex, say)"))
+    raise_all(problems)
     return BearerToken(value, source)
