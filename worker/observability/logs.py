@@ -242,10 +242,16 @@ class _DescriptorWriter(io.TextIOBase):
         return True
 
     def write(self, text: str) -> int:  # type: ignore[override]
-        view = memoryview(text.encode("utf-8", "backslashreplace"))
-        while view:  # a pipe may take part of a long line when a signal interrupts the write
-            view = view[os.write(self._fd, view):]
+        data = text.encode("utf-8", "backslashreplace")
+        written = os.write(self._fd, data)
+        if written < len(data):  # a pipe may take part of a long line when a signal interrupts the write
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(self._fd, view):]
         return len(text)
+
+    def flush(self) -> None:
+        """Nothing is buffered."""
 
 
 def private_stderr() -> TextIO:
