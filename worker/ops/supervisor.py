@@ -183,7 +183,9 @@ class Supervisor:
             self._close_gate()
             # worker run's own process: a late copy of a stop signal must not end it as it cleans up.
             read_after_stop(self._signals, STOP_SIGNALS)
-            await self.end_leftovers()  # every worker process has exited: whatever is left is a handler's
+            # Every worker process has exited: whatever is left is a handler's. A second signal asked for an exit at
+            # once: no grace for them either.
+            await self.end_leftovers(grace=0 if self._signals.exit_now else LEFTOVER_GRACE)
             if runner is not None:
                 await runner.cleanup()
             shutil.rmtree(self._handovers, ignore_errors=True)
@@ -294,17 +296,17 @@ class Supervisor:
         log.info("worker process exited", process=child.index, pid=child.process.pid, exit_code=code)
         return code
 
-    async def end_leftovers(self) -> None:
-        """End the processes a worker process left behind: SIGTERM, then SIGKILL after :data:`LEFTOVER_GRACE`.
+    async def end_leftovers(self, grace: float = LEFTOVER_GRACE) -> None:
+        """End the processes a worker process left behind: SIGTERM, then SIGKILL after ``grace`` seconds.
 
         Why: a handler's forked child that ignores SIGTERM (or a daemon it started) would hold the queue file, a
         port or a lease's work after ``worker run`` ended, where nobody stops it. As the subreaper, the supervisor
         has them as children once their worker process exits; its only other children are the worker processes.
         """
         async with self._sweeping:
-            await self._sweep()
+            await self._sweep(grace)
 
-    async def _sweep(self) -> None:
+    async def _sweep(self, grace: float) -> None:
         deadline = time.monotonic() + LEFTOVER_DEADLINE
         kill_at: dict[int, float] = {}  # each leftover signalled, and when it gets SIGKILL
         while not self._starting:  # a process being started is not known yet: the next sweep looks again
@@ -319,7 +321,7 @@ class Supervisor:
                 log.warning("processes a handler started outlived their worker process; ending them", pids=fresh)
                 for pid in fresh:
                     _send(pid, signal.SIGTERM)
-                    kill_at[pid] = now + LEFTOVER_GRACE
+                    kill_at[pid] = now + grace
             if overdue := [pid for pid in left if kill_at[pid] <= now]:
                 log.warning("left-over processes ignored SIGTERM; killing them", pids=overdue)
                 for pid in overdue:
