@@ -66,7 +66,10 @@ def run_here(args: argparse.Namespace, config: HostConfig, log: Any, supervisor_
         dispatcher = asyncio.run(host.run())
     finally:  # what the interpreter's last steps finalize (an app's objects' __del__) must be collectable again
         gc.unfreeze()
-    print(format_summary(host.metrics, host.elapsed), flush=True)
+    try:
+        print(format_summary(host.metrics, host.elapsed), flush=True)
+    except OSError:  # stdout closed or its reader gone: the summary is lost, the exit code must not be
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- what the interpreter flushes at exit, instead
     if host.recycled is not None:
         # The timed-out handler's thread still runs: only the end of the process stops it.
         log.warning("process recycled", reason=host.recycled, exit_code=RECYCLED)
