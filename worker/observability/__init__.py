@@ -2,7 +2,8 @@
 
 - :mod:`.logs`: one log stream, JSON off a terminal, secrets redacted, levels
   by Functions' log categories (``always``: the ``host started`` line, written
-  whatever the levels);
+  whatever the levels); a line the stream refuses is dropped and counted, never
+  raised, and ``worker run`` writes to its own copy of stderr;
 - :mod:`.metrics`: the counters and gauges behind the run summary and ``/metrics``;
 - :mod:`.tracing`: whether the ``OTEL_*`` variables ask for traces and why they
   cannot be had; never imports OpenTelemetry;

@@ -5,13 +5,23 @@ container's log collector). The standard ``logging`` module (handlers' own
 lines, libraries) is routed through the same renderer, so the stream stays one
 object per line, and every line passes the redaction of account keys and SAS
 signatures, whoever wrote it.
+
+Nothing the host does waits on its log: a line the stream refuses (a closed
+descriptor, a reader gone, a full disk) is dropped and counted
+(:class:`LogSink`, ``worker_log_lines_dropped_total``), never raised into the
+completion, lease or signal path that wrote it. ``worker run`` writes to its own
+copy of stderr (:func:`private_stderr`), so a handler closing descriptor 2 does
+not close the host's log, nor send its lines to whatever file opens as 2 next.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from contextvars import ContextVar
 from typing import Any, TextIO
@@ -174,14 +184,145 @@ class Categories:
         return record.levelno >= self.level(self.category(record.name, function))
 
 
-class _NamedWriteLoggerFactory(structlog.WriteLoggerFactory):
-    """structlog's one-write-per-line logger, keeping the name it was asked for (``worker.runtime.host``) for
-    :class:`Categories`."""
+class LogSink:
+    """The stream every log line goes to, one write per line, which never raises.
 
-    def __call__(self, *args: Any) -> structlog.WriteLogger:
-        logger = super().__call__(*args)
-        logger.name = str(args[0]) if args else ""  # type: ignore[attr-defined]
-        return logger
+    Why: a log line is written from the completion of a message, the renewal of its lease and the handling of a stop
+    signal; a stream that fails there (a handler closed the descriptor, the log collector's pipe is gone, the disk is
+    full) must not fail them. The line is dropped and counted (:attr:`dropped`) and the host goes on. One write per
+    line, under a lock: the processes of ``--processes N`` share one stderr, and two lines must never interleave.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        #: Lines the stream refused.
+        self.dropped = 0
+        self._write = stream.write
+        self._flush = stream.flush
+        self._lock = threading.Lock()
+
+    def isatty(self) -> bool:
+        try:
+            return self.stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def line(self, text: str) -> None:
+        """Write ``text`` (one line and its newline), or count it as dropped."""
+        with self._lock:
+            try:
+                self._write(text)
+                self._flush()
+            except (OSError, ValueError):  # ValueError: a stream object closed in the process
+                self.dropped += 1
+
+
+class _DescriptorWriter(io.TextIOBase):
+    """Text written straight to a file descriptor, one system call per write, nothing buffered.
+
+    Why not a buffered file: one that fails keeps the refused text and writes it with a later line, so a line
+    counted as dropped could still come out, torn, once the stream works again.
+    """
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:  # type: ignore[override]
+        data = text.encode("utf-8", "backslashreplace")
+        written = os.write(self._fd, data)
+        if written < len(data):  # a pipe may take part of a long line when a signal interrupts the write
+            view = memoryview(data)[written:]
+            while view:
+                view = view[os.write(self._fd, view):]
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing is buffered."""
+
+
+def private_stderr() -> TextIO:
+    """The stream ``worker run`` logs to: its own duplicate of stderr, made now, and ``sys.stderr`` rebound to another.
+
+    Why: a handler (daemonising code, some libraries) may close descriptor 2. Written to 2, the host's lines would
+    then fail, and once any later ``open()`` or socket took 2, they would go into that file or connection. The host's
+    duplicates keep pointing at the stderr the process started with, whatever happens to 2, and are not inherited by
+    the processes a handler starts (which get 2 as it is then). ``sys.stderr`` gets a duplicate of its own, so that
+    Python's own writes (tracebacks, ``print(file=sys.stderr)``) survive a closed 2 too, and code closing
+    ``sys.stderr`` does not close the log. A stderr already replaced (a test capturing it) is returned as it is.
+    """
+    stream = sys.stderr
+    if stream is not sys.__stderr__:
+        return stream
+    try:
+        fd = stream.fileno()
+        stream.flush()
+    except (OSError, ValueError, AttributeError):
+        return stream
+    sys.stderr = io.TextIOWrapper(open(os.dup(fd), "wb"), encoding=stream.encoding, errors=stream.errors,  # noqa: SIM115
+                                  line_buffering=True)
+    return _DescriptorWriter(os.dup(fd))
+
+
+class _SinkLogger:
+    """structlog's logger for the host: each rendered line to the :class:`LogSink`, under the name it was asked for
+    (``worker.runtime.host``) for :class:`Categories`."""
+
+    __slots__ = ("name", "_line")
+
+    def __init__(self, sink: LogSink, name: str) -> None:
+        self.name = name
+        self._line = sink.line
+
+    def msg(self, message: str) -> None:
+        self._line(message + "\n")
+
+    log = debug = info = warn = warning = fatal = failure = err = error = critical = exception = msg
+
+
+class _SinkLoggerFactory:
+    """Makes a :class:`_SinkLogger` per logger name, all writing to one sink."""
+
+    def __init__(self, sink: LogSink) -> None:
+        self.sink = sink
+
+    def __call__(self, *args: Any) -> _SinkLogger:
+        return _SinkLogger(self.sink, str(args[0]) if args else "")
+
+
+class _SinkHandler(logging.Handler):
+    """The standard ``logging`` module's lines, formatted as structlog's, to the same :class:`LogSink`."""
+
+    def __init__(self, sink: LogSink) -> None:
+        super().__init__()
+        self._line = sink.line
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self._line(text + "\n")
+
+
+def dropped_lines() -> int:
+    """How many log lines this process's sink has dropped since logging was configured (0 before)."""
+    factory = structlog.get_config()["logger_factory"]
+    return factory.sink.dropped if isinstance(factory, _SinkLoggerFactory) else 0
 
 
 def always(logger: str, event: str, **fields: Any) -> None:
@@ -207,9 +348,9 @@ def configure_logging(
     ``level`` (``--log-level``) sets one level for every line; without it, ``categories`` (host.json's
     ``logging.logLevel``) set each category's, INFO where none applies.
     """
-    stream = sys.stderr if stream is None else stream
+    sink = LogSink(sys.stderr if stream is None else stream)
     if json_lines is None:
-        json_lines = not stream.isatty()
+        json_lines = not sink.isatty()
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -228,12 +369,12 @@ def configure_logging(
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         # One write per line (print() writes the text and its newline apart): the processes of `--processes N`
         # share one stderr, and two lines must never interleave into one that is not JSON.
-        logger_factory=_NamedWriteLoggerFactory(stream),
+        logger_factory=_SinkLoggerFactory(sink),
         cache_logger_on_first_use=True,
     )
     # Lines from the standard logging module (handlers' own logging.info, libraries) go out in the same
     # form, so that the stream stays one JSON object per line.
-    handler = logging.StreamHandler(stream)
+    handler = _SinkHandler(sink)
     if by_category:
         handler.addFilter(by_category.filter)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(

@@ -12,6 +12,8 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from worker.observability import logs
+
 #: Counter names, in the order the run summary prints them.
 COUNTERS = (
     "received",
@@ -189,6 +191,9 @@ class _Exposition:
                 gauge.add_metric([value], number)
             families.append(gauge)
         families += [m.handler_seconds.family(), m.receive_seconds.family()]
+        # The process's, not a function's: its log stream refused them (stderr closed, a broken pipe, a full disk).
+        families.append(CounterMetricFamily("worker_log_lines_dropped", "Log lines dropped because the log stream "
+                                            "refused them (closed, broken pipe, disk full)", value=logs.dropped_lines()))
         return families
 
 
@@ -202,5 +207,7 @@ def format_summary(metrics: Metrics, elapsed: float) -> str:
     for name in names:
         row = table.get(name, {})
         lines.append(f"{name:<{width}}  " + "  ".join(f"{row.get(c, 0):>{max(len(c), 6)}}" for c in columns))
+    if dropped := logs.dropped_lines():  # on stdout, which may still work when the log's stream did not
+        lines.append(f"log lines dropped: {dropped} (the log stream refused them)")
     lines.append(f"ran {elapsed:.1f}s")
     return "\n".join(lines)

@@ -56,7 +56,7 @@ from worker.bindings.encoding import body_text, encode
 from worker.compat.discovery import AppLoadError, app_directory, discover
 from worker.model import StartupRefused
 from worker.observability import tracing
-from worker.observability.logs import configure_logging
+from worker.observability.logs import configure_logging, private_stderr
 from worker.ops import completion, scaffold, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
 from worker.ops.open_files import raise_open_files_limit
@@ -206,8 +206,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.http_host is not None:
         config = dataclasses.replace(config, http_host=args.http_host)
     token = http_token(config, os.environ) if config.http_port else None  # read now: a bad one is refused at once
-    # --log-level, when given, sets one level for all; else host.json's logging.logLevel sets each category's.
-    configure_logging(args.log_level, categories=config.log_levels)
+    # --log-level, when given, sets one level for all; else host.json's logging.logLevel sets each category's. The log
+    # goes to the process's own copy of stderr: a handler closing descriptor 2 neither stops nor redirects it.
+    configure_logging(args.log_level, categories=config.log_levels, stream=private_stderr())
     log = structlog.get_logger("worker.ops.cli")
     raised = raise_open_files_limit()  # the processes of the supervisor inherit it
     if supervisor_pid is None:  # said once, by worker run itself, not again by the process it supervises

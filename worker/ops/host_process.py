@@ -68,7 +68,10 @@ def run_here(args: argparse.Namespace, config: HostConfig, log: Any, supervisor_
         dispatcher = asyncio.run(host.run())
     finally:  # what the interpreter's last steps finalize (an app's objects' __del__) must be collectable again
         gc.unfreeze()
-    print(format_summary(host.metrics, host.elapsed), flush=True)
+    try:
+        print(format_summary(host.metrics, host.elapsed), flush=True)
+    except OSError:  # stdout closed or its reader gone: the summary is lost, the exit code must not be
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- what the interpreter flushes at exit, instead
     if host.gave_up is not None:  # said in one line when it gave up
         return FAULT
     if host.faults.failed:  # said with its traceback when it happened; the exit is for whatever restarts the process

@@ -23,6 +23,16 @@ said it held (:mod:`worker.runtime.inflight`).
 A child dies with its supervisor (Linux's parent-death signal), so that
 ``kill -9`` of ``worker run`` still ends every process of it.
 
+What a handler started does not outlive its worker process either (a forked
+child that ignores SIGTERM and holds the queue file, a daemon that left its
+session). The supervisor is the child subreaper of its processes (Linux): a
+process whose worker process has exited becomes the supervisor's child, and
+the supervisor ends every such leftover, SIGTERM then SIGKILL after
+:data:`LEFTOVER_GRACE`, once a worker process exits and again before it
+exits itself (:meth:`Supervisor.end_leftovers`). The worker processes stay in
+the supervisor's process group, so that a signal to the group still reaches
+them as before.
+
 The supervisor never imports the app: import-time code (creating queues,
 printing warnings) runs once per process that runs the app, not once more
 here. Process 0 loads and checks the app first and tells the supervisor
@@ -50,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import math
 import os
 import shutil
 import signal
@@ -96,6 +107,12 @@ APP_GATE_ENV = "WORKER_APP_GATE_FD"
 CHILD_HOST = "127.0.0.1"
 #: prctl(2)'s option for the signal a process gets when its parent dies (Linux).
 _PR_SET_PDEATHSIG = 1
+#: prctl(2)'s option that makes a process the parent of its orphaned descendants (Linux).
+_PR_SET_CHILD_SUBREAPER = 36
+#: Seconds a process left behind by a worker process gets between SIGTERM and SIGKILL.
+LEFTOVER_GRACE = 3.0
+#: Longest the supervisor spends ending leftovers at one time: each SIGKILL may orphan a leftover's own children.
+LEFTOVER_DEADLINE = 10.0
 
 
 @dataclass
@@ -142,6 +159,8 @@ class Supervisor:
         self._last_signal = 0
         self._refused = False
         self._handovers: Path | None = None
+        self._starting = 0  # worker processes being started: pids that are the supervisor's but not yet known
+        self._sweeping = asyncio.Lock()  # processes exiting together: one sweep ends their leftovers, once
 
     async def run(self) -> int:
         """Start the children, keep them running, and return the exit code once all have stopped."""
@@ -152,6 +171,7 @@ class Supervisor:
         if self.count > 1:
             self._gate = os.pipe()
         loop.add_signal_handler(APP_LOADED_SIGNAL, self._open_gate)  # before any child can send it
+        adopt_orphans()  # before any child can leave one
         # Holds message bodies for a moment: readable by this user only (mkdtemp makes it 0700).
         self._handovers = Path(tempfile.mkdtemp(prefix="worker-handover-"))
         log.info("supervisor started", processes=self.count, pid=os.getpid(), burst=self.burst)
@@ -163,6 +183,9 @@ class Supervisor:
             self._close_gate()
             # worker run's own process: a late copy of a stop signal must not end it as it cleans up.
             read_after_stop(self._signals, STOP_SIGNALS)
+            # Every worker process has exited: whatever is left is a handler's. A second signal asked for an exit at
+            # once: no grace for them either.
+            await self.end_leftovers(grace=0 if self._signals.exit_now else LEFTOVER_GRACE)
             if runner is not None:
                 await runner.cleanup()
             shutil.rmtree(self._handovers, ignore_errors=True)
@@ -205,6 +228,7 @@ class Supervisor:
         while True:
             code = await self._run_once(child)
             child.exits.append(code)
+            await self.end_leftovers()
             if self.stopping.is_set() or (self.burst and code == 0):
                 return
             if code == REFUSED:
@@ -260,13 +284,50 @@ class Supervisor:
         if child.index > 0 and self._gate is not None:  # process 0 has not loaded the app yet: wait for it
             gate = (self._gate[0],)
             env[APP_GATE_ENV] = str(self._gate[0])
-        child.process = await asyncio.create_subprocess_exec(*self.command, "--http-host", host, env=env,
-                                                             pass_fds=gate)
+        self._starting += 1
+        try:
+            child.process = await asyncio.create_subprocess_exec(*self.command, "--http-host", host, env=env,
+                                                                 pass_fds=gate)
+        finally:
+            self._starting -= 1
         child.started_at = time.monotonic()
         log.info("worker process started", process=child.index, pid=child.process.pid)
         code = await child.process.wait()
         log.info("worker process exited", process=child.index, pid=child.process.pid, exit_code=code)
         return code
+
+    async def end_leftovers(self, grace: float = LEFTOVER_GRACE) -> None:
+        """End the processes a worker process left behind: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+        Why: a handler's forked child that ignores SIGTERM (or a daemon it started) would hold the queue file, a
+        port or a lease's work after ``worker run`` ended, where nobody stops it. As the subreaper, the supervisor
+        has them as children once their worker process exits; its only other children are the worker processes.
+        """
+        async with self._sweeping:
+            await self._sweep(grace)
+
+    async def _sweep(self, grace: float) -> None:
+        deadline = time.monotonic() + LEFTOVER_DEADLINE
+        kill_at: dict[int, float] = {}  # each leftover signalled, and when it gets SIGKILL
+        while not self._starting:  # a process being started is not known yet: the next sweep looks again
+            workers = {child.process.pid for child in self.children if child.process is not None}
+            left = [pid for pid in children_of(os.getpid()) if pid not in workers and not _reaped(pid)]
+            now = time.monotonic()
+            if not left or now >= deadline:
+                if left:
+                    log.error("processes left by a worker process are still running", pids=left)
+                return
+            if fresh := [pid for pid in left if pid not in kill_at]:
+                log.warning("processes a handler started outlived their worker process; ending them", pids=fresh)
+                for pid in fresh:
+                    _send(pid, signal.SIGTERM)
+                    kill_at[pid] = now + grace
+            if overdue := [pid for pid in left if kill_at[pid] <= now]:
+                log.warning("left-over processes ignored SIGTERM; killing them", pids=overdue)
+                for pid in overdue:
+                    _send(pid, signal.SIGKILL)
+                    kill_at[pid] = math.inf
+            await asyncio.sleep(0.05)
 
     def _file(self, child: Child, kind: str) -> Path:
         """The file of ``kind`` ("handover", "in-flight") the supervisor names for ``child``."""
@@ -303,6 +364,48 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind((CHILD_HOST, 0))
         return int(s.getsockname()[1])
+
+
+def adopt_orphans() -> None:
+    """Make this process the parent of its descendants whose parent exits (Linux's child subreaper); elsewhere, a
+    handler's leftover processes are re-parented to init as before."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def children_of(parent: int) -> list[int]:
+    """The pids whose parent is ``parent``, from /proc (none where there is no /proc)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                fields = stat.read().rpartition(b")")[2].split()  # the name in parentheses may hold anything
+        except OSError:  # gone meanwhile
+            continue
+        if len(fields) > 1 and int(fields[1]) == parent:
+            found.append(int(entry))
+    return found
+
+
+def _reaped(pid: int) -> bool:
+    """Collect ``pid``'s exit if it has exited (a leftover is the supervisor's child): True once it is gone."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:  # not a child (any more)
+        return True
+
+
+def _send(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
 
 
 def die_with_supervisor(supervisor: int) -> None:
