@@ -6,8 +6,10 @@ count falls to ``newBatchThreshold``. On an empty queue it long-polls where
 the backend can wait (the call returns as soon as a message is there), and
 elsewhere backs off with randomized exponential delays up to
 ``maxPollingInterval``, starting over at the next message or when this host
-itself writes to the queue (:meth:`Listener.wake`). A storage error never
-stops it: it is logged, counted and backed off like an empty queue.
+itself writes to the queue (:meth:`Listener.wake`). A storage error that may
+pass never stops it: it is logged, counted and backed off like an empty queue.
+Storage that is gone (:class:`StorageGone`: the embedded queue's file deleted
+or replaced) ends the listener with that error, since no retry can help.
 
 While the queue keeps returning full batches, more receives run at once (one
 more per full batch, up to ``maxInFlight / batchSize``), so that throughput
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage, StorageGone
 from worker.middleware import Chain
 from worker.model import FunctionSpec
 from worker.observability.metrics import Metrics
@@ -230,7 +232,8 @@ class Listener:
         self._wake.set()
 
     async def run(self) -> None:
-        """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble."""
+        """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble that may pass; raises
+        StorageGone, which cannot."""
         extra = [asyncio.create_task(self._pipelined(index), name=f"receiver-{self.function.name}-{index}")
                  for index in range(1, self._most)]
         try:
@@ -297,6 +300,11 @@ class Listener:
                 self._log.error("trigger queue does not exist, and this host does not create queues there; "
                                 "backing off", error=str(exc))
             failed = True
+        except StorageGone:  # the queue's file was deleted or replaced: no back-off helps, the process must restart
+            if held.room:
+                self.capacity.received(name, held.room)
+                self.capacity.give_back(name, held.room)
+            raise
         except Exception as exc:
             self.metrics.inc("storage_errors", name)
             self.last_error = str(exc) or type(exc).__name__

@@ -25,6 +25,15 @@ seen within ``CHANGE_POLL_SECONDS`` by one task per backend that reads
 SQLite's ``PRAGMA data_version`` (a counter that moves when another
 connection commits) while receives wait. A message that becomes visible later
 (a release with a delay) is waited for until its time.
+
+The file can be deleted or replaced under a running worker (``rm -rf .worker``,
+``git clean -xdf``, a volume swapped): the connection still writes into the
+file it opened, which nobody else reads and which vanishes at stop. So every
+read and every group commit first compares the path's device and inode with
+those of the file opened (an ``os.stat``, a microsecond against a commit's
+milliseconds), as does the change watcher while receives wait, and from then on
+every call raises :class:`StorageGone`: no retry can help, and the worker must
+stop so that its supervisor starts it on the file now there.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from worker.backends.queues import (
     QueueNotFound,
     RawMessage,
     Receipt,
+    StorageGone,
     TransientError,
     UnusableFile,
     check_no_channel,
@@ -187,6 +197,35 @@ def _read_only(path: Path) -> str | None:
     return None
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The device and inode ``path`` names now; None where nothing is there (the file or a folder above it gone)."""
+    try:
+        status = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return status.st_dev, status.st_ino
+
+
+def file_gone(path: Path, opened: tuple[int, int]) -> str | None:
+    """Why the file opened as ``path`` (device and inode ``opened``) is no longer the one there, or None if it is.
+
+    A stat that fails otherwise (a folder made unreadable) says nothing of the file, so it is not taken for gone.
+    """
+    try:
+        now = _identity(path)
+    except OSError:
+        return None
+    if now == opened:
+        return None
+    if now is None:
+        return (f"embedded queue file {path} was deleted while this worker had it open: the messages it held went "
+                "with it unless the file is restored, and what this worker wrote since is lost with it; the worker "
+                "must restart to use a file at that path")
+    return (f"embedded queue file {path} was replaced by another file while this worker had the old one open: "
+            "what this worker wrote since went into the old file, which nothing reads; the worker must restart "
+            "to use the new one")
+
+
 class SqliteBackend:
     """Queues in one SQLite file; implements :class:`worker.backends.queues.QueueBackend`."""
 
@@ -200,7 +239,9 @@ class SqliteBackend:
         self.path = Path(path)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-{self.path.name}")
         self._db: sqlite3.Connection | None = None
-        self._changes = _Changes(self.path)
+        #: The device and inode of the file the connection opened, to notice it deleted or replaced under it.
+        self._opened: tuple[int, int] | None = None
+        self._changes = _Changes(self.path, self._gone)
         #: Writes waiting for the next group commit, and whether a commit loop is queued or running.
         self._writes: list[_Write] = []
         self._writes_lock = threading.Lock()
@@ -235,7 +276,18 @@ class SqliteBackend:
                 db.close()
                 raise
             self._db = db
+            self._opened = _identity(self.path)
+        self._check_file()
         return self._db
+
+    def _gone(self) -> str | None:
+        """Why the file this backend opened is no longer at its path, or None (also before it is opened)."""
+        return None if self._opened is None else file_gone(self.path, self._opened)
+
+    def _check_file(self) -> None:
+        """Raise StorageGone once the file opened has been deleted or replaced: once per read or group commit."""
+        if problem := self._gone():
+            raise StorageGone(problem)
 
     @staticmethod
     def _enable_wal(db: sqlite3.Connection) -> None:
@@ -545,11 +597,14 @@ class _Changes:
     its own, only while some receive waits. The read is a few microseconds and
     never waits for a lock (its busy timeout is 0), so it runs on the event
     loop: a thread hand-off would cost thirty times the read, and an idle
-    worker does little else.
+    worker does little else. The same poll asks ``gone`` whether the file was
+    deleted or replaced, and wakes the receives then, so that their next take
+    says so rather than after their whole wait.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, gone: Callable[[], str | None]) -> None:
         self.path = path
+        self.gone = gone
         self.version = 0
         self._event: asyncio.Event | None = None
         self._waiting = 0
@@ -584,7 +639,7 @@ class _Changes:
         while self._waiting:
             await asyncio.sleep(CHANGE_POLL_SECONDS)
             current = self._data_version()
-            if current != last:
+            if current != last or self.gone():
                 last = current
                 self.written()
 
