@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import structlog
 
 from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage, StorageGone
+from worker.backends.releasing import release_now
 from worker.middleware import Chain
 from worker.model import FunctionSpec
 from worker.observability.metrics import Metrics
@@ -363,22 +364,9 @@ class Listener:
         return call.result()
 
     async def _release(self, messages: list[RawMessage]) -> None:
-        """Make messages this host has no room for visible again at once (visibility 0), for any worker to take.
-
-        Their delivery has been counted (toward ``maxDequeueCount`` and a dead-letter limit); a failed release
-        leaves a message hidden until its lease ends.
-        """
-        if not messages:
-            return
-        queue = self.function.queue_name
-        results = await asyncio.gather(
-            *(self.backend.update(queue, m.id, m.pop_receipt or "", 0) for m in messages), return_exceptions=True
-        )
-        failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
-        self._log.info("messages a long poll brought after giving its room away were released",
-                       count=len(messages) - len(failures))
-        if failures:
-            self._log.warning("releasing messages failed; they come back when their lease ends", errors=failures)
+        """Make messages this host has no room for visible again at once, for any worker to take."""
+        await release_now(self.backend, self.function.queue_name, messages,
+                          "messages a long poll brought after giving its room away", self._log)
 
     async def _pace(self, *, full: bool) -> None:
         """One more receiver after a full batch (up to the most), back to one after a partial one."""

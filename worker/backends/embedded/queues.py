@@ -67,6 +67,7 @@ from worker.backends.queues import (
     UnusableFile,
     check_no_channel,
 )
+from worker.backends.releasing import CancelledReceives
 from worker.waits import wait_set
 
 T = TypeVar("T")
@@ -242,6 +243,7 @@ class SqliteBackend:
         #: The device and inode of the file the connection opened, to notice it deleted or replaced under it.
         self._opened: tuple[int, int] | None = None
         self._changes = _Changes(self.path, self._gone)
+        self._cancelled = CancelledReceives()
         #: Writes waiting for the next group commit, and whether a commit loop is queued or running.
         self._writes: list[_Write] = []
         self._writes_lock = threading.Lock()
@@ -482,20 +484,19 @@ class SqliteBackend:
     async def _take(
         self, queue: str, work: Callable[[sqlite3.Connection], tuple[list[RawMessage], float | None]]
     ) -> tuple[list[RawMessage], float | None]:
-        """Run a receive's ``work``; if the caller is cancelled meanwhile, give what it took back before re-raising.
+        """Run a receive's ``work``; if the caller is cancelled meanwhile, what it took is given back.
 
-        A long poll is cancelled at shutdown; the messages a take had already
+        Receives are cancelled at shutdown; the messages a take had already
         hidden would otherwise stay invisible for a whole lease. They come back
-        as they were, dequeue count included: no attempt was made.
+        as they were, dequeue count included: no attempt was made. ``close``
+        waits for that (:mod:`worker.backends.releasing`).
         """
-        take = asyncio.ensure_future(self._run(work, write=True))
-        try:
-            return await asyncio.shield(take)
-        except asyncio.CancelledError:
-            taken, _ = await take
-            if taken:
-                await self._release([(m.id, m.pop_receipt or "") for m in taken], queue)
-            raise
+
+        async def give_back(got: tuple[list[RawMessage], float | None]) -> None:
+            if got[0]:
+                await self._release([(m.id, m.pop_receipt or "") for m in got[0]], queue)
+
+        return await self._cancelled.run(self._run(work, write=True), give_back)
 
     async def _release(self, held: list[tuple[str, str]], queue: str) -> None:
         """Undo a take that nobody got: the messages visible again, their dequeue counts as before, in one write."""
@@ -577,6 +578,7 @@ class SqliteBackend:
         return await self._run(work)
 
     async def close(self) -> None:
+        await self._cancelled.wait()
         await self._changes.close()
 
         def shut() -> None:
