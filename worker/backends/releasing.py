@@ -96,7 +96,11 @@ async def _release_when_done(call: asyncio.Future[T], release: Callable[[T], Awa
         got = await call
     except Exception:  # a receive that failed brought nothing (and its error has nobody left to tell)
         return
-    await release(got)
+    try:
+        await release(got)
+    except Exception as exc:  # storage gone or down meanwhile: nobody is left to raise it to
+        log.warning("what a cancelled receive brought could not be released; it comes back when its lease ends",
+                    error=f"{type(exc).__name__}: {exc}")
 
 
 async def release_now(backend: QueueBackend, queue: str, messages: Sequence[RawMessage], what: str,

@@ -649,8 +649,9 @@ class _Changes:
         """SQLite's counter of other connections' commits (None while the file cannot be read now: a change is
         then reported when it can be again)."""
         try:
-            if self._db is None:
-                self._db = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+            if self._db is None:  # read-write, never create: a file deleted before the first wait is not made again
+                self._db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=0,
+                                           isolation_level=None)
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             return None
