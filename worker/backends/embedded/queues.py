@@ -30,8 +30,8 @@ The file can be deleted or replaced under a running worker (``rm -rf .worker``,
 ``git clean -xdf``, a volume swapped): the connection still writes into the
 file it opened, which nobody else reads and which vanishes at stop. So every
 read and every group commit first compares the path's device and inode with
-those of the file opened (an ``os.stat``, a microsecond against a commit's
-milliseconds), as does the change watcher while receives wait, and from then on
+those of the file opened (one ``os.stat``, far cheaper than the commit), as
+does the change watcher while receives wait, and from then on
 every call raises :class:`StorageGone`: no retry can help, and the worker must
 stop so that its supervisor starts it on the file now there.
 """
