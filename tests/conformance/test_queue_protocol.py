@@ -557,7 +557,8 @@ async def test_long_polls_cancelled_as_messages_arrive_hide_none_of_them(
     Whatever the service does with a request whose client has gone, once the cancelling backend is closed every
     message is visible again, none hidden for the poll's visibility (HIDDEN, past this test's deadline)."""
     if backend.limits.long_poll <= 0:
-        pytest.skip(f"{backend!r} cannot wait, so the host never cancels its receives")
+        pytest.skip(f"{backend!r} cannot wait; its cancelled receives are "
+                    "test_batch_receives_cancelled_under_way_hide_none_of_their_messages's")
     await backend.create_queue(queue_name)
     worker = open_backend(connection, tmp_path)
     held: list[RawMessage] = []
@@ -579,6 +580,39 @@ async def test_long_polls_cancelled_as_messages_arrive_hide_none_of_them(
         await worker.close()
     got = await wait_for_all(backend, queue_name, CANCELLED_POLL_ROUNDS)
     assert sorted(m.content for m in got) == sorted(f"m{index}" for index in range(CANCELLED_POLL_ROUNDS))
+
+
+#: Rounds of :func:`test_batch_receives_cancelled_under_way_hide_none_of_their_messages`; each cancels its receive
+#: this much later than the one before, so that some are cut before the service answers and some after.
+CANCELLED_RECEIVE_ROUNDS = 12
+CANCEL_STEP = 0.001
+
+
+async def test_batch_receives_cancelled_under_way_hide_none_of_their_messages(
+    backend: QueueBackend, queue_name: str, connection: str | None, tmp_path: Path
+) -> None:
+    """The host cancels the receives it runs beside a listener's own when it stops, whether or not the service has
+    answered them yet. However late the cancel comes, once the cancelling backend is closed every message is visible
+    again, none hidden for the receive's visibility (HIDDEN, past this test's deadline)."""
+    await backend.create_queue(queue_name)
+    count = min(backend.limits.max_batch, 10)
+    for index in range(count):
+        await backend.put(queue_name, f"m{index}")
+    worker = open_backend(connection, tmp_path)
+    held: list[RawMessage] = []
+    try:
+        for index in range(CANCELLED_RECEIVE_ROUNDS):
+            receive = asyncio.ensure_future(worker.receive(queue_name, count, HIDDEN))
+            await asyncio.sleep(index * CANCEL_STEP)  # a stimulus, not a wait: how far the call got is up to it
+            receive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                held += await receive  # it answered before the cancel: the test holds what it took
+        for message in held:
+            await worker.update(queue_name, message.id, receipt_of(message), 0)
+    finally:
+        await worker.close()
+    got = await wait_for_all(backend, queue_name, count)
+    assert sorted(m.content for m in got) == sorted(f"m{index}" for index in range(count))
 
 
 async def test_messages_put_in_turn_all_come_back(backend: QueueBackend, queue_name: str) -> None:

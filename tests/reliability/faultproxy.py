@@ -75,16 +75,20 @@ class Fault(enum.StrEnum):
     #: Forwarded and done by Azurite; half the answer is sent (half its body, or of its head if it has no body),
     #: then the connection closes.
     TRUNCATE_AFTER = "truncate_after"
+    #: Forwarded and done by Azurite; the answer is held back until :meth:`FaultProxy.let_through`, then sent whole:
+    #: a call in flight for as long as a test needs (``ProxyStats.held`` counts those waiting).
+    HOLD_AFTER = "hold_after"
 
     @property
     def forwards(self) -> bool:
         """True when Azurite does the operation although the client may not learn it."""
-        return self in (Fault.LATENCY, Fault.ERROR_AFTER, Fault.DROP_AFTER, Fault.RESET_AFTER, Fault.TRUNCATE_AFTER)
+        return self in (Fault.LATENCY, Fault.ERROR_AFTER, Fault.DROP_AFTER, Fault.RESET_AFTER, Fault.TRUNCATE_AFTER,
+                        Fault.HOLD_AFTER)
 
     @property
     def fails(self) -> bool:
-        """True when the client sees the call fail (everything but latency)."""
-        return self is not Fault.LATENCY
+        """True when the client sees the call fail (everything but latency and a held answer)."""
+        return self not in (Fault.LATENCY, Fault.HOLD_AFTER)
 
 
 #: The kinds a default mix spreads its rate over. TRUNCATE_AFTER is left out: the worker takes a cut answer body for a
@@ -182,6 +186,8 @@ class ProxyStats:
     by_operation: Counter[tuple[str, str]] = field(default_factory=Counter)
     #: Requests seen per operation, faulted or not.
     operations: Counter[str] = field(default_factory=Counter)
+    #: Answers Azurite gave that are held back now (:attr:`Fault.HOLD_AFTER`).
+    held: int = 0
 
     @property
     def failed(self) -> int:
@@ -225,6 +231,9 @@ class FaultProxy:
         self._connections: set[asyncio.Task[None]] = set()
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        #: The answers held back, oldest first, each sent when its event is set.
+        self._held: deque[asyncio.Event] = deque()
+        self._let_all_through = False
 
     @property
     def connection_string(self) -> str:
@@ -259,6 +268,20 @@ class FaultProxy:
         with self._lock:
             self._scripted.extend([(fault, operation)] * count)
 
+    def let_through(self, count: int | None = None) -> None:
+        """Send the ``count`` answers held back longest (:attr:`Fault.HOLD_AFTER`) as Azurite gave them; None: every
+        one, and any held from now on."""
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._release_held, count)
+
+    def _release_held(self, count: int | None) -> None:
+        if count is None:
+            self._let_all_through = True
+            count = len(self._held)
+        for _ in range(min(count, len(self._held))):
+            self._held.popleft().set()
+
     def set_rates(self, rates: FaultRates) -> None:
         """Change the random mix from now on (e.g. faults off while a test sets up)."""
         with self._lock:
@@ -269,7 +292,7 @@ class FaultProxy:
         with self._lock:
             s = self._stats
             return ProxyStats(s.requests, s.forwarded, s.upstream_errors, Counter(s.faults), Counter(s.by_operation),
-                              Counter(s.operations))
+                              Counter(s.operations), s.held)
 
     # -- the proxy's own loop ----------------------------------------------------------------------------------
 
@@ -397,6 +420,16 @@ class FaultProxy:
                          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(reason), reason))
             await writer.drain()
             return False
+        if fault is Fault.HOLD_AFTER and not self._let_all_through:
+            sent = asyncio.Event()
+            self._held.append(sent)
+            with self._lock:
+                self._stats.held += 1
+            try:
+                await sent.wait()
+            finally:
+                with self._lock:
+                    self._stats.held -= 1
         if fault is Fault.ERROR_AFTER:
             writer.write(error_response(self.rng.choice((500, 503)), request.keep_alive))
         elif fault is Fault.DROP_AFTER:

@@ -27,6 +27,7 @@ import pytest
 
 from tests.azurite import ACCOUNT, KEY, Azurite
 from tests.reliability.faultproxy import Fault, FaultProxy, FaultRates, operation_of
+from tests.support import apoll
 from worker.backends.queues import OutcomeUnknown, PopReceiptMismatch, QueueBackend, QueueError, TransientError
 from worker.backends.registry import open_backend
 from worker.backends.retrying import RETRY_ATTEMPTS
@@ -184,7 +185,7 @@ def test_operations_are_named_from_verb_and_path() -> None:
 # -- each kind through the worker's backend ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", [k for k in Fault if k is not Fault.TRUNCATE_AFTER], ids=str)
+@pytest.mark.parametrize("kind", [k for k in Fault if k not in (Fault.TRUNCATE_AFTER, Fault.HOLD_AFTER)], ids=str)
 async def test_a_put_that_reached_storage_is_never_sent_twice(
     kind: Fault, proxy: FaultProxy, proxied: ProxiedBackend, direct: QueueBackend, queue_name: str
 ) -> None:
@@ -294,6 +295,36 @@ async def test_an_answer_cut_short_is_retried_like_a_reset(
     proxy.inject(Fault.TRUNCATE_AFTER, "peek")
     assert [m.content for m in await proxied.backend.peek(queue_name)] == ["m"]
     assert len(proxied.retries) == 1
+
+
+#: Messages a cancelled receive takes in :func:`test_a_receive_cancelled_after_azurite_took_its_messages_hides_none`.
+CANCELLED_BATCH = 16
+
+
+async def test_a_receive_cancelled_after_azurite_took_its_messages_hides_none(
+    proxy: FaultProxy, proxied: ProxiedBackend, direct: QueueBackend, queue_name: str
+) -> None:
+    """A stop cancels a receive whose request Azurite has already done (seen after Ctrl-C: a batch neither run nor
+    released came back only when its lease ended). The receive runs on, what it brings is released at once, and
+    ``close`` waits for that: every message is visible again long before the lease, its delivery counted."""
+    sent = {(await direct.put(queue_name, f"m{i}")).id for i in range(CANCELLED_BATCH)}
+    proxy.inject(Fault.HOLD_AFTER, "receive")
+    receive = asyncio.ensure_future(proxied.backend.receive(queue_name, CANCELLED_BATCH, 600))
+
+    async def answered() -> bool:
+        return proxy.stats().held == 1
+
+    await apoll(answered, 10, what="Azurite to answer the receive")
+    receive.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(receive, 5)  # the caller leaves at once; the request runs on
+    assert await direct.approximate_count(queue_name) == CANCELLED_BATCH
+    assert await direct.receive(queue_name, 32, 30) == [], "the held receive should hold every message"
+    proxy.let_through()
+    await asyncio.wait_for(proxied.backend.close(), 15)
+    again = await direct.receive(queue_name, 32, 30)
+    assert {m.id for m in again} == sent
+    assert {m.dequeue_count for m in again} == {2}, "one delivery counted for the cancelled receive"
 
 
 async def test_the_proxy_stops_cleanly_with_connections_open(azurite: Azurite, tmp_path: Path) -> None:

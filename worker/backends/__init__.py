@@ -16,8 +16,9 @@
   failures (connection-string errors, network causes);
 - :mod:`.receipts`: the book of receipts handed out, for services that cannot
   tell a stale receipt from a gone message (OCI Queue, SQS);
-- :mod:`.releasing`: the count of cancelled receives still to be released,
-  for the backends whose SDKs block;
+- :mod:`.releasing`: what a receive cancelled under way brings is released
+  at once: on the event loop (embedded, Azure) and, counted, in the threads of
+  the backends whose SDKs block;
 - the services: :mod:`.embedded` (SQLite file and blob folder), :mod:`.azure`,
   :mod:`.oci`, :mod:`.sqs`.
 

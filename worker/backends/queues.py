@@ -61,6 +61,12 @@ class UnusableFile(QueueError):
     """The embedded queue's file exists but is not a SQLite database this host can use (refused, never overwritten)."""
 
 
+class StorageGone(QueueError):
+    """The storage this backend opened is no longer what its path names: the embedded queue's file was deleted or
+    replaced while the worker ran. Not transient: retrying would write into a file nobody reads, so the worker stops
+    and its supervisor starts it again on the file now there."""
+
+
 class TransientError(QueueError):
     """Storage could not be reached or answered 5xx/408/429; the same call may succeed later."""
 

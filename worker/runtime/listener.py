@@ -6,8 +6,10 @@ count falls to ``newBatchThreshold``. On an empty queue it long-polls where
 the backend can wait (the call returns as soon as a message is there), and
 elsewhere backs off with randomized exponential delays up to
 ``maxPollingInterval``, starting over at the next message or when this host
-itself writes to the queue (:meth:`Listener.wake`). A storage error never
-stops it: it is logged, counted and backed off like an empty queue.
+itself writes to the queue (:meth:`Listener.wake`). A storage error that may
+pass never stops it: it is logged, counted and backed off like an empty queue.
+Storage that is gone (:class:`StorageGone`: the embedded queue's file deleted
+or replaced) ends the listener with that error, since no retry can help.
 
 While the queue keeps returning full batches, more receives run at once (one
 more per full batch, up to ``maxInFlight / batchSize``), so that throughput
@@ -35,7 +37,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
+from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage, StorageGone
+from worker.backends.releasing import release_now
 from worker.middleware import Chain
 from worker.model import FunctionSpec
 from worker.observability.metrics import Metrics
@@ -234,7 +237,8 @@ class Listener:
         self._wake.set()
 
     async def run(self) -> None:
-        """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble."""
+        """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble that may pass; raises
+        StorageGone, which cannot."""
         extra = [asyncio.create_task(self._pipelined(index), name=f"receiver-{self.function.name}-{index}")
                  for index in range(1, self._most)]
         # A middleware that held receives back and now allows them says so (wake_listeners): room is looked at again.
@@ -304,6 +308,11 @@ class Listener:
                 self._log.error("trigger queue does not exist, and this host does not create queues there; "
                                 "backing off", error=str(exc))
             failed = True
+        except StorageGone:  # the queue's file was deleted or replaced: no back-off helps, the process must restart
+            if held.room:
+                self.capacity.received(name, held.room)
+                self.capacity.give_back(name, held.room)
+            raise
         except Exception as exc:
             self.metrics.inc("storage_errors", name)
             self.last_error = str(exc) or type(exc).__name__
@@ -362,22 +371,9 @@ class Listener:
         return call.result()
 
     async def _release(self, messages: list[RawMessage]) -> None:
-        """Make messages this host has no room for visible again at once (visibility 0), for any worker to take.
-
-        Their delivery has been counted (toward ``maxDequeueCount`` and a dead-letter limit); a failed release
-        leaves a message hidden until its lease ends.
-        """
-        if not messages:
-            return
-        queue = self.function.queue_name
-        results = await asyncio.gather(
-            *(self.backend.update(queue, m.id, m.pop_receipt or "", 0) for m in messages), return_exceptions=True
-        )
-        failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
-        self._log.info("messages a long poll brought after giving its room away were released",
-                       count=len(messages) - len(failures))
-        if failures:
-            self._log.warning("releasing messages failed; they come back when their lease ends", errors=failures)
+        """Make messages this host has no room for visible again at once, for any worker to take."""
+        await release_now(self.backend, self.function.queue_name, messages,
+                          "messages a long poll brought after giving its room away", self._log)
 
     async def _pace(self, *, full: bool) -> None:
         """One more receiver after a full batch (up to the most), back to one after a partial one."""

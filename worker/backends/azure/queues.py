@@ -11,6 +11,12 @@ reads "lease lost" the same way on every backend.
 
 Message text is passed through untouched (no SDK encode policy): encoding
 under messageEncoding happens above this layer, as for the embedded queue.
+
+A receive cancelled under way (the host stopping while further receives run)
+is not cut: Azure may have taken the messages already, and they would stay
+hidden for their whole lease. It runs on, what it brings is released at once
+(visibility 0, a delivery counted), and ``close`` waits for that
+(:mod:`worker.backends.releasing`).
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ from worker.backends.queues import (
     check_no_properties,
     check_target,
 )
+from worker.backends.releasing import CancelledReceives, release_now
 from worker.backends.retrying import RETRY_ATTEMPTS as RETRY_ATTEMPTS  # re-exported: the fault tests count attempts
 from worker.backends.retrying import Retrier
 
@@ -137,6 +144,7 @@ class AzureBackend:
         self._retrier = Retrier(
             is_transient=is_transient, failure_kind=failure_kind, may_have_acted=may_have_acted, on_retry=on_retry, log=log
         )
+        self._cancelled = CancelledReceives()
 
     def __repr__(self) -> str:
         return f"AzureBackend({self.connection.describe()})"
@@ -254,7 +262,8 @@ class AzureBackend:
         async def receive() -> list[RawMessage]:
             return await requests.receive(max_messages, seconds)
 
-        return await self._call(receive, queue)
+        return await self._cancelled.run(self._call(receive, queue), lambda got: release_now(
+            self, queue, got, "messages of a cancelled receive", log))
 
     async def update(
         self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
@@ -305,6 +314,9 @@ class AzureBackend:
         return await self._call(count, queue)
 
     async def close(self) -> None:
+        """Wait for the releases of cancelled receives (:data:`worker.backends.releasing.RELEASE_WAIT` at most), then
+        close the clients."""
+        await self._cancelled.wait()
         for client in self._queues.values():
             await client.close()
         await self._service.close()

@@ -25,6 +25,15 @@ seen within ``CHANGE_POLL_SECONDS`` by one task per backend that reads
 SQLite's ``PRAGMA data_version`` (a counter that moves when another
 connection commits) while receives wait. A message that becomes visible later
 (a release with a delay) is waited for until its time.
+
+The file can be deleted or replaced under a running worker (``rm -rf .worker``,
+``git clean -xdf``, a volume swapped): the connection still writes into the
+file it opened, which nobody else reads and which vanishes at stop. So every
+read and every group commit first compares the path's device and inode with
+those of the file opened (one ``os.stat``, far cheaper than the commit), as
+does the change watcher while receives wait, and from then on
+every call raises :class:`StorageGone`: no retry can help, and the worker must
+stop so that its supervisor starts it on the file now there.
 """
 
 from __future__ import annotations
@@ -53,11 +62,13 @@ from worker.backends.queues import (
     QueueNotFound,
     RawMessage,
     Receipt,
+    StorageGone,
     TransientError,
     UnusableFile,
     check_no_channel,
     check_target,
 )
+from worker.backends.releasing import CancelledReceives
 from worker.waits import wait_set
 
 T = TypeVar("T")
@@ -188,6 +199,35 @@ def _read_only(path: Path) -> str | None:
     return None
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The device and inode ``path`` names now; None where nothing is there (the file or a folder above it gone)."""
+    try:
+        status = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return status.st_dev, status.st_ino
+
+
+def file_gone(path: Path, opened: tuple[int, int]) -> str | None:
+    """Why the file opened as ``path`` (device and inode ``opened``) is no longer the one there, or None if it is.
+
+    A stat that fails otherwise (a folder made unreadable) says nothing of the file, so it is not taken for gone.
+    """
+    try:
+        now = _identity(path)
+    except OSError:
+        return None
+    if now == opened:
+        return None
+    if now is None:
+        return (f"embedded queue file {path} was deleted while this worker had it open: the messages it held went "
+                "with it unless the file is restored, and what this worker wrote since is lost with it; the worker "
+                "must restart to use a file at that path")
+    return (f"embedded queue file {path} was replaced by another file while this worker had the old one open: "
+            "what this worker wrote since went into the old file, which nothing reads; the worker must restart "
+            "to use the new one")
+
+
 class SqliteBackend:
     """Queues in one SQLite file; implements :class:`worker.backends.queues.QueueBackend`."""
 
@@ -201,7 +241,10 @@ class SqliteBackend:
         self.path = Path(path)
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sqlite-{self.path.name}")
         self._db: sqlite3.Connection | None = None
-        self._changes = _Changes(self.path)
+        #: The device and inode of the file the connection opened, to notice it deleted or replaced under it.
+        self._opened: tuple[int, int] | None = None
+        self._changes = _Changes(self.path, self._gone)
+        self._cancelled = CancelledReceives()
         #: Writes waiting for the next group commit, and whether a commit loop is queued or running.
         self._writes: list[_Write] = []
         self._writes_lock = threading.Lock()
@@ -236,7 +279,18 @@ class SqliteBackend:
                 db.close()
                 raise
             self._db = db
+            self._opened = _identity(self.path)
+        self._check_file()
         return self._db
+
+    def _gone(self) -> str | None:
+        """Why the file this backend opened is no longer at its path, or None (also before it is opened)."""
+        return None if self._opened is None else file_gone(self.path, self._opened)
+
+    def _check_file(self) -> None:
+        """Raise StorageGone once the file opened has been deleted or replaced: once per read or group commit."""
+        if problem := self._gone():
+            raise StorageGone(problem)
 
     @staticmethod
     def _enable_wal(db: sqlite3.Connection) -> None:
@@ -431,20 +485,19 @@ class SqliteBackend:
     async def _take(
         self, queue: str, work: Callable[[sqlite3.Connection], tuple[list[RawMessage], float | None]]
     ) -> tuple[list[RawMessage], float | None]:
-        """Run a receive's ``work``; if the caller is cancelled meanwhile, give what it took back before re-raising.
+        """Run a receive's ``work``; if the caller is cancelled meanwhile, what it took is given back.
 
-        A long poll is cancelled at shutdown; the messages a take had already
+        Receives are cancelled at shutdown; the messages a take had already
         hidden would otherwise stay invisible for a whole lease. They come back
-        as they were, dequeue count included: no attempt was made.
+        as they were, dequeue count included: no attempt was made. ``close``
+        waits for that (:mod:`worker.backends.releasing`).
         """
-        take = asyncio.ensure_future(self._run(work, write=True))
-        try:
-            return await asyncio.shield(take)
-        except asyncio.CancelledError:
-            taken, _ = await take
-            if taken:
-                await self._release([(m.id, m.pop_receipt or "") for m in taken], queue)
-            raise
+
+        async def give_back(got: tuple[list[RawMessage], float | None]) -> None:
+            if got[0]:
+                await self._release([(m.id, m.pop_receipt or "") for m in got[0]], queue)
+
+        return await self._cancelled.run(self._run(work, write=True), give_back)
 
     async def _release(self, held: list[tuple[str, str]], queue: str) -> None:
         """Undo a take that nobody got: the messages visible again, their dequeue counts as before, in one write."""
@@ -528,6 +581,7 @@ class SqliteBackend:
         return await self._run(work)
 
     async def close(self) -> None:
+        await self._cancelled.wait()
         await self._changes.close()
 
         def shut() -> None:
@@ -548,11 +602,14 @@ class _Changes:
     its own, only while some receive waits. The read is a few microseconds and
     never waits for a lock (its busy timeout is 0), so it runs on the event
     loop: a thread hand-off would cost thirty times the read, and an idle
-    worker does little else.
+    worker does little else. The same poll asks ``gone`` whether the file was
+    deleted or replaced, and wakes the receives then, so that their next take
+    says so rather than after their whole wait.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, gone: Callable[[], str | None]) -> None:
         self.path = path
+        self.gone = gone
         self.version = 0
         self._event: asyncio.Event | None = None
         self._waiting = 0
@@ -587,7 +644,7 @@ class _Changes:
         while self._waiting:
             await asyncio.sleep(CHANGE_POLL_SECONDS)
             current = self._data_version()
-            if current != last:
+            if current != last or self.gone():
                 last = current
                 self.written()
 
@@ -595,8 +652,9 @@ class _Changes:
         """SQLite's counter of other connections' commits (None while the file cannot be read now: a change is
         then reported when it can be again)."""
         try:
-            if self._db is None:
-                self._db = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+            if self._db is None:  # read-write, never create: a file deleted before the first wait is not made again
+                self._db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=0,
+                                           isolation_level=None)
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             return None
