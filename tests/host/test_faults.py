@@ -232,3 +232,31 @@ def test_burst_ends_with_exit_1_once_storage_stays_unreachable(tmp_path: Path) -
                if "burst mode gives up" in line and line.startswith("{")]
     assert len(gave_up) == 1 and gave_up[0]["seconds"] >= 2
 
+
+
+async def test_the_embedded_queue_file_deleted_under_the_host_stops_it_naming_the_file(tmp_path: Path) -> None:
+    await _put(tmp_path, "held")
+    release, started = asyncio.Event(), asyncio.Event()
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    async def handle(msg: QueueMessage) -> None:
+        started.set()
+        await release.wait()  # keeps the host draining while /readyz is asked
+
+    port = free_port()
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.1, http_port=port, http_host="127.0.0.1",
+                        drain_timeout=30)
+    host = Host(app, config)
+    run = asyncio.create_task(host.run())
+    await asyncio.wait_for(started.wait(), 10)
+    queue_file = tmp_path / ".worker" / "queues.sqlite3"
+    for path in queue_file.parent.glob("queues.sqlite3*"):
+        path.unlink()
+    await apoll(lambda: _true(bool(host.faults.failed)), 30, what="the deleted file noticed")
+    status, body = await asyncio.to_thread(get, port, "/readyz")
+    release.set()
+    await asyncio.wait_for(run, 30)
+    assert "StorageGone" in host.faults.failed[0] and str(queue_file) in host.faults.failed[0]
+    assert status == 503 and "StorageGone" in body
+    assert not queue_file.exists()  # the worker made no new file nobody else reads

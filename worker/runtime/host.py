@@ -32,7 +32,7 @@ import structlog
 
 from worker.app import WorkerApp
 from worker.backends.blobs import BlobStore
-from worker.backends.queues import QueueBackend, QueueNotFound, TransientError
+from worker.backends.queues import QueueBackend, QueueNotFound, StorageGone, TransientError
 from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend, open_blob_store
 from worker.middleware import Chain, Middleware, builtin
 from worker.model import StartupRefused
@@ -408,6 +408,9 @@ class Host:
             if not dispatcher.invocations:
                 try:
                     counts = [await lst.backend.approximate_count(lst.function.queue_name) for lst in listeners]
+                except StorageGone as exc:  # no retry helps: the process must be started again
+                    self.faults.report("burst-check", exc)
+                    return
                 except Exception as exc:  # storage trouble is no reason to stop early, nor to crash
                     problem = f"{type(exc).__name__}: {exc}"
                     log.warning("burst mode cannot count the trigger queues now", error=problem)
