@@ -169,22 +169,39 @@ class Messages(Protocol):
     async def delete(self, message_id: str, pop_receipt: str) -> None: ...
 
 
+class RequestIds:
+    """``x-ms-client-request-id`` values: a random UUID's first 24 characters, then a count in its last 12 hex digits.
+
+    Unique, and shaped as the SDK's own ``str(uuid.uuid1())``, which asks the ``uuidd`` daemon over a socket for
+    every request; the SDK takes one given as ``client_request_id`` as a caller's id.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = str(uuid.uuid4())[:24]
+        self._ids = itertools.count(1)
+
+    def next(self) -> str:
+        return f"{self._prefix}{next(self._ids):012x}"
+
+
 class SdkMessages:
     """Get Messages and Delete Message through the SDK's public API: where the fast path's self-check fails."""
 
     def __init__(self, client: QueueClient) -> None:
         self._client = client
+        self._ids = RequestIds()
 
     async def receive(self, count: int, visibility_timeout: int) -> list[RawMessage]:
         pages = self._client.receive_messages(
             messages_per_page=count, max_messages=count, visibility_timeout=visibility_timeout,
+            client_request_id=self._ids.next(),
         ).by_page()
         async for page in pages:  # one page is one request
             return [sdk_raw(m) async for m in page]
         return []
 
     async def delete(self, message_id: str, pop_receipt: str) -> None:
-        await self._client.delete_message(message_id, pop_receipt)
+        await self._client.delete_message(message_id, pop_receipt, client_request_id=self._ids.next())
 
 
 #: The ids and receipts the self-check builds requests for: every character a URL treats specially among them.
@@ -278,9 +295,7 @@ class MessageRequests:
         self._messages = f"{base.rstrip('/')}/messages"
         self._prefix = f"{self._messages}/"
         self._query = f"?{query}&" if query else "?"
-        #: x-ms-client-request-id: a random UUID's first 24 characters, then a count in its last 12 hex digits.
-        self._id_prefix = str(uuid.uuid4())[:24]
-        self._ids = itertools.count(1)
+        self._ids = RequestIds()
         #: A request made by HttpRequest itself, whose state each delete's request copies (see :meth:`delete_request`).
         self._template = HttpRequest("DELETE", self._prefix, headers={"x-ms-version": version})
         if not isinstance(getattr(self._template, "__dict__", None), dict):
@@ -309,7 +324,7 @@ class MessageRequests:
 
     def request_id(self) -> str:
         """The next request's ``x-ms-client-request-id``: unique, and shaped as the SDK's own."""
-        return f"{self._id_prefix}{next(self._ids):012x}"
+        return self._ids.next()
 
     async def receive(self, count: int, visibility_timeout: int) -> list[RawMessage]:
         """Up to ``count`` messages leased for ``visibility_timeout`` seconds; raises what ``receive_messages``
