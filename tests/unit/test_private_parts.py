@@ -1,0 +1,247 @@
+"""The private parts of dependencies the worker uses (ARCHITECTURE.md lists them), each made to change here.
+
+Each test takes a part away from the installed dependency as an upgrade would
+(an attribute gone or renamed, a module that no longer imports), then shows
+what the worker does: it goes on by a public path after one warning naming
+the dependency's version. The untouched dependency is
+checked too, so that each test also proves the part is used where it is there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import oci
+import pytest
+import requests
+from aiohttp import web
+from azure.core.rest import HttpRequest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+import worker.dependencies
+from tests.support import captured_logs
+from worker.backends.azure import errors as azure_errors
+from worker.backends.oci import calls
+from worker.backends.oci import errors as oci_errors
+from worker.backends.oci.auth import client_kwargs
+from worker.dependencies import fall_back, version
+
+
+@pytest.fixture(autouse=True)
+def once_per_test() -> Iterator[None]:
+    """Each test starts with no warning given yet."""
+    fall_back.cache_clear()
+    yield
+    fall_back.cache_clear()
+
+
+@pytest.fixture
+def warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    """What :func:`worker.dependencies.fall_back` logs during the test."""
+    with captured_logs(monkeypatch, worker.dependencies) as logs:
+        yield logs
+
+
+def said(logs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(line["dependency"], line["part"]) for line in logs if line["log_level"] == "warning"]
+
+
+# -- azure-core's AioHttpTransport and aiohttp's ClientSession (worker/backends/azure/errors.py) -----------------------
+
+
+@pytest.fixture
+async def server() -> Any:
+    """An HTTP server on loopback that answers every GET with 200, for a transport to send to."""
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", ok)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{runner.addresses[0][1]}/"
+    await runner.cleanup()
+
+
+async def sent_through(url: str) -> aiohttp.ClientSession:
+    """Open a worker transport, send one GET through it, and return its session (closed again)."""
+    transport = azure_errors.Transport(use_env_settings=False)
+    try:
+        await transport.open()
+        response = await transport.send(HttpRequest("GET", url))
+        assert response.status_code == 200
+        session = transport.session
+        assert session is not None
+        return session
+    finally:
+        await transport.close()
+
+
+async def test_the_transport_reuses_no_long_idle_connection_and_turns_aiohttps_hidden_retry_off(
+    server: str, warnings: list[dict[str, Any]]
+) -> None:
+    transport = azure_errors.Transport(use_env_settings=False)
+    try:
+        await transport.open()
+        assert transport.session is not None
+        assert transport.session.connector._keepalive_timeout == azure_errors.IDLE_CONNECTION_SECONDS
+        assert transport.session._retry_connection is False
+        assert (await transport.send(HttpRequest("GET", server))).status_code == 200
+    finally:
+        await transport.close()
+    assert said(warnings) == []
+
+
+async def test_without_azure_cores_session_state_the_transport_uses_azure_cores_own_session_after_one_warning(
+    server: str, warnings: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An azure-core that renamed one of the attributes Transport.open reads: the worker finds it missing.
+    monkeypatch.setattr(azure_errors, "_TRANSPORT_STATE", ("_session_owner", "_has_been_opened", "_env_settings_renamed"))
+    transport = azure_errors.Transport(use_env_settings=False)
+    try:
+        await transport.open()
+        assert transport.session is not None
+        # azure-core's own session: aiohttp's default keep-alive, not the worker's shorter one.
+        assert transport.session.connector._keepalive_timeout != azure_errors.IDLE_CONNECTION_SECONDS
+        assert transport.session._retry_connection is False  # the other part still applies
+        assert (await transport.send(HttpRequest("GET", server))).status_code == 200
+    finally:
+        await transport.close()
+    await sent_through(server)  # a second transport: no second warning
+    assert said(warnings) == [("azure-core", "AioHttpTransport's _session_owner, _has_been_opened, _env_settings_renamed")]
+    assert version("azure-core") in warnings[0]["event"]
+
+
+async def test_without_aiohttps_retry_switch_the_transport_sends_as_aiohttp_does_after_one_warning(
+    server: str, warnings: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An aiohttp that renamed the switch: the worker finds no attribute of the name it knows, and sets none.
+    monkeypatch.setattr(azure_errors, "_RETRY_SWITCH", "_retry_connection_renamed")
+    first = await sent_through(server)
+    await sent_through(server)
+    assert first._retry_connection is True  # aiohttp's own default: its hidden retry stays on
+    assert not hasattr(first, "_retry_connection_renamed")
+    assert said(warnings) == [("aiohttp", "ClientSession._retry_connection_renamed")]
+    assert f"aiohttp {version('aiohttp')} is not as this worker expects" in warnings[0]["event"]
+
+
+# -- the OCI SDK's vendored requests and connection pools (worker/backends/oci/errors.py, calls.py) ------------------
+
+
+@pytest.fixture
+def oci_client() -> Any:
+    """A real OCI Queue client, signed with a key made here, whose service is a port nothing listens on."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    config = {"user": "ocid1.user.oc1..test", "tenancy": "ocid1.tenancy.oc1..test", "fingerprint": ":".join(["ab"] * 16),
+              "key_content": pem, "region": "us-ashburn-1"}
+    signer = oci.signer.Signer(config["tenancy"], config["user"], config["fingerprint"], None, private_key_content=pem)
+    return oci.queue.QueueClient(config, service_endpoint="http://127.0.0.1:1", **client_kwargs(signer, 5))
+
+
+def refused_call(client: Any) -> BaseException:
+    """A GetStats on ``client`` that the closed port refuses, made as the backend makes its calls: in a thread of
+    its own, which tracks its clients' sending (:func:`worker.backends.oci.calls.track_sending`)."""
+    failures: list[BaseException] = []
+
+    def call() -> None:
+        calls.track_sending(client)
+        try:
+            with calls.sending():
+                client.get_stats("ocid1.queue.oc1..test")
+        except Exception as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join(30)
+    assert len(failures) == 1
+    return failures[0]
+
+
+class PoolsMoved:
+    """An OCI client of an SDK whose clients no longer hold requests' session where the worker looks for it."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "base_client":
+            raise AttributeError(name)
+        return getattr(self._client, name)
+
+
+def test_a_refused_connection_is_known_to_have_sent_nothing_where_the_pools_are_tracked(
+    oci_client: Any, warnings: list[dict[str, Any]]
+) -> None:
+    failure = refused_call(oci_client)
+    assert failure.request_sent is False  # type: ignore[attr-defined]
+    assert not oci_errors.may_have_acted(failure)  # a put that failed so may be sent again
+    assert said(warnings) == []
+
+
+def test_where_the_sdks_pools_moved_every_failed_call_counts_as_sent_after_one_warning(
+    oci_client: Any, warnings: list[dict[str, Any]]
+) -> None:
+    failure = refused_call(PoolsMoved(oci_client))
+    assert failure.request_sent is True  # type: ignore[attr-defined]
+    assert oci_errors.may_have_acted(failure)  # so a put is never sent twice
+    refused_call(PoolsMoved(oci_client))
+    assert [dependency for dependency, _ in said(warnings)] == ["oci"]
+    assert "base_client" in warnings[0]["part"] and version("oci") in warnings[0]["event"]
+
+
+def test_an_oci_sdk_without_its_vendored_requests_is_read_with_the_installed_one_after_one_warning(
+    warnings: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An SDK that no longer vendors requests: its private module does not import.
+    monkeypatch.setitem(sys.modules, "oci._vendor.requests", None)
+    try:
+        reloaded = importlib.reload(oci_errors)
+        refused = oci.exceptions.RequestException(requests.exceptions.ConnectionError("connection refused"))
+        assert reloaded.is_transient(refused)
+        assert not reloaded.is_transient(requests.exceptions.InvalidURL("no host"))
+        assert said(warnings) == [("oci", "oci._vendor.requests")]
+    finally:
+        monkeypatch.undo()
+        importlib.reload(oci_errors)
+    assert oci_errors.vendored_requests is not None
+
+
+# -- azure.functions' private _abc (worker/compat/functions.py) -----------------------------------------------------
+
+
+def test_the_host_contexts_pass_azure_functions_private_isinstance_checks(warnings: list[dict[str, Any]]) -> None:
+    from azure.functions import _abc
+
+    from worker.compat import functions
+    from worker.context import RetryContext, TraceContext
+
+    assert functions.register_private_contexts()
+    assert issubclass(TraceContext, _abc.TraceContext) and issubclass(RetryContext, _abc.RetryContext)
+    assert said(warnings) == []
+
+
+def test_an_azure_functions_without_its_private_abcs_loads_apps_the_same_after_one_warning(
+    warnings: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import azure.functions
+
+    from worker.compat import functions
+
+    monkeypatch.delattr(azure.functions, "_abc")
+    monkeypatch.setitem(sys.modules, "azure.functions._abc", None)
+    assert not functions.register_private_contexts()
+    assert not functions.register_private_contexts()
+    assert said(warnings) == [("azure-functions", "azure.functions._abc: import of azure.functions._abc halted; "
+                                                  "None in sys.modules")]
