@@ -3,7 +3,8 @@
 Each test takes a part away from the installed dependency as an upgrade would
 (an attribute gone or renamed, a module that no longer imports), then shows
 what the worker does: it goes on by a public path after one warning naming
-the dependency's version. The untouched dependency is
+the dependency's version, or, for PySpark, whose parts no fallback replaces,
+``worker run`` refuses to start in one line. The untouched dependency is
 checked too, so that each test also proves the part is used where it is there.
 """
 
@@ -13,6 +14,7 @@ import importlib
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -25,20 +27,26 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 import worker.dependencies
+from tests.cli import run_cli
 from tests.support import captured_logs
 from worker.backends.azure import errors as azure_errors
 from worker.backends.oci import calls
 from worker.backends.oci import errors as oci_errors
 from worker.backends.oci.auth import client_kwargs
 from worker.dependencies import fall_back, version
+from worker.middleware import spark
+from worker.middleware.spark_settings import SparkSettings
+from worker.settings.config import HostConfig
 
 
 @pytest.fixture(autouse=True)
 def once_per_test() -> Iterator[None]:
-    """Each test starts with no warning given yet."""
+    """Each test starts with no warning given yet and PySpark not yet checked."""
     fall_back.cache_clear()
+    spark.private_parts_problem.cache_clear()
     yield
     fall_back.cache_clear()
+    spark.private_parts_problem.cache_clear()
 
 
 @pytest.fixture
@@ -245,3 +253,59 @@ def test_an_azure_functions_without_its_private_abcs_loads_apps_the_same_after_o
     assert not functions.register_private_contexts()
     assert said(warnings) == [("azure-functions", "azure.functions._abc: import of azure.functions._abc halted; "
                                                   "None in sys.modules")]
+
+
+# -- PySpark's private parts (worker/middleware/spark.py): refused at start ------------------------------------------
+
+
+def test_the_installed_pyspark_has_every_private_part_the_spark_middleware_uses() -> None:
+    assert spark.private_parts_problem(remote=False) is None
+    assert spark.private_parts_problem(remote=True) is None
+
+
+def test_worker_run_refuses_a_pyspark_without_its_private_parts_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark import SparkContext
+
+    monkeypatch.delattr(SparkContext, "_gateway")
+    # A second problem, so that the command ends at the check whatever it finds about Spark.
+    ran = run_cli(tmp_path, "run", "--no-supervisor", "--app", "tests.apps.spark_first:started",
+                  env={"FUNCTIONS_WORKER_RUNTIME": "node"})
+    assert ran.returncode == 2, ran.stderr
+    lines = [line for line in ran.stderr.splitlines() if "pyspark" in line]
+    assert len(lines) == 1, ran.stderr
+    assert (f"spark: pyspark {version('pyspark')} is not as this worker expects (SparkContext._gateway); install "
+            "the pyspark of constraints.txt") in lines[0]
+    assert "Traceback" not in ran.stderr
+
+
+def test_a_connect_session_is_refused_without_the_connect_clients_release(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path) -> None:
+    from pyspark.sql.connect.client import SparkConnectClient
+
+    monkeypatch.delattr(SparkConnectClient, "set_retry_policies")
+    connect = spark.Spark(spark.SparkProvider(SparkSettings(master="sc://127.0.0.1:1")))
+    problem = spark.start_problem([], [connect], HostConfig(base_dir=tmp_path))
+    assert problem is not None and "(SparkConnectClient.set_retry_policies)" in problem
+    # A classic session needs none of the Connect client's parts.
+    local = spark.Spark(spark.SparkProvider(SparkSettings(master="local[1]")))
+    assert spark.start_problem([], [local], HostConfig(base_dir=tmp_path)) is None
+
+
+def test_a_host_that_asks_for_no_spark_is_not_refused_for_pyspark(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    from pyspark import SparkContext
+
+    monkeypatch.delattr(SparkContext, "_gateway")
+    assert spark.start_problem([], [], HostConfig(base_dir=tmp_path)) is None
+
+
+def test_a_handler_that_asks_for_spark_anyway_is_told_why_it_cannot_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark import SparkContext
+
+    monkeypatch.delattr(SparkContext, "_gateway")
+    provider = spark.SparkProvider(SparkSettings(master="local[1]", start_timeout=30))
+    with pytest.raises(spark.SparkUnavailable, match=r"pyspark .* is not as this worker expects"):
+        provider.session()
+    assert "SparkContext._gateway" in str(provider.problem())  # /readyz says why
