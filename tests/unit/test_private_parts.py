@@ -4,13 +4,15 @@ Each test takes a part away from the installed dependency as an upgrade would
 (an attribute gone or renamed, a module that no longer imports), then shows
 what the worker does: it goes on by a public path after one warning naming
 the dependency's version, or, for PySpark, whose parts no fallback replaces,
-``worker run`` refuses to start in one line. The untouched dependency is
+``worker run`` refuses to start in one line (and ``worker completion``, for
+argparse's, writes one line instead of a script). The untouched dependency is
 checked too, so that each test also proves the part is used where it is there.
 """
 
 from __future__ import annotations
 
 import importlib
+import platform
 import sys
 import threading
 from collections.abc import Iterator
@@ -36,6 +38,7 @@ from worker.backends.oci.auth import client_kwargs
 from worker.dependencies import fall_back, version
 from worker.middleware import spark
 from worker.middleware.spark_settings import SparkSettings
+from worker.ops import completion
 from worker.settings.config import HostConfig
 
 
@@ -309,3 +312,23 @@ def test_a_handler_that_asks_for_spark_anyway_is_told_why_it_cannot_start(monkey
     with pytest.raises(spark.SparkUnavailable, match=r"pyspark .* is not as this worker expects"):
         provider.session()
     assert "SparkContext._gateway" in str(provider.problem())  # /readyz says why
+
+
+# -- argparse's private parts (worker/ops/completion.py) -------------------------------------------------------------
+
+
+def test_worker_completion_is_written_from_argparses_private_parts(tmp_path: Path) -> None:
+    ran = run_cli(tmp_path, "completion", "bash")
+    assert ran.returncode == 0 and "start-cluster" in ran.stdout
+
+
+@pytest.mark.parametrize("part", ["_ACTIONS", "_SUBPARSERS"])
+def test_a_python_whose_argparse_moved_them_gets_one_line_instead_of_a_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: str
+) -> None:
+    monkeypatch.setattr(completion, part, "_renamed_in_this_python")  # a Python whose argparse renamed it
+    ran = run_cli(tmp_path, "completion", "bash")
+    assert (ran.returncode, ran.stdout) == (2, "")
+    assert ran.stderr == (f"worker completion: error: Python {platform.python_version()}'s argparse has no "
+                          f"{completion._ACTIONS} or {completion._SUBPARSERS}, which the "
+                          "completion script is written from\n")
