@@ -7,12 +7,16 @@ the dependency's version, or, for PySpark, whose parts no fallback replaces,
 ``worker run`` refuses to start in one line (and ``worker completion``, for
 argparse's, writes one line instead of a script). The untouched dependency is
 checked too, so that each test also proves the part is used where it is there.
+ARCHITECTURE.md's table is held to the code: every module of the worker that
+imports a dependency's private module has a row.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import platform
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -332,3 +336,39 @@ def test_a_python_whose_argparse_moved_them_gets_one_line_instead_of_a_script(
     assert ran.stderr == (f"worker completion: error: Python {platform.python_version()}'s argparse has no "
                           f"{completion._ACTIONS} or {completion._SUBPARSERS}, which the "
                           "completion script is written from\n")
+
+
+# -- ARCHITECTURE.md's table ------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def table() -> list[list[str]]:
+    """The rows of ARCHITECTURE.md's "Private parts of dependencies" table, cell by cell."""
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    section = text.split("## Private parts of dependencies", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| `")]
+    return [[cell.strip() for cell in row] for row in rows]
+
+
+def test_every_row_names_a_module_of_the_worker_and_its_tests() -> None:
+    rows = table()
+    assert len(rows) >= 10
+    for where, *_, tests in rows:
+        assert (ROOT / "worker" / where.strip("`")).is_file(), where
+        assert all(re.fullmatch(r"`\w+/test_\w+\.py`", test) for test in tests.split(", ")), tests
+
+
+def test_every_module_that_imports_a_dependencys_private_module_has_a_row() -> None:
+    importing = set()
+    for path in (ROOT / "worker").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) and node.level == 0 else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(part.startswith("_") and not part.startswith("__")
+                   for name in names if name.split(".")[0] not in ("worker", "__future__")
+                   for part in name.split(".")[1:]):
+                importing.add(str(path.relative_to(ROOT / "worker")))
+    assert importing, "the scan finds the imports it is meant to find"
+    assert importing <= {where.strip("`") for where, *_ in table()}
