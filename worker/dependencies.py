@@ -10,6 +10,7 @@ an upgrade shows in the log instead of as a traceback or a silent change.
 from __future__ import annotations
 
 import functools
+import threading
 from importlib import metadata
 
 import structlog
@@ -25,9 +26,19 @@ def version(distribution: str) -> str:
         return "not installed"
 
 
-@functools.cache
+#: Held while a warning is given, so that threads meeting the same part at once give it once.
+_LOCK = threading.Lock()
+
+
 def fall_back(distribution: str, part: str, instead: str) -> None:
     """Warn, once per process for each ``part``, that ``distribution``'s ``part`` is not as expected and what the
-    worker does ``instead``; the cache is what makes it once."""
+    worker does ``instead``."""
+    with _LOCK:
+        _once(distribution, part, instead)
+
+
+@functools.cache
+def _once(distribution: str, part: str, instead: str) -> None:
+    """The warning itself; the cache is what makes it once."""
     log.warning(f"{distribution} {version(distribution)} is not as this worker expects ({part}); {instead}",
                 dependency=distribution, version=version(distribution), part=part)

@@ -99,7 +99,7 @@ def test_jobs_whose_tags_have_another_form_are_found_by_the_invocations_tag_afte
     ui.release.set()  # this UI answers at once
     ui.running |= {8, 9}
     ui.tags = [f"SparkConnect_OperationTag_{SESSION}:{TAG}"]
-    dependencies.fall_back.cache_clear()
+    dependencies._once.cache_clear()
     with captured_logs(monkeypatch, dependencies) as logs:
         killed = cancel_left_jobs(ConnectWebUi(f"http://127.0.0.1:{ui.server_address[1]}"), SESSION, TAG, watch=0.5,
                                   give_up=20)

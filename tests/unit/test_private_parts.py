@@ -32,14 +32,14 @@ from azure.core.rest import HttpRequest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-import worker.dependencies
 from tests.cli import run_cli
 from tests.support import captured_logs
+from worker import dependencies
 from worker.backends.azure import errors as azure_errors
 from worker.backends.oci import calls
 from worker.backends.oci import errors as oci_errors
 from worker.backends.oci.auth import client_kwargs
-from worker.dependencies import fall_back, version
+from worker.dependencies import version
 from worker.middleware import spark
 from worker.middleware.spark_settings import SparkSettings
 from worker.ops import completion
@@ -49,17 +49,17 @@ from worker.settings.config import HostConfig
 @pytest.fixture(autouse=True)
 def once_per_test() -> Iterator[None]:
     """Each test starts with no warning given yet and PySpark not yet checked."""
-    fall_back.cache_clear()
+    dependencies._once.cache_clear()
     spark.private_parts_problem.cache_clear()
     yield
-    fall_back.cache_clear()
+    dependencies._once.cache_clear()
     spark.private_parts_problem.cache_clear()
 
 
 @pytest.fixture
 def warnings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     """What :func:`worker.dependencies.fall_back` logs during the test."""
-    with captured_logs(monkeypatch, worker.dependencies) as logs:
+    with captured_logs(monkeypatch, dependencies) as logs:
         yield logs
 
 
