@@ -50,11 +50,12 @@ from worker.middleware import Middleware
 from worker.middleware.connect_jobs import ConnectWebUi, cancel_left_jobs
 from worker.middleware.spark_settings import SECTION, SparkSettings, from_config
 from worker.model import FunctionSpec
-from worker.settings.config import HostConfig
 from worker.settings.sections import SectionSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from worker.settings.config import HostConfig
 
 log = structlog.get_logger("worker.spark")
 
@@ -353,7 +354,7 @@ class SparkProvider:
                       error=failure)
             if made:  # a session made before the failure (its warm-up failed, or the deadline passed) is not kept
                 _discard(made[0], self.remote, self.settings.check_timeout)
-            elif not self.remote and private_parts_problem(False) is None:  # without them there is nothing to forget
+            elif not self.remote:
                 _forget_dead_jvm()  # a JVM killed by the deadline before its session was made
             with self._lock:
                 self._building, self._failure = False, failure
@@ -604,7 +605,7 @@ def _forget_dead_jvm() -> None:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    gateway = SparkContext._gateway
+    gateway = getattr(SparkContext, "_gateway", None)  # none in a PySpark refused at start (private_parts_problem)
     process = getattr(gateway, "proc", None)
     if gateway is None or process is None or process.poll() is None:
         return
