@@ -10,6 +10,7 @@ from the runtime (docs/middleware.md).
 
 The top-level modules are the types every layer shares: :mod:`.waits`
 (``wait_set``, a deadline-bound wait that never swallows a cancellation),
+:mod:`.dependencies` (the one warning when a dependency's private part changed),
 :mod:`.model` (``FunctionSpec``, ``Lease``, ``Result``, ``Finished``, ``Done``),
 :mod:`.context` (the handler's ``Context``), :mod:`.message` (``QueueMessage``
 and ``Poison``: what a handler receives and raises), :mod:`.invocation` (one run

@@ -1,4 +1,5 @@
-"""Stopping the Spark servers ``worker spark`` started: the stop returns only once the server's port is free."""
+"""The Spark servers ``worker spark`` starts: the stop returns only once the server's port is free, and a server
+that never logs the line its start awaits is stopped and named."""
 
 from __future__ import annotations
 
@@ -53,3 +54,17 @@ def test_a_server_whose_leader_thread_exited_first_counts_as_running_until_its_p
     finally:
         process.kill()
         process.wait(timeout=10)
+
+
+@pytest.mark.subprocess
+def test_a_server_that_never_logs_the_line_it_is_awaited_by_is_stopped_and_named_in_one_line(tmp_path: Path) -> None:
+    """Readiness is read from Spark's own log lines, which are not its API: a Spark that words one otherwise is
+    refused at the start's timeout, naming the line awaited, with its log's end, and is not left running."""
+    master = spark_cluster.MAIN_CLASS["master"]
+    command = [sys.executable, "-c", "import sys, time; print('serving', flush=True); time.sleep(600)", master]
+    with pytest.raises(spark_cluster.SparkServerError) as refused:
+        spark_cluster._start(tmp_path, "master", "spark://127.0.0.1:1", command, "127.0.0.1", 1.0)
+    first, _, tail = str(refused.value).partition("\n")
+    assert first.startswith(f"the Spark master did not log {spark_cluster.READY['master']!r} within 1s; the end of ")
+    assert tail == "serving\n"
+    assert spark_cluster.running(tmp_path) == []

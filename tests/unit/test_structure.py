@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2] / "worker"
 
 #: Lowest first. A module may import modules of its own layer or of layers below, never above.
 LAYERS: list[tuple[str, ...]] = [
-    ("worker.waits",),
+    ("worker.waits", "worker.dependencies"),
     ("worker.backends",),
     ("worker.observability",),
     ("worker.settings",),

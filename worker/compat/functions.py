@@ -52,7 +52,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import azure.functions as func
-from azure.functions import _abc
 from azure.functions.blob import InputStream as _BlobStream
 from azure.functions.decorators.core import Binding, BindingDirection, DataType
 from azure.functions.decorators.function_app import Function, FunctionRegister
@@ -65,6 +64,7 @@ from worker.bindings.errors import UnusableOutput
 from worker.bindings.outputs import Out
 from worker.compat.converted import RETURN, RETURN_ARG, ConvertedApp, SkippedFunction
 from worker.context import Context, RetryContext, TraceContext
+from worker.dependencies import fall_back
 from worker.message import QueueMessage
 from worker.settings.connections import Service
 
@@ -77,8 +77,29 @@ BLOB = "blob"
 # worker.Out and worker.Context pass isinstance checks against func.Out and func.Context, as the Functions worker's own do.
 func.Out.register(Out)
 func.Context.register(Context)
-_abc.TraceContext.register(TraceContext)
-_abc.RetryContext.register(RetryContext)
+
+
+def register_private_contexts() -> bool:
+    """Make the host's trace and retry contexts pass isinstance checks against azure.functions' own ABCs, as the
+    Functions worker's do; those live in its private ``_abc`` module. Without them (another azure-functions) the
+    contexts work the same and only such a check fails, after one warning; returns whether they were registered."""
+    try:
+        from azure.functions import _abc
+
+        abcs = (_abc.TraceContext, _abc.RetryContext)
+        if not all(callable(getattr(abc, "register", None)) for abc in abcs):
+            raise ImportError("TraceContext or RetryContext is not an ABC")
+    except (ImportError, AttributeError) as exc:
+        fall_back("azure-functions", f"azure.functions._abc: {exc}",
+                  "context.trace_context and context.retry_context are not instances of its TraceContext and "
+                  "RetryContext")
+        return False
+    abcs[0].register(TraceContext)
+    abcs[1].register(RetryContext)
+    return True
+
+
+register_private_contexts()
 
 
 class FunctionAppError(ValueError):

@@ -12,6 +12,11 @@ cancellation notes the same gap, SPARK-52024). Such a job still carries the
 session's tag for the invocation as a Spark job tag, and the server's web UI
 lists running jobs with their tags and can kill one, so the host finds and
 kills them there when it is given the UI's address (``spark.webUi``).
+
+How a session's tag appears among a job's tags is the server's own, undocumented
+form (:func:`session_tag_suffix`); where no running job has a tag of that form,
+jobs with a tag that ends with the invocation's own (unique) tag are taken
+instead, after one warning.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import urllib.parse
 import urllib.request
 
 import structlog
+
+from worker.dependencies import fall_back
 
 log = structlog.get_logger("worker.spark")
 
@@ -49,14 +56,18 @@ class ConnectWebUi:
         with urllib.request.urlopen(f"{self.url}{path}", timeout=REQUEST_SECONDS) as answer:
             return answer.read()
 
-    def running_jobs(self, tag_suffix: str = "") -> list[int]:
-        """The ids of the running jobs one of whose tags ends with ``tag_suffix`` (every running job for "")."""
+    def running_job_tags(self) -> dict[int, list[str]]:
+        """The running jobs' ids, each with its tags."""
         applications = json.loads(self._get("/api/v1/applications"))
-        found: list[int] = []
+        found: dict[int, list[str]] = {}
         for application in applications:
             jobs = json.loads(self._get(f"/api/v1/applications/{application['id']}/jobs?status=running"))
-            found += [job["jobId"] for job in jobs if any(tag.endswith(tag_suffix) for tag in job.get("jobTags", ()))]
+            found.update({job["jobId"]: list(job.get("jobTags", ())) for job in jobs})
         return found
+
+    def running_jobs(self, tag_suffix: str = "") -> list[int]:
+        """The ids of the running jobs one of whose tags ends with ``tag_suffix`` (every running job for "")."""
+        return _ending(self.running_job_tags(), tag_suffix)
 
     def kill(self, job_id: int) -> None:
         """Kill a job as the UI's kill link does: the UI refuses a kill without the token its jobs page carries."""
@@ -65,6 +76,11 @@ class ConnectWebUi:
         request = urllib.request.Request(f"{self.url}/jobs/job/kill/", data=urllib.parse.urlencode(form).encode())
         with urllib.request.urlopen(request, timeout=REQUEST_SECONDS) as answer:
             answer.read()
+
+
+def _ending(jobs: dict[int, list[str]], suffix: str) -> list[int]:
+    """The jobs one of whose tags ends with ``suffix``."""
+    return [job for job, tags in jobs.items() if any(tag.endswith(suffix) for tag in tags)]
 
 
 def session_tag_suffix(session_id: str, tag: str) -> str:
@@ -91,7 +107,11 @@ def cancel_left_jobs(ui: ConnectWebUi, session_id: str, tag: str, *, watch: floa
     pause = threading.Event()
     while (now := time.monotonic()) - began < give_up:
         try:
-            running = ui.running_jobs(suffix)
+            jobs = ui.running_job_tags()
+            running = _ending(jobs, suffix)
+            if not running and (running := _ending(jobs, tag)):
+                fall_back("pyspark", "a Connect session's tag among a job's tags, as ..._Session_<id>_Tag_<tag>",
+                          "an interrupted invocation's left jobs are found by its own tag alone")
             for job in running:
                 ui.kill(job)
                 if job not in killed:

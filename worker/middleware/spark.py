@@ -32,6 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import importlib
+import importlib.util
+import inspect
 import logging
 import os
 import sys
@@ -44,16 +48,19 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import structlog
 
 from worker.backends.embedded.files import private_file
+from worker.dependencies import version
 from worker.invocation import Invocation, current_invocation
 from worker.middleware import Middleware
 from worker.middleware.connect_jobs import ConnectWebUi, cancel_left_jobs
-from worker.middleware.spark_settings import SECTION, SparkSettings
+from worker.middleware.spark_settings import SECTION, SparkSettings, from_config
 from worker.model import FunctionSpec
 from worker.settings.config import FunctionOptions
 from worker.settings.sections import SectionSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from worker.settings.config import HostConfig
 
 log = structlog.get_logger("worker.spark")
 
@@ -116,6 +123,73 @@ def _set_on_connect(session: SparkSession, conf: dict[str, str]) -> None:
     if left:
         log.info("Spark settings left to the Connect server: a session cannot set them; give them to the server "
                  "where it starts", keys=left)
+
+
+#: PySpark's private parts this middleware relies on, by class: for a classic session, the process's JVM (its
+#: process, found dead or killed at a deadline; its log put in a file; forgotten once gone) and the session PySpark
+#: keeps; for a Connect one, the client's release with a deadline. Checked before Spark starts
+#: (:func:`private_parts_problem`): no fallback keeps those promises, so a PySpark without them is refused.
+_CLASSIC_PARTS = {"pyspark:SparkContext": ("_gateway", "_jvm", "_lock"),
+                  "pyspark.sql:SparkSession": ("_instantiatedSession", "_activeSession")}
+_CONNECT_PARTS = {"pyspark.sql.connect.client:SparkConnectClient": ("set_retry_policies", "release_session", "close")}
+#: What the source of a function must assign for the parts only an instance holds.
+_CLASSIC_ASSIGNED = {"pyspark.java_gateway:launch_gateway": "gateway.proc", "pyspark:SparkContext": "self._jsc"}
+_CONNECT_ASSIGNED = {"pyspark.sql.connect.session:SparkSession": "self.release_session_on_close"}
+
+
+def _find(target: str) -> object:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@functools.cache
+def private_parts_problem(remote: bool) -> str | None:
+    """Why the installed PySpark cannot run this middleware's sessions (classic, or Connect where ``remote``): a
+    private part it relies on is missing or moved; None when every one is there, or when PySpark is not installed
+    (a handler's call then fails as it would anyway). One line, naming PySpark's version, for start-up's problems."""
+    if importlib.util.find_spec("pyspark") is None:
+        return None
+    parts, assigned = (_CONNECT_PARTS, _CONNECT_ASSIGNED) if remote else (_CLASSIC_PARTS, _CLASSIC_ASSIGNED)
+    missing: list[str] = []
+    try:
+        for target, names in parts.items():
+            owner = _find(target)
+            missing += [f"{target.partition(':')[2]}.{name}" for name in names if not hasattr(owner, name)]
+        for target, text in assigned.items():
+            try:
+                source = inspect.getsource(_find(target))  # type: ignore[arg-type]
+            except (OSError, TypeError):  # no source to read (a frozen install): nothing to go by
+                continue
+            if text not in source:
+                missing.append(f"{target.partition(':')[2]} no longer sets {text}")
+        if not remote and "popen_kwargs" not in inspect.signature(_find("pyspark.java_gateway:launch_gateway")).parameters:  # type: ignore[arg-type]
+            missing.append("launch_gateway takes no popen_kwargs")
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("pyspark"):
+            return None  # the Connect extra is not installed: the session's start says so, as it always did
+        missing.append(f"{type(exc).__name__}: {exc}")
+    except (ImportError, AttributeError) as exc:
+        missing.append(f"{type(exc).__name__}: {exc}")
+    if not missing:
+        return None
+    return (f"spark: pyspark {version('pyspark')} is not as this worker expects ({'; '.join(missing)}); install the "
+            "pyspark of constraints.txt")
+
+
+def start_problem(functions: Sequence[FunctionSpec], given: Sequence[Middleware], config: HostConfig) -> str | None:
+    """The private-parts problem of the PySpark the host would run (:func:`private_parts_problem`), where Spark is
+    asked for: a function declared with ``spark=True``, a ``spark:`` section, or a Spark middleware of the app's."""
+    providers = [m.provider for m in given if isinstance(m, Spark)]
+    if not providers and not config.sections.get(SECTION.name) and not any(f.extra("spark") for f in functions):
+        return None
+    if providers:
+        master = providers[0].settings.master
+    else:
+        try:
+            master = from_config(config).master
+        except Exception:  # a wrong spark: section is listed by the section's own check
+            return None
+    return private_parts_problem(master.startswith("sc://"))
 
 
 def tag_for(invocation: Invocation) -> str:
@@ -399,6 +473,8 @@ class SparkProvider:
         from pyspark.sql import SparkSession
 
         settings = self.settings
+        if problem := private_parts_problem(self.remote):  # refused at start where Spark was asked for; here, a late ask
+            raise SparkUnavailable(problem)
         log.info("starting Spark", master=settings.master, app_name=settings.app_name)
         if self.remote:
             # A new session, never one PySpark kept in the process (getOrCreate hands back the process's default
@@ -567,7 +643,7 @@ def _forget_dead_jvm() -> None:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    gateway = SparkContext._gateway
+    gateway = getattr(SparkContext, "_gateway", None)  # none in a PySpark refused at start (private_parts_problem)
     process = getattr(gateway, "proc", None)
     if gateway is None or process is None or process.poll() is None:
         return

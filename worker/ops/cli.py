@@ -572,7 +572,11 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    print(completion.script(_parser(), args.shell), end="")
+    try:
+        written = completion.script(_parser(), args.shell)
+    except completion.CompletionUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    print(written, end="")
     return 0
 
 

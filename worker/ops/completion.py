@@ -2,11 +2,14 @@
 
 The script completes subcommands, their options, the choices of options and positionals that have them, and
 file names after options that take a path; it is generated on every call, so it never lags behind the parser.
+argparse lists a parser's arguments only in private parts (``_actions``, ``_SubParsersAction``); a Python without
+them gets one line saying so (:class:`CompletionUnavailable`), not a script written from a guess.
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
 import shlex
 from dataclasses import dataclass, field
 
@@ -25,12 +28,25 @@ class Command:
     paths: list[str] = field(default_factory=list)
 
 
+#: argparse's private parts the script is written from: a parser's arguments, and the class of its subcommands.
+_ACTIONS = "_actions"
+_SUBPARSERS = "_SubParsersAction"
+
+
+class CompletionUnavailable(Exception):
+    """This Python's argparse does not list a parser's arguments where the script is written from."""
+
+
 def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[Command]:
     """Every command of ``parser``, its subcommands' included, depth first."""
+    actions, subparsers = getattr(parser, _ACTIONS, None), getattr(argparse, _SUBPARSERS, None)
+    if not isinstance(actions, list) or not isinstance(subparsers, type):
+        raise CompletionUnavailable(f"Python {platform.python_version()}'s argparse has no {_ACTIONS} or "
+                                    f"{_SUBPARSERS}, which the completion script is written from")
     here = Command(path)
     found = [here]
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
+    for action in actions:
+        if isinstance(action, subparsers):
             for name, sub in action.choices.items():
                 here.words.append(name)
                 found.extend(commands(sub, (*path, name)))

@@ -27,7 +27,7 @@ from worker.backends.registry import connection_problem as queue_connection_prob
 from worker.bindings import expressions
 from worker.bindings.blobs import BlobInput, BlobOutput
 from worker.bindings.outputs import OutputBinding
-from worker.middleware import builtin
+from worker.middleware import builtin, spark
 from worker.model import FunctionSpec, StartupRefused
 from worker.observability import tracing
 from worker.runtime.host import unknown_options
@@ -69,14 +69,17 @@ def problems(
 ) -> list[str]:
     """Every reason the app's functions cannot run with ``config``; empty when all can.
 
-    Includes host.yaml's ``worker.middleware`` names that cannot be loaded, and the problems of the settings sections
-    middleware read (``spark:``), so that the CLI lists them with the rest.
+    Includes host.yaml's ``worker.middleware`` names that cannot be loaded, the problems of the settings sections
+    middleware read (``spark:``), and an installed PySpark whose private parts the Spark middleware cannot find, so
+    that the CLI lists them with the rest.
     ``looked_in``: see :func:`connection_problem`.
     """
     environ = os.environ if environ is None else environ
     loaded, found = builtin.load(config.middleware)
     given = [*app.middleware, *loaded]
     found += unknown_options(app, given) + builtin.section_problems(config, given)
+    if spark_problem := spark.start_problem(app.functions, given, config):
+        found.append(spark_problem)
     names = {spec.name for spec in app.functions}
     for name, section in config.functions.items():
         if name not in names:

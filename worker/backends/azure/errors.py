@@ -22,6 +22,7 @@ from azure.core.exceptions import (
 from azure.core.pipeline.transport import AioHttpTransport
 
 from worker.backends.failures import causes, describe_network_failure, first_line, network_cause, timed_out
+from worker.dependencies import fall_back
 
 #: Seconds to wait for an answer (a receive returns at once, even when empty).
 READ_TIMEOUT = 30
@@ -126,10 +127,19 @@ class Transport(AioHttpTransport):
     known to have possibly reached storage, so a DELETE whose first send went
     through comes back as MessageNotFound and reads as someone else's delete.
     Every retry is left to the backend, which knows.
+
+    Both need private parts (azure-core's session state, aiohttp's retry
+    switch): each is checked first, and where one is missing the transport
+    goes on as azure-core's own, with one warning (:func:`worker.dependencies.fall_back`).
     """
 
     async def open(self) -> None:
-        if self.session is None and self._session_owner and not self._has_been_opened:
+        state = [getattr(self, name, None) for name in _TRANSPORT_STATE]
+        if not all(isinstance(value, bool) for value in state):
+            fall_back("azure-core", "AioHttpTransport's " + ", ".join(_TRANSPORT_STATE),
+                      "its own HTTP session is used, which reuses connections however long idle (a put on one the "
+                      "server just closed fails as an unknown outcome)")
+        elif self.session is None and self._session_owner and not self._has_been_opened:
             # The session azure-core would make, with a connector that does not reuse long-idle connections.
             self.session = aiohttp.ClientSession(
                 trust_env=self._use_env_settings, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
@@ -137,4 +147,15 @@ class Transport(AioHttpTransport):
             )
         await super().open()
         if self.session is not None:
-            self.session._retry_connection = False  # no public switch (aiohttp 3.x)
+            if isinstance(getattr(self.session, _RETRY_SWITCH, None), bool):
+                setattr(self.session, _RETRY_SWITCH, False)  # no public switch (aiohttp 3.x)
+            else:
+                fall_back("aiohttp", f"ClientSession.{_RETRY_SWITCH}",
+                          "its hidden second send of a request on a dropped connection may stay on, unseen by the "
+                          "backend's retry policy")
+
+
+#: azure-core's AioHttpTransport state :meth:`Transport.open` reads to make the session azure-core would make.
+_TRANSPORT_STATE = ("_session_owner", "_has_been_opened", "_use_env_settings")
+#: aiohttp's switch of its hidden second send (:class:`Transport`).
+_RETRY_SWITCH = "_retry_connection"

@@ -12,7 +12,10 @@ runs to its end and the backend releases what it brings
 Every connection notes when a request's first byte goes out (:func:`sending`),
 so that a put that failed can be told apart: one that never sent anything (the
 connection was refused, the name did not resolve, the TLS handshake failed) may
-be sent again; any other may have been stored, and is not.
+be sent again; any other may have been stored, and is not. The note needs the
+SDK's vendored connection pools (:func:`track_sending`); where they are not laid
+out as expected, every failed call counts as sent, after one warning: no put is
+sent twice, and one that provably never left is reported rather than retried.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import structlog
+
+from worker.dependencies import fall_back
 
 log = structlog.get_logger("worker.backends.oci.queues")
 
@@ -57,15 +62,30 @@ def sending() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        exc.request_sent = SENDING.sent  # type: ignore[attr-defined]
+        # A thread whose clients could not be tracked cannot tell: the call may have been sent.
+        exc.request_sent = SENDING.sent or getattr(SENDING, "untracked", False)  # type: ignore[attr-defined]
         raise
 
 
 def track_sending(client: Any) -> None:
-    """Make ``client``'s connections record the sending of each request (see :func:`sending`)."""
-    for adapter in client.base_client.session.adapters.values():
-        manager = adapter.poolmanager
-        manager.pool_classes_by_scheme = {scheme: tracked(cls) for scheme, cls in manager.pool_classes_by_scheme.items()}
+    """Make ``client``'s connections record the sending of each request (see :func:`sending`).
+
+    The clients of a thread are its own, so where the SDK's pools are not as expected the thread is marked
+    untracked (a per-thread flag) and :func:`sending` counts its failed calls as sent.
+    """
+    try:
+        managers = [adapter.poolmanager for adapter in client.base_client.session.adapters.values()]
+        classes = [manager.pool_classes_by_scheme for manager in managers]
+        replaced = [{scheme: tracked(cls) for scheme, cls in pools.items()} for pools in classes]
+        if not replaced or not all(callable(getattr(cls.ConnectionCls, "send", None)) for cls in classes[0].values()):
+            raise AttributeError("no connection pools with a ConnectionCls that sends")
+    except (AttributeError, TypeError) as exc:
+        fall_back("oci", f"the vendored connection pools of its clients: {exc}",
+                  "every failed call counts as possibly sent, so a put that never left is reported, not sent again")
+        SENDING.untracked = True
+        return
+    for manager, pools in zip(managers, replaced, strict=True):
+        manager.pool_classes_by_scheme = pools
 
 
 class DaemonThreads:

@@ -5,6 +5,8 @@ The SDK raises ``oci.exceptions.ServiceError`` for an answer and wraps the
 network's failures (its vendored ``requests``, or the installed one from its
 sign-in helpers) in ``RequestException``; both are read here, the network
 causes as every remote backend names them (:mod:`worker.backends.failures`).
+The vendored copy is a private module of the SDK: an SDK without it is read
+with the installed ``requests`` alone, after one warning.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import time
 from urllib.parse import urlsplit
 
 import oci
-from oci._vendor.requests import exceptions as vendored_requests
 
 from worker.backends.failures import describe_network_failure, first_line
 from worker.backends.queues import (
@@ -26,11 +27,17 @@ from worker.backends.queues import (
     QueueError,
     QueueNotFound,
 )
+from worker.dependencies import fall_back
 
 try:  # the SDK vendors its own copy of requests; its sign-in helpers may raise the installed one's errors
     import requests as installed_requests
 except ImportError:  # pragma: no cover - requests comes with azure-core
     installed_requests = None  # type: ignore[assignment]
+try:
+    from oci._vendor.requests import exceptions as vendored_requests
+except ImportError:  # an SDK that no longer vendors requests sends with the installed one, read below
+    vendored_requests = None  # type: ignore[assignment]
+    fall_back("oci", "oci._vendor.requests", "its network failures are read as the installed requests' errors")
 
 _TRANSIENT_STATUS = frozenset({408, 429})
 #: Refusals OCI's API error table (https://docs.oracle.com/iaas/Content/API/References/apierrors.htm) marks
@@ -45,8 +52,9 @@ _TRANSIENT_CONFLICTS = frozenset({"IncorrectState", "LockConflict"})
 #: "too many requests"), 503 (RFC 9110, section 15.6.4: "unable to handle the request"), 401 (not signed in) and
 #: the 409s above (refused for the resource's state). 500, 502 and 504 may come after the work was done.
 _NOTHING_DONE_STATUS = frozenset({401, 429, 503})
-_REQUEST_ERRORS: tuple[type[BaseException], ...] = (vendored_requests.RequestException,) + (
-    (installed_requests.exceptions.RequestException,) if installed_requests is not None else ()
+_REQUEST_ERRORS: tuple[type[BaseException], ...] = tuple(
+    module.RequestException for module in (vendored_requests, getattr(installed_requests, "exceptions", None))
+    if module is not None
 )
 #: ``requests`` errors that a later attempt cannot get past: the request itself is malformed.
 _PERMANENT_REQUEST_ERRORS: tuple[type[BaseException], ...] = tuple(
