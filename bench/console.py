@@ -50,12 +50,13 @@ from worker.runtime.console.history import INTERVAL, SLOTS  # noqa: E402
 from worker.runtime.console.recorder import RECENT_FAILURES, RECENT_TIMES, ConsoleRecorder  # noqa: E402
 from worker.runtime.console.state import Console, HostParts, StartFacts, Watched  # noqa: E402
 from worker.runtime.endpoints import Endpoints  # noqa: E402
+from worker.runtime.guard import Access  # noqa: E402
 from worker.runtime.lease import LeaseScheduler  # noqa: E402
 from worker.settings.config import HostConfig  # noqa: E402
 from worker.settings.http_token import BearerToken  # noqa: E402
 
 QUEUE = "console-bench"
-TOKEN = "bench-token"
+TOKEN = "bench-console-token-0123"
 FILL_CHUNK = 256
 TAKE_VISIBILITY = 600.0
 
@@ -156,7 +157,7 @@ class Served:
             return []
 
         parts = HostParts(metrics, scheduler, config, lambda: {"bench": (self.leases, self.leases)}, ready,
-                          lambda _: [])
+                          dict)
         self.recorder = ConsoleRecorder()
         self.console = Console([Watched(function, options, backend, "embedded queue (bench)")], parts,
                                self.recorder, StartFacts("bench:app"), actions=True)
@@ -165,7 +166,7 @@ class Served:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        await endpoints.start(self.port, "127.0.0.1", BearerToken(TOKEN, "bench"), self.console)
+        await endpoints.start(self.port, Access(BearerToken(TOKEN, "bench"), "127.0.0.1"), self.console)
         self.stop = asyncio.Event()
         self.ready.set()
         await self.stop.wait()
@@ -202,7 +203,7 @@ def memory(hours: int) -> int:
     function = app().functions[0]
     config = HostConfig()
     parts = HostParts(Metrics(), LeaseScheduler(60, 0.5, Metrics()), config, lambda: {"bench": (3, 3)},
-                      _no_problems, lambda _: [])
+                      _no_problems, dict)
     no_storage: Any = None
     console = Console([Watched(function, config.for_function("bench"), no_storage, "none")], parts, recorder,
                       StartFacts(), actions=False)

@@ -123,7 +123,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 #: The endpoint token of ``worker+console`` (the console's data is guarded, as in production).
-CONSOLE_TOKEN = "bench-console-token"
+CONSOLE_TOKEN = "bench-console-token-0123"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
