@@ -14,6 +14,7 @@ pyproject.toml shows as a failure here. It needs that index, as ``make test``'s 
 
 from __future__ import annotations
 
+import email.parser
 import importlib.util
 import os
 import shutil
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tomllib
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -57,10 +59,10 @@ def ok(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> st
 
 
 def build_wheel(tmp_path: Path) -> Path:
-    """The wheel pip builds from pyproject.toml, its readme and worker/, copied out of the tree first."""
+    """The wheel pip builds from pyproject.toml, its readme, its licence and worker/, copied out of the tree first."""
     source = tmp_path / "source"
     shutil.copytree(REPO / "worker", source / "worker", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, source / name)
     ok(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", tmp_path / "dist", source,
        cwd=tmp_path)
@@ -111,6 +113,13 @@ async def test_pip_install_runs_the_embedded_queue_without_the_oci_sdk_and_oci_w
         assert importlib.util.find_spec("oci") is not None  # ... while this interpreter has it
 
         assert ok(worker, "--version", cwd=app, env=env) == f"worker {version}\n"
+        # What a company's licence check reads: the licence, by its SPDX name and as the file, and the classifiers.
+        with zipfile.ZipFile(wheel) as archive:
+            info = f"queueworker-{version}.dist-info"
+            metadata = email.parser.Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+            assert "MIT License" in archive.read(f"{info}/licenses/LICENSE").decode()
+        assert metadata["License-Expression"] == "MIT" and metadata.get_all("License-File") == ["LICENSE"]
+        assert "Intended Audience :: Developers" in metadata.get_all("Classifier") and metadata["Keywords"]
         ok(worker, "send", "orders", "order-1", cwd=app, env=env)
         ok(worker, "run", "--burst", cwd=app, env=env)
         assert (app / ".worker" / "blobs" / "receipts" / "order-1.txt").read_text() == "received order-1"
