@@ -144,7 +144,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "worker.burstStorageTimeout": ("how long `worker run --burst` waits for storage it cannot reach before it exits "
                                    "1, saying so in one line", ""),
     "worker.maxInFlight": ("messages held at once across all functions", ""),
-    "worker.handlerThreads": ("threads for synchronous handlers", ""),
+    "worker.handlerThreads": ("threads for synchronous handlers", "`PYTHON_THREADPOOL_THREAD_COUNT`"),
     "worker.httpPort": ("port of `/healthz`, `/readyz`, `/metrics`, `/leases` and the web console at `/`; 0: off", ""),
     "worker.httpHost": ("address the endpoints listen on (`worker run --http-host` wins); see "
                         "[Running and operating](../operating.md)", ""),

@@ -72,7 +72,14 @@ from worker.runtime.handover import RECYCLED
 from worker.runtime.poison import poison_queue, policy_for, source_queue
 from worker.runtime.signals import forwarded_act_as_original, ignore_at_exit
 from worker.settings import local_settings
-from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration, parse_http_host
+from worker.settings.config import (
+    ConfigError,
+    HostConfig,
+    load_config,
+    parse_duration,
+    parse_http_host,
+    unused_functions_settings,
+)
 from worker.settings.connections import ConnectionSettingError
 from worker.settings.http_token import http_token
 from worker.settings.local_settings import LocalSettingsError
@@ -220,6 +227,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.local_settings.skipped:
             log.info("local settings skipped: already defined in the environment",
                      keys=list(args.local_settings.skipped))
+        unused = unused_functions_settings(os.environ)
+        if unused:  # named once rather than dropped without a word: an app moved from Functions carries them
+            log.info("Functions app settings not used by this host", settings=unused)
         if config.source is not None:
             log.info("config file", path=str(config.source))
         else:
