@@ -173,7 +173,8 @@ MEANINGS: dict[str, tuple[str, str]] = {
                          "`FUNCTIONS_WORKER_PROCESS_COUNT`"),
     "retry": ("delay before each retry of a failed message: `{strategy: fixedDelay, delayInterval}` or "
               "`{strategy: exponentialBackoff, minimumInterval, maximumInterval}` (see "
-              "[Retry](../apps.md#retry))", "`retry` (host.json) and `@app.retry`"),
+              "[Retry](../apps.md#retry))",
+              "host.json's `retry` shape (host.json's own is not applied to queue triggers, as in Functions)"),
     "spark.master": ("where Spark runs: `local[n]`, `spark://`, `sc://` (Spark Connect), `yarn`, `k8s://`", ""),
     "spark.appName": ("Spark application name", ""),
     "spark.conf": ("Spark properties, given to the session builder", ""),

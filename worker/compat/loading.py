@@ -145,6 +145,7 @@ def _converted(converted: ConvertedApp, nothing_to_run: str, problems: list[str]
         listed = "".join(f"\n  {line}" for line in not_run)
         raise AppLoadError(nothing_to_run + (f":{listed}" if listed else " (it has no functions)"))
     converted.app.not_run = tuple(not_run)
+    converted.app.ignored_retry = converted.ignored_retry
     return converted.app
 
 

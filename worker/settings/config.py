@@ -3,8 +3,10 @@
 A Functions user can copy ``extensions.queues`` and ``functionTimeout`` across
 unchanged, or point ``--config`` at host.json itself, which is read as Functions
 reads it: JSON with comments and trailing commas (:mod:`worker.settings.functions_json`).
-Keys that host.json has but this host does not use are accepted with a warning,
-so that a copied file loads; every other unknown key, wrong type or
+Keys that host.json has but this host does not use are accepted and listed
+(``HostConfig.ignored_keys``), so that a copied file loads: host.json's
+``retry`` among them, since Functions does not apply it to queue triggers
+(host.yaml's ``retry`` is this host's own setting, and applies); every other unknown key, wrong type or
 out-of-range value is an error naming the key and the line.
 
 Environment variables override file values, as Functions' app settings override
@@ -379,7 +381,7 @@ class HostConfig:
 
         ``code_retry`` is a retry policy given in code (``@app.retry``); the
         function's own host.yaml ``retry`` wins over it, and it wins over the
-        global ``retry``, as a function's retry wins over host.json's in Functions.
+        global ``retry``: the most specific setting wins.
         ``code_settings`` (FunctionOptions fields given with the code: a SAM
         template's) stand likewise between the two.
         """
@@ -496,7 +498,8 @@ def _functions_overrides(environ: Mapping[str, str]) -> tuple[dict[tuple[str, ..
     Why: Functions overrides host.json per environment with these, and an app moved here carries them; dropped, a
     ``maxDequeueCount`` of 1 in production would quietly be the file's. The prefix and the known keys are matched in
     any case, as .NET's configuration matches them; a key under one the host ignores (``extensionBundle__id``) is
-    that ignored key, and ``functions__0`` (host.json's list of functions to load) is ignored as the list is.
+    that ignored key, and ``functions__0`` (host.json's list of functions to load) is ignored as the list is, and
+    ``retry__...`` as host.json's ``retry`` is.
     """
     found: dict[tuple[str, ...], tuple[Any, str]] = {}
     ignored: list[str] = []
@@ -513,6 +516,9 @@ def _functions_overrides(environ: Mapping[str, str]) -> tuple[dict[tuple[str, ..
         key = ".".join(parts)
         if key in IGNORED_HOST_JSON_KEYS or (parts[0] == "functions" and len(parts) == 2 and parts[1].isdigit()):
             ignored.append(parts[0] if parts[0] == "functions" else key)
+            continue
+        if parts[0] == "retry":  # host.json's retry, which Functions does not apply to queue triggers
+            ignored.append("retry")
             continue
         found[tuple(parts)] = (_env_value(raw), f"environment {name}")
     return found, ignored
@@ -533,6 +539,7 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
 def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None) -> HostConfig:
     environ = os.environ if environ is None else environ
     values: dict[str, tuple[Any, str]] = {}
+    ignored: list[str] = []
     #: file:line of every key in the file, for errors inside sections read whole (functions:).
     line_of: dict[str, str] = {}
     #: Top-level sections for other parts of the worker (``spark:``), and where each of their keys stands.
@@ -572,11 +579,15 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
         flat: dict[str, Any] = {}
         _flatten(tree, "", flat, str(file))
         for key, value in flat.items():
+            if key == "retry" and file.suffix.lower() == ".json":  # Functions' retry: not for queue triggers
+                ignored.append(key)
+                continue
             line = lines.get(key)
             values[key] = (value, f"{file}:{line}" if line else str(file))
     overrides = []
     # Functions' app settings over host.json, then the host's own over both.
-    functions_env, ignored = _functions_overrides(environ)
+    functions_env, functions_ignored = _functions_overrides(environ)
+    ignored += functions_ignored
     for parts, (value, where) in [*functions_env.items(), *_env_overrides(environ).items()]:
         if len(parts) > 1 and (parts[0] in given or _foreign(parts[0], {})):
             overrides.append((parts, value, where))
