@@ -204,7 +204,7 @@ class Host:
         standard = builtin.standard(config, self.metrics, backends, self.app.functions, given, telemetry)
         middleware = Chain([*recorder, *standard, *given], failed=self.metrics.middleware_failed)
         trouble = StoreTrouble()
-        completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble)
+        completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble, sent=backends.sent)
         threads = HandlerThreads(config.handler_threads)
         recycler = Recycler(scheduler, self.stopping)
         faults = self.faults
