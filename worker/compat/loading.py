@@ -98,15 +98,19 @@ def load_app(
 def _v1_app(
     target: str, connection_problem: Callable[[str | None, Service], str | None] | None, problems: list[str]
 ) -> WorkerApp:
-    """The v1 app in folder ``target``, converted (azure-functions describes its functions, as for a FunctionApp)."""
+    """The v1 app in folder ``target``, converted (azure-functions describes its functions, as for a FunctionApp).
+
+    The installed version is checked before anything of it is imported: an old one fails the import, and the user
+    must hear that it is too old, not that it is missing.
+    """
+    if (too_old := _version_problem()) is not None:
+        raise _refused(target, [*problems, too_old])
     try:
         from worker.compat.function_json import from_folder
         from worker.compat.functions import FunctionAppError
     except ImportError as exc:
         raise _refused(target, [*problems, f"a Functions v1 app needs azure-functions ({exc}); "
                                            "pip install 'queueworker[azure-functions]'"]) from None
-    if (too_old := _version_problem()) is not None:
-        raise _refused(target, [*problems, too_old])
     try:
         converted = from_folder(Path(target), function_files(Path(target)), os.environ, connection_problem)
     except FunctionAppError as exc:
