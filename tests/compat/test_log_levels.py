@@ -27,7 +27,7 @@ app = WorkerApp()
 
 @app.queue_trigger(arg_name="msg", queue_name="chatty-jobs")
 def chatty(msg) -> None:
-    logging.getLogger("orders").info("chatty info")
+    logging.getLogger("orders").info("chatty info", extra={"order_id": 7})
     logging.getLogger("orders").debug("chatty debug")
     structlog.get_logger().debug("chatty structlog debug")
 
@@ -68,6 +68,7 @@ def test_each_category_gets_its_own_level(folder: Path) -> None:
     assert ("chatty", "Executing") in said and ("chatty", "Executed") in said
     assert {("chatty", "chatty info"), ("chatty", "chatty debug"), ("chatty", "chatty structlog debug")} <= said
     assert ("quiet", "quiet warning") in said
+    assert [line.get("order_id") for line in lines if line["event"] == "chatty info"] == [7]  # logging's extra=
     assert not {("quiet", "Executing"), ("quiet", "Executed"), ("quiet", "quiet info")} & said
     assert any(line["event"] == "host started" for line in lines)  # Host.General: default, Information
 

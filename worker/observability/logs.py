@@ -382,7 +382,8 @@ def configure_logging(
     if by_category:
         handler.addFilter(by_category.filter)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        # A record's extra= fields are kept, as Functions keeps them (App Insights' customDimensions).
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
