@@ -55,6 +55,15 @@ def discover(folder: Path, environ: Mapping[str, str]) -> str:
     )
 
 
+def v2_folder(target: str) -> Path | None:
+    """The folder ``--app`` names when it is a Functions v2 app's (a folder, not a package, that is not a v1 app's),
+    or None; :func:`discover` finds its script, as ``worker run`` in that folder would."""
+    folder = Path(target)
+    if ":" in target or not folder.is_dir() or (folder / "__init__.py").is_file() or function_files(folder):
+        return None
+    return folder.resolve()
+
+
 def is_v1_target(target: str) -> bool:
     """Whether ``--app`` names a Functions v1 app's folder (one holding ``*/function.json``) rather than a module."""
     return bool(function_files(Path(target)))
@@ -78,7 +87,7 @@ def template_in(folder: Path) -> Path | None:
 def app_directory(target: str) -> Path | None:
     """The folder of the module ``MODULE:ATTR`` names (or the v1 app folder, or a SAM template's), found without
     importing anything."""
-    if is_v1_target(target):
+    if is_v1_target(target) or v2_folder(target) is not None:
         return Path(target).resolve()
     if is_template(target):
         path = Path(target)

@@ -657,10 +657,10 @@ def _parser() -> argparse.ArgumentParser:
 
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
     run.add_argument("--app", default=None, metavar="MODULE[:ATTR]|FOLDER",
-                     help="the app's module and object, or the folder of a Functions v1 app (function folders with "
-                          "function.json) (default: function_app.py in the current folder, or the file "
-                          "PYTHON_SCRIPT_FILE_NAME names, and its app, else the current folder's v1 app, as Functions "
-                          "finds them)")
+                     help="the app's module and object, or a Functions app's folder (v2: its function_app.py; "
+                          "v1: function folders with function.json) (default: function_app.py in the current folder, "
+                          "or the file PYTHON_SCRIPT_FILE_NAME names, and its app, else the current folder's v1 app, "
+                          "as Functions finds them)")
     run.add_argument("--burst", action="store_true", help="stop once the trigger queues are empty")
     run.add_argument("--processes", type=_positive, default=None, metavar="N",
                      help="run N worker processes under a supervisor (default: worker.processes, 1)")
