@@ -1,7 +1,7 @@
 """A message this host moves to ``<queue>-poison`` wakes its own listener there, as the Functions host's does.
 
-On Azure Storage a listener of an empty queue backs off up to maxPollingInterval (60 s here); without the wake the
-poison function ran up to that long after the move.
+On Azure Storage a listener of an empty queue backs off up to maxPollingInterval; without the wake the poison
+function ran up to that long after the move.
 """
 
 from __future__ import annotations

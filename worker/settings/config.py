@@ -495,8 +495,8 @@ def _functions_overrides(environ: Mapping[str, str]) -> tuple[dict[tuple[str, ..
     """Functions' ``AzureFunctionsJobHost__a__b=v`` app settings, as :func:`_env_overrides` gives the host's, and the
     host.json keys they set that the host does not use.
 
-    Why: Functions overrides host.json per environment with these, and an app moved here carries them; dropped, a
-    ``maxDequeueCount`` of 1 in production would quietly be the file's. The prefix and the known keys are matched in
+    Why: Functions overrides host.json per environment with these, and an app moved here carries them; dropped,
+    production's own ``maxDequeueCount`` would quietly be the file's. The prefix and the known keys are matched in
     any case, as .NET's configuration matches them; a key under one the host ignores (``extensionBundle__id``) is
     that ignored key, and ``functions__0`` (host.json's list of functions to load) is ignored as the list is, and
     ``retry__...`` as host.json's ``retry`` is.
