@@ -53,6 +53,9 @@ class WorkerApp:
         #: Functions of the app's source that this host does not run, one line each with why (another trigger,
         #: switched off with ``AzureWebJobs.<name>.Disabled``); the loader fills it, the console shows it.
         self.not_run: tuple[str, ...] = ()
+        #: Functions of a Functions app whose code gives a retry policy that Functions does not apply to a queue
+        #: trigger (``@app.retry``, function.json's ``retry``): not applied here either; the host says so at start.
+        self.ignored_retry: tuple[str, ...] = ()
 
     def add_middleware(self, middleware: Middleware) -> None:
         """Run ``middleware`` (a :class:`worker.Middleware`) in every host that runs this app, after the host's own."""

@@ -144,7 +144,7 @@ MEANINGS: dict[str, tuple[str, str]] = {
     "worker.burstStorageTimeout": ("how long `worker run --burst` waits for storage it cannot reach before it exits "
                                    "1, saying so in one line", ""),
     "worker.maxInFlight": ("messages held at once across all functions", ""),
-    "worker.handlerThreads": ("threads for synchronous handlers", ""),
+    "worker.handlerThreads": ("threads for synchronous handlers", "`PYTHON_THREADPOOL_THREAD_COUNT`"),
     "worker.httpPort": ("port of `/healthz`, `/readyz`, `/metrics`, `/leases` and the web console at `/`; 0: off", ""),
     "worker.httpHost": ("address the endpoints listen on (`worker run --http-host` wins); see "
                         "[Running and operating](../operating.md)", ""),
@@ -173,7 +173,8 @@ MEANINGS: dict[str, tuple[str, str]] = {
                          "`FUNCTIONS_WORKER_PROCESS_COUNT`"),
     "retry": ("delay before each retry of a failed message: `{strategy: fixedDelay, delayInterval}` or "
               "`{strategy: exponentialBackoff, minimumInterval, maximumInterval}` (see "
-              "[Retry](../apps.md#retry))", "`retry` (host.json) and `@app.retry`"),
+              "[Retry](../apps.md#retry))",
+              "host.json's `retry` shape (host.json's own is not applied to queue triggers, as in Functions)"),
     "spark.master": ("where Spark runs: `local[n]`, `spark://`, `sc://` (Spark Connect), `yarn`, `k8s://`", ""),
     "spark.appName": ("Spark application name", ""),
     "spark.conf": ("Spark properties, given to the session builder", ""),

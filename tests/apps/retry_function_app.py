@@ -1,4 +1,5 @@
-"""An unchanged-style azure.functions app whose queue trigger has ``@app.retry`` (Functions ignores it there)."""
+"""An unchanged-style azure.functions app whose queue trigger has ``@app.retry``, which Functions ignores there,
+and so does this host."""
 
 from __future__ import annotations
 

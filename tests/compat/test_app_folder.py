@@ -101,6 +101,26 @@ def test_worker_run_with_no_flags_in_the_app_folder_reads_its_three_files(
 
 
 @pytest.mark.subprocess
+def test_app_names_a_v2_folder_elsewhere_as_it_names_a_v1_one(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    results.mkdir()
+    # A folder named as no module is, holding function_app.py: worker run --app FOLDER from another folder.
+    folder = app_folder(tmp_path / "nickward", {"AzureWebJobsStorage": f"sqlite:///{tmp_path / 'queues.sqlite3'}",
+                                                 "RESULTS": str(results)})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "function_app.py").write_text("raise RuntimeError('not this one')\n", encoding="utf-8")
+    assert worker(folder, "send", "orders", "from afar").returncode == 0
+
+    ran = worker(elsewhere, "run", "--burst", "--app", str(folder))
+    assert ran.returncode == 0, ran.stderr
+    assert [path.read_text(encoding="utf-8") for path in results.iterdir()] == ["from afar"]
+    events = {line["event"]: line for line in log_lines(ran.stderr)}
+    assert events["config file"]["path"] == str(folder / "host.json")  # its files read from its folder
+    assert events["local settings read"]["path"] == str(folder / "local.settings.json")
+
+
+@pytest.mark.subprocess
 def test_a_setting_the_environment_already_has_is_skipped_and_named_without_its_value(tmp_path: Path) -> None:
     results, elsewhere = tmp_path / "results", tmp_path / "not-here"
     results.mkdir()

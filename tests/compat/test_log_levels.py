@@ -27,7 +27,7 @@ app = WorkerApp()
 
 @app.queue_trigger(arg_name="msg", queue_name="chatty-jobs")
 def chatty(msg) -> None:
-    logging.getLogger("orders").info("chatty info")
+    logging.getLogger("orders").info("chatty info", extra={"order_id": 7})
     logging.getLogger("orders").debug("chatty debug")
     structlog.get_logger().debug("chatty structlog debug")
 
@@ -68,6 +68,7 @@ def test_each_category_gets_its_own_level(folder: Path) -> None:
     assert ("chatty", "Executing") in said and ("chatty", "Executed") in said
     assert {("chatty", "chatty info"), ("chatty", "chatty debug"), ("chatty", "chatty structlog debug")} <= said
     assert ("quiet", "quiet warning") in said
+    assert [line.get("order_id") for line in lines if line["event"] == "chatty info"] == [7]  # logging's extra=
     assert not {("quiet", "Executing"), ("quiet", "Executed"), ("quiet", "quiet info")} & said
     assert any(line["event"] == "host started" for line in lines)  # Host.General: default, Information
 
@@ -99,3 +100,28 @@ def test_an_unknown_level_name_is_refused_with_the_key_and_line(tmp_path: Path) 
         load_config(path, environ={})
     assert f"{path}:3" in str(caught.value) and "logging.logLevel" in str(caught.value)
     assert "Verbose" in str(caught.value) and "Information" in str(caught.value)
+
+
+@pytest.mark.subprocess
+def test_microsofts_monitoring_block_runs_with_trace_as_the_hosts_most_verbose_level(folder: Path) -> None:
+    # The logLevel block of Microsoft's "Configure monitoring" page, as public host.json files copy it.
+    lines = events(folder, {"version": "2.0", "logging": {"logLevel": {
+        "default": "Information", "Host.Results": "Error", "Function": "Error", "Host.Aggregator": "Trace",
+        "Function.chatty.User": "Trace",
+    }}})
+    said = {(line.get("function"), line["event"]) for line in lines}
+    assert {("chatty", "chatty debug"), ("chatty", "chatty structlog debug")} <= said  # Trace: down to DEBUG
+    assert ("quiet", "quiet info") not in said and ("quiet", "quiet warning") not in said  # Function: Error
+    assert any(line["event"] == "host started" for line in lines)
+
+
+@pytest.mark.subprocess
+def test_default_none_silences_every_line_but_the_ready_one(folder: Path) -> None:
+    lines = events(folder, {"version": "2.0", "logging": {"logLevel": {"default": "None"}}})
+    assert [line["event"] for line in lines] == ["host started"]
+
+
+def test_trace_is_debug_and_none_is_above_every_level() -> None:
+    categories = Categories({"default": "None", "Host.Aggregator": "Trace"})
+    assert categories.level("Host.Aggregator") == 10
+    assert categories.level("Function.f.User") > 50

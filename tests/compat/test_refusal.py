@@ -108,3 +108,27 @@ def test_disabled_functions_step_aside_and_the_rest_run(app_folder: Path) -> Non
     assert not_run["count"] == 3  # Thumbnails and Ledger (disabled) and hello (HTTP), in one line
     loaded = [line["function"] for line in lines if line["event"] == "function loaded"]
     assert loaded == ["Audit"]
+
+
+@pytest.mark.subprocess
+def test_a_v1_app_with_an_old_azure_functions_is_told_its_version_is_too_old(tmp_path: Path) -> None:
+    # An azure-functions of before the decorators (1.11), installed ahead of the real one: what the conversion
+    # imports from it is missing.
+    old = tmp_path / "site"
+    (old / "azure" / "functions").mkdir(parents=True)
+    (old / "azure" / "functions" / "__init__.py").write_text("class QueueMessage: ...\n", encoding="utf-8")
+    (old / "azure_functions-1.11.0.dist-info").mkdir()
+    (old / "azure_functions-1.11.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: azure-functions\nVersion: 1.11.0\n", encoding="utf-8")
+    app = tmp_path / "app"
+    (app / "Orders").mkdir(parents=True)
+    (app / "Orders" / "function.json").write_text(json.dumps({"bindings": [
+        {"type": "queueTrigger", "direction": "in", "name": "msg", "queueName": "orders"}]}), encoding="utf-8")
+    (app / "Orders" / "__init__.py").write_text("def main(msg):\n    pass\n", encoding="utf-8")
+    (app / "host.json").write_text('{"version": "2.0"}', encoding="utf-8")
+
+    ran = _run(app, "run", "--burst", env={"PYTHONPATH": os.pathsep.join([str(old), str(REPO)]),
+                                           "AzureWebJobsStorage": f"sqlite:///{tmp_path / 'q.sqlite3'}"})
+    assert ran.returncode == 2, ran.stderr
+    assert "azure-functions 1.11.0 is installed; this host needs 1.20 or later" in ran.stderr
+    assert "needs azure-functions (" not in ran.stderr

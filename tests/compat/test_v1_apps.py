@@ -197,3 +197,17 @@ async def test_the_python_workers_v1_eventgrid_app_runs_its_queue_function(tmp_p
     response = json.loads(success(func.HttpRequest(method="GET", url="http://localhost/api/x", body=b""), file=stream))
     for field in ("data", "id", "eventType", "subject", "dataVersion"):
         assert response[field] == event[field], field
+
+
+def test_a_function_json_retry_policy_is_kept_for_the_warning_and_not_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AzureWebJobsStorage", f"sqlite:///{tmp_path / 'q.sqlite3'}")
+    retried = QUEUE.replace('{"bindings"', '{"retry": {"strategy": "fixedDelay", "maxRetryCount": 4, '
+                                           '"delayInterval": "00:00:10"}, "bindings"')
+    _function(tmp_path / "app", "Retried", retried, "def main(msg):\n    pass\n")
+    _function(tmp_path / "app", "Plain", QUEUE, "def main(msg):\n    pass\n")
+
+    app = load_app(str(tmp_path / "app"), tmp_path)
+    assert app.ignored_retry == ("Retried",)  # Functions does not apply it to a queue trigger: the host says so
+    assert [spec.retry for spec in app.functions] == [None, None]

@@ -40,6 +40,10 @@ def test_the_supervisor_serves_the_console_of_both_processes_as_one(host: Consol
     pids = sorted(int(line["pid"]) for line in host.worker.lines() if line.get("event") == "host started")
     state = poll(lambda: (s := host.state())["facts"].get("processes") == 2 and s, 15, what="both processes' state")
     assert sorted(state["facts"]["pid"]) == pids
+    # The settings shown are those the console is reached by, not a process's own loopback port.
+    shown = state["facts"]["settings"]
+    assert (shown["worker.httpPort"], shown["worker.httpHost"], shown["worker.processes"]) == (
+        str(host.port), "127.0.0.1", "2"), shown
 
     for number in range(8):
         host.send("console-quick", f"m{number}")

@@ -351,3 +351,41 @@ def test_a_command_that_only_looks_makes_no_queue_file(tmp_path: Path, args: tup
     assert f"no embedded queue file at {queue_file}: nothing has been sent to it yet" in ran.stderr
     assert not (tmp_path / ".worker").exists()
     assert ran.returncode == (1 if args[0] == "peek" else 0), ran.stderr  # peek names a queue that does not exist
+
+
+def test_send_warns_when_the_app_reads_the_queue_through_another_connection(tmp_path: Path) -> None:
+    (tmp_path / "function_app.py").write_text(
+        "import azure.functions as func\n\napp = func.FunctionApp()\n\n\n"
+        '@app.queue_trigger(arg_name="msg", queue_name="orders", connection="2OrdersStorage")\n'
+        "def orders(msg: str) -> None: ...\n\n\n"
+        '@app.queue_trigger(arg_name="msg", queue_name="%AUDIT_QUEUE%")\n'
+        "def audit(msg: str) -> None: ...\n",
+        encoding="utf-8")
+    (tmp_path / "host.json").write_text('{"version": "2.0"}', encoding="utf-8")
+    orders_store = f"sqlite:///{tmp_path / 'orders.sqlite3'}"
+
+    sent = run_cli(tmp_path, "send", "orders", "x", env={"2OrdersStorage": orders_store})
+    assert sent.returncode == 0, sent.stderr  # sent all the same: the user may mean it
+    assert "reads queue 'orders' through connection 2OrdersStorage, not AzureWebJobsStorage" in sent.stderr
+    assert "--connection 2OrdersStorage" in sent.stderr
+
+    right = run_cli(tmp_path, "send", "orders", "x", "--connection", "2OrdersStorage",
+                    env={"2OrdersStorage": orders_store})
+    assert right.returncode == 0 and "warning" not in right.stderr, right.stderr
+    # The default connection, read through the default: no warning; a queue no function reads: none either.
+    audit = run_cli(tmp_path, "send", "audit-log", "x", env={"AUDIT_QUEUE": "audit-log"})
+    assert audit.returncode == 0 and "warning" not in audit.stderr, audit.stderr
+    other = run_cli(tmp_path, "send", "elsewhere", "x")
+    assert other.returncode == 0 and "warning" not in other.stderr, other.stderr
+
+
+def test_the_queues_a_v1_app_reads_are_found_from_its_function_json_files(tmp_path: Path) -> None:
+    from worker.compat.discovery import queue_readers
+
+    for name, binding in (("Orders", {"type": "QueueTrigger", "queueName": "orders", "connection": "Store"}),
+                          ("Audit", {"type": "queueTrigger", "queueName": "%Q%"}),
+                          ("Hello", {"type": "httpTrigger"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "function.json").write_text(
+            json.dumps({"bindings": [{**binding, "direction": "in", "name": "msg"}]}), encoding="utf-8")
+    assert queue_readers(tmp_path, {"Q": "audit"}) == {"orders": {"Store"}, "audit": {None}}

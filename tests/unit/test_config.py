@@ -239,6 +239,50 @@ def test_environment_unknown_key_names_the_key_and_the_variable() -> None:
     assert variable in str(caught.value)
 
 
+def test_functions_app_settings_override_host_json_and_the_hosts_own_override_them(tmp_path: Path) -> None:
+    path = write(tmp_path, '{"extensions": {"queues": {"maxDequeueCount": 5, "batchSize": 8}},'
+                           ' "logging": {"logLevel": {"default": "Information"}}}', name="host.json")
+    config = load_config(path, environ={
+        "AzureFunctionsJobHost__extensions__queues__maxDequeueCount": "1",
+        "AZUREFUNCTIONSJOBHOST__Extensions__Queues__BatchSize": "2",  # any case, as .NET's configuration reads it
+        "AzureFunctionsJobHost__extensions__queues__visibilityTimeout": "00:00:10",
+        "AzureFunctionsJobHost__logging__logLevel__Host.Aggregator": "Trace",
+        "AzureFunctionsJobHost__functionTimeout": "00:02:00",
+        "WORKER__extensions__queues__batchSize": "4",  # the host's own wins over Functions'
+    })
+    assert (config.max_dequeue_count, config.batch_size, config.visibility_timeout) == (1, 4, 10.0)
+    assert config.function_timeout == 120.0
+    assert config.log_levels == {"default": "Information", "Host.Aggregator": "Trace"}
+    assert config.ignored_keys == ()
+
+
+def test_functions_app_settings_for_keys_the_host_does_not_use_are_listed_as_ignored() -> None:
+    config = load_config(None, environ={"AzureFunctionsJobHost__extensionBundle__id": "Microsoft.Azure.Functions",
+                                        "AzureFunctionsJobHost__functions__0": "resize",
+                                        "AzureFunctionsJobHost__logging__applicationInsights__samplingSettings__"
+                                        "isEnabled": "false"})
+    assert config.ignored_keys == ("extensionBundle", "functions", "logging.applicationInsights")
+
+
+def test_a_bad_functions_app_setting_names_the_variable() -> None:
+    variable = "AzureFunctionsJobHost__extensions__queues__maxDequeueCount"
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, environ={variable: "0"})
+    assert caught.value.key == "extensions.queues.maxDequeueCount" and variable in str(caught.value)
+
+
+def test_functions_process_and_thread_counts_apply_unless_the_hosts_settings_say_otherwise(tmp_path: Path) -> None:
+    counts = {"FUNCTIONS_WORKER_PROCESS_COUNT": "3", "PYTHON_THREADPOOL_THREAD_COUNT": "7"}
+    config = load_config(None, environ=counts)
+    assert (config.processes, config.handler_threads) == (3, 7)
+    path = write(tmp_path, "worker:\n  handlerThreads: 2\n")
+    config = load_config(path, environ={**counts, "WORKER__worker__processes": "1"})
+    assert (config.processes, config.handler_threads) == (1, 2)
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, environ={"PYTHON_THREADPOOL_THREAD_COUNT": "none"})
+    assert "PYTHON_THREADPOOL_THREAD_COUNT" in str(caught.value)
+
+
 def test_environment_bad_value_names_the_variable(tmp_path: Path) -> None:
     variable = "WORKER__extensions__queues__batchSize"
     path = write(tmp_path, "extensions:\n  queues:\n    batchSize: 8\n")

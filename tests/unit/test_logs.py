@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 
 import structlog
 
@@ -33,3 +34,17 @@ def test_each_log_line_is_one_write_ending_in_its_newline() -> None:
     assert len(stream.calls) == 2, stream.calls
     assert all(call.endswith("\n") and call.count("\n") == 1 for call in stream.calls), stream.calls
     assert json.loads(stream.calls[0])["event"] == "host started"
+
+
+def test_fields_a_handler_passes_with_extra_are_in_its_json_line() -> None:
+    stream = Writes()
+    try:
+        configure_logging("INFO", json_lines=True, stream=stream)
+        logging.getLogger("orders").info("order placed", extra={"order_id": 7, "customer": "contoso",
+                                                                 "link": "https://a.example/x?sig=SECRET"})
+    finally:
+        configure_logging("INFO", json_lines=False)
+    [line] = [json.loads(call) for call in stream.calls]
+    assert (line["event"], line["order_id"], line["customer"]) == ("order placed", 7, "contoso")
+    assert "SECRET" not in line["link"]  # extra fields are redacted as the rest of the line
+    assert "args" not in line and "msg" not in line and "taskName" not in line  # the record's own attributes are not

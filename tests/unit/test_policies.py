@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from worker import Middleware, WorkerApp
 from worker.backends.queues import RawMessage
@@ -93,6 +95,16 @@ def test_host_json_functions_list_is_still_accepted_and_ignored(tmp_path: Path) 
     path.write_text('{"version": "2.0", "functions": ["a", "b"]}', encoding="utf-8")
     config = load_config(path, environ={})
     assert config.ignored_keys == ("functions",) and not config.functions
+
+
+def test_host_json_retry_is_not_applied_as_in_functions_and_host_yaml_retry_is(tmp_path: Path) -> None:
+    policy = {"strategy": "fixedDelay", "delayInterval": "00:00:05"}
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps({"version": "2.0", "retry": policy}), encoding="utf-8")
+    config = load_config(path, environ={"AzureFunctionsJobHost__retry__delayInterval": "00:00:09"})
+    assert config.ignored_keys == ("retry",) and config.retry is None
+    config = _load(tmp_path, yaml.safe_dump({"retry": policy}))
+    assert config.ignored_keys == () and config.retry == RetryPolicy("fixedDelay", 5.0, 5.0)
 
 
 def test_exponential_backoff_doubles_up_to_the_maximum_and_jitters_within_twenty_percent() -> None:

@@ -37,6 +37,9 @@ class ConvertedApp:
     disabled: tuple[str, ...] = ()
     #: Why queue-triggered functions cannot run, one line each naming the function and binding: refuse the app.
     problems: tuple[str, ...] = ()
+    #: Functions whose code gives a retry policy (``@app.retry``, function.json's ``retry``), which Functions does not
+    #: apply to a queue trigger and neither does this host (warned about at start).
+    ignored_retry: tuple[str, ...] = ()
 
 
 def as_written(line: str) -> str:

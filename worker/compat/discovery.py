@@ -9,10 +9,13 @@ which runs no app, loads neither.
 
 from __future__ import annotations
 
+import ast
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from worker.settings import functions_json
 
 #: The file the Functions Python v2 model starts from, in the app's folder (``PYTHON_SCRIPT_FILE_NAME`` names another).
 SCRIPT_FILE = "function_app.py"
@@ -52,6 +55,15 @@ def discover(folder: Path, environ: Mapping[str, str]) -> str:
     )
 
 
+def v2_folder(target: str) -> Path | None:
+    """The folder ``--app`` names when it is a Functions v2 app's (a folder, not a package, that is not a v1 app's),
+    or None; :func:`discover` finds its script, as ``worker run`` in that folder would."""
+    folder = Path(target)
+    if ":" in target or not folder.is_dir() or (folder / "__init__.py").is_file() or function_files(folder):
+        return None
+    return folder.resolve()
+
+
 def is_v1_target(target: str) -> bool:
     """Whether ``--app`` names a Functions v1 app's folder (one holding ``*/function.json``) rather than a module."""
     return bool(function_files(Path(target)))
@@ -75,7 +87,7 @@ def template_in(folder: Path) -> Path | None:
 def app_directory(target: str) -> Path | None:
     """The folder of the module ``MODULE:ATTR`` names (or the v1 app folder, or a SAM template's), found without
     importing anything."""
-    if is_v1_target(target):
+    if is_v1_target(target) or v2_folder(target) is not None:
         return Path(target).resolve()
     if is_template(target):
         path = Path(target)
@@ -90,3 +102,59 @@ def app_directory(target: str) -> Path | None:
         if (base / "__init__.py").is_file():
             return base.resolve()
     return None
+
+
+def queue_readers(folder: Path, environ: Mapping[str, str]) -> dict[str, set[str | None]]:
+    """The queues the Functions app in ``folder`` is triggered by, each with the connection settings its functions
+    name (None: the default), read from its files without running any of it.
+
+    Why: ``worker send`` should know when the message it sends goes through another connection than the one the
+    app reads that queue through (a new embedded queue, say, where the app reads Azurite). A v1 app's
+    function.json files give them exactly; a v2 script gives those of its ``queue_trigger`` (and ``generic_trigger``
+    of type ``queueTrigger``) decorators written with literal arguments, which is how they are written.
+    ``%Setting%`` queue names are resolved from ``environ``; what cannot be read is left out.
+    """
+    found: dict[str, set[str | None]] = {}
+
+    def add(queue: object, connection: object) -> None:
+        if not isinstance(queue, str) or not queue:
+            return
+        if queue.startswith("%") and queue.endswith("%") and len(queue) > 2:
+            if (queue := environ.get(queue[1:-1], "")) == "":
+                return
+        found.setdefault(queue, set()).add(connection if isinstance(connection, str) and connection else None)
+
+    name = environ.get(SCRIPT_SETTING) or SCRIPT_FILE
+    if (folder / name).is_file():
+        for call in _decorator_calls(folder / name):
+            if call.get("type", "queueTrigger") == "queueTrigger":
+                add(call.get("queue_name"), call.get("connection"))
+        return found
+    for file in function_files(folder):
+        try:
+            described = functions_json.parse(file.read_text(encoding="utf-8-sig"))
+        except (OSError, UnicodeDecodeError, functions_json.JsonFileError):
+            continue
+        bindings = described.get("bindings") if isinstance(described, dict) else None
+        for binding in bindings if isinstance(bindings, list) else []:
+            if isinstance(binding, dict) and str(binding.get("type", "")).lower() == "queuetrigger":
+                add(binding.get("queueName"), binding.get("connection"))
+    return found
+
+
+def _decorator_calls(script: Path) -> list[dict[str, object]]:
+    """The literal keyword arguments of each ``queue_trigger(...)`` and ``generic_trigger(...)`` call in ``script``."""
+    try:
+        tree = ast.parse(script.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return []
+    calls = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("queue_trigger", "generic_trigger")):
+            fields: dict[str, object] = {k.arg: k.value.value for k in node.keywords
+                                         if k.arg and isinstance(k.value, ast.Constant)}
+            if node.func.attr == "generic_trigger" and "type" not in fields:
+                continue
+            calls.append(fields)
+    return calls

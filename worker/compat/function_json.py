@@ -71,6 +71,8 @@ class _Read:
     function: Function | None = None
     not_run: SkippedFunction | None = None
     problems: tuple[str, ...] = ()
+    #: Its function.json has a ``retry`` policy, which Functions does not apply to a queue trigger.
+    retry: bool = False
 
 
 def from_folder(
@@ -88,14 +90,16 @@ def from_folder(
     functions: list[Function] = []
     not_run: list[SkippedFunction] = []
     problems: list[str] = []
+    retry: list[str] = []
     for file in files:
         read = _read_function(root, file, environ)
         functions += [read.function] if read.function is not None else []
         not_run += [read.not_run] if read.not_run is not None else []
         problems += read.problems
+        retry += [file.parent.name] if read.retry else []
     converted = from_functions(functions, environ, connection_problem)
     return ConvertedApp(converted.app, (*not_run, *converted.skipped), converted.disabled,
-                        (*problems, *converted.problems))
+                        (*problems, *converted.problems), (*retry, *converted.ignored_retry))
 
 
 def _install_app_package(root: Path) -> None:
@@ -143,7 +147,7 @@ def _read_function(root: Path, file: Path, environ: Mapping[str, str]) -> _Read:
         return _Read(problems=(f"{where}: a binding has no {exc}",))
     except ValueError as exc:
         return _Read(problems=(f"{where}: {exc}",))
-    return _Read(function=function)
+    return _Read(function=function, retry=described.get("retry") is not None)
 
 
 def _disabled(value: Any, environ: Mapping[str, str]) -> str | None:

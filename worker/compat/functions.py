@@ -178,6 +178,7 @@ def from_functions(
     skipped: list[SkippedFunction] = []
     switched_off: list[str] = []
     problems: list[str] = []
+    ignored_retry: list[str] = []
     for function in functions:
         name = function.get_function_name() or function.get_user_function().__name__
         trigger = function.get_trigger()
@@ -193,11 +194,13 @@ def from_functions(
             _check_connections(function, found, connection_problem)
         _register(worker_app, function, name, trigger, environ, found)
         problems.extend(found.lines)
+        if function.get_setting("retry_policy") is not None:  # Functions does not apply it to a queue trigger
+            ignored_retry.append(name)
     try:
         worker_app.functions  # noqa: B018 -- names are checked when read
     except ValueError as exc:
         raise FunctionAppError(str(exc)) from None
-    return ConvertedApp(worker_app, tuple(skipped), tuple(switched_off), tuple(problems))
+    return ConvertedApp(worker_app, tuple(skipped), tuple(switched_off), tuple(problems), tuple(ignored_retry))
 
 
 def skipped_function(name: str, trigger_type: str) -> SkippedFunction:
@@ -347,14 +350,6 @@ def _register(
         worker_app.queue_trigger(
             arg_name=trigger.name, queue_name=queue_name, connection=_setting(trigger, "connection") or DEFAULT_CONNECTION,
         )(handler)
-        if (policy := function.get_setting("retry_policy")) is not None:
-            # Functions ignores @app.retry on a queue trigger; here it sets the delay before each retry.
-            fields = {k: v for k, v in policy.get_dict_repr().items() if k != "setting_name"}
-            try:
-                worker_app.retry(**fields)(handler)
-            except ValueError as exc:
-                problems.add(f"@app.retry: {exc}")
-                return
     except (ValueError, TypeError) as exc:
         problems.add(str(exc))
         return

@@ -16,7 +16,15 @@ import structlog
 
 from worker.app import WorkerApp
 from worker.compat.converted import ConvertedApp, as_written
-from worker.compat.discovery import AppLoadError, app_directory, function_files, is_template, is_v1_target
+from worker.compat.discovery import (
+    AppLoadError,
+    app_directory,
+    discover,
+    function_files,
+    is_template,
+    is_v1_target,
+    v2_folder,
+)
 from worker.compat.sam import from_template
 from worker.compat.tracebacks import import_failure
 from worker.settings.connections import Service
@@ -50,14 +58,22 @@ def load_app(
     problems: list[str] = list(found)
     if is_v1_target(target):
         return _checked(_v1_app(target, connection_problem, problems), target, problems, check)
+    first: list[str] = []
+    if (app_folder := v2_folder(target)) is not None:  # a v2 app's folder: its script, as worker run there finds it
+        target = discover(app_folder, os.environ)
+        if is_template(target):
+            target = str(app_folder / target)
+        first = [str(app_folder)]
     if is_template(target):
         return _checked(_template_app(target, search_path, problems), target, problems, check)
     module_name, colon, attr = target.partition(":")
     if not module_name or (colon and not attr):
         raise AppLoadError(f"--app must look like MODULE or MODULE:ATTR (for example function_app:app), got {target!r}")
-    for folder in (str(search_path), os.getcwd()):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    for path in (str(search_path), os.getcwd(), *first):  # the app's own folder, when named, first of all
+        if path in sys.path and path in first:
+            sys.path.remove(path)
+        if path not in sys.path:
+            sys.path.insert(0, path)
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -98,15 +114,19 @@ def load_app(
 def _v1_app(
     target: str, connection_problem: Callable[[str | None, Service], str | None] | None, problems: list[str]
 ) -> WorkerApp:
-    """The v1 app in folder ``target``, converted (azure-functions describes its functions, as for a FunctionApp)."""
+    """The v1 app in folder ``target``, converted (azure-functions describes its functions, as for a FunctionApp).
+
+    The installed version is checked before anything of it is imported: an old one fails the import, and the user
+    must hear that it is too old, not that it is missing.
+    """
+    if (too_old := _version_problem()) is not None:
+        raise _refused(target, [*problems, too_old])
     try:
         from worker.compat.function_json import from_folder
         from worker.compat.functions import FunctionAppError
     except ImportError as exc:
         raise _refused(target, [*problems, f"a Functions v1 app needs azure-functions ({exc}); "
                                            "pip install 'queueworker[azure-functions]'"]) from None
-    if (too_old := _version_problem()) is not None:
-        raise _refused(target, [*problems, too_old])
     try:
         converted = from_folder(Path(target), function_files(Path(target)), os.environ, connection_problem)
     except FunctionAppError as exc:
@@ -145,6 +165,7 @@ def _converted(converted: ConvertedApp, nothing_to_run: str, problems: list[str]
         listed = "".join(f"\n  {line}" for line in not_run)
         raise AppLoadError(nothing_to_run + (f":{listed}" if listed else " (it has no functions)"))
     converted.app.not_run = tuple(not_run)
+    converted.app.ignored_retry = converted.ignored_retry
     return converted.app
 
 

@@ -123,9 +123,10 @@ def debug_enabled() -> bool:
     return logging.root.isEnabledFor(logging.DEBUG)
 
 
-#: Functions' level names (host.json ``logging.logLevel``) and the levels of ``logging`` they stand for.
+#: Functions' level names (host.json ``logging.logLevel``) and the levels of ``logging`` they stand for: Trace is the
+#: host's most verbose level (DEBUG), None a level above every line's (nothing of the category is written).
 FUNCTIONS_LEVELS = {
-    "trace": 5,
+    "trace": logging.DEBUG,
     "debug": logging.DEBUG,
     "information": logging.INFO,
     "warning": logging.WARNING,
@@ -356,6 +357,9 @@ def configure_logging(
     )
     by_category = Categories(categories) if level is None and categories else None
     numeric = by_category.lowest if by_category else logging.getLevelName((level or "INFO").upper())
+    # structlog's filtering loggers exist for its own levels only: past CRITICAL (every category None) the
+    # categories' processor drops what is left.
+    numeric = min(numeric, logging.CRITICAL)
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         _merge_invocation,
@@ -378,7 +382,8 @@ def configure_logging(
     if by_category:
         handler.addFilter(by_category.filter)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        # A record's extra= fields are kept, as Functions keeps them (App Insights' customDimensions).
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,

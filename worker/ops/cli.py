@@ -53,7 +53,7 @@ from worker.backends.registry import (
     open_backend,
 )
 from worker.bindings.encoding import body_text, encode
-from worker.compat.discovery import AppLoadError, app_directory, discover
+from worker.compat.discovery import AppLoadError, app_directory, discover, queue_readers
 from worker.model import StartupRefused
 from worker.observability import tracing
 from worker.observability.logs import configure_logging, private_stderr
@@ -72,7 +72,14 @@ from worker.runtime.handover import RECYCLED
 from worker.runtime.poison import poison_queue, policy_for, source_queue
 from worker.runtime.signals import forwarded_act_as_original, ignore_at_exit
 from worker.settings import local_settings
-from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration, parse_http_host
+from worker.settings.config import (
+    ConfigError,
+    HostConfig,
+    load_config,
+    parse_duration,
+    parse_http_host,
+    unused_functions_settings,
+)
 from worker.settings.connections import ConnectionSettingError
 from worker.settings.http_token import http_token
 from worker.settings.local_settings import LocalSettingsError
@@ -220,6 +227,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.local_settings.skipped:
             log.info("local settings skipped: already defined in the environment",
                      keys=list(args.local_settings.skipped))
+        unused = unused_functions_settings(os.environ)
+        if unused:  # named once rather than dropped without a word: an app moved from Functions carries them
+            log.info("Functions app settings not used by this host", settings=unused)
         if config.source is not None:
             log.info("config file", path=str(config.source))
         else:
@@ -266,6 +276,8 @@ def cmd_send(args: argparse.Namespace) -> int:
 
     if problem := tracing.problem(os.environ):
         raise UsageError(problem)
+    if (warning := _other_connection(config, args.queue, args.connection)) is not None:
+        _tell(warning)
     # Each put is a PRODUCER span whose context the message carries, where the backend has message properties.
     telemetry = tracing.start(os.environ, tracing.SERVICE_NAME)
 
@@ -286,6 +298,34 @@ def cmd_send(args: argparse.Namespace) -> int:
     for message in sent:
         _say(message.id)
     return 0
+
+
+def _other_connection(config: HostConfig, queue: str, connection: str | None) -> str | None:
+    """A warning when the app beside the settings reads ``queue`` only through connections that reach other storage
+    than ``connection`` does, or None.
+
+    Why: a Functions app often reads its queue through a connection of its own (``OrdersStorage``); ``worker send``
+    without ``--connection`` would put the message in the default storage (a new embedded queue, say), where the
+    app never looks. The message is still sent: the user may mean it.
+    """
+    folders = dict.fromkeys([Path.cwd().resolve(), config.base_dir.resolve()])  # where the app is run, or its files
+    found = [(folder, readers) for folder in folders if (readers := queue_readers(folder, os.environ).get(queue))]
+    if not found:
+        return None
+    app_folder, readers = found[0]
+
+    def storage(name: str | None) -> str | None:
+        try:
+            return config.connection_string(name)
+        except ConnectionSettingError:
+            return f"(unresolved {name})"
+
+    if any(storage(reader) == storage(connection) for reader in readers):
+        return None
+    names = ", ".join(sorted(reader or DEFAULT_CONNECTION for reader in readers))
+    return (f"warning: the app in {app_folder} reads queue {queue!r} through connection {names}, not "
+            f"{connection or DEFAULT_CONNECTION}, which reaches other storage; the message is sent there all the "
+            f"same: pass --connection {sorted(r or DEFAULT_CONNECTION for r in readers)[0]} to reach the app")
 
 
 def _kind(config: HostConfig, connection: str | None) -> BackendKind:
@@ -621,10 +661,10 @@ def _parser() -> argparse.ArgumentParser:
 
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
     run.add_argument("--app", default=None, metavar="MODULE[:ATTR]|FOLDER",
-                     help="the app's module and object, or the folder of a Functions v1 app (function folders with "
-                          "function.json) (default: function_app.py in the current folder, or the file "
-                          "PYTHON_SCRIPT_FILE_NAME names, and its app, else the current folder's v1 app, as Functions "
-                          "finds them)")
+                     help="the app's module and object, or a Functions app's folder (v2: its function_app.py; "
+                          "v1: function folders with function.json) (default: function_app.py in the current folder, "
+                          "or the file PYTHON_SCRIPT_FILE_NAME names, and its app, else the current folder's v1 app, "
+                          "as Functions finds them)")
     run.add_argument("--burst", action="store_true", help="stop once the trigger queues are empty")
     run.add_argument("--processes", type=_positive, default=None, metavar="N",
                      help="run N worker processes under a supervisor (default: worker.processes, 1)")

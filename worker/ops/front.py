@@ -28,12 +28,15 @@ from worker.runtime.console.merge import merge_history, merge_state
 from worker.runtime.console.web import static_routes, who
 from worker.runtime.endpoints import listen
 from worker.runtime.guard import Access, allowed_hosts, announce, application
+from worker.settings.config import HostConfig
 from worker.settings.http_token import BearerToken
 
 log = structlog.get_logger("worker.ops.supervisor")
 
 #: How long the front waits for a process's endpoint, in seconds.
 PROCESS_TIMEOUT = 5.0
+#: The address the endpoints listen on when ``worker.httpHost`` is not set (not shown among the settings then).
+DEFAULT_HTTP_HOST = HostConfig().http_host
 
 
 class Front:
@@ -101,8 +104,24 @@ class Front:
 
     async def _console_state(self, _: web.Request) -> web.Response:
         answers = await self._ask("/console/api/state")
-        return web.json_response(merge_state([(index, json.loads(body))
-                                              for index, status, body in answers if status == 200]))
+        state = merge_state([(index, json.loads(body)) for index, status, body in answers if status == 200])
+        if "settings" in state["facts"]:
+            state["facts"]["settings"] = self._settings(state["facts"]["settings"])
+        return web.json_response(state)
+
+    def _settings(self, shown: dict[str, str]) -> dict[str, str]:
+        """The settings a process shows, with the front's own where the supervisor gave the process others.
+
+        Why: each process listens on a loopback port of its own and runs as one process; the console is reached
+        here, on the port and address configured, for all of them, and that is what it must show.
+        """
+        settings = {key: value for key, value in shown.items()
+                    if key not in ("worker.httpPort", "worker.httpHost", "worker.processes")}
+        settings["worker.httpPort"] = str(self.port)
+        if self.host != DEFAULT_HTTP_HOST:
+            settings["worker.httpHost"] = self.host
+        settings["worker.processes"] = str(len(self.ports))
+        return dict(sorted(settings.items()))
 
     async def _console_history(self, _: web.Request) -> web.Response:
         answers = await self._ask("/console/api/history")

@@ -22,15 +22,16 @@ completion fails for storage, receives from that storage are held back
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from worker.backends.queues import LeaseGone, MessageNotFound, TransientError
+from worker.backends.queues import LeaseGone, MessageNotFound, QueueBackend, TransientError
 from worker.middleware import Chain
 from worker.model import Done, Finished, Result
 from worker.observability.metrics import Metrics
 from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.lease import LeaseScheduler
-from worker.runtime.poison import policy_for
+from worker.runtime.poison import poison_queue, policy_for
 from worker.runtime.verdict import Verdict, verdict
 
 #: Seconds between attempts of a completion that storage failed (each attempt has the backend's own retries).
@@ -38,12 +39,18 @@ COMPLETION_RETRY_INTERVAL = 2.0
 
 
 class CompletionProcessor:
-    def __init__(self, scheduler: LeaseScheduler, metrics: Metrics, middleware: Chain, trouble: StoreTrouble) -> None:
-        """``trouble`` hears of every completion storage fails, and of its end, to hold receives back meanwhile."""
+    def __init__(
+        self, scheduler: LeaseScheduler, metrics: Metrics, middleware: Chain, trouble: StoreTrouble,
+        sent: Callable[[QueueBackend, str], None] | None = None,
+    ) -> None:
+        """``trouble`` hears of every completion storage fails, and of its end, to hold receives back meanwhile;
+        ``sent`` of every copy put in a poison queue, so that this host's listener there runs it at once, as
+        Functions' does, rather than at the end of its back-off (up to maxPollingInterval)."""
         self.scheduler = scheduler
         self.metrics = metrics
         self.middleware = middleware
         self.trouble = trouble
+        self.sent = sent
 
     async def complete(self, item: Finished, result: Result) -> None:
         """Delete, release or poison the message, under its lease lock so no renewal races the receipt.
@@ -114,7 +121,10 @@ class CompletionProcessor:
                 item.log.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
                 return Done.LEFT
             case Verdict.POISON:
-                return await policy_for(item.backend).take(item, result.reason, lambda: self._delete(item), progress)
+                done = await policy_for(item.backend).take(item, result.reason, lambda: self._delete(item), progress)
+                if done is Done.POISONED and self.sent is not None:  # a copy in <queue>-poison, not a release
+                    self.sent(item.backend, poison_queue(item.queue))
+                return done
         # Never past the message's expiry, which the service would refuse: it is gone then anyway.
         delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.options.visibility_timeout))
         await item.backend.update(item.queue, item.raw.id, receipt, delay)

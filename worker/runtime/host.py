@@ -193,9 +193,7 @@ class Host:
         (:attr:`gave_up`). ``worker run`` exits 1 after either.
         """
         config = self.config
-        for key in config.ignored_keys:
-            log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key,
-                        file=str(config.source) if config.source else None)
+        _say_ignored(config, self.app.ignored_retry)
         token = http_token(config, os.environ) if config.http_port else None  # a bad one refuses the start (exit 2)
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         telemetry = tracing.start(os.environ, tracing.SERVICE_NAME)
@@ -206,7 +204,7 @@ class Host:
         standard = builtin.standard(config, self.metrics, backends, self.app.functions, given, telemetry)
         middleware = Chain([*recorder, *standard, *given], failed=self.metrics.middleware_failed)
         trouble = StoreTrouble()
-        completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble)
+        completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble, sent=backends.sent)
         threads = HandlerThreads(config.handler_threads)
         recycler = Recycler(scheduler, self.stopping)
         faults = self.faults
@@ -481,3 +479,30 @@ async def _queue_problem(backend: QueueBackend, queue: str, options: FunctionOpt
         except QueueNotFound as exc:
             return f"{exc}; this host does not create queues there"
     return await policy_for(backend).startup_problem(queue, options.max_dequeue_count)
+
+
+#: host.json keys every Functions app carries (the templates write them) that mean nothing here: said at DEBUG only.
+ROUTINE_HOST_JSON_KEYS = frozenset({"extensionBundle", "logging.applicationInsights"})
+
+
+def _say_ignored(config: HostConfig, retry_in_code: Sequence[str]) -> None:
+    """Say once what of a Functions app's settings this host accepts and does not apply.
+
+    Why: a key copied from host.json must load, but a user should not believe it works. Retry policies get one
+    warning of their own, since Functions does not apply them to queue triggers either and the attempts follow the
+    queue's settings; the keys every Functions app carries (``extensionBundle``) would only be noise at each start.
+    """
+    file = str(config.source) if config.source else None
+    retry_in_settings = "retry" in config.ignored_keys
+    if retry_in_settings or retry_in_code:
+        log.warning("retry policies are not applied to queue triggers, as in Functions: failed messages are retried "
+                    "after visibilityTimeout up to maxDequeueCount times", host_json=file if retry_in_settings else None,
+                    functions=list(retry_in_code), visibility_timeout=config.visibility_timeout,
+                    max_dequeue_count=config.max_dequeue_count)
+    routine = [key for key in config.ignored_keys if key in ROUTINE_HOST_JSON_KEYS]
+    if routine:
+        log.debug("host.json keys every Functions app carries, not used here", keys=routine, file=file)
+    for key in config.ignored_keys:
+        if key != "retry" and key not in ROUTINE_HOST_JSON_KEYS:
+            log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key,
+                        file=file)

@@ -231,6 +231,9 @@ class Listener:
         self._more = asyncio.Condition()
         #: The last long poll gave its room back to another function.
         self._preempted = False
+        #: Since when receives fail (monotonic), and how many have, until one succeeds: one outage, logged twice.
+        self._failing_since: float | None = None
+        self._failed_receives = 0
 
     def wake(self) -> None:
         """Cut a back-off short: something was just written to this queue."""
@@ -296,6 +299,10 @@ class Listener:
         try:
             messages = await self._call(held, wait)
             self.last_error = None
+            if self._failing_since is not None:
+                self._log.info("receives work again", failed_receives=self._failed_receives,
+                               outage_seconds=round(time.monotonic() - self._failing_since, 3))
+                self._failing_since, self._failed_receives = None, 0
             if messages or wait <= 0:
                 self.metrics.receive_seconds.observe(name, time.monotonic() - started)
         except QueueNotFound as exc:
@@ -316,7 +323,13 @@ class Listener:
         except Exception as exc:
             self.metrics.inc("storage_errors", name)
             self.last_error = str(exc) or type(exc).__name__
-            self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
+            self._failed_receives += 1
+            if self._failing_since is None:  # said once per outage, and once more when it ends, with the count
+                self._failing_since = time.monotonic()
+                self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
+            else:
+                self._log.debug("receive failed again; backing off", failed_receives=self._failed_receives,
+                                error=f"{type(exc).__name__}: {exc}")
             failed = True
         if held.room:
             self.capacity.received(name, held.room)

@@ -3,11 +3,17 @@
 A Functions user can copy ``extensions.queues`` and ``functionTimeout`` across
 unchanged, or point ``--config`` at host.json itself, which is read as Functions
 reads it: JSON with comments and trailing commas (:mod:`worker.settings.functions_json`).
-Keys that host.json has but this host does not use are accepted with a warning,
-so that a copied file loads; every other unknown key, wrong type or
+Keys that host.json has but this host does not use are accepted and listed
+(``HostConfig.ignored_keys``), so that a copied file loads: host.json's
+``retry`` among them, since Functions does not apply it to queue triggers
+(host.yaml's ``retry`` is this host's own setting, and applies); every other unknown key, wrong type or
 out-of-range value is an error naming the key and the line.
 
-Environment variables override file values: ``WORKER__extensions__queues__batchSize=4``.
+Environment variables override file values, as Functions' app settings override
+host.json (``AzureFunctionsJobHost__extensions__queues__maxDequeueCount=1``), and
+then the host's own (``WORKER__extensions__queues__batchSize=4``), which win.
+``FUNCTIONS_WORKER_PROCESS_COUNT`` and ``PYTHON_THREADPOOL_THREAD_COUNT`` give the
+process and handler thread counts where no setting of the host's does.
 
 A top-level section the host does not read (``spark:``, with ``WORKER__spark__...``
 over it) is kept as given, with where each value came from, for the part of the
@@ -59,6 +65,27 @@ __all__ = ["ConfigError", "ConfigErrors", "FunctionOptions", "FunctionOverrides"
            "parse_duration", "parse_http_host"]
 
 ENV_PREFIX = "WORKER__"
+#: Functions' own override of host.json by app setting; matched in any case, as .NET's configuration does.
+FUNCTIONS_ENV_PREFIX = "AzureFunctionsJobHost__"
+#: Functions app settings that stand for a setting of the host's, and the key each gives where none is set.
+FUNCTIONS_COUNT_SETTINGS = {"FUNCTIONS_WORKER_PROCESS_COUNT": "worker.processes",
+                            "PYTHON_THREADPOOL_THREAD_COUNT": "worker.handlerThreads"}
+#: Functions app settings a migrating app commonly carries that mean nothing to this host: named once at start.
+UNUSED_FUNCTIONS_SETTINGS = (
+    "APPINSIGHTS_INSTRUMENTATIONKEY", "APPLICATIONINSIGHTS_CONNECTION_STRING", "AzureWebJobsDashboard",
+    "AzureWebJobsFeatureFlags", "AzureWebJobsSecretStorageType", "ENABLE_ORYX_BUILD", "FUNCTIONS_EXTENSION_VERSION",
+    "FUNCTIONS_WORKER_RUNTIME_VERSION", "FUNCTIONS_WORKER_SHARED_MEMORY_DATA_TRANSFER_ENABLED",
+    "PYTHON_ENABLE_DEBUG_LOGGING", "PYTHON_ENABLE_INIT_INDEXING", "PYTHON_ENABLE_WORKER_EXTENSIONS",
+    "PYTHON_ISOLATE_WORKER_DEPENDENCIES", "SCM_DO_BUILD_DURING_DEPLOYMENT", "WEBSITE_CONTENTAZUREFILECONNECTIONSTRING",
+    "WEBSITE_CONTENTSHARE", "WEBSITE_MAX_DYNAMIC_APPLICATION_SCALE_OUT", "WEBSITE_RUN_FROM_PACKAGE",
+    "WEBSITE_TIME_ZONE",
+)
+
+
+def unused_functions_settings(environ: Mapping[str, str]) -> list[str]:
+    """The Functions app settings in ``environ`` that this host does not use, so that start can name them once
+    rather than drop them without a word."""
+    return [name for name in UNUSED_FUNCTIONS_SETTINGS if name in environ]
 
 #: host.json keys that mean something to the Functions host but nothing here.
 IGNORED_HOST_JSON_KEYS = frozenset(
@@ -354,7 +381,7 @@ class HostConfig:
 
         ``code_retry`` is a retry policy given in code (``@app.retry``); the
         function's own host.yaml ``retry`` wins over it, and it wins over the
-        global ``retry``, as a function's retry wins over host.json's in Functions.
+        global ``retry``: the most specific setting wins.
         ``code_settings`` (FunctionOptions fields given with the code: a SAM
         template's) stand likewise between the two.
         """
@@ -439,17 +466,62 @@ def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
             out[path] = value
 
 
+def _env_value(raw: str) -> Any:
+    """An environment variable's text read as a YAML scalar (``4``, ``true``), else as the text it is."""
+    try:
+        return yaml.safe_load(raw) if raw.strip() else raw
+    except (yaml.YAMLError, RecursionError):  # read as the text it is, which its setting then refuses
+        return raw
+
+
 def _env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[Any, str]]:
     """``WORKER__a__b=v`` becomes ``{("a", "b"): (v parsed as a YAML scalar, "environment WORKER__a__b")}``."""
     found: dict[tuple[str, ...], tuple[Any, str]] = {}
     for name, raw in environ.items():
         if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
-            try:
-                value = yaml.safe_load(raw) if raw.strip() else raw
-            except (yaml.YAMLError, RecursionError):  # read as the text it is, which its setting then refuses
-                value = raw
-            found[tuple(name[len(ENV_PREFIX):].split("__"))] = (value, f"environment {name}")
+            found[tuple(name[len(ENV_PREFIX):].split("__"))] = (_env_value(raw), f"environment {name}")
     return found
+
+
+#: Every key path the host knows, lower-cased, to its spelling: Functions' overrides are matched in any case.
+_SPELLINGS = {
+    ".".join(parts[:end]).lower(): ".".join(parts[:end])
+    for key in [*_SCHEMA, *IGNORED_HOST_JSON_KEYS, "connections", "functions"]
+    for parts in [key.split(".")] for end in range(1, len(parts) + 1)
+}
+
+
+def _functions_overrides(environ: Mapping[str, str]) -> tuple[dict[tuple[str, ...], tuple[Any, str]], list[str]]:
+    """Functions' ``AzureFunctionsJobHost__a__b=v`` app settings, as :func:`_env_overrides` gives the host's, and the
+    host.json keys they set that the host does not use.
+
+    Why: Functions overrides host.json per environment with these, and an app moved here carries them; dropped,
+    production's own ``maxDequeueCount`` would quietly be the file's. The prefix and the known keys are matched in
+    any case, as .NET's configuration matches them; a key under one the host ignores (``extensionBundle__id``) is
+    that ignored key, and ``functions__0`` (host.json's list of functions to load) is ignored as the list is, and
+    ``retry__...`` as host.json's ``retry`` is.
+    """
+    found: dict[tuple[str, ...], tuple[Any, str]] = {}
+    ignored: list[str] = []
+    size = len(FUNCTIONS_ENV_PREFIX)
+    for name, raw in environ.items():
+        if name[:size].lower() != FUNCTIONS_ENV_PREFIX.lower() or len(name) <= size:
+            continue
+        parts: list[str] = []
+        for part in name[size:].split("__"):
+            spelled = _SPELLINGS.get(".".join([*parts, part]).lower())
+            parts = spelled.split(".") if spelled else [*parts, part]
+            if ".".join(parts) in IGNORED_HOST_JSON_KEYS:
+                break
+        key = ".".join(parts)
+        if key in IGNORED_HOST_JSON_KEYS or (parts[0] == "functions" and len(parts) == 2 and parts[1].isdigit()):
+            ignored.append(parts[0] if parts[0] == "functions" else key)
+            continue
+        if parts[0] == "retry":  # host.json's retry, which Functions does not apply to queue triggers
+            ignored.append("retry")
+            continue
+        found[tuple(parts)] = (_env_value(raw), f"environment {name}")
+    return found, ignored
 
 
 def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> HostConfig:
@@ -467,6 +539,7 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
 def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None) -> HostConfig:
     environ = os.environ if environ is None else environ
     values: dict[str, tuple[Any, str]] = {}
+    ignored: list[str] = []
     #: file:line of every key in the file, for errors inside sections read whole (functions:).
     line_of: dict[str, str] = {}
     #: Top-level sections for other parts of the worker (``spark:``), and where each of their keys stands.
@@ -506,17 +579,22 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
         flat: dict[str, Any] = {}
         _flatten(tree, "", flat, str(file))
         for key, value in flat.items():
+            if key == "retry" and file.suffix.lower() == ".json":  # Functions' retry: not for queue triggers
+                ignored.append(key)
+                continue
             line = lines.get(key)
             values[key] = (value, f"{file}:{line}" if line else str(file))
     overrides = []
-    for parts, (value, where) in _env_overrides(environ).items():
+    # Functions' app settings over host.json, then the host's own over both.
+    functions_env, functions_ignored = _functions_overrides(environ)
+    ignored += functions_ignored
+    for parts, (value, where) in [*functions_env.items(), *_env_overrides(environ).items()]:
         if len(parts) > 1 and (parts[0] in given or _foreign(parts[0], {})):
             overrides.append((parts, value, where))
         else:
             values[".".join(parts)] = (value, where)
 
     settings: dict[str, Any] = {}
-    ignored: list[str] = []
     connections: dict[str, str] = {}
     log_levels: dict[str, tuple[Any, str]] = {}
     function_values: dict[str, tuple[dict[str, Any], str]] = {}
@@ -537,6 +615,13 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
             errors.append(exc)
             continue
         settings["log_levels"] = {**settings.get("log_levels", {}), **level}
+    for variable, key in FUNCTIONS_COUNT_SETTINGS.items():
+        setting = _SCHEMA[key]
+        if setting.attr not in settings and variable in environ:
+            try:
+                settings[setting.attr] = setting.read(variable, _env_value(environ[variable]), f"environment {variable}")
+            except ConfigError as exc:
+                errors.append(exc)
     if retry_fields:
         try:
             settings["retry"] = _SCHEMA["retry"].read("retry", retry_fields, "environment WORKER__retry__...")
@@ -554,7 +639,7 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     raise_all(errors)
     source = Path(path).resolve() if path is not None else None
     return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
-                      sections=foreign.gather(given, origins, overrides), ignored_keys=tuple(sorted(ignored)),
+                      sections=foreign.gather(given, origins, overrides), ignored_keys=tuple(sorted(set(ignored))),
                       source=source)
 
 
