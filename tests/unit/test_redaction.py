@@ -1,4 +1,5 @@
-"""worker.observability.logs: account keys and SAS signatures never reach a log line."""
+"""worker.observability.redaction and the log: no secret of a shape the worker knows reaches a log line, and the
+SDKs' own loggers stay at WARNING unless the settings name them."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 import structlog
 
 from tests.azurite import KEY
-from worker.observability.logs import configure_logging, redact
+from worker.observability import redaction
+from worker.observability.logs import QUIET_SDKS, configure_logging, redact
 
 SIG = "Zm9vYmFy%2Bc2lnbmF0dXJl%3D"
 SAS = f"sv=2022-11-02&ss=q&srt=sco&sp=rwdlacup&se=2030-01-01T00%3A00%3A00Z&sig={SIG}"
@@ -169,3 +172,113 @@ def test_logging_goes_back_to_the_session_configuration_afterwards() -> None:
     assert stream.getvalue() == ""
     root = logging.getLogger()
     assert len(root.handlers) == 1 and root.level == logging.INFO
+
+
+# -- every shape of secret the worker is given ------------------------------------------------------------------------
+
+#: What botocore logs at DEBUG for each request (its AWSPreparedRequest), with a session's credentials.
+SESSION_TOKEN = "FwoGZXIvYXdzEJr//////////wEaDCanaryTokenOfTheSession"
+ACCESS_KEY_ID = "ASIAQCANARY0KEYID7XZ"
+SIGNATURE = "0c8a7f3e2b1d4c5a6f7e8d9c0b1a2f3e4d5c6b7a8f9e0d1c2b3a4f5e6d7c8b9a"
+BOTOCORE_REQUEST = (
+    "Sending http request: <AWSPreparedRequest stream_output=False, method=POST, url=https://sqs.us-east-1.amazonaws"
+    ".com/, headers={'X-Amz-Target': b'AmazonSQS.ReceiveMessage', 'X-Amz-Date': b'20261206T052000Z', "
+    f"'X-Amz-Security-Token': b'{SESSION_TOKEN}', 'Authorization': b'AWS4-HMAC-SHA256 Credential={ACCESS_KEY_ID}"
+    "/20261206/us-east-1/sqs/aws4_request, SignedHeaders=content-type;host;x-amz-date;x-amz-security-token, "
+    f"Signature={SIGNATURE}', 'Content-Length': '93'}}>"
+)
+PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAcanaryKeyMaterial\n-----END RSA PRIVATE KEY-----"
+
+
+@pytest.mark.parametrize(
+    ("text", "secrets"),
+    [
+        (BOTOCORE_REQUEST, [SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE]),
+        (f"GET /queue?X-Amz-Credential={ACCESS_KEY_ID}%2F20261206&X-Amz-Security-Token={SESSION_TOKEN}"
+         f"&X-Amz-Signature={SIGNATURE}", [SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE]),
+        (f"aws_access_key_id = AKIACANARY0KEYID7XYZ\naws_session_token={SESSION_TOKEN}",
+         ["AKIACANARY0KEYID7XYZ", SESSION_TOKEN]),
+        ("Authorization: Bearer canary-endpoint-token-0123456789\r\nHost: x", ["canary-endpoint-token-0123456789"]),
+        ("sc://spark.example.com:443/;token=CanarySparkToken;user_id=me", ["CanarySparkToken"]),
+        ("QueueEndpoint=https://me:CanaryPassw0rd@queue.example/acct;AccountName=acct",
+         ["CanaryPassw0rd"]),
+        (f"key_content={PEM}", ["MIIEpAIBAAKCAQEAcanaryKeyMaterial"]),
+        (repr({"key_content": PEM, "pass_phrase": "CanaryPhrase"}), ["MIIEpAIBAAKCAQEAcanaryKeyMaterial", "CanaryPhrase"]),
+        ('{"password": "CanaryPassw0rd", "user": "me"}', ["CanaryPassw0rd"]),
+        (f"{PEM[:60]}", ["MIIEpAIBAAKCAQEAcanary"]),
+    ],
+)
+def test_redact_hides_every_shape_of_secret(text: str, secrets: list[str]) -> None:
+    redacted = redact(text)
+    for secret in secrets:
+        assert secret not in redacted, redacted
+    assert "***" in redacted
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "poison actions need the endpoint token: set WORKER_HTTP_TOKEN or worker.httpTokenFile",
+        "sc://127.0.0.1:15002",
+        "https://sqs.us-east-1.amazonaws.com/123456789012/work",
+        "http://127.0.0.1:10001/devstoreaccount1/work?numofmessages=32",
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZ and AKIA lower akiaabcdefghijklmnop",
+        "tokens=5 passed; keys 3",
+        "user@example.com wrote to the queue",
+    ],
+)
+def test_redact_leaves_text_that_only_looks_near_a_secret_alone(text: str) -> None:
+    assert redact(text) == text
+
+
+def test_remembered_values_are_hidden_as_they_are_and_url_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redaction, "_known", ())  # the process's, put back after
+    token = "no+shape/at=all" + "x" * 16
+    redaction.remember(token)
+    assert redact(f"saw {token} and {quote(token, safe='')}") == "saw *** and ***"
+    redaction.remember("short")  # a short value would hide ordinary words: not remembered
+    assert redact("a short word") == "a short word"
+
+
+def test_the_environment_secrets_are_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redaction, "_known", ())
+    secret = "CanarySecretAccessKey0123456789abcdefghij"
+    redaction.remember_environment({"AWS_SECRET_ACCESS_KEY": secret, "HOME": "/home/someone-long-enough"})
+    assert redact(f"signing with {secret}") == "signing with ***"
+    assert redact("/home/someone-long-enough") == "/home/someone-long-enough"
+
+
+# -- the SDKs' own loggers --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sdk", QUIET_SDKS)
+@pytest.mark.parametrize("settings", [{"level": "DEBUG"}, {"level": None, "categories": {"default": "Debug"}}],
+                         ids=["--log-level DEBUG", "host.json default Debug"])
+def test_sdk_loggers_are_held_at_warning_at_debug(sdk: str, settings: dict[str, object]) -> None:
+    stream = io.StringIO()
+    configure_logging(json_lines=True, stream=stream, **settings)  # type: ignore[arg-type]
+    try:
+        logging.getLogger(f"{sdk}.client").debug("request %s", BOTOCORE_REQUEST)
+        logging.getLogger(f"{sdk}.client").info("connection pool started")
+        logging.getLogger(f"{sdk}.client").warning("retrying %s", BOTOCORE_REQUEST)
+        logging.getLogger("worker.test").debug("the host's own debug line")
+    finally:
+        configure_logging("INFO", json_lines=False)
+    events = [json.loads(line)["event"] for line in stream.getvalue().splitlines()]
+    assert len(events) == 2, events
+    assert events[0].startswith("retrying") and SESSION_TOKEN not in events[0]
+    assert events[1] == "the host's own debug line"
+
+
+def test_an_sdk_logger_named_in_the_settings_logs_at_its_level_redacted() -> None:
+    stream = io.StringIO()
+    configure_logging(None, json_lines=True, stream=stream, categories={"default": "Information", "botocore": "Debug"})
+    try:
+        logging.getLogger("botocore.endpoint").debug("%s", BOTOCORE_REQUEST)
+        logging.getLogger("urllib3.connectionpool").debug("not named: held back")
+    finally:
+        configure_logging("INFO", json_lines=False)
+    output = stream.getvalue()
+    assert "Sending http request" in output and "held back" not in output, output
+    for secret in (SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE):
+        assert secret not in output

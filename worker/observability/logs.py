@@ -19,7 +19,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import re
 import sys
 import threading
 from collections.abc import Mapping
@@ -28,37 +27,13 @@ from typing import Any, TextIO
 
 import structlog
 
-#: Secrets as they appear in connection strings and URLs: account keys, SAS signatures and tokens.
-_SECRET = re.compile(
-    r"(?P<key>AccountKey|SharedAccessSignature|sig|SharedAccessKey)\s*=\s*(?P<value>[^;&\s\"']+)", re.IGNORECASE
-)
+from worker.observability.redaction import redact, redact_value
 
-
-def redact(text: str) -> str:
-    """``text`` with every account key, SAS token and signature replaced by ``***``."""
-    return _SECRET.sub(lambda m: f"{m.group('key')}=***", text)
-
-
-def _redact_value(value: object) -> object:
-    """``value`` without secrets: strings redacted, containers walked, other objects by the repr renderers show."""
-    if isinstance(value, str):
-        return redact(value)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, dict):
-        return {k: _redact_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redact_value(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_redact_value(v) for v in value)
-    shown = repr(value)  # what both renderers print for an object that is not JSON
-    redacted = redact(shown)
-    return value if redacted == shown else redacted
-
+__all__ = ["redact"]  # where the log's redaction has always been found; it lives in .redaction
 
 def _redact_event(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
     """A structlog processor: no log line carries a secret, whichever library put it in the message."""
-    return {key: _redact_value(value) for key, value in event.items()}
+    return {key: redact_value(value) for key, value in event.items()}
 
 
 #: The function and invocation id every line logged in an invocation's task names (and in its handler's thread, which
@@ -396,8 +371,22 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)  # handlers' own logging.info lines show, as in Functions
-    # The Azure SDK logs every request at INFO: noise, and the place secrets would leak from first.
-    logging.getLogger("azure").setLevel(max(numeric, logging.WARNING))
+    # The SDKs log every request (headers, signatures, session tokens) at DEBUG or INFO: noise, and the place secrets
+    # would leak from first. Held at WARNING, whatever --log-level says, unless the settings name them.
+    named = {category.lower() for category in categories or ()}
+    for sdk in QUIET_SDKS:
+        logging.getLogger(sdk).setLevel(logging.NOTSET if _named(sdk, named) else max(numeric, logging.WARNING))
     # azure-identity logs each failed sign-in at WARNING as a page of text; the host's own line names the
     # connection and the cause once per failed call instead.
-    logging.getLogger("azure.identity").setLevel(max(numeric, logging.ERROR))
+    logging.getLogger("azure.identity").setLevel(
+        logging.NOTSET if "azure.identity" in named else max(numeric, logging.ERROR))
+
+
+#: The SDKs whose loggers are held at WARNING unless host.json's ``logging.logLevel`` names them (or a logger of
+#: theirs): their DEBUG lines carry request headers, signatures and tokens (redacted all the same when named).
+QUIET_SDKS = ("azure", "botocore", "boto3", "s3transfer", "urllib3", "oci", "py4j")
+
+
+def _named(sdk: str, named: set[str]) -> bool:
+    """Whether the settings name ``sdk``'s logger or one of its children (``botocore.endpoint``)."""
+    return any(category == sdk or category.startswith(sdk + ".") for category in named)

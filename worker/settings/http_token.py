@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from worker.observability.redaction import remember
 from worker.settings.config import ConfigError, HostConfig
 from worker.settings.schema import raise_all
 
@@ -88,4 +89,5 @@ def _checked(value: str, key: str, source: str) -> BearerToken:
         problems.append(ConfigError(key, f"the token in {source} holds characters a header cannot carry as they are; "
                                          "use letters, digits and - . _ ~ + / (base64 or hex, say)"))
     raise_all(problems)
+    remember(value)  # from now on no channel of this process shows it, whatever quotes it
     return BearerToken(value, source)
