@@ -31,12 +31,13 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace import Event, ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter, SpanExportResult
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from worker.backends.queues import QueueBackend, RawMessage, Receipt
+from worker.observability.redaction import redact, redact_value
 
 #: The instrumentation scope's name on every span.
 SCOPE = "queueworker"
@@ -60,7 +61,7 @@ class Telemetry:
             resource = resource.merge(Resource({SERVICE_NAME: service}))
         provider = TracerProvider(resource=resource)
         for name in exporters:
-            provider.add_span_processor(BatchSpanProcessor(_exporter(name)))
+            provider.add_span_processor(BatchSpanProcessor(RedactingExporter(_exporter(name))))
         return cls(provider)
 
     def shutdown(self) -> None:
@@ -95,6 +96,45 @@ def _exporter(name: str) -> SpanExporter:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter()  # endpoint, headers, timeout, compression: OTEL_EXPORTER_OTLP_[TRACES_]*
+
+
+class RedactingExporter(SpanExporter):
+    """An exporter that sends each span with its name, status, attributes and events through the redaction.
+
+    Why at the exporter: a span's text comes from everywhere (a handler's exception as ``exception.message`` and the
+    status, a middleware's attributes, a library's instrumentation), and the trace backend is often a third party's;
+    here every span passes, in the batch processor's thread, off the path of the messages.
+    """
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self.inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return self.inner.export([_redacted(span) for span in spans])
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _redacted(span: ReadableSpan) -> ReadableSpan:
+    """A copy of ``span`` with no secret in its text (the span itself, ended, cannot be changed)."""
+    status = span.status
+    if status.description:
+        status = Status(status.status_code, redact(status.description))
+    return ReadableSpan(
+        name=redact(span.name), context=span.context, parent=span.parent, resource=span.resource,
+        attributes=_attributes(span.attributes),
+        events=[Event(event.name, _attributes(event.attributes), event.timestamp) for event in span.events],
+        links=span.links, kind=span.kind, status=status, start_time=span.start_time, end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+def _attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {key: redact_value(value) for key, value in (attributes or {}).items()}
 
 
 def messaging_attributes(system: str, queue: str, operation: str, operation_type: str) -> dict[str, Any]:
