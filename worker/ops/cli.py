@@ -22,6 +22,7 @@ import re
 import shlex
 import sys
 import tempfile
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -57,6 +58,7 @@ from worker.compat.discovery import AppLoadError, app_directory, discover, queue
 from worker.model import StartupRefused
 from worker.observability import tracing
 from worker.observability.logs import configure_logging, private_stderr
+from worker.observability.redaction import redact, remember_environment
 from worker.ops import completion, scaffold, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
 from worker.ops.open_files import raise_open_files_limit
@@ -622,7 +624,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 def _tell(line: str) -> None:
     """A line for people on stderr: stdout of ``start-*`` is the URL alone, for scripts."""
-    print(printable(line), file=sys.stderr)
+    print(redact(printable(line)), file=sys.stderr)
 
 
 def _started(url: str) -> None:
@@ -635,7 +637,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser (its subcommands' too), but a bad argument is one line, what is wrong, not the usage block."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, redact(f"{self.prog}: error: {message} (see {self.prog} --help)\n"))
 
 
 def _version() -> str:
@@ -763,7 +765,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _redacted_traceback(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """``sys.excepthook``: an exception no command expected, its traceback written as Python would, less its secrets
+    (an SDK's error that quotes the connection string it was given)."""
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # Every message of the command passes the log's redaction: the secrets of the environment are known from the
+    # start, and what no command expected (a traceback) is redacted too.
+    remember_environment(os.environ)
+    if argv is None:  # the process is the command's (a test calling main() keeps its own hook)
+        sys.excepthook = _redacted_traceback
     args = _parser().parse_args(argv)
     if args.command != "run":
         # Without this, a storage retry's warning would be printed by structlog's default set-up on stdout, in the
@@ -778,15 +791,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = find((local_settings.FILE,), app)
         folder = found.parent if found else (app_directory(app) if app else None) or Path.cwd()
         args.local_settings = local_settings.apply(folder, os.environ)
+        remember_environment(os.environ)  # local.settings.json's Values are environment settings now
         return args.handler(args)
     except (UsageError, AppLoadError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile, StartupRefused,
             LocalSettingsError) as exc:
-        print(f"worker {args.command}: error: {exc}", file=sys.stderr)
+        print(redact(f"worker {args.command}: error: {exc}"), file=sys.stderr)
         if args.command == "run" and f"connection string '{DEFAULT_CONNECTION}' does not exist" in str(exc):
             print(MISSING_STORAGE_HINT, file=sys.stderr)
         return 2
     except (QueueError, SparkServerError) as exc:
-        print(f"worker {args.command}: error: {exc}", file=sys.stderr)
+        print(redact(f"worker {args.command}: error: {exc}"), file=sys.stderr)
         return 1
 
 

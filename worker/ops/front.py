@@ -23,6 +23,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.observability.redaction import redact, redact_value
 from worker.runtime.connections import ConnectionLimits, Gate
 from worker.runtime.console.merge import merge_history, merge_state
 from worker.runtime.console.web import static_routes, who
@@ -92,7 +93,8 @@ class Front:
         answers = await self._ask(path)
         problems = [f"process {index}: {status or 'no answer'} {body}".strip()
                     for index, status, body in answers if status != 200]
-        return web.json_response({"ok": not problems, "processes": len(self.ports), "problems": problems},
+        return web.json_response({"ok": not problems, "processes": len(self.ports),
+                                  "problems": [redact(problem) for problem in problems]},
                                  status=200 if not problems else 503)
 
     async def _leases(self, _: web.Request) -> web.Response:
@@ -107,7 +109,7 @@ class Front:
         state = merge_state([(index, json.loads(body)) for index, status, body in answers if status == 200])
         if "settings" in state["facts"]:
             state["facts"]["settings"] = self._settings(state["facts"]["settings"])
-        return web.json_response(state)
+        return web.json_response(redact_value(state))
 
     def _settings(self, shown: dict[str, str]) -> dict[str, str]:
         """The settings a process shows, with the front's own where the supervisor gave the process others.
@@ -149,7 +151,7 @@ class Front:
 
     async def _metrics(self, _: web.Request) -> web.Response:
         texts = [body for _, status, body in await self._ask("/metrics") if status == 200]
-        return web.Response(body=sum_metrics(texts).encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=redact(sum_metrics(texts)).encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 def sum_metrics(texts: Sequence[str]) -> str:

@@ -33,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from worker.model import StartupRefused
 from worker.observability.metrics import Metrics
+from worker.observability.redaction import redact
 from worker.runtime.connections import ConnectionLimits, Gate, GatedSite
 from worker.runtime.console.state import Console
 from worker.runtime.console.web import routes
@@ -130,12 +131,14 @@ class Endpoints:
 
     async def healthz(self, _: web.Request) -> web.Response:
         if (problem := self.stuck()) is not None:
-            return web.json_response({"status": "stuck", "problem": problem}, status=503)
+            return web.json_response({"status": "stuck", "problem": redact(problem)}, status=503)
         return web.json_response({"status": "ok"})
 
     async def readyz(self, _: web.Request) -> web.Response:
         problems = await self.readiness()
-        body = {"ready": not problems, "problems": problems, "functions": self.functions}
+        # Open to anyone (the kubelet sends no token): storage's errors name endpoints, which may carry a password.
+        body = {"ready": not problems, "problems": [redact(problem) for problem in problems],
+                "functions": self.functions}
         return web.json_response(body, status=200 if not problems else 503)
 
     async def readiness(self) -> list[str]:
@@ -176,7 +179,8 @@ class Endpoints:
 
     async def metrics_text(self, _: web.Request) -> web.Response:
         output = await asyncio.to_thread(generate_latest, self.metrics.registry)
-        return web.Response(body=output, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        # Labels name functions, queues and storage, as the settings gave them: redacted as the log is.
+        return web.Response(body=redact(output.decode()).encode(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def leases(self, _: web.Request) -> web.Response:
         now = time.monotonic()

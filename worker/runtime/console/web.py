@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from worker.observability.redaction import redact, redact_value
 from worker.runtime.console.actions import BULK
 from worker.runtime.console.poison import ActionRefused
 from worker.runtime.console.state import Console
@@ -52,7 +53,9 @@ def routes(console: Console) -> list[web.RouteDef]:
     """Every console route of one host."""
 
     async def state(_: web.Request) -> web.Response:
-        return web.json_response(await console.state())
+        # Failures are what handlers raised, and the start-up settings what the operator wrote: either may hold a
+        # secret (a SAS URL, a Spark master's token), so the whole view passes the log's redaction.
+        return web.json_response(redact_value(await console.state()))
 
     async def history(_: web.Request) -> web.Response:
         return web.json_response(console.history.series())
@@ -104,4 +107,4 @@ async def body_of(request: web.Request) -> dict[str, Any]:
 
 
 def refused(status: int, reason: str) -> web.Response:
-    return web.json_response({"error": reason}, status=status)
+    return web.json_response({"error": redact(reason)}, status=status)
