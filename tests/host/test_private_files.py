@@ -167,3 +167,46 @@ def test_a_queue_file_that_cannot_be_created_is_refused_naming_it(tmp_path: Path
     # The notice of a new file comes first; then why it could not be made.
     assert ran.stderr.strip().splitlines()[-1] == ("worker send: error: embedded queue file /proc/queues.sqlite3 "
                                                    "cannot be created: No such file or directory")
+
+
+@pytest.mark.usefixtures("no_umask")
+def test_worker_init_writes_local_settings_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """local.settings.json is where an account key goes next: 0600 even under umask 0, the other files as the umask
+    says."""
+    made = run_cli(tmp_path, "init", "app")
+    assert made.returncode == 0, made.stderr
+    folder = tmp_path / "app"
+    found = modes(folder, *folder.iterdir())
+    assert found.pop("local.settings.json") == "600"
+    assert set(found.values()) == {"666"}, found
+
+
+def test_settings_and_token_files_others_can_read_are_reported_at_start_and_still_run(tmp_path: Path) -> None:
+    write_host_yaml(tmp_path, worker={"httpTokenFile": "token.txt"})
+    (tmp_path / "local.settings.json").write_text(json.dumps({"Values": {"SOME_SETTING": "x"}}), encoding="utf-8")
+    (tmp_path / "token.txt").write_text("t" * 32, encoding="utf-8")
+    (tmp_path / "local.settings.json").chmod(0o644)
+    (tmp_path / "token.txt").chmod(0o640)
+    record_db = tmp_path / "attempts.sqlite3"
+
+    ran = run_cli(tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst",
+                  env={"RECORD_DB": str(record_db)})
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    reported = [{key: line[key] for key in ("level", "path", "mode", "access", "fix")}
+                for line in lines if line["event"] == "settings or token file open to other users"]
+    settings, token = tmp_path / "local.settings.json", tmp_path / "token.txt"
+    assert reported == [
+        {"level": "warning", "path": str(settings), "mode": "0644", "access": "group can read, others can read",
+         "fix": f"chmod 600 {settings}"},
+        {"level": "warning", "path": str(token), "mode": "0640", "access": "group can read",
+         "fix": f"chmod 600 {token}"},
+    ]
+
+    settings.chmod(0o600)
+    token.chmod(0o600)
+    again = run_cli(tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst",
+                    env={"RECORD_DB": str(record_db)})
+    assert again.returncode == 0, again.stderr
+    assert "open to other users" not in again.stderr

@@ -53,6 +53,10 @@ def run_here(args: argparse.Namespace, config: HostConfig, log: Any, supervisor_
         for found in preflight.exposed_files(app, config):
             log.warning("embedded queue or blob storage open to other users", path=str(found.path),
                         mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
+        local = args.local_settings.path if args.local_settings.found else None
+        for found in preflight.exposed_secret_files(config, local):
+            log.warning("settings or token file open to other users", path=str(found.path),
+                        mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
         if supervisor_pid is not None:  # the app can run: the supervisor starts the other processes now
             os.kill(int(supervisor_pid), APP_LOADED_SIGNAL)
     handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)

@@ -151,6 +151,15 @@ def exposed_files(app: WorkerApp, config: HostConfig) -> list[Exposed]:
     return [found for path in paths if (found := exposed(path)) is not None]
 
 
+def exposed_secret_files(config: HostConfig, local_settings: Path | None) -> list[Exposed]:
+    """local.settings.json (connection strings, keys) and ``worker.httpTokenFile`` (the endpoint token), when other
+    users can read or write them: warned about at start as the queue file is, and for the same reason not refused."""
+    paths = [local_settings] if local_settings is not None else []
+    if config.http_token_file is not None:
+        paths.append(config.base_dir / Path(config.http_token_file).expanduser())
+    return [found for path in paths if (found := exposed(path)) is not None]
+
+
 def environment_problems(environ: Mapping[str, str]) -> list[str]:
     """What in the process's settings cannot be had: not a Python Functions app (FUNCTIONS_WORKER_RUNTIME), or
     OpenTelemetry traces asked for (``OTEL_*``) without the extra that exports them."""

@@ -3,14 +3,18 @@
 It holds ``function_app.py`` (one queue-triggered function), ``host.json``, ``local.settings.json`` (its
 ``AzureWebJobsStorage`` is the embedded queue, so ``worker send`` and ``worker run`` in that folder use one queue
 file, ``.worker/queues.sqlite3``) and a ``.gitignore``. Pointing ``AzureWebJobsStorage`` at a storage account
-moves the app to Azure Storage unchanged. Nothing is overwritten: a folder that already holds one of the files is
+moves the app to Azure Storage unchanged; local.settings.json, where the account key then goes, is written readable by
+its owner only. Nothing is overwritten: a folder that already holds one of the files is
 refused, naming it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+from worker.backends.embedded.files import FILE_MODE
 
 #: The trigger queue of the app ``worker init`` writes.
 QUEUE = "hello"
@@ -72,6 +76,21 @@ def init(folder: Path) -> list[Path]:
     written = []
     for name, text in FILES.items():
         path = folder / name
-        path.write_text(text, encoding="utf-8")
+        if name in PRIVATE:
+            _write_private(path, text)
+        else:
+            path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
+
+
+#: The files that hold secrets once the app moves to a storage account: readable by their owner only.
+PRIVATE = frozenset({"local.settings.json"})
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` new and 0600 whatever the umask: where an account key goes next must not be readable by others."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        os.fchmod(descriptor, FILE_MODE)
+        file.write(text)
