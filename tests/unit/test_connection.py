@@ -144,6 +144,8 @@ def test_sas_with_account_name_builds_the_endpoint() -> None:
         pytest.param("QueueEndpoint=https://q.example", id="endpoint-without-credential"),
         pytest.param(f"SharedAccessSignature={SAS}", id="sas-without-endpoint-or-account"),
         pytest.param("DefaultEndpointsProtocol=https;EndpointSuffix=core.windows.net", id="no-account"),
+        pytest.param(f"QueueEndpoint=https://q.example/acct?{SAS};SharedAccessSignature={SAS}", id="sas-twice"),
+        pytest.param(f"BlobEndpoint=https://b.example/acct?{SAS};SharedAccessSignature={SAS}", id="sas-twice-blob"),
     ],
 )
 def test_unusable_strings_raise_without_the_secret(text: str) -> None:
@@ -316,3 +318,10 @@ def test_worker_run_refuses_an_identity_connection_over_http_in_one_line(tmp_pat
     assert "http://127.0.0.1:10001/devstoreaccount1" in line and "https://" in line
     assert "account key or a SAS" in line
     assert "Traceback" not in ran.stderr
+
+
+def test_a_sas_in_the_endpoint_and_in_shared_access_signature_is_refused_in_one_line() -> None:
+    with pytest.raises(ConnectionStringError) as caught:
+        parse_connection_string(f"QueueEndpoint=https://q.example/acct?{SAS};SharedAccessSignature={SAS}")
+    assert str(caught.value) == ("connection string has a SAS both in SharedAccessSignature and in its QueueEndpoint "
+                                 "URL; give it in one place (SharedAccessSignature)")

@@ -144,6 +144,11 @@ def parse_connection_string(text: str) -> AzureConnection:
         raise ConnectionStringError("connection string has AccountKey but no AccountName")
     if not key and not sas:
         raise ConnectionStringError("connection string has no AccountKey, SharedAccessSignature or Credential")
+    if sas and (twice := [what for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
+                          if url and "sig=" in urlsplit(url).query.lower()]):
+        # The SDK would take both and fail at the first call with a traceback; one of them must go.
+        raise ConnectionStringError(f"connection string has a SAS both in SharedAccessSignature and in its "
+                                    f"{twice[0]} URL; give it in one place (SharedAccessSignature)")
     if key and not _is_base64(key):  # else every request fails to sign, which looks like storage being down
         raise ConnectionStringError("connection string's AccountKey is not base64 (an account key is base64 text, "
                                     "as the portal and Azurite show it)")
