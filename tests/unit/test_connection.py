@@ -146,6 +146,8 @@ def test_sas_with_account_name_builds_the_endpoint() -> None:
         pytest.param("DefaultEndpointsProtocol=https;EndpointSuffix=core.windows.net", id="no-account"),
         pytest.param(f"QueueEndpoint=https://q.example/acct?{SAS};SharedAccessSignature={SAS}", id="sas-twice"),
         pytest.param(f"BlobEndpoint=https://b.example/acct?{SAS};SharedAccessSignature={SAS}", id="sas-twice-blob"),
+        pytest.param(f"QueueEndpoint=https://me:{SIG}@q.example/acct;AccountName=acct;AccountKey={KEY}",
+                     id="key-and-password-in-url"),
     ],
 )
 def test_unusable_strings_raise_without_the_secret(text: str) -> None:

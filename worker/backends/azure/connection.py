@@ -144,6 +144,11 @@ def parse_connection_string(text: str) -> AzureConnection:
         raise ConnectionStringError("connection string has AccountKey but no AccountName")
     if not key and not sas:
         raise ConnectionStringError("connection string has no AccountKey, SharedAccessSignature or Credential")
+    if key and (signed := [what for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
+                           if url and urlsplit(url).password is not None]):
+        # Requests are signed in an Authorization header, which the HTTP client refuses beside a URL's credentials.
+        raise ConnectionStringError(f"connection string's {signed[0]} holds a user and password, which Azure Storage "
+                                    "does not take beside an AccountKey; remove them from the URL")
     if sas and (twice := [what for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
                           if url and "sig=" in urlsplit(url).query.lower()]):
         # The SDK would take both and fail at the first call with a traceback; one of them must go.
