@@ -7,14 +7,17 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import structlog
 
 from tests.azurite import KEY
+from tests.cli import run_cli
 from worker.observability import redaction
 from worker.observability.logs import QUIET_SDKS, configure_logging, redact
+from worker.ops import cli
 
 SIG = "Zm9vYmFy%2Bc2lnbmF0dXJl%3D"
 SAS = f"sv=2022-11-02&ss=q&srt=sco&sp=rwdlacup&se=2030-01-01T00%3A00%3A00Z&sig={SIG}"
@@ -282,3 +285,23 @@ def test_an_sdk_logger_named_in_the_settings_logs_at_its_level_redacted() -> Non
     assert "Sending http request" in output and "held back" not in output, output
     for secret in (SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE):
         assert secret not in output
+
+
+# -- the command's messages -------------------------------------------------------------------------------------------
+
+
+def test_a_usage_error_quoting_a_secret_is_redacted(tmp_path: Path) -> None:
+    ran = run_cli(tmp_path, "run", "--log-level", f"AccountKey={KEY}")
+    assert ran.returncode == 2
+    assert "invalid choice: 'AccountKey=***'" in ran.stderr and KEY not in ran.stderr, ran.stderr
+
+
+def test_a_traceback_no_command_expected_is_redacted(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        raise ValueError(f"the SDK quotes its connection string: AccountKey={KEY}; {BOTOCORE_REQUEST}")
+    except ValueError as exc:
+        cli._redacted_traceback(type(exc), exc, exc.__traceback__)
+    written = capsys.readouterr().err
+    assert written.startswith("Traceback") and "ValueError: the SDK quotes" in written
+    for secret in (KEY, SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE):
+        assert secret not in written

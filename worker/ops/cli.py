@@ -22,6 +22,7 @@ import re
 import shlex
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
@@ -771,12 +772,21 @@ def _redacted_traceback(kind: type[BaseException], exc: BaseException, tb: Any) 
     sys.stderr.write(redact("".join(traceback.format_exception(kind, exc, tb))))
 
 
+def _redacted_thread_traceback(unhandled: threading.ExceptHookArgs) -> None:
+    """``threading.excepthook``: as Python's own (a thread's SystemExit is silent), redacted."""
+    if issubclass(unhandled.exc_type, SystemExit):
+        return
+    sys.stderr.write(f"Exception in thread {unhandled.thread.name if unhandled.thread else '?'}:\n")
+    _redacted_traceback(unhandled.exc_type, unhandled.exc_value or unhandled.exc_type(), unhandled.exc_traceback)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Every message of the command passes the log's redaction: the secrets of the environment are known from the
     # start, and what no command expected (a traceback) is redacted too.
     remember_environment(os.environ)
-    if argv is None:  # the process is the command's (a test calling main() keeps its own hook)
+    if argv is None:  # the process is the command's (a test calling main() keeps its own hooks)
         sys.excepthook = _redacted_traceback
+        threading.excepthook = _redacted_thread_traceback
     args = _parser().parse_args(argv)
     if args.command != "run":
         # Without this, a storage retry's warning would be printed by structlog's default set-up on stdout, in the
