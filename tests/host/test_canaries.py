@@ -4,7 +4,7 @@ The worker is given a distinctive secret in every place a user puts one: a
 connection string with an account key (Azurite's), the environment's AWS
 credentials with a session token (moto's SQS signs with them), an endpoint URL
 with a password where nothing listens, a Spark Connect master with its token
-(that never answers), the endpoints' token, and a handler's exception that
+(that never answers), the OCI Queue test server's private key, the endpoints' token, and a handler's exception that
 quotes a SAS URL and the rest. Then every channel is read, the way an
 attacker reading what the worker emits would: its log at DEBUG (set by
 host.json's ``Debug``, and by ``--log-level DEBUG``), stdout and stderr, the
@@ -30,8 +30,10 @@ import pytest
 import yaml
 
 from tests.azurite import ACCOUNT, KEY, Azurite
+from tests.conftest import oci_connection
 from tests.host.processes import REPO, WorkerProcess, worker_environment
 from tests.moto import Moto
+from tests.oci.fixture import OciTestServer
 from tests.support import closed_port, fetch, free_port, poll
 from tests.tracing.receiver import Receiver
 from worker.backends.registry import open_backend
@@ -61,10 +63,10 @@ FAILURE = (
 )
 
 
-def leaks(text: str) -> list[str]:
+def leaks(text: str, canaries: dict[str, str] = CANARIES) -> list[str]:
     """The canaries ``text`` holds, in any form a leak could take: whole, URL-encoded, or a long enough piece."""
     found = []
-    for what, secret in CANARIES.items():
+    for what, secret in canaries.items():
         forms = {secret, quote(secret, safe=""), secret[:16], secret[-16:]}
         if any(form in text for form in forms):
             found.append(what)
@@ -115,7 +117,8 @@ def settings(tmp_path: Path, how: str, http_port: int, spark_port: int) -> tuple
 
 @pytest.mark.parametrize("how", ["host.json", "--log-level"])
 async def test_no_canary_leaves_through_any_channel(
-    how: str, tmp_path: Path, azurite: Azurite, moto_server: Moto, otlp_receiver: Receiver, unreachable_port: int
+    how: str, tmp_path: Path, azurite: Azurite, moto_server: Moto, oci_server: OciTestServer, otlp_receiver: Receiver,
+    unreachable_port: int,
 ) -> None:
     http_port = free_port()
     config, args = settings(tmp_path, how, http_port, unreachable_port)
@@ -123,6 +126,7 @@ async def test_no_canary_leaves_through_any_channel(
                    f"SharedAccessSignature=sv=2022-11-02&ss=q&srt=sco&sp=rwdlacup&sig={SAS_SIG}")
     env = {
         "CanaryAzure": azurite.connection_string, "CanarySqs": moto_server.connection(),
+        "CanaryOci": oci_connection(oci_server) + "&poison=host",
         "CanaryUnreachable": unreachable, "CANARY_FAILURE": FAILURE,
         "AWS_ACCESS_KEY_ID": AWS_KEY_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_SESSION_TOKEN": AWS_SESSION,
         "WORKER_HTTP_TOKEN": ENDPOINT_TOKEN,
@@ -130,23 +134,26 @@ async def test_no_canary_leaves_through_any_channel(
     }
     azure = open_backend(azurite.connection_string, tmp_path)
     sqs = open_backend(moto_server.connection(), tmp_path)
+    oci = open_backend(oci_connection(oci_server), tmp_path)
     try:
-        for backend, queue in ((azure, "canary-azure"), (azure, "canary-spark"), (sqs, "canary-sqs")):
+        for backend, queue in ((azure, "canary-azure"), (azure, "canary-spark"), (sqs, "canary-sqs"),
+                               (oci, "canary-oci"), (oci, "canary-oci-poison")):
             await backend.create_queue(queue)
         worker = CanaryWorker(config, env, app=APP, args=args).start()
         try:
             worker.wait_for_log("host started", 60)
             await azure.put("canary-azure", encode("fails twice", "base64"))
             await sqs.put("canary-sqs", encode("counted", "base64"))
+            await oci.put("canary-oci", encode("signed", "base64"))
 
             def state() -> dict[str, Any] | None:
                 status, _, body = fetch(http_port, "/console/api/state", token=ENDPOINT_TOKEN)
                 found = json.loads(body) if status == 200 else None
-                done = found and len(found["failures"]) >= 2 and any(
-                    f["name"] == "counted" and f["totals"]["succeeded"] >= 1 for f in found["functions"])
+                done = found and len(found["failures"]) >= 2 and all(
+                    f["totals"]["succeeded"] >= 1 for f in found["functions"] if f["name"] in ("counted", "signed"))
                 return found if done else None
 
-            console = poll(state, 60, what="two failures and a message counted in the console")
+            console = poll(state, 60, what="two failures and a message each on SQS and OCI handled")
             worker.wait_for_log("Spark did not start", 60)
 
             def not_ready() -> str | None:
@@ -164,13 +171,18 @@ async def test_no_canary_leaves_through_any_channel(
     finally:
         await azure.close()
         await sqs.close()
+        await oci.close()
 
     spans = otlp_receiver.wait_for(lambda got: any(s.status[0] == "ERROR" and s.name == "process canary-azure"
                                                    for s in got))
     log, out = worker.log_path.read_text(encoding="utf-8"), worker.out_path.read_text(encoding="utf-8")
 
+    # OCI's canary is the test server's private key, which the worker signed every call with.
+    key = oci_server.config_file.parent / "oci_api_key.pem"
+    key_lines = key.read_text(encoding="utf-8").splitlines()
+    canaries = {**CANARIES, "OCI private key": "".join(key_lines[1:-1]), "OCI private key line": key_lines[1]}
     channels = {"log (stderr)": log, "stdout": out, "spans": repr(spans), **answers}
-    leaked = {channel: found for channel, text in channels.items() if (found := leaks(text))}
+    leaked = {channel: found for channel, text in channels.items() if (found := leaks(text, canaries))}
     assert not leaked, f"canaries leaked: {leaked}"
     # Each channel carried the text that held a canary, redacted.
     assert "sig=***" in json.dumps(console["failures"]), console["failures"]
