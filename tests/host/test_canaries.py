@@ -55,6 +55,8 @@ CANARIES = {
     "AWS session token": AWS_SESSION, "URL password": URL_PASSWORD, "Spark Connect token": SPARK_TOKEN,
     "endpoint token": ENDPOINT_TOKEN,
 }
+#: The SDKs whose loggers a host.json may name.
+SDKS = ("botocore", "urllib3", "oci", "azure")
 #: What a handler that failed to download a SAS URL through a proxy raises, quoting every secret it had at hand.
 FAILURE = (
     f"HTTP Error 403 for https://acct.blob.core.windows.net/in/orders.csv?sv=2022-11-02&sr=b&sp=r&sig={SAS_SIG} "
@@ -97,16 +99,18 @@ def unreachable_port() -> Iterator[int]:
 
 
 def settings(tmp_path: Path, how: str, http_port: int, spark_port: int) -> tuple[Path, tuple[str, ...]]:
-    """The settings file (host.json with logging at Debug, or host.yaml and ``--log-level DEBUG``) and the
-    arguments of ``worker run``."""
+    """The settings file (host.json with logging at Debug, the SDKs' loggers too when ``how`` says so; or host.yaml
+    and ``--log-level DEBUG``) and the arguments of ``worker run``."""
     config: dict[str, Any] = {
         "version": "2.0",
         "extensions": {"queues": {"maxPollingInterval": "00:00:00.200", "maxDequeueCount": 2, "batchSize": 4}},
         "worker": {"httpPort": http_port},
         "spark": {"master": f"sc://127.0.0.1:{spark_port}/;token={SPARK_TOKEN}", "startTimeout": "3s"},
     }
-    if how == "host.json":
+    if how.startswith("host.json"):
         config["logging"] = {"logLevel": {"default": "Debug"}}
+        if how == "host.json naming the SDKs":  # their lines are then written, and must pass the redaction
+            config["logging"]["logLevel"] |= dict.fromkeys(SDKS, "Debug")
         path = tmp_path / "host.json"
         path.write_text(json.dumps(config), encoding="utf-8")
         return path, ()
@@ -115,7 +119,7 @@ def settings(tmp_path: Path, how: str, http_port: int, spark_port: int) -> tuple
     return path, ("--log-level", "DEBUG")
 
 
-@pytest.mark.parametrize("how", ["host.json", "--log-level"])
+@pytest.mark.parametrize("how", ["host.json", "--log-level", "host.json naming the SDKs"])
 async def test_no_canary_leaves_through_any_channel(
     how: str, tmp_path: Path, azurite: Azurite, moto_server: Moto, oci_server: OciTestServer, otlp_receiver: Receiver,
     unreachable_port: int,
@@ -193,6 +197,12 @@ async def test_no_canary_leaves_through_any_channel(
     assert "sig=***" in failed[0].status[1], failed[0]
     assert f"sc://127.0.0.1:{unreachable_port}/;token=***" in log
     assert "sig=***" in log and "succeeded" in out
+    sdk_lines = [line for line in worker.lines() if str(line.get("logger", "")).startswith(SDKS)]
+    if how == "host.json naming the SDKs":  # the SDKs' own requests, headers and signatures: written, redacted
+        assert {"botocore", "oci", "azure"} <= {line["logger"].split(".")[0] for line in sdk_lines}
+        assert "'X-Amz-Security-Token': b'***'" in log
+    else:
+        assert not [line for line in sdk_lines if line["level"] in ("debug", "info")], sdk_lines[:3]
 
 
 
