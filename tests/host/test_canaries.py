@@ -206,6 +206,21 @@ async def test_no_canary_leaves_through_any_channel(
 
 
 
+@pytest.mark.parametrize("command", [("peek", "work"), ("send", "work", "hello"), ("queues",)])
+def test_cli_errors_naming_storage_hold_no_canary(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """Storage that does not answer, at an endpoint URL with a password and a SAS: the command's error names the
+    endpoint, without either."""
+    with closed_port() as port:
+        connection = (f"QueueEndpoint=http://canary:{URL_PASSWORD}@127.0.0.1:{port}/{ACCOUNT};"
+                      f"SharedAccessSignature=sv=2022-11-02&ss=q&sig={SAS_SIG}")
+        ran = subprocess.run([sys.executable, "-m", "worker", *command], cwd=tmp_path,
+                             env=worker_environment(AzureWebJobsStorage=connection, AWS_SESSION_TOKEN=AWS_SESSION),
+                             capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 1, ran.stderr
+    assert f"worker {command[0]}: error: storage http://canary:***@127.0.0.1:{port}/{ACCOUNT} unreachable" in ran.stderr
+    assert not leaks(ran.stdout + ran.stderr), ran.stderr
+
+
 def test_cli_errors_hold_no_canary(tmp_path: Path) -> None:
     """A SAS in both the endpoint URL and SharedAccessSignature: refused at start in one line (exit 2), naming the
     problem and neither SAS."""
