@@ -186,6 +186,9 @@ async def test_no_canary_leaves_through_any_channel(
     key_lines = key.read_text(encoding="utf-8").splitlines()
     canaries = {**CANARIES, "OCI private key": "".join(key_lines[1:-1]), "OCI private key line": key_lines[1]}
     channels = {"log (stderr)": log, "stdout": out, "spans": repr(spans), **answers}
+    # Any file the worker wrote beside its settings (.worker/: Spark's log, the embedded store) is a channel too.
+    channels |= {str(path): path.read_text(encoding="utf-8", errors="replace")
+                 for path in (tmp_path / ".worker").rglob("*") if path.is_file()}
     leaked = {channel: found for channel, text in channels.items() if (found := leaks(text, canaries))}
     assert not leaked, f"canaries leaked: {leaked}"
     # Each channel carried the text that held a canary, redacted.

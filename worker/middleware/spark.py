@@ -694,6 +694,8 @@ def _quiet_pyspark_loggers() -> None:
         logger = logging.getLogger(name)
         logger.handlers.clear()
         logger.propagate = True
+        if name == "py4j" and logger.level == logging.NOTSET:  # named in the log settings (logs.QUIET_SDKS): theirs
+            continue
         logger.setLevel(logging.ERROR if name == "py4j" else logging.WARNING)
 
 
