@@ -209,6 +209,8 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAcanaryKeyMaterial\n-----
         (repr({"key_content": PEM, "pass_phrase": "CanaryPhrase"}), ["MIIEpAIBAAKCAQEAcanaryKeyMaterial", "CanaryPhrase"]),
         ('{"password": "CanaryPassw0rd", "user": "me"}', ["CanaryPassw0rd"]),
         (f"{PEM[:60]}", ["MIIEpAIBAAKCAQEAcanary"]),
+        ("session token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjYW5hcnkifQ.CanaryJwtSignature_-0 expired",
+         ["eyJzdWIiOiJjYW5hcnkifQ", "CanaryJwtSignature_-0"]),
     ],
 )
 def test_redact_hides_every_shape_of_secret(text: str, secrets: list[str]) -> None:

@@ -1,25 +1,22 @@
 """The one redaction every channel the worker writes passes: log lines, spans, HTTP answers, CLI messages.
 
-Why one: a secret reaches the worker in many forms (a connection string, an
-endpoint URL, the AWS SDK's request headers, a Spark Connect master, a key
-file's text, a handler's exception) and leaves through many channels; each
-channel calling :func:`redact` means a form learnt here is hidden everywhere.
+Why one: secrets reach the worker in many forms (connection strings, endpoint
+URLs, the SDKs' request headers, a Spark Connect master, key files, a
+handler's exception) and leave through many channels; with every channel
+calling :func:`redact`, a form learnt here is hidden everywhere.
 
-It knows secrets by their shape (account keys, SAS signatures, shared access
-keys, AWS access key ids, session tokens and SigV4 signatures, ``Authorization``
-headers, passwords in URLs, ``token=`` parameters, PEM private keys) and by
-their value: the process's own secrets that have no shape (the endpoint token,
-the AWS environment's keys), which :func:`remember` adds as they are read.
-
-The cost per line is small: a string value is scanned with the regular
-expression only when it holds a word a secret's shape begins with (``key``,
-``sig``, ``token``...); the values remembered are looked for with ``in``.
+Secrets are known by their shape (account keys, SAS signatures, AWS key ids,
+session tokens and signatures, ``Authorization`` headers, passwords in URLs,
+``token=`` parameters, PEM private keys, JSON web tokens) and, for those with
+none (the endpoint token, the AWS variables), by the value :func:`remember`
+was given. Text holding no word a shape begins with is not scanned, so a log
+line costs little.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from urllib.parse import quote
 
 #: What stands in for a secret.
@@ -44,13 +41,15 @@ _SECRET = re.compile(
     # the password in a URL's userinfo: scheme://user:password@host
     r"|(?P<userinfo>\b[a-z][a-z0-9+.-]*://[^\s/@:'\"]*):(?P<password>[^\s/@'\"]+)@"
     # AWS access key ids: long-term (AKIA) and temporary (ASIA)
-    r"|(?-i:\b(?P<aws>A(?:KIA|SIA))[A-Z0-9]{16}\b)",
+    r"|(?-i:\b(?P<aws>A(?:KIA|SIA))[A-Z0-9]{16}\b)"
+    # JSON web tokens (an identity's access token, OCI's session token): a header and claims, base64url, signed
+    r"|(?-i:\b(?P<jwt>eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*)",
     re.IGNORECASE | re.DOTALL,
 )
 
 #: Text in which none of these appears (in lower case) holds no secret of a known shape: the scan is skipped. Every
 #: name above holds one of the first six; the others begin the other shapes.
-_TRIGGERS = ("key", "sig", "token", "pass", "credential", "authorization", "@", "-----begin", "akia", "asia")
+_TRIGGERS = ("key", "sig", "token", "pass", "credential", "authorization", "@", "-----begin", "akia", "asia", "eyj")
 
 #: The process's secrets that have no shape of their own, in every form they may take (as they are, URL-encoded).
 _known: tuple[str, ...] = ()
@@ -71,6 +70,8 @@ def _hide(match: re.Match[str]) -> str:
         return f"{match.group('userinfo')}:{HIDDEN}@"
     if match.group("pem") is not None:
         return f"{match.group('pem')}{HIDDEN}"
+    if match.group("jwt") is not None:
+        return f"eyJ{HIDDEN}"
     return f"{match.group('aws')}{HIDDEN}"
 
 
@@ -120,8 +121,3 @@ def remember(*secrets: str | None) -> None:
 def remember_environment(environ: Mapping[str, str]) -> None:
     """Hide the values of the environment's secret variables (:data:`SECRET_VARIABLES`)."""
     remember(*(environ.get(name) for name in SECRET_VARIABLES))
-
-
-def known() -> Iterable[str]:
-    """The values remembered so far (for tests)."""
-    return _known
