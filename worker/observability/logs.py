@@ -31,6 +31,7 @@ from worker.observability.redaction import redact, redact_value
 
 __all__ = ["redact"]  # where the log's redaction has always been found; it lives in .redaction
 
+
 def _redact_event(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
     """A structlog processor: no log line carries a secret, whichever library put it in the message."""
     return {key: redact_value(value) for key, value in event.items()}
