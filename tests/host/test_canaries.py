@@ -17,6 +17,7 @@ that held one (redacted), so that a channel that said nothing passes nothing.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -204,6 +205,8 @@ async def test_no_canary_leaves_through_any_channel(
     if how == "host.json naming the SDKs":  # the SDKs' own requests, headers and signatures: written, redacted
         assert {"botocore", "oci", "azure"} <= {line["logger"].split(".")[0] for line in sdk_lines}
         assert "'X-Amz-Security-Token': b'***'" in log
+        # A SigV4 signature is no canary (each request has its own) but as good as the key for that request.
+        assert "Signature:\\n***" in log and not re.search(r"Signature[=:](\\n|\s)*[0-9a-f]{64}", log)
     else:
         assert not [line for line in sdk_lines if line["level"] in ("debug", "info")], sdk_lines[:3]
 

@@ -197,6 +197,8 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAcanaryKeyMaterial\n-----
     ("text", "secrets"),
     [
         (BOTOCORE_REQUEST, [SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE]),
+        (f"Signature:\n{SIGNATURE}", [SIGNATURE]),  # botocore.auth's own line
+        (f"x-amz-security-token:{SESSION_TOKEN}\nx-amz-target:AmazonSQS.GetQueueUrl", [SESSION_TOKEN]),  # canonical
         (f"GET /queue?X-Amz-Credential={ACCESS_KEY_ID}%2F20261206&X-Amz-Security-Token={SESSION_TOKEN}"
          f"&X-Amz-Signature={SIGNATURE}", [SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE]),
         (f"aws_access_key_id = AKIACANARY0KEYID7XYZ\naws_session_token={SESSION_TOKEN}",

@@ -38,6 +38,8 @@ _SECRET = re.compile(
     # an Authorization header: its whole value (a scheme and its credentials, spaces included)
     r"|(?<![\w-])(?P<auth>(?:(?:Proxy-)?Authorization|X-Amz-Security-Token)['\"]?\s*[:=]\s*(?:b?['\"])?)"
     r"(?P<credentials>[^'\"\r\n]+)"
+    # a SigV4 signature as botocore logs it on a line of its own ("Signature:" and the hex on the next line)
+    r"|(?<![\w-])(?P<sigv4>Signature:\s*)[0-9a-f]{64}\b"
     # the password in a URL's userinfo: scheme://user:password@host
     r"|(?P<userinfo>\b[a-z][a-z0-9+.-]*://[^\s/@:'\"]*):(?P<password>[^\s/@'\"]+)@"
     # AWS access key ids: long-term (AKIA) and temporary (ASIA)
@@ -66,6 +68,8 @@ def _hide(match: re.Match[str]) -> str:
         return f"{key}={HIDDEN}" if "=" in sep else f"{key}{sep}{HIDDEN}"
     if match.group("auth") is not None:
         return f"{match.group('auth')}{HIDDEN}"
+    if match.group("sigv4") is not None:
+        return f"{match.group('sigv4')}{HIDDEN}"
     if match.group("userinfo") is not None:
         return f"{match.group('userinfo')}:{HIDDEN}@"
     if match.group("pem") is not None:
