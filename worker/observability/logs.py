@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from worker.observability.redaction import redact, redact_value
+from worker.observability.redaction import redact, redact_value, remember_environment
 
 __all__ = ["redact"]  # where the log's redaction has always been found; it lives in .redaction
 
@@ -325,6 +325,7 @@ def configure_logging(
     ``level`` (``--log-level``) sets one level for every line; without it, ``categories`` (host.json's
     ``logging.logLevel``) set each category's, INFO where none applies.
     """
+    remember_environment(os.environ)  # the AWS variables and the endpoint token, hidden by value wherever they appear
     sink = LogSink(sys.stderr if stream is None else stream)
     if json_lines is None:
         json_lines = not sink.isatty()
