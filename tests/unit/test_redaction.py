@@ -210,6 +210,8 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAcanaryKeyMaterial\n-----
         (f"key_content={PEM}", ["MIIEpAIBAAKCAQEAcanaryKeyMaterial"]),
         (repr({"key_content": PEM, "pass_phrase": "CanaryPhrase"}), ["MIIEpAIBAAKCAQEAcanaryKeyMaterial", "CanaryPhrase"]),
         ('{"password": "CanaryPassw0rd", "user": "me"}', ["CanaryPassw0rd"]),
+        ("grant_type=refresh_token&refresh_token=CanaryRefresh&client_secret=CanaryClientSecret",
+         ["CanaryRefresh", "CanaryClientSecret"]),
         (f"{PEM[:60]}", ["MIIEpAIBAAKCAQEAcanary"]),
         ("session token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjYW5hcnkifQ.CanaryJwtSignature_-0 expired",
          ["eyJzdWIiOiJjYW5hcnkifQ", "CanaryJwtSignature_-0"]),
@@ -309,3 +311,10 @@ def test_a_traceback_no_command_expected_is_redacted(capsys: pytest.CaptureFixtu
     assert written.startswith("Traceback") and "ValueError: the SDK quotes" in written
     for secret in (KEY, SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE):
         assert secret not in written
+
+
+def test_every_secret_name_holds_a_word_that_starts_the_scan() -> None:
+    """The scan is skipped for text holding no trigger word: a name added without one would never be redacted."""
+    for name in redaction._NAMED.split("|"):
+        assert any(trigger in name.lower() for trigger in redaction._TRIGGERS), name
+        assert redact(f"{name}=CanaryValue0123") == f"{name}=***"

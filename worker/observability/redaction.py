@@ -27,6 +27,7 @@ _NAMED = (
     r"X-Amz-Security-Token|X-Amz-Signature|X-Amz-Credential|AccountKey|SharedAccessSignature|SharedAccessKey|"
     r"aws_secret_access_key|aws_session_token|aws_security_token|SecretAccessKey|SessionToken|SecurityToken|"
     r"secret_access_key|session_token|security_token|key_content|pass_phrase|passphrase|password|"
+    r"access_token|refresh_token|id_token|client_secret|api_key|"
     r"Signature|token|sig"
 )
 _SECRET = re.compile(
@@ -50,8 +51,9 @@ _SECRET = re.compile(
 )
 
 #: Text in which none of these appears (in lower case) holds no secret of a known shape: the scan is skipped. Every
-#: name above holds one of the first six; the others begin the other shapes.
-_TRIGGERS = ("key", "sig", "token", "pass", "credential", "authorization", "@", "-----begin", "akia", "asia", "eyj")
+#: name above holds one of the first seven; the others begin the other shapes.
+_TRIGGERS = ("key", "sig", "token", "pass", "secret", "credential", "authorization", "@", "-----begin", "akia", "asia",
+             "eyj")
 
 #: The process's secrets that have no shape of their own, in every form they may take (as they are, URL-encoded).
 _known: tuple[str, ...] = ()
