@@ -28,6 +28,7 @@ from worker.bindings.encoding import encode
 from worker.middleware.spark_settings import from_config
 from worker.observability.logs import configure_logging
 from worker.observability.metrics import format_summary
+from worker.observability.redaction import redact
 from worker.runtime.host import Host
 from worker.settings.config import HostConfig, load_config
 
@@ -119,7 +120,8 @@ def main() -> None:
           f"({time.monotonic() - started:.1f}s)")
     asyncio.run(enqueue(config, manifest.files))
     print(f"enqueued {len(manifest.files)} ingest messages, and one for a file that does not exist")
-    print(f"running the worker until the queues drain (Spark on {from_config(config).master} starts on the first message):",
+    master = redact(from_config(config).master)  # a Connect master's token stays off the terminal
+    print(f"running the worker until the queues drain (Spark on {master} starts on the first message):",
           flush=True)
     host = Host(app, config, burst=True)
     asyncio.run(run_with_progress(host, config))
