@@ -17,15 +17,15 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 
+from tests.host.test_endpoint_guard import app
+from tests.host.test_endpoint_guard import config as guard_config
 from tests.support import apoll, captured_logs, free_port, running
-from worker import QueueMessage, WorkerApp
 from worker.observability.metrics import Metrics
 from worker.runtime import connections, guard
 from worker.runtime.connections import ACCEPT_ERROR, ConnectionLimits, Gate
@@ -35,23 +35,12 @@ from worker.runtime.lease import LeaseScheduler
 from worker.settings.config import HostConfig
 from worker.settings.http_token import TOKEN_ENV
 
-QUEUE = "connections"
 TOKEN = "Y29ubmVjdGlvbnMtdGVzdC10b2tlbg"
 
 
-def app() -> WorkerApp:
-    worker = WorkerApp()
-
-    @worker.queue_trigger(arg_name="msg", queue_name=QUEUE)
-    def handle(msg: QueueMessage) -> None:
-        pass
-
-    return worker
-
-
 def config(tmp_path: Path, **settings: object) -> HostConfig:
-    return replace(HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1), http_port=free_port(),
-                   http_host="127.0.0.1", **settings)  # type: ignore[arg-type]
+    """The endpoint guard tests' settings, on loopback."""
+    return guard_config(tmp_path, http_host="127.0.0.1", **settings)
 
 
 async def status(port: int, path: str, token: str | None = None) -> int | None:
