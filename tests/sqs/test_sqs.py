@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.moto import Moto
-from tests.support import apoll, running
+from tests.support import apoll, captured_logs, running
 from worker import QueueMessage, WorkerApp
 from worker.backends.queues import MessageNotFound, QueueNotFound, writing_outputs_of
 from worker.backends.registry import open_backend
@@ -212,7 +212,7 @@ async def test_deletes_made_in_one_turn_of_the_loop_go_in_one_request(sqs: SqsBa
 
 async def test_a_host_built_in_code_refuses_a_batch_larger_than_sqs_returns(moto_server: Moto, tmp_path: Path) -> None:
     """worker run's preflight refuses it by the connection's kind; a host built in code is refused by the backend's
-    own limits, with every such option named, rather than failing each receive."""
+    own limits, with every such option the user gave named, rather than failing each receive."""
     app = WorkerApp()
 
     @app.queue_trigger(arg_name="msg", queue_name="orders")
@@ -220,7 +220,7 @@ async def test_a_host_built_in_code_refuses_a_batch_larger_than_sqs_returns(moto
         raise AssertionError("never runs")
 
     config = HostConfig(base_dir=tmp_path, connections={"AzureWebJobsStorage": moto_server.connection()},
-                        lease_duration=13 * 3600)
+                        batch_size=32, lease_duration=13 * 3600)
     with pytest.raises(StartupRefused) as refused:
         await asyncio.wait_for(Host(app, config, burst=True).run(), 60)
     assert [line.partition(" is ")[0] for line in refused.value.problems] == [
@@ -228,3 +228,36 @@ async def test_a_host_built_in_code_refuses_a_batch_larger_than_sqs_returns(moto
         "function handler, trigger queueTrigger (msg): worker.leaseDuration",
     ], refused.value.problems
     assert "at most 10 messages a receive returns" in refused.value.problems[0]
+
+
+async def test_a_plain_app_with_default_settings_handles_its_messages_in_batches_of_ten(
+    moto_server: Moto, sqs: SqsBackend, tmp_path: Path, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Functions' batch of 16, which the user never gave, becomes SQS's 10 with one line saying so; every message is
+    handled and no receive asks for more than SQS returns."""
+    from worker.runtime import host as host_module
+
+    await sqs.create_queue(queue_name)
+    for n in range(25):
+        await sqs.put(queue_name, f"m{n}")
+    handled: set[str] = set()
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    async def orders(msg: QueueMessage) -> None:
+        handled.add(msg.get_body().decode())
+
+    config = HostConfig(base_dir=tmp_path, message_encoding="none", drain_timeout=1,
+                        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)})
+    with captured_logs(monkeypatch, host_module) as logs:
+        async with running(app, config):
+            await apoll(lambda: _done(handled, 25), 30, interval=0.1, what="every message handled")
+    assert handled == {f"m{n}" for n in range(25)}
+    [line] = [entry for entry in logs if entry["event"] == "settings not given take the backend's limit"]
+    assert line["log_level"] == "info" and line["function"] == "orders"
+    assert line["settings"] == ["extensions.queues.batchSize 16 -> 10 (Amazon SQS: at most 10 messages a receive "
+                                "returns)"], line
+
+
+async def _done(handled: set[str], n: int) -> bool:
+    return len(handled) == n

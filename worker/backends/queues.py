@@ -111,14 +111,22 @@ class Limits:
     name_pattern: re.Pattern[str]
     name_rule: str
 
-    def exceeded(self, options: object, service: str, key_of: Callable[[str], str]) -> list[str]:
-        """A line for each of a function's options (batch size, visibility timeout, lease) that asks more than the
-        service takes, naming the setting by ``key_of(option)``: found at start by ``worker run`` and by a host built
-        in code alike, rather than at every receive."""
-        found = []
+    def bounds(self) -> Iterator[tuple[str, float, str]]:
+        """Each function option the service bounds (batch size, visibility timeout, lease), with its limit here and
+        what the limit counts."""
         for option, limit_field, meaning in _BOUNDED:
-            value, limit = getattr(options, option), getattr(self, limit_field)
-            if value > limit:
+            yield option, getattr(self, limit_field), meaning
+
+    def exceeded(self, options: object, service: str, key_of: Callable[[str], str]) -> list[str]:
+        """A line for each of a function's options that asks more than the service takes, naming the setting by
+        ``key_of(option)``: found at start by ``worker run`` and by a host built in code alike, rather than at every
+        receive. Where ``options`` says which values the user gave (its ``given``), only those are held to the limit:
+        a default past it takes the limit instead (``FunctionOptions.within``)."""
+        given = getattr(options, "given", None)
+        found = []
+        for option, limit, meaning in self.bounds():
+            value = getattr(options, option)
+            if value > limit and (given is None or option in given):
                 found.append(f"{key_of(option)} is {value:g}, more than {service} takes: at most {limit:g} {meaning}")
         return found
 
