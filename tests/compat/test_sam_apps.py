@@ -163,7 +163,7 @@ async def _sam_app_running(moto_server: Moto, tmp_path: Path, folder: str, funct
                            ) -> AsyncIterator[tuple[SqsBackend, WorkerProcess, list[str]]]:
     """The SAM app in ``sam/<folder>`` under ``worker run`` against moto, ``bodies`` sent first (their ids yielded,
     in order). ``queue`` is made as the template deploys it, with a redrive policy to ``dlq`` after
-    ``max_receive_count`` receives, so the connection leaves poison to it (poison=service); host.yaml has failed
+    ``max_receive_count`` receives, which takes poison with no ``poison=`` in the connection; host.yaml has failed
     records come back at once rather than after the queue's visibility timeout."""
     sqs = open_backend(moto_server.connection(), tmp_path)
     assert isinstance(sqs, SqsBackend)
@@ -181,7 +181,7 @@ async def _sam_app_running(moto_server: Moto, tmp_path: Path, folder: str, funct
         config.write_text(yaml.safe_dump({"version": "1.0",
                                           "extensions": {"queues": {"maxPollingInterval": "200ms"}},
                                           "functions": {function: {"visibilityTimeout": "0s"}}}))
-        worker = WorkerProcess(config, {"AWS_SQS": moto_server.connection(long_poll=1, poison="service"),
+        worker = WorkerProcess(config, {"AWS_SQS": moto_server.connection(long_poll=1),
                                         **(env or {})}, app=str(SAM / folder / "template.yaml")).start()
         worker.wait_for_log("host started")
         yield sqs, worker, ids

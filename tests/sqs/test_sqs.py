@@ -23,6 +23,7 @@ from worker.backends.registry import open_backend
 from worker.backends.sqs.queues import SqsBackend, within_cap
 from worker.model import StartupRefused
 from worker.runtime.host import Host
+from worker.runtime.poison import policy_for
 from worker.settings.config import HostConfig
 
 
@@ -103,7 +104,7 @@ async def _with_redrive(sqs: SqsBackend, queue: str, max_receives: int) -> None:
 async def test_poison_and_a_queues_redrive_policy_that_disagree_are_refused_at_start(
     moto_server: Moto, tmp_path: Path, queue_name: str
 ) -> None:
-    host_poison = open_backend(moto_server.connection(), tmp_path)
+    host_poison = open_backend(moto_server.connection(poison="host"), tmp_path)
     service_poison = open_backend(moto_server.connection(poison="service"), tmp_path)
     assert isinstance(host_poison, SqsBackend) and isinstance(service_poison, SqsBackend)
     try:
@@ -120,6 +121,48 @@ async def test_poison_and_a_queues_redrive_policy_that_disagree_are_refused_at_s
     finally:
         await host_poison.close()
         await service_poison.close()
+
+
+async def test_without_poison_in_the_connection_each_queue_says_where_its_poison_goes(
+    sqs: SqsBackend, queue_name: str
+) -> None:
+    """A queue with a redrive policy leaves poison to it, as Lambda does; one without has it copied to
+    ``<queue>-poison``; neither is refused, whatever maxDequeueCount is."""
+    await _with_redrive(sqs, queue_name, 3)
+    await sqs.create_queue(f"{queue_name}-plain")
+    for queue, redrive in ((queue_name, True), (f"{queue_name}-plain", False)):
+        assert await sqs.poison_problem(queue, 5) is None
+        assert sqs.dead_letters_for(queue) is redrive
+        assert policy_for(sqs, queue).unreadable(queue) is not None if redrive else \
+            policy_for(sqs, queue).where(queue) == f"{queue_name}-plain-poison"
+
+
+async def test_a_host_on_a_queue_with_a_redrive_policy_leaves_poison_to_it_by_default(
+    moto_server: Moto, sqs: SqsBackend, tmp_path: Path, queue_name: str
+) -> None:
+    """A SAM sample's queue (a redrive policy) on a connection that says nothing of poison: the failing message ends
+    in the dead-letter queue, moved by SQS, and no ``<queue>-poison`` is made."""
+    await _with_redrive(sqs, queue_name, 2)
+    await sqs.put(queue_name, "bad")
+    await sqs.put(queue_name, "ok")
+    runs: dict[str, int] = {}
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    async def handler(msg: QueueMessage) -> None:
+        body = msg.get_body().decode()
+        runs[body] = runs.get(body, 0) + 1
+        if body == "bad":
+            raise RuntimeError("always fails")
+
+    config = HostConfig(base_dir=tmp_path, max_dequeue_count=2, drain_timeout=1, message_encoding="none",
+                        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)})
+    async with running(app, config):
+        await apoll(lambda: _count(sqs, f"{queue_name}-dlq"), 30, interval=0.2, what="the dead-letter queue to hold it")
+    assert runs == {"ok": 1, "bad": 2}
+    [dead] = await sqs.receive(f"{queue_name}-dlq", 10, 30)
+    assert dead.content == "bad"
+    assert f"{queue_name}-poison" not in await sqs.list_queues()
 
 
 async def test_a_host_on_sqs_deletes_holds_a_long_handler_and_poisons(

@@ -340,6 +340,18 @@ class RedrivePolicies(Protocol):
         None where the two agree."""
 
 
+@runtime_checkable
+class PoisonByQueue(Protocol):
+    """A backend where each queue's own dead-letter rule may say where its poison goes (SQS without ``poison=``):
+    the service's dead-letter queue for a queue that has one, ``<queue>-poison`` for the rest."""
+
+    def dead_letters_for(self, queue: str) -> bool:
+        """Whether poison of ``queue`` is left to the service, as last looked up (:meth:`look_up_dead_letters`)."""
+
+    async def look_up_dead_letters(self, queue: str) -> bool:
+        """Look at ``queue``'s own rule now, and remember it for :meth:`dead_letters_for`."""
+
+
 @dataclass(frozen=True, slots=True)
 class MessageCounts:
     """A queue's messages split as the service can tell: visible to a receive now, and held invisible (in flight or

@@ -150,11 +150,12 @@ def _opening(module: str, backend: str, parse: Callable[[str], Any]) -> Callable
 
 
 def _host_poison(parse: Callable[[str], Any]) -> Callable[[str | None], bool]:
-    """``host_poison`` for a kind whose connection says where poison goes (``poison=host|service``)."""
+    """``host_poison`` for a kind whose connection says where poison goes (``poison=host|service``): the host may
+    keep it unless the connection leaves every queue's to the service."""
 
     def host_poison(connection: str | None) -> bool:
         try:
-            return bool(parse(connection or "").poison == "host")
+            return bool(parse(connection or "").poison != "service")
         except ConnectionStringError:  # refused as a connection problem
             return False
 

@@ -69,7 +69,7 @@ from worker.ops.supervisor import (
 )
 from worker.ops.terminal import printable
 from worker.runtime.handover import RECYCLED
-from worker.runtime.poison import poison_queue, policy_for, source_queue
+from worker.runtime.poison import looked_up_policy, poison_queue, source_queue
 from worker.runtime.signals import forwarded_act_as_original, ignore_at_exit
 from worker.settings import local_settings
 from worker.settings.config import ConfigError, HostConfig, load_config, parse_duration, parse_http_host
@@ -385,7 +385,7 @@ def cmd_poison(args: argparse.Namespace) -> int:
     async def drain(backend: QueueBackend) -> tuple[int, int]:
         # At most what the poison queue holds now: a running host poisons a requeued message that fails again, and
         # a drain that went on while the queue answered anything would feed itself.
-        policy = policy_for(backend)
+        policy = await looked_up_policy(backend, args.queue)
         total = await policy.count(args.queue)
         goal = total if args.max is None else min(total, args.max)
         if goal == 0:
@@ -440,7 +440,7 @@ async def _dead_letters(backend: QueueBackend, queue: str, action: str) -> int |
 
     OCI Queue's API has no call that reads a dead-letter queue, so its messages cannot be requeued from here.
     """
-    policy = policy_for(backend)
+    policy = await looked_up_policy(backend, queue)
     if (why := policy.unreadable(queue)) is None:
         return None
     if action == "requeue":

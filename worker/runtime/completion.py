@@ -114,7 +114,8 @@ class CompletionProcessor:
                 item.log.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
                 return Done.LEFT
             case Verdict.POISON:
-                return await policy_for(item.backend).take(item, result.reason, lambda: self._delete(item), progress)
+                policy = policy_for(item.backend, item.queue)
+                return await policy.take(item, result.reason, lambda: self._delete(item), progress)
         # Never past the message's expiry, which the service would refuse: it is gone then anyway.
         delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.options.visibility_timeout))
         await item.backend.update(item.queue, item.raw.id, receipt, delay)

@@ -57,7 +57,7 @@ from worker.runtime.handover import take
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import FUNCTION_OPTIONS as listener_options
 from worker.runtime.listener import Capacity, Listener
-from worker.runtime.poison import policy_for
+from worker.runtime.poison import looked_up_policy
 from worker.runtime.recycle import Recycler, settle_handed_over
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals, read_after_stop
 from worker.runtime.threads import TIMEOUT_GRACE, HandlerThreads
@@ -506,4 +506,4 @@ async def _queue_problem(backend: QueueBackend, queue: str, options: FunctionOpt
             await backend.approximate_count(queue)
         except QueueNotFound as exc:
             return f"{exc}; this host does not create queues there"
-    return await policy_for(backend).startup_problem(queue, options.max_dequeue_count)
+    return await (await looked_up_policy(backend, queue)).startup_problem(queue, options.max_dequeue_count)

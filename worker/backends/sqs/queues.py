@@ -80,6 +80,7 @@ from worker.backends.retrying import Retrier
 from worker.backends.sqs import errors
 from worker.backends.sqs.batches import Batcher, Entry
 from worker.backends.sqs.connection import (
+    BY_QUEUE,
     MAX_LONG_POLL,
     RELEASE_MARGIN,
     SQS_CAPABILITIES,
@@ -140,8 +141,11 @@ class SqsBackend:
         self.connection = connection
         if connection.long_poll != MAX_LONG_POLL:
             self.limits = replace(SQS_LIMITS, long_poll=float(connection.long_poll))
-        #: ``poison=service`` leaves poison to the queue's redrive policy.
+        #: ``poison=service`` leaves poison to the queue's redrive policy; without ``poison=``, each queue's own
+        #: redrive policy decides (:meth:`dead_letters_for`).
         self.service_dead_letters = connection.poison == "service"
+        #: Whether each queue has a redrive policy, by name, as last looked up (``poison`` not given).
+        self._redrives: dict[str, bool] = {}
         self._retrier = Retrier(is_transient=errors.is_transient, failure_kind=errors.failure_kind,
                                 may_have_acted=errors.may_have_acted, on_retry=on_retry, log=log)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="sqs")
@@ -484,20 +488,39 @@ class SqsBackend:
         arn = json_field(policy, "deadLetterTargetArn") if policy else None
         return str(arn).rsplit(":", 1)[-1] if arn else None
 
+    def dead_letters_for(self, queue: str) -> bool:
+        """Whether the queue's redrive policy takes its poison: always with ``poison=service``, never with
+        ``poison=host``, and without ``poison=`` where the queue had one when last looked at (at start)."""
+        if self.connection.poison == BY_QUEUE:
+            return self._redrives.get(queue, False)
+        return self.service_dead_letters
+
+    async def look_up_dead_letters(self, queue: str) -> bool:
+        """Read the queue's redrive policy now (without ``poison=``) and remember whether it has one."""
+        if self.connection.poison == BY_QUEUE:
+            self._redrives[queue] = await self.dead_letter_limit(queue) > 0
+        return self.dead_letters_for(queue)
+
     async def poison_problem(self, queue: str, max_dequeue_count: int) -> str | None:
-        """With ``poison=host`` the queue must have no redrive policy (SQS would move a message the host means to copy
-        to ``<queue>-poison``, or keep one the host has given up on); with ``poison=service`` it must have one whose
-        ``maxReceiveCount`` is the function's ``maxDequeueCount``."""
+        """Without ``poison=`` there is none: the queue's redrive policy, if it has one, takes its poison, else the
+        host does. With ``poison=host`` the queue must have no redrive policy (SQS would move a message the host means
+        to copy to ``<queue>-poison``, or keep one the host has given up on); with ``poison=service`` it must have one
+        whose ``maxReceiveCount`` is the function's ``maxDequeueCount``."""
+        if self.connection.poison == BY_QUEUE:
+            await self.look_up_dead_letters(queue)
+            return None
         limit = await self.dead_letter_limit(queue)
         if not self.service_dead_letters:
             if limit:
                 return (f"queue {queue!r} has a redrive policy (to {await self.dead_letter_queue(queue)!r} after "
                         f"{limit} receives), and poison=host would copy its poison to {queue!r}'s poison queue "
-                        "after maxDequeueCount as well: give the connection poison=service, or remove the policy")
+                        "after maxDequeueCount as well: leave poison= out of the connection (or give it "
+                        "poison=service) to use the policy, or remove the policy")
             return None
         if not limit:
             return (f"queue {queue!r} has no redrive policy, so with poison=service a poison message would come back "
-                    "for ever: give it one, or use poison=host (the default)")
+                    "for ever: give it one, or leave poison= out of the connection to keep poison in "
+                    f"{queue!r}'s poison queue")
         if limit != max_dequeue_count:
             return (f"queue {queue!r}'s redrive policy moves a message after {limit} receives, but maxDequeueCount is "
                     f"{max_dequeue_count}: make them equal")
