@@ -50,7 +50,7 @@ async def test_an_update_at_the_cap_is_a_lost_lease(sqs: SqsBackend, queue_name:
     await sqs.put(queue_name, "long job")
     [got] = await sqs.receive(queue_name, 1, 30)
     assert got.pop_receipt is not None
-    sqs._first_receives[got.pop_receipt] = datetime.now(UTC) - timedelta(hours=12)
+    sqs._received_at[got.pop_receipt] = datetime.now(UTC) - timedelta(hours=12)
     with pytest.raises(MessageNotFound, match="12-hour visibility cap"):
         await sqs.update(queue_name, got.id, got.pop_receipt, 30)
 
