@@ -31,6 +31,8 @@ kinder (moto takes any handle a message ever had), taking the worse reading wher
   the receive that handed out its handle: the API Reference's ReceiveMessage says the visibility timeout "begins
   when you call ReceiveMessage", and ChangeMessageVisibility that a change past the maximum is rejected
   (InvalidParameterValue, "Total VisibilityTimeout for the message is beyond the limit").
+- ``over_limit`` ReceiveMessage requests in a row are answered 403 OverLimit, as SQS answers a receive once a queue
+  has 120,000 messages in flight (the API Reference's ReceiveMessage); the rest pass on.
 - ``first_received_ago`` sets back each received message's ``ApproximateFirstReceiveTimestamp`` by that many
   seconds: a message first received long before this receive.
 """
@@ -80,13 +82,14 @@ class SqsRules:
 
     def __init__(self, upstream: str, recreate_after: float = RECREATE_AFTER, *, strict: bool = False,
                  stale_code: str = "InvalidParameterValue", cap: float = MAX_VISIBILITY,
-                 first_received_ago: float = 0) -> None:
+                 first_received_ago: float = 0, over_limit: int = 0) -> None:
         self.upstream = urlsplit(upstream)
         self.recreate_after = recreate_after
         self.strict = strict
         self.stale_code = stale_code
         self.cap = cap
         self.first_received_ago = first_received_ago
+        self.over_limit = over_limit
         self.requests: list[str] = []
         #: Strict mode: each message's latest handle, by message id; each handle's message and receive time.
         self._latest: dict[str, str] = {}
@@ -125,6 +128,13 @@ class SqsRules:
                     self._answer(*refused)
                     return
                 headers_in = list(self.headers.items())
+                if operation == "ReceiveMessage" and rules._held_back():
+                    self._answer(403, [("Content-Type", "application/x-amz-json-1.0"),
+                                       ("x-amzn-RequestId", str(uuid.uuid4())),
+                                       ("x-amzn-query-error", "OverLimit;Sender")],
+                                 json.dumps({"__type": "com.amazonaws.sqs#OverLimit",
+                                             "message": "Too many messages in flight."}).encode())
+                    return
                 if rules.strict and operation in ("ChangeMessageVisibility", "ChangeMessageVisibilityBatch",
                                                   "DeleteMessage", "DeleteMessageBatch"):
                     self._answer(*rules._strictly(operation, body, lambda sent: rules._forward(
@@ -175,6 +185,14 @@ class SqsRules:
         headers = [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-RequestId", str(uuid.uuid4())),
                    ("x-amzn-query-error", f"{DELETED_RECENTLY_CODE};Sender")]
         return DELETED_RECENTLY_STATUS, headers, json.dumps(DELETED_RECENTLY_BODY).encode()
+
+    def _held_back(self) -> bool:
+        """Whether this receive is one of the ``over_limit`` answered OverLimit."""
+        with self._lock:
+            if self.over_limit <= 0:
+                return False
+            self.over_limit -= 1
+            return True
 
     def latest(self, message_id: str) -> str:
         """The handle the latest receive of ``message_id`` handed out (strict mode)."""

@@ -17,7 +17,7 @@ import pytest
 
 from tests.moto import Moto
 from tests.support import apoll, captured_logs, running
-from worker import QueueMessage, WorkerApp
+from worker import Out, QueueMessage, WorkerApp
 from worker.backends.queues import MessageNotFound, QueueNotFound, writing_outputs_of
 from worker.backends.registry import open_backend
 from worker.backends.sqs.queues import SqsBackend, within_cap
@@ -300,6 +300,33 @@ async def test_a_plain_app_with_default_settings_handles_its_messages_in_batches
     assert line["log_level"] == "info" and line["function"] == "orders"
     assert line["settings"] == ["extensions.queues.batchSize 16 -> 10 (Amazon SQS: at most 10 messages a receive "
                                 "returns)"], line
+
+
+async def test_an_output_larger_than_sqs_takes_poisons_its_message_at_once_naming_the_limit(
+    moto_server: Moto, sqs: SqsBackend, tmp_path: Path, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No attempt could send it, so none is retried: the first attempt's message goes to the poison queue."""
+    from worker.middleware import bindings
+
+    await sqs.create_queue(queue_name)
+    await sqs.put(queue_name, "make a big one")
+    attempts = []
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    @app.queue_output(arg_name="out", queue_name=f"{queue_name}-out")
+    async def handler(msg: QueueMessage, out: Out[str]) -> None:
+        attempts.append(msg.dequeue_count)
+        out.set("x" * (1024 * 1024 + 1))
+
+    config = HostConfig(base_dir=tmp_path, drain_timeout=1, message_encoding="none",
+                        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)})
+    with captured_logs(monkeypatch, bindings) as logs:
+        async with running(app, config):
+            await apoll(lambda: _count(sqs, f"{queue_name}-poison"), 20, interval=0.1, what="the message poisoned")
+    assert attempts == [1]
+    [line] = [entry for entry in logs if entry["event"].startswith("output is larger")]
+    assert "the limit is 1048576 bytes" in line["error"], line
 
 
 async def _done(handled: set[str], n: int) -> bool:

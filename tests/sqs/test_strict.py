@@ -18,7 +18,7 @@ import pytest
 
 from tests.moto import REGION, Moto
 from tests.sqs.rules import STALE_ANSWERS, SqsRules
-from tests.support import apoll, running
+from tests.support import apoll, captured_logs, running
 from worker import QueueMessage, WorkerApp
 from worker.backends.queues import LeaseGone, MessageNotFound, PopReceiptMismatch
 from worker.backends.registry import open_backend
@@ -193,3 +193,32 @@ async def _refused(sqs: SqsBackend, queue: str, message_id: str, handle: str) ->
         return True
     return False
 
+
+
+@pytest.mark.parametrize("strict", [{"over_limit": 2}], indirect=True)
+async def test_a_receive_held_back_by_over_limit_is_a_warning_and_the_worker_recovers(
+    strict: SqsRules, sqs: SqsBackend, tmp_path: Path, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQS's OverLimit (too many messages in flight) passes as held messages complete: the listener backs off with a
+    warning, counts no storage error, and then handles the message."""
+    from worker.runtime import listener as listener_module
+
+    await sqs.create_queue(queue_name)
+    await sqs.put(queue_name, "m")
+    handled = asyncio.Event()
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name)
+    async def handler(msg: QueueMessage) -> None:
+        handled.set()
+
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, message_encoding="none",
+                        connections={"AzureWebJobsStorage": strict.connection(REGION, long_poll=1)})
+    with captured_logs(monkeypatch, listener_module) as logs:
+        async with running(app, config) as host:
+            await asyncio.wait_for(handled.wait(), 30)
+            assert host.metrics.get("storage_errors") == 0
+    held_back = [line for line in logs if "held back" in line["event"]]
+    assert held_back and all(line["log_level"] == "warning" for line in held_back), logs
+    assert "120,000 messages" in held_back[0]["error"]
+    assert not [line for line in logs if line["log_level"] == "error"], logs

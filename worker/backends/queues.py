@@ -71,6 +71,12 @@ class TransientError(QueueError):
     """Storage could not be reached or answered 5xx/408/429; the same call may succeed later."""
 
 
+class OverLimit(TransientError):
+    """The service holds back for now: a limit of what may be in flight is reached (SQS's OverLimit: 120,000
+    messages received and not yet deleted). Not an outage: it passes as held messages complete, so it is told as a
+    warning while the caller backs off."""
+
+
 class OutcomeUnknown(TransientError):
     """A call that must not be made twice (a put) failed after its request had left for the service: it may have
     taken effect. The backend does not send it again, since that could store the message twice; the caller

@@ -180,6 +180,9 @@ SQS = BackendKind("Amazon SQS", SQS_LIMITS, SQS_CAPABILITIES,
                   _opening("worker.backends.sqs.queues", "SqsBackend", parse_sqs_connection),
                   _host_poison(parse_sqs_connection))
 
+#: Every kind of backend, in the order the documentation lists them.
+KINDS = (EMBEDDED, AZURE, OCI, SQS)
+
 #: Backends by the scheme their connection strings start with (``scheme://``).
 SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI, "sqs": SQS}
 

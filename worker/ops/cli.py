@@ -44,6 +44,7 @@ from worker.backends.queues import (
 )
 from worker.backends.registry import (
     EMBEDDED,
+    KINDS,
     SQLITE_PREFIX,
     BackendKind,
     UnsupportedConnection,
@@ -602,6 +603,18 @@ def _version() -> str:
         return "(not installed)"
 
 
+def _size(size: int) -> str:
+    return f"{size // (1024 * 1024)} MiB" if size % (1024 * 1024) == 0 else f"{size // 1024} KiB"
+
+
+def limits_text() -> str:
+    """Each backend's message size and batch limits, from the backends' own ``Limits``, for ``worker send --help``."""
+    parts = [f"{kind.name}: messages up to {_size(kind.limits.max_message_bytes)}, {kind.limits.max_batch} a receive "
+             "(batchSize)" for kind in KINDS]
+    return ("Limits of each backend: " + "; ".join(parts) + ". OCI Queue's size is its default (maxMessageBytes= in "
+            "the connection); Amazon SQS counts message attributes (a producer's trace context) in the size.")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="worker", description="Queue-trigger worker host.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -652,8 +665,9 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("queue")
         if name == "send":
             sub.add_argument("bodies", nargs="+", metavar="BODY",
-                             help="each at most 64 KiB as stored, after messageEncoding (so 48 KiB under base64); "
-                                  "256 KiB on OCI Queue")
+                             help="each at most the backend's message size as stored, after messageEncoding (so "
+                                  "48 KiB under base64 where 64 KiB are stored); each backend's is below")
+            sub.epilog = limits_text()
             sub.add_argument("--delay", type=_delay, default=0.0,
                              help=f"invisible for this long first: 0s to {MAX_DELAY / 86400:g}d ({DURATIONS}); "
                                   "shorter than --ttl; not on OCI Queue")

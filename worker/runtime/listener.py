@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage, StorageGone
+from worker.backends.queues import OverLimit, QueueBackend, QueueNotFound, RawMessage, StorageGone
 from worker.backends.releasing import release_now
 from worker.middleware import Chain
 from worker.model import FunctionSpec
@@ -313,6 +313,10 @@ class Listener:
                 self.capacity.received(name, held.room)
                 self.capacity.give_back(name, held.room)
             raise
+        except OverLimit as exc:  # the service's limit of messages in flight: passes as held ones complete
+            self.last_error = str(exc)
+            self._log.warning("receive held back by the service's limit; backing off", error=str(exc))
+            failed = True
         except Exception as exc:
             self.metrics.inc("storage_errors", name)
             self.last_error = str(exc) or type(exc).__name__

@@ -25,6 +25,7 @@ from worker.backends.queues import (
     InvalidArgument,
     MessageNotFound,
     MessageTooLarge,
+    OverLimit,
     QueueError,
     QueueNotFound,
     TransientError,
@@ -35,6 +36,9 @@ _TRANSIENT_CODES = frozenset({
     "RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled", "ServiceUnavailable", "InternalError",
     "InternalFailure", "RequestTimeout", "RequestTimeoutException",
 })
+#: A limit of the service reached for now, most often the in-flight messages of a queue (the query code, and the
+#: JSON protocol's shape name).
+OVER_LIMIT = frozenset({"OverLimit", "AWS.SimpleQueueService.OverLimit"})
 #: A queue that does not exist (the query code, and the JSON protocol's shape name).
 _NO_QUEUE = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 #: CreateQueue's refusal of a name whose queue was deleted within the last 60 s (the query code, and the JSON
@@ -135,6 +139,9 @@ def answer_error(exc: BaseException, queue: str, message_id: str | None, where: 
         return TransientError(f"{where} will not create queue {queue!r} yet: a queue of that name was deleted less "
                               f"than {RECREATE_AFTER_SECONDS} s ago, and SQS refuses the name until then "
                               f"({describe(exc)})")
+    if code in OVER_LIMIT:
+        return OverLimit(f"{where} holds back for {subject}: a limit is reached, most often the 120,000 messages a "
+                         f"queue may have in flight; it passes as held messages are deleted ({describe(exc)})")
     if message_id and (why := lease_gone(code, str(exc.response.get("Error", {}).get("Message") or ""))):
         return MessageNotFound(f"{subject} is gone, or {why} ({describe(exc)})")
     if status(exc) in (401, 403):
