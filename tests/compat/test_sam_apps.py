@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -99,6 +100,64 @@ async def test_a_lambda_handler_gets_lambdas_event_and_context_and_fails_only_wh
     finally:
         await sqs.delete_queue("sam-orders-test")
         await sqs.close()
+
+
+URL_TEMPLATE = """\
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  Jobs:
+    Type: AWS::SQS::Queue
+  Later:
+    Type: AWS::SQS::Queue
+  JobsFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      Runtime: python3.12
+      CodeUri: src
+      Handler: sam_urls.handler
+      Environment:
+        Variables:
+          QUEUE_URL: !Ref Jobs
+          LATER_URL: !GetAtt Later.QueueUrl
+      Events:
+        Jobs:
+          Type: SQS
+          Properties:
+            Queue: !Ref Jobs
+"""
+
+
+async def test_ref_of_a_queue_is_its_url_and_a_queue_without_visibility_timeout_has_sqs_30_s(
+    sam_environment: str, moto_server: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queue_name: str
+) -> None:
+    """As CloudFormation resolves them: ``!Ref`` of an ``AWS::SQS::Queue`` is the URL a handler passes as
+    ``QueueUrl`` (GetQueueUrl's, for a queue that exists; SQS's form with the account id for one not made yet),
+    and the event's ``Queue: !Ref`` reads as the queue's name."""
+    template = tmp_path / "app"
+    (template / "src").mkdir(parents=True)
+    (template / "template.yaml").write_text(URL_TEMPLATE.replace("Jobs:\n    Type: AWS::SQS::Queue",
+                                                                 f"Jobs:\n    Type: AWS::SQS::Queue\n    Properties:"
+                                                                 f"\n      QueueName: {queue_name}"), encoding="utf-8")
+    (template / "src" / "sam_urls.py").write_text("def handler(event, context):\n    return None\n", encoding="utf-8")
+    for variable in ("QUEUE_URL", "LATER_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    client = boto3.client("sqs", region_name=REGION, endpoint_url=moto_server.endpoint)
+    url = (await asyncio.to_thread(client.create_queue, QueueName=queue_name))["QueueUrl"]
+    try:
+        app = load_app(str(template / "template.yaml"), tmp_path)
+        [spec] = app.functions
+        assert spec.queue_name == queue_name
+        assert spec.settings["visibility_timeout"] == 30.0
+        assert os.environ["QUEUE_URL"] == url
+        assert os.environ["LATER_URL"] == f"{moto_server.endpoint}/000000000000/Later"
+        # A handler's own SDK call with it reaches the queue.
+        await asyncio.to_thread(client.send_message, QueueUrl=os.environ["QUEUE_URL"], MessageBody="from a handler")
+        attributes = await asyncio.to_thread(client.get_queue_attributes, QueueUrl=url,
+                                             AttributeNames=["ApproximateNumberOfMessages"])
+        assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "1"
+    finally:
+        await asyncio.to_thread(client.delete_queue, QueueUrl=url)
+        sys.modules.pop("sam_urls", None)
 
 
 @pytest.mark.subprocess

@@ -8,15 +8,15 @@ the function's handler as Lambda does (:mod:`worker.compat.lambda_sqs`).
 
 What maps to what:
 
-- ``Queue`` (``!GetAtt Q.Arn``, ``!Ref Q`` of an ``AWS::SQS::Queue``, or an ARN): the queue's ``QueueName``, else
-  its logical id (``.fifo`` added for a FIFO queue without a name, as CloudFormation does); read through the
-  connection setting ``AWS_SQS`` (``sqs://?region=...``);
+- ``Queue`` (``!GetAtt Q.Arn``, ``!Ref Q`` of an ``AWS::SQS::Queue``, which is its URL as in CloudFormation, or an
+  ARN): the queue's ``QueueName``, else its logical id (``.fifo`` added for a FIFO queue without a name, as
+  CloudFormation does); read through the connection setting ``AWS_SQS`` (``sqs://?region=...``);
 - ``BatchSize``: ``batchSize`` (SQS hands out 10 a receive: a larger one is cut to 10, and said so);
 - ``ScalingConfig.MaximumConcurrency``: ``maxConcurrency``;
 - ``Timeout`` (Lambda's default 3 s): ``functionTimeout``, and ``get_remaining_time_in_millis``;
-- the queue's ``VisibilityTimeout``: ``visibilityTimeout``, the wait before a failed record comes back (Lambda
-  leaves a failed record hidden until its visibility ends); its ``RedrivePolicy.maxReceiveCount``:
-  ``maxDequeueCount``, so that the queue's redrive policy and the host agree (see the ``poison=`` connection key);
+- the queue's ``VisibilityTimeout`` (SQS's 30 s for a template queue without one): ``visibilityTimeout``, the
+  wait before a failed record comes back (Lambda leaves a failed record hidden until its visibility ends); its
+  ``RedrivePolicy.maxReceiveCount``: ``maxDequeueCount``, so that the queue's redrive policy and the host agree;
 - ``Handler`` and ``CodeUri``: the module is imported with ``CodeUri`` on the import path, as ``sam build`` lays
   it out; ``Environment.Variables`` are set in the process before the handler is imported, as Lambda sets them
   before it loads the module (a variable already set in the environment wins);
@@ -32,8 +32,9 @@ process has one environment), two ``CodeUri`` folders with modules of one name.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ import structlog
 
 from worker.app import WorkerApp
 from worker.backends.failures import ConnectionStringError
-from worker.backends.sqs.connection import FIFO_SUFFIX, SQS_LIMITS, parse_sqs_connection
+from worker.backends.sqs.connection import FIFO_SUFFIX, SQS_LIMITS, SqsConnection, parse_sqs_connection
 from worker.compat.cloudformation import ACCOUNT_ID, Resolver, Unresolvable, read_template
 from worker.compat.converted import ConvertedApp, SkippedFunction
 from worker.compat.lambda_sqs import REPORT_BATCH_ITEM_FAILURES, LambdaFunction, lambda_handler
@@ -55,6 +56,8 @@ CONNECTION = "AWS_SQS"
 DEFAULT_TIMEOUT = 3
 DEFAULT_MEMORY_MB = 128
 DEFAULT_BATCH_SIZE = 10
+#: SQS's visibility timeout for a queue made without one (CreateQueue's ``VisibilityTimeout`` default).
+DEFAULT_VISIBILITY_TIMEOUT = 30
 
 
 def _region(environ: Mapping[str, str]) -> str:
@@ -66,6 +69,48 @@ def _region(environ: Mapping[str, str]) -> str:
         except ConnectionStringError:
             pass
     return environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def _queue_urls(environ: Mapping[str, str], region: str) -> Callable[[str], str]:
+    """A queue's URL by its name, as CloudFormation's ``!Ref`` gives it: what GetQueueUrl answers through the
+    ``AWS_SQS`` connection (the account's own, or an emulator's), looked up once per queue; where that cannot be had
+    (no connection, a queue not made yet, no network), the URL of SQS's own form with :data:`ACCOUNT_ID`."""
+    connection = None
+    if text := environ.get(f"AzureWebJobs{CONNECTION}") or environ.get(CONNECTION):
+        try:
+            connection = parse_sqs_connection(text)
+        except ConnectionStringError:
+            pass
+    base = (connection.endpoint.rstrip("/") if connection is not None and connection.endpoint
+            else f"https://sqs.{region}.amazonaws.com")
+    found: dict[str, str] = {}
+    client: list[Any] = []
+
+    def url(queue: str) -> str:
+        if queue not in found:
+            found[queue] = _looked_up(connection, client, queue) or f"{base}/{ACCOUNT_ID}/{queue}"
+        return found[queue]
+
+    return url
+
+
+def _looked_up(connection: SqsConnection | None, client: list[Any], queue: str) -> str | None:
+    """GetQueueUrl of ``queue`` (one short attempt); None where it cannot be had."""
+    if connection is None or importlib.util.find_spec("botocore") is None:
+        return None
+    try:
+        if not client:
+            import botocore.session
+            from botocore.config import Config
+
+            client.append(botocore.session.Session(profile=connection.profile).create_client(
+                "sqs", region_name=connection.region, endpoint_url=connection.endpoint,
+                config=Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=10)))
+        return str(client[0].get_queue_url(QueueName=queue)["QueueUrl"])
+    except Exception as exc:
+        log.info("queue URL not looked up; !Ref of the queue gives its URL of SQS's form", queue=queue,
+                 error=f"{type(exc).__name__}: {exc}")
+        return None
 
 
 def _merged(globals_: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,7 +153,8 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
     gathered. Raises ValueError for a file that is no template."""
     template = read_template(path)
     folder = path.parent.resolve()
-    resolver = Resolver(template, _region(environ), stack_name=folder.name)
+    region = _region(environ)
+    resolver = Resolver(template, region, stack_name=folder.name, queue_url=_queue_urls(environ, region))
     resolver.names.update(_queue_names(template, resolver))
     globals_ = (template.get("Globals") or {}).get("Function") or {}
     app = WorkerApp()
@@ -220,6 +266,8 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
     queue_properties = queue_resource.get("Properties") or {}
     if "VisibilityTimeout" in queue_properties:
         settings["visibility_timeout"] = float(queue_properties["VisibilityTimeout"])
+    elif logical_id:  # a queue the template makes without one has SQS's default
+        settings["visibility_timeout"] = float(DEFAULT_VISIBILITY_TIMEOUT)
     redrive = queue_properties.get("RedrivePolicy") or {}
     if isinstance(redrive, Mapping) and "maxReceiveCount" in redrive:
         settings["max_dequeue_count"] = int(redrive["maxReceiveCount"])
