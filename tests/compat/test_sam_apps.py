@@ -30,6 +30,9 @@ from worker.compat.loading import load_app
 from worker.settings.config import HostConfig
 
 SAM = Path(__file__).resolve().parent / "sam"
+#: Lambda's own variables, which a template of one function sets for its process.
+LAMBDA_VARIABLES = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION",
+                    "_HANDLER")
 
 
 def test_worker_run_in_a_folder_with_a_sam_template_runs_the_template(tmp_path: Path) -> None:
@@ -43,7 +46,7 @@ def sam_environment(monkeypatch: pytest.MonkeyPatch, moto_server: Moto) -> str:
     CodeUri from the import path."""
     connection = moto_server.connection(long_poll=1)
     monkeypatch.setenv("AWS_SQS", connection)
-    for variable in ("STAGE", "QUEUE_ARN"):
+    for variable in ("STAGE", "QUEUE_ARN", "QUEUE_URL", "LATER_URL", *LAMBDA_VARIABLES):
         monkeypatch.setenv(variable, "")
         monkeypatch.delenv(variable)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -139,8 +142,6 @@ async def test_ref_of_a_queue_is_its_url_and_a_queue_without_visibility_timeout_
                                                                  f"Jobs:\n    Type: AWS::SQS::Queue\n    Properties:"
                                                                  f"\n      QueueName: {queue_name}"), encoding="utf-8")
     (template / "src" / "sam_urls.py").write_text("def handler(event, context):\n    return None\n", encoding="utf-8")
-    for variable in ("QUEUE_URL", "LATER_URL"):
-        monkeypatch.delenv(variable, raising=False)
     client = boto3.client("sqs", region_name=REGION, endpoint_url=moto_server.endpoint)
     url = (await asyncio.to_thread(client.create_queue, QueueName=queue_name))["QueueUrl"]
     try:
@@ -158,6 +159,51 @@ async def test_ref_of_a_queue_is_its_url_and_a_queue_without_visibility_timeout_
     finally:
         await asyncio.to_thread(client.delete_queue, QueueUrl=url)
         sys.modules.pop("sam_urls", None)
+
+
+@pytest.mark.subprocess
+async def test_functions_of_one_module_name_and_different_environments_run_each_in_a_process_of_its_own(
+    moto_server: Moto, tmp_path: Path
+) -> None:
+    """As ``sam init`` lays out two functions: ``app.lambda_handler`` in two CodeUri folders, one variable set
+    differently. ``worker run`` starts a process for each, with no flag, each with its own module, its own
+    environment and Lambda's own variables, as Lambda isolates every function."""
+    folder = SAM / "two-functions"
+    sqs = open_backend(moto_server.connection(), tmp_path)
+    assert isinstance(sqs, SqsBackend)
+    worker: WorkerProcess | None = None
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        for queue in ("sam-two-orders", "sam-two-refunds"):
+            await sqs.create_queue(queue)
+        sent = {(await sqs.put("sam-two-orders", "an order")).id: "orders",
+                (await sqs.put("sam-two-refunds", "a refund")).id: "refunds"}
+        config = tmp_path / "host.yaml"
+        config.write_text("version: '1.0'\n", encoding="utf-8")
+        worker = WorkerProcess(config, {"AWS_SQS": moto_server.connection(long_poll=1), "OUT_DIR": str(out)},
+                               app=str(folder / "template.yaml")).start()
+        poll(lambda: len(list(out.glob("*.json"))) == 2, 60, interval=0.2, what="both functions to handle theirs")
+        seen = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+        urls = {queue: _queue_url(sqs, queue) for queue in ("sam-two-orders", "sam-two-refunds")}
+        for message_id, function in sent.items():
+            kind = function.removesuffix("s")
+            assert seen[message_id] == {
+                "module": function, "kind_at_import": kind, "body": f"a{'n' if kind == 'order' else ''} {kind}",
+                "KIND": kind, "QUEUE_URL": urls[f"sam-two-{function}"],
+                "AWS_LAMBDA_FUNCTION_NAME": f"{function.capitalize()}Function",
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256" if function == "orders" else "128",
+                "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST", "AWS_REGION": REGION, "_HANDLER": "app.lambda_handler",
+            }, seen[message_id]
+        started = [line for line in worker.lines() if line.get("event") == "worker process started"]
+        assert sorted(line["environment"]["WORKER_SAM_FUNCTION"] for line in started) == [
+            "OrdersFunction", "RefundsFunction"]
+    finally:
+        if worker is not None:
+            assert worker.stop() == 0
+        for queue in ("sam-two-orders", "sam-two-refunds"):
+            await sqs.delete_queue(queue)
+        await sqs.close()
 
 
 @pytest.mark.subprocess

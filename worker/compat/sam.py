@@ -22,10 +22,15 @@ What maps to what:
   before it loads the module (a variable already set in the environment wins);
 - ``Globals.Function`` under each function's own properties.
 
+Several functions run each in worker processes of its own, as Lambda isolates every function: ``worker run``
+starts a process for each (:data:`FUNCTION_ENV` names its function), which sets that function's variables and
+Lambda's own (``AWS_LAMBDA_FUNCTION_NAME`` ...), so one module name in several CodeUri folders and variables that
+differ between functions need nothing of the user.
+
 Not run, and listed at start: events of other types, functions of another runtime or packaged as images, events
 with ``Enabled: false``. Refused, every problem listed: ``FilterCriteria`` (Lambda deletes what a filter drops; this
-host would run it), a handler that cannot be imported, two functions setting one variable to different values (one
-process has one environment), two ``CodeUri`` folders with modules of one name.
+host would run it), a handler that cannot be imported; and, for several functions loaded into one process (in code),
+two functions setting one variable to different values, two ``CodeUri`` folders with modules of one name.
 ``MaximumBatchingWindowInSeconds`` is read and not applied: a batch is what one receive brings.
 """
 
@@ -52,6 +57,9 @@ log = structlog.get_logger("worker.compat.sam")
 #: The template ``worker run`` looks for beside ``function_app.py``, and the names ``--app`` takes as one.
 #: The connection setting the template's queues are read through.
 CONNECTION = "AWS_SQS"
+#: The variable that tells a worker process which one of a template's functions it runs: ``worker run`` starts a
+#: process for each, as Lambda isolates each function (its own modules, environment and Lambda's own variables).
+FUNCTION_ENV = "WORKER_SAM_FUNCTION"
 #: Lambda's defaults: a function's timeout and memory, an event source's batch size.
 DEFAULT_TIMEOUT = 3
 DEFAULT_MEMORY_MB = 128
@@ -113,6 +121,37 @@ def _looked_up(connection: SqsConnection | None, client: list[Any], queue: str) 
         return None
 
 
+def runnable_functions(path: Path) -> list[str]:
+    """The logical ids of the template's functions this host runs (an enabled SQS event, a Python runtime, not an
+    image), read from the template alone: nothing is imported, so ``worker run``'s supervisor can start a process for
+    each."""
+    template = read_template(path)
+    globals_ = (template.get("Globals") or {}).get("Function") or {}
+    found = []
+    for logical_id, resource in (template.get("Resources") or {}).items():
+        if (resource or {}).get("Type") != "AWS::Serverless::Function":
+            continue
+        properties = _merged(globals_, resource.get("Properties") or {})
+        if properties.get("PackageType") == "Image" or not str(properties.get("Runtime", "python")).startswith("python"):
+            continue
+        events = (properties.get("Events") or {}).values()
+        if any((event or {}).get("Type") == "SQS" and str(((event or {}).get("Properties") or {}).get("Enabled", True))
+               .lower() != "false" for event in events):
+            found.append(str(logical_id))
+    return found
+
+
+def _lambda_variables(environ: MutableMapping[str, str], name: str, properties: Mapping[str, Any],
+                      region: str) -> None:
+    """Lambda's own variables of the function's runtime, for a process that runs this one function: the function's
+    own, whatever the environment says, as Lambda reserves them; the region only where the environment names none."""
+    environ.update({"AWS_LAMBDA_FUNCTION_NAME": name, "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+                    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
+                    "_HANDLER": str(properties.get("Handler") or "")})
+    environ.setdefault("AWS_REGION", region)
+    environ.setdefault("AWS_DEFAULT_REGION", region)
+
+
 def _merged(globals_: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
     """A function's properties over ``Globals.Function``; maps (Environment, Variables) merge, as SAM merges them."""
     merged = dict(globals_)
@@ -162,8 +201,13 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
     problems: list[str] = []
     variables: dict[str, tuple[str, str]] = {}
     modules: dict[str, Path] = {}
+    # worker run starts a process for each function (FUNCTION_ENV names its one); loaded otherwise, all in this one.
+    only = environ.get(FUNCTION_ENV)
+    alone = only is not None or len(runnable_functions(path)) == 1
     for logical_id, resource in (template.get("Resources") or {}).items():
         if (resource or {}).get("Type") != "AWS::Serverless::Function":
+            continue
+        if only is not None and logical_id != only:
             continue
         try:
             properties = resolver.resolve(_merged(globals_, resource.get("Properties") or {}))
@@ -191,7 +235,7 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
                 if variables[key][1] != value:
                     problems.append(f"function {name}: environment variable {key} is {value!r} here and "
                                     f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
-                                    "environment")
+                                    "environment (worker run runs each function in a process of its own)")
                 continue
             variables[key] = (name, value)
             if key not in environ:
@@ -199,6 +243,8 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
             elif environ[key] != value:
                 log.info("template environment variable set otherwise in the environment; the environment's kept",
                          variable=key)
+        if alone:
+            _lambda_variables(environ, name, properties, resolver.region)
         handler = _import_handler(properties, folder, name, modules, problems)
         for event, spec in sqs_events.items():
             event_name = name if len(sqs_events) == 1 else f"{name}-{event}"
@@ -223,7 +269,7 @@ def _import_handler(properties: Mapping[str, Any], folder: Path, name: str, modu
     top = module_name.split(".")[0]
     if top in modules and modules[top] != code:
         problems.append(f"function {name}: module {top!r} is in {code} and in {modules[top]}; one process imports "
-                        "one module of a name")
+                        "one module of a name (worker run runs each function in a process of its own)")
         return None
     modules[top] = code
     if str(code) not in sys.path:

@@ -54,7 +54,7 @@ from worker.backends.registry import (
     open_backend,
 )
 from worker.bindings.encoding import body_text, encode
-from worker.compat.discovery import AppLoadError, app_directory, discover
+from worker.compat.discovery import AppLoadError, app_directory, discover, is_template
 from worker.model import StartupRefused
 from worker.observability import tracing
 from worker.observability.logs import configure_logging, private_stderr
@@ -233,12 +233,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
         supervisor = Supervisor(command, args.processes or config.processes, http_port=config.http_port,
                                 http_host=config.http_host, token=token, open_data=config.http_open_data,
-                                allowed=config.http_allowed_hosts, burst=args.burst)
+                                allowed=config.http_allowed_hosts, burst=args.burst,
+                                child_env=_function_processes(args.app, config.base_dir))
         return asyncio.run(supervisor.run())
     # Only this branch loads the app, and with it the host: imported here, so that the supervisor above does not.
     from worker.ops.host_process import run_here
 
     return run_here(args, config, log, supervisor_pid)
+
+
+def _function_processes(app: str, base_dir: Path) -> list[dict[str, str]]:
+    """For a SAM template of several functions, what each function's processes have in their environment: Lambda
+    isolates every function (its modules, its environment), so each runs in processes of its own. Empty for other
+    apps. The template is read, nothing of it imported."""
+    if not is_template(app):
+        return []
+    from worker.compat.sam import FUNCTION_ENV, runnable_functions
+
+    path = Path(app) if Path(app).is_absolute() else base_dir / app
+    if not path.is_file():
+        path = Path.cwd() / app
+    try:
+        functions = runnable_functions(path)
+    except (OSError, ValueError):  # the process that loads it says what is wrong
+        return []
+    return [{FUNCTION_ENV: name} for name in functions] if len(functions) > 1 else []
 
 
 def cmd_send(args: argparse.Namespace) -> int:
