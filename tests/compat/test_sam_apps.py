@@ -161,6 +161,63 @@ async def test_ref_of_a_queue_is_its_url_and_a_queue_without_visibility_timeout_
         sys.modules.pop("sam_urls", None)
 
 
+FILTER_TEMPLATE = """\
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  FilteredFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      Runtime: python3.12
+      CodeUri: src
+      Handler: sam_filtered.handler
+      Events:
+        Orders:
+          Type: SQS
+          Properties:
+            Queue: arn:aws:sqs:us-east-1:000000000000:QUEUE
+            FilterCriteria:
+              Filters:
+                - Pattern: '{"body": {"kind": ["order"], "total": [{"numeric": [">", 10]}]}}'
+                - Pattern: '{"body": [{"prefix": "urgent:"}]}'
+"""
+
+
+async def test_filter_criteria_hand_the_handler_what_matches_and_delete_the_rest_counted(
+    sam_environment: str, tmp_path: Path, queue_name: str
+) -> None:
+    """As Lambda filters: a record matching one of the filters reaches the handler; the others are deleted without
+    it, and counted as filtered."""
+    folder = tmp_path / "app"
+    (folder / "src").mkdir(parents=True)
+    (folder / "template.yaml").write_text(FILTER_TEMPLATE.replace("QUEUE", queue_name), encoding="utf-8")
+    (folder / "src" / "sam_filtered.py").write_text(
+        "SEEN = []\n\ndef handler(event, context):\n    SEEN.extend(r['body'] for r in event['Records'])\n",
+        encoding="utf-8")
+    sqs = open_backend(sam_environment, tmp_path)
+    assert isinstance(sqs, SqsBackend)
+    try:
+        app = load_app(str(folder / "template.yaml"), tmp_path)
+        seen: list[str] = sys.modules["sam_filtered"].SEEN
+        await sqs.create_queue(queue_name)
+        bodies = ['{"kind": "order", "total": 12}', '{"kind": "order", "total": 3}', '{"kind": "refund"}',
+                  "urgent: call back", "not urgent"]
+        for body in bodies:
+            await sqs.put(queue_name, body)
+        config = HostConfig(base_dir=tmp_path, drain_timeout=1, connections={"AWS_SQS": sam_environment})
+        async with running(app, config) as host:
+            async def settled() -> bool:
+                return host.metrics.get("filtered") + host.metrics.get("succeeded") == len(bodies)
+
+            await apoll(settled, 20, interval=0.1, what="every record handled or filtered")
+            assert (host.metrics.get("succeeded"), host.metrics.get("filtered")) == (2, 3)
+        assert sorted(seen) == sorted(['{"kind": "order", "total": 12}', "urgent: call back"])
+        assert await sqs.approximate_count(queue_name) == 0
+    finally:
+        await sqs.delete_queue(queue_name)
+        await sqs.close()
+        sys.modules.pop("sam_filtered", None)
+
+
 @pytest.mark.subprocess
 async def test_functions_of_one_module_name_and_different_environments_run_each_in_a_process_of_its_own(
     moto_server: Moto, tmp_path: Path

@@ -27,9 +27,12 @@ starts a process for each (:data:`FUNCTION_ENV` names its function), which sets 
 Lambda's own (``AWS_LAMBDA_FUNCTION_NAME`` ...), so one module name in several CodeUri folders and variables that
 differ between functions need nothing of the user.
 
+``FilterCriteria`` is applied as Lambda applies it (:mod:`worker.compat.lambda_filters`): a record no filter
+matches is deleted without the handler, and counted as ``filtered``.
+
 Not run, and listed at start: events of other types, functions of another runtime or packaged as images, events
-with ``Enabled: false``. Refused, every problem listed: ``FilterCriteria`` (Lambda deletes what a filter drops; this
-host would run it), a handler that cannot be imported; and, for several functions loaded into one process (in code),
+with ``Enabled: false``. Refused, every problem listed: a filter pattern outside Lambda's language, a handler that
+cannot be imported; and, for several functions loaded into one process (in code),
 two functions setting one variable to different values, two ``CodeUri`` folders with modules of one name.
 ``MaximumBatchingWindowInSeconds`` is read and not applied: a batch is what one receive brings.
 """
@@ -50,6 +53,7 @@ from worker.backends.failures import ConnectionStringError
 from worker.backends.sqs.connection import FIFO_SUFFIX, SQS_LIMITS, SqsConnection, parse_sqs_connection
 from worker.compat.cloudformation import ACCOUNT_ID, Resolver, Unresolvable, read_template
 from worker.compat.converted import ConvertedApp, SkippedFunction
+from worker.compat.lambda_filters import FilterError, parse_filters
 from worker.compat.lambda_sqs import REPORT_BATCH_ITEM_FAILURES, LambdaFunction, lambda_handler
 
 log = structlog.get_logger("worker.compat.sam")
@@ -292,9 +296,12 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
     if str(event.get("Enabled", True)).lower() == "false":
         skipped.append(SkippedFunction(name, "SQS", f"function {name} is not run: its SQS event has Enabled: false"))
         return
-    if event.get("FilterCriteria"):
-        problems.append(f"function {name}: FilterCriteria is not supported (Lambda deletes the messages a filter "
-                        "drops; this host would run them)")
+    filters: tuple[dict[str, Any], ...] = ()
+    if "FilterCriteria" in event:
+        try:
+            filters = parse_filters(event["FilterCriteria"])
+        except FilterError as exc:
+            problems.append(f"function {name}: FilterCriteria: {exc}")
     queue, logical_id = _queue_of(event.get("Queue"), resolver)
     settings: dict[str, Any] = {"message_encoding": "none",
                                 "function_timeout": float(properties.get("Timeout") or DEFAULT_TIMEOUT)}
@@ -323,7 +330,7 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
         name=name, handler=handler, queue=queue, queue_arn=f"arn:aws:sqs:{resolver.region}:{ACCOUNT_ID}:{queue}",
         region=resolver.region, timeout=settings["function_timeout"],
         memory_mb=int(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
-        reports_failures=REPORT_BATCH_ITEM_FAILURES in (event.get("FunctionResponseTypes") or []),
+        reports_failures=REPORT_BATCH_ITEM_FAILURES in (event.get("FunctionResponseTypes") or []), filters=filters,
     )
     app.queue_trigger(arg_name="messages", queue_name=queue, connection=CONNECTION, cardinality="many",
                       settings=settings)(lambda_handler(function, ACCOUNT_ID))
