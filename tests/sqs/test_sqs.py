@@ -329,5 +329,34 @@ async def test_an_output_larger_than_sqs_takes_poisons_its_message_at_once_namin
     assert "the limit is 1048576 bytes" in line["error"], line
 
 
+async def test_a_batching_window_gathers_receives_until_batch_size_or_the_window(
+    moto_server: Moto, sqs: SqsBackend, tmp_path: Path, queue_name: str
+) -> None:
+    """Lambda's MaximumBatchingWindowInSeconds: messages sent a moment apart make one batch; a full batch goes at
+    once, without waiting the window out."""
+    await sqs.create_queue(queue_name)
+    batches: list[tuple[float, list[str]]] = []
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msgs", queue_name=queue_name, cardinality="many", batching_window=3)
+    async def handler(msgs: list[QueueMessage]) -> None:
+        batches.append((asyncio.get_running_loop().time(), [m.get_body().decode() for m in msgs]))
+
+    config = HostConfig(base_dir=tmp_path, drain_timeout=1, message_encoding="none", batch_size=4,
+                        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)})
+    async with running(app, config):
+        await sqs.put(queue_name, "first")
+        await asyncio.sleep(0.5)  # the second comes half a second later: within the window, not within one receive
+        await sqs.put(queue_name, "second")
+        await apoll(lambda: _done({m for _, b in batches for m in b}, 2), 10, interval=0.05, what="both handled")
+        assert [sorted(b) for _, b in batches] == [["first", "second"]]
+        batches.clear()
+        for n in range(4):
+            await sqs.put(queue_name, f"full-{n}")
+        sent = asyncio.get_running_loop().time()
+        await apoll(lambda: _done({m for _, b in batches for m in b}, 4), 10, interval=0.05, what="four handled")
+        assert len(batches) == 1 and batches[0][0] - sent < 2.5, batches
+
+
 async def _done(handled: set[str], n: int) -> bool:
     return len(handled) == n

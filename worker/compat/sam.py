@@ -34,7 +34,8 @@ Not run, and listed at start: events of other types, functions of another runtim
 with ``Enabled: false``. Refused, every problem listed: a filter pattern outside Lambda's language, a handler that
 cannot be imported; and, for several functions loaded into one process (in code),
 two functions setting one variable to different values, two ``CodeUri`` folders with modules of one name.
-``MaximumBatchingWindowInSeconds`` is read and not applied: a batch is what one receive brings.
+``MaximumBatchingWindowInSeconds``: a batch gathers receives until ``BatchSize`` or the window (the listener's
+``batching_window``).
 """
 
 from __future__ import annotations
@@ -310,8 +311,7 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
         log.warning("BatchSize is more than one SQS receive brings; batches of at most that many", function=name,
                     batch_size=batch_size, at_most=SQS_LIMITS.max_batch)
     settings["batch_size"] = min(batch_size, SQS_LIMITS.max_batch)
-    if "MaximumBatchingWindowInSeconds" in event:
-        log.info("MaximumBatchingWindowInSeconds is not applied: a batch is what one receive brings", function=name)
+    window = float(event.get("MaximumBatchingWindowInSeconds") or 0)
     concurrency = (event.get("ScalingConfig") or {}).get("MaximumConcurrency")
     if concurrency:
         settings["max_concurrency"] = int(concurrency)
@@ -332,5 +332,6 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
         memory_mb=int(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
         reports_failures=REPORT_BATCH_ITEM_FAILURES in (event.get("FunctionResponseTypes") or []), filters=filters,
     )
+    options = {"batching_window": window} if window > 0 else {}
     app.queue_trigger(arg_name="messages", queue_name=queue, connection=CONNECTION, cardinality="many",
-                      settings=settings)(lambda_handler(function, ACCOUNT_ID))
+                      settings=settings, **options)(lambda_handler(function, ACCOUNT_ID))
