@@ -61,6 +61,7 @@ class QueueMessage:
         "_lease",
         "_failure",
         "_poison",
+        "_dropped",
         "_checkpoint_encoding",
     )
 
@@ -95,6 +96,7 @@ class QueueMessage:
         self._lease = lease if lease is not None else Lease.detached(id, pop_receipt)
         self._failure: str | None = None
         self._poison = False
+        self._dropped: str | None = None
         self._checkpoint_encoding = checkpoint_encoding
 
     @property
@@ -137,6 +139,17 @@ class QueueMessage:
         """
         self._failure = reason
         self._poison = poison
+
+    def drop(self, reason: str) -> None:
+        """Take this message of a ``cardinality="many"`` batch as done without handling it, as Lambda's event
+        filters drop a record that matches none of them: it is deleted whatever the rest of the batch comes to, and
+        counted as ``filtered``, not ``succeeded``."""
+        self._dropped = reason
+
+    @property
+    def dropped(self) -> str | None:
+        """The reason given to :meth:`drop`, or None."""
+        return self._dropped
 
     @property
     def poison_requested(self) -> bool:

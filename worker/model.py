@@ -234,6 +234,8 @@ class Result:
     reason: str = ""
     #: POISON asked for by the handler (``raise worker.Poison``, ``msg.fail(..., poison=True)``).
     requested: bool = False
+    #: SUCCEEDED for a message dropped unhandled (``msg.drop``: a Lambda event filter matched none of it).
+    filtered: bool = False
     #: What the handler raised, for tracing's exception event; not part of what the result says. Its traceback holds
     #: the handler's frames: keep a Result no longer than its message's completion.
     exception: BaseException | None = field(default=None, compare=False, repr=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +30,9 @@ from worker.compat.loading import load_app
 from worker.settings.config import HostConfig
 
 SAM = Path(__file__).resolve().parent / "sam"
+#: Lambda's own variables, which a template of one function sets for its process.
+LAMBDA_VARIABLES = ("AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "AWS_LAMBDA_FUNCTION_VERSION",
+                    "_HANDLER")
 
 
 def test_worker_run_in_a_folder_with_a_sam_template_runs_the_template(tmp_path: Path) -> None:
@@ -42,7 +46,7 @@ def sam_environment(monkeypatch: pytest.MonkeyPatch, moto_server: Moto) -> str:
     CodeUri from the import path."""
     connection = moto_server.connection(long_poll=1)
     monkeypatch.setenv("AWS_SQS", connection)
-    for variable in ("STAGE", "QUEUE_ARN"):
+    for variable in ("STAGE", "QUEUE_ARN", "QUEUE_URL", "LATER_URL", *LAMBDA_VARIABLES):
         monkeypatch.setenv(variable, "")
         monkeypatch.delenv(variable)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -77,8 +81,8 @@ async def test_a_lambda_handler_gets_lambdas_event_and_context_and_fails_only_wh
             await sqs.put("sam-orders-test", "boom")
 
             async def boom_came_back() -> bool:
-                return any("boom" in call["bodies"] and call["records"][0]["attributes"]["ApproximateReceiveCount"]
-                           == "2" for call in calls)
+                return any(record["body"] == "boom" and record["attributes"]["ApproximateReceiveCount"] == "2"
+                           for call in calls for record in call["records"])
 
             await apoll(boom_came_back, 15, interval=0.1, what="a batch whose handler raised to come back whole")
         seen = [body for call in calls for body in call["bodies"]]
@@ -98,6 +102,164 @@ async def test_a_lambda_handler_gets_lambdas_event_and_context_and_fails_only_wh
         assert len({call["request_id"] for call in calls}) == len(calls)
     finally:
         await sqs.delete_queue("sam-orders-test")
+        await sqs.close()
+
+
+URL_TEMPLATE = """\
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  Jobs:
+    Type: AWS::SQS::Queue
+  Later:
+    Type: AWS::SQS::Queue
+  JobsFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      Runtime: python3.12
+      CodeUri: src
+      Handler: sam_urls.handler
+      Environment:
+        Variables:
+          QUEUE_URL: !Ref Jobs
+          LATER_URL: !GetAtt Later.QueueUrl
+      Events:
+        Jobs:
+          Type: SQS
+          Properties:
+            Queue: !Ref Jobs
+"""
+
+
+async def test_ref_of_a_queue_is_its_url_and_a_queue_without_visibility_timeout_has_sqs_30_s(
+    sam_environment: str, moto_server: Moto, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queue_name: str
+) -> None:
+    """As CloudFormation resolves them: ``!Ref`` of an ``AWS::SQS::Queue`` is the URL a handler passes as
+    ``QueueUrl`` (GetQueueUrl's, for a queue that exists; SQS's form with the account id for one not made yet),
+    and the event's ``Queue: !Ref`` reads as the queue's name."""
+    template = tmp_path / "app"
+    (template / "src").mkdir(parents=True)
+    (template / "template.yaml").write_text(URL_TEMPLATE.replace("Jobs:\n    Type: AWS::SQS::Queue",
+                                                                 f"Jobs:\n    Type: AWS::SQS::Queue\n    Properties:"
+                                                                 f"\n      QueueName: {queue_name}"), encoding="utf-8")
+    (template / "src" / "sam_urls.py").write_text("def handler(event, context):\n    return None\n", encoding="utf-8")
+    client = boto3.client("sqs", region_name=REGION, endpoint_url=moto_server.endpoint)
+    url = (await asyncio.to_thread(client.create_queue, QueueName=queue_name))["QueueUrl"]
+    try:
+        app = load_app(str(template / "template.yaml"), tmp_path)
+        [spec] = app.functions
+        assert spec.queue_name == queue_name
+        assert spec.settings["visibility_timeout"] == 30.0
+        assert os.environ["QUEUE_URL"] == url
+        assert os.environ["LATER_URL"] == f"{moto_server.endpoint}/000000000000/Later"
+        # A handler's own SDK call with it reaches the queue.
+        await asyncio.to_thread(client.send_message, QueueUrl=os.environ["QUEUE_URL"], MessageBody="from a handler")
+        attributes = await asyncio.to_thread(client.get_queue_attributes, QueueUrl=url,
+                                             AttributeNames=["ApproximateNumberOfMessages"])
+        assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "1"
+    finally:
+        await asyncio.to_thread(client.delete_queue, QueueUrl=url)
+        sys.modules.pop("sam_urls", None)
+
+
+FILTER_TEMPLATE = """\
+Transform: AWS::Serverless-2016-10-31
+Resources:
+  FilteredFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      Runtime: python3.12
+      CodeUri: src
+      Handler: sam_filtered.handler
+      Events:
+        Orders:
+          Type: SQS
+          Properties:
+            Queue: arn:aws:sqs:us-east-1:000000000000:QUEUE
+            FilterCriteria:
+              Filters:
+                - Pattern: '{"body": {"kind": ["order"], "total": [{"numeric": [">", 10]}]}}'
+                - Pattern: '{"body": [{"prefix": "urgent:"}]}'
+"""
+
+
+async def test_filter_criteria_hand_the_handler_what_matches_and_delete_the_rest_counted(
+    sam_environment: str, tmp_path: Path, queue_name: str
+) -> None:
+    """As Lambda filters: a record matching one of the filters reaches the handler; the others are deleted without
+    it, and counted as filtered."""
+    folder = tmp_path / "app"
+    (folder / "src").mkdir(parents=True)
+    (folder / "template.yaml").write_text(FILTER_TEMPLATE.replace("QUEUE", queue_name), encoding="utf-8")
+    (folder / "src" / "sam_filtered.py").write_text(
+        "SEEN = []\n\ndef handler(event, context):\n    SEEN.extend(r['body'] for r in event['Records'])\n",
+        encoding="utf-8")
+    sqs = open_backend(sam_environment, tmp_path)
+    assert isinstance(sqs, SqsBackend)
+    try:
+        app = load_app(str(folder / "template.yaml"), tmp_path)
+        seen: list[str] = sys.modules["sam_filtered"].SEEN
+        await sqs.create_queue(queue_name)
+        bodies = ['{"kind": "order", "total": 12}', '{"kind": "order", "total": 3}', '{"kind": "refund"}',
+                  "urgent: call back", "not urgent"]
+        for body in bodies:
+            await sqs.put(queue_name, body)
+        config = HostConfig(base_dir=tmp_path, drain_timeout=1, connections={"AWS_SQS": sam_environment})
+        async with running(app, config) as host:
+            async def settled() -> bool:
+                return host.metrics.get("filtered") + host.metrics.get("succeeded") == len(bodies)
+
+            await apoll(settled, 20, interval=0.1, what="every record handled or filtered")
+            assert (host.metrics.get("succeeded"), host.metrics.get("filtered")) == (2, 3)
+        assert sorted(seen) == sorted(['{"kind": "order", "total": 12}', "urgent: call back"])
+        assert await sqs.approximate_count(queue_name) == 0
+    finally:
+        await sqs.delete_queue(queue_name)
+        await sqs.close()
+        sys.modules.pop("sam_filtered", None)
+
+
+@pytest.mark.subprocess
+async def test_functions_of_one_module_name_and_different_environments_run_each_in_a_process_of_its_own(
+    moto_server: Moto, tmp_path: Path
+) -> None:
+    """As ``sam init`` lays out two functions: ``app.lambda_handler`` in two CodeUri folders, one variable set
+    differently. ``worker run`` starts a process for each, with no flag, each with its own module, its own
+    environment and Lambda's own variables, as Lambda isolates every function."""
+    folder = SAM / "two-functions"
+    sqs = open_backend(moto_server.connection(), tmp_path)
+    assert isinstance(sqs, SqsBackend)
+    worker: WorkerProcess | None = None
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        for queue in ("sam-two-orders", "sam-two-refunds"):
+            await sqs.create_queue(queue)
+        sent = {(await sqs.put("sam-two-orders", "an order")).id: "orders",
+                (await sqs.put("sam-two-refunds", "a refund")).id: "refunds"}
+        config = tmp_path / "host.yaml"
+        config.write_text("version: '1.0'\n", encoding="utf-8")
+        worker = WorkerProcess(config, {"AWS_SQS": moto_server.connection(long_poll=1), "OUT_DIR": str(out)},
+                               app=str(folder / "template.yaml")).start()
+        poll(lambda: len(list(out.glob("*.json"))) == 2, 60, interval=0.2, what="both functions to handle theirs")
+        seen = {path.stem: json.loads(path.read_text()) for path in out.glob("*.json")}
+        urls = {queue: _queue_url(sqs, queue) for queue in ("sam-two-orders", "sam-two-refunds")}
+        for message_id, function in sent.items():
+            kind = function.removesuffix("s")
+            assert seen[message_id] == {
+                "module": function, "kind_at_import": kind, "body": f"a{'n' if kind == 'order' else ''} {kind}",
+                "KIND": kind, "QUEUE_URL": urls[f"sam-two-{function}"],
+                "AWS_LAMBDA_FUNCTION_NAME": f"{function.capitalize()}Function",
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256" if function == "orders" else "128",
+                "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST", "AWS_REGION": REGION, "_HANDLER": "app.lambda_handler",
+            }, seen[message_id]
+        started = [line for line in worker.lines() if line.get("event") == "worker process started"]
+        assert sorted(line["environment"]["WORKER_SAM_FUNCTION"] for line in started) == [
+            "OrdersFunction", "RefundsFunction"]
+    finally:
+        if worker is not None:
+            assert worker.stop() == 0
+        for queue in ("sam-two-orders", "sam-two-refunds"):
+            await sqs.delete_queue(queue)
         await sqs.close()
 
 
@@ -163,7 +325,7 @@ async def _sam_app_running(moto_server: Moto, tmp_path: Path, folder: str, funct
                            ) -> AsyncIterator[tuple[SqsBackend, WorkerProcess, list[str]]]:
     """The SAM app in ``sam/<folder>`` under ``worker run`` against moto, ``bodies`` sent first (their ids yielded,
     in order). ``queue`` is made as the template deploys it, with a redrive policy to ``dlq`` after
-    ``max_receive_count`` receives, so the connection leaves poison to it (poison=service); host.yaml has failed
+    ``max_receive_count`` receives, which takes poison with no ``poison=`` in the connection; host.yaml has failed
     records come back at once rather than after the queue's visibility timeout."""
     sqs = open_backend(moto_server.connection(), tmp_path)
     assert isinstance(sqs, SqsBackend)
@@ -181,7 +343,7 @@ async def _sam_app_running(moto_server: Moto, tmp_path: Path, folder: str, funct
         config.write_text(yaml.safe_dump({"version": "1.0",
                                           "extensions": {"queues": {"maxPollingInterval": "200ms"}},
                                           "functions": {function: {"visibilityTimeout": "0s"}}}))
-        worker = WorkerProcess(config, {"AWS_SQS": moto_server.connection(long_poll=1, poison="service"),
+        worker = WorkerProcess(config, {"AWS_SQS": moto_server.connection(long_poll=1),
                                         **(env or {})}, app=str(SAM / folder / "template.yaml")).start()
         worker.wait_for_log("host started")
         yield sqs, worker, ids

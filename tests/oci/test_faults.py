@@ -153,7 +153,7 @@ async def test_401_and_409_incorrect_state_are_retried_with_back_off_and_a_lasti
     server.fault("get_stats", 401, "NotAuthenticated")
     assert await backend.approximate_count(queue_name) == 0
     server.fault("purge_queue", 409, "IncorrectState", message="the queue is UPDATING")
-    await policy_for(backend).purge(queue_name, limit=0)
+    await policy_for(backend, queue_name).purge(queue_name, limit=0)
     assert retries == ["HTTP 401 NotAuthenticated", "HTTP 409 IncorrectState"]
 
     retries.clear()
@@ -228,6 +228,6 @@ async def test_poison_service_warns_where_the_dead_letter_count_and_max_dequeue_
 ) -> None:
     server.set_delivery_limit(queue_name, 20)
     with capture_logs() as logs:
-        assert await policy_for(backend).startup_problem(queue_name, 5) is None
+        assert await policy_for(backend, queue_name).startup_problem(queue_name, 5) is None
     [warning] = [log for log in logs if log["log_level"] == "warning"]
     assert "above maxDequeueCount" in warning["event"] and warning["extra_deliveries"] == 15

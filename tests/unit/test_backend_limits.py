@@ -6,6 +6,7 @@ every problem is one line naming the function, the key and the limit.
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -189,3 +190,45 @@ def test_checkpoints_are_refused_at_start_where_the_backend_cannot_change_conten
     ]
     for connection in ("sqlite:///q.db", "UseDevelopmentStorage=true"):
         assert preflight.problems(app, replace(config, connections={"Jobs": connection}), environ={}) == []
+
+
+@pytest.mark.parametrize("connection", ["sqs://?region=us-east-1", OCI_CONNECTION, "UseDevelopmentStorage=true", None])
+def test_defaults_past_a_services_limit_start_on_every_backend(tmp_path: Path, connection: str | None) -> None:
+    """Functions' batch of 16 is a default: on SQS (10 a receive) it is no reason to refuse the app."""
+    assert _problems(tmp_path, "version: '2.0'\n", connection=connection) == []
+
+
+@pytest.mark.parametrize(("host_yaml", "environ", "key"), [
+    ("version: '2.0'\nextensions:\n  queues:\n    batchSize: 16\n", {}, "extensions.queues.batchSize"),
+    ("version: '2.0'\n", {"WORKER__extensions__queues__batchSize": "16"}, "extensions.queues.batchSize"),
+    ("version: '2.0'\nfunctions:\n  orders:\n    batchSize: 16\n", {}, "functions.orders.batchSize"),
+])
+def test_the_same_value_given_by_the_user_is_refused(tmp_path: Path, host_yaml: str, environ: dict[str, str],
+                                                     key: str) -> None:
+    """Only a value the user gave is refused, wherever it was given, even when it equals the default."""
+    (tmp_path / "host.yaml").write_text(host_yaml, encoding="utf-8")
+    config = replace(load_config(tmp_path / "host.yaml", environ=environ), connections={"Jobs": "sqs://?region=us-east-1"})
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name="orders", connection="Jobs")
+    def orders(msg: str) -> None:
+        pass
+
+    [found] = preflight.problems(app, config, environ={})
+    assert key in found and "is 16, more than Amazon SQS takes: at most 10 messages a receive returns" in found
+
+
+def test_a_default_takes_each_backends_limit_and_the_batch_threshold_follows(tmp_path: Path) -> None:
+    config = load_config(None, environ={})
+    own = config.for_function("orders")
+    assert own.given == frozenset() and own.batch_size == 16
+    fitted, said = own.within(SQS.limits, SQS.name)
+    assert (fitted.batch_size, fitted.new_batch_threshold) == (10, 5 * (os.cpu_count() or 1))
+    assert said == ["extensions.queues.batchSize 16 -> 10 (Amazon SQS: at most 10 messages a receive returns)"]
+    assert own.within(OCI.limits, OCI.name) == (own, [])  # OCI returns 20
+    given = replace(config, given=frozenset({"new_batch_threshold"}), new_batch_threshold=3).for_function("orders")
+    fitted, _ = given.within(SQS.limits, SQS.name)
+    assert (fitted.batch_size, fitted.new_batch_threshold) == (10, 3)
+    long_lease = replace(config, lease_duration=13 * 3600.0, given=frozenset()).for_function("orders")
+    fitted, said = long_lease.within(OCI.limits, OCI.name)
+    assert fitted.lease_duration == 12 * 3600 and said[0].startswith("worker.leaseDuration 46800 -> 43200 (OCI Queue")

@@ -267,7 +267,8 @@ def test_the_longest_delay_and_the_shortest_ttl_are_taken(app_dir: Path) -> None
 @pytest.mark.parametrize(
     ("command", "limits"),
     [
-        (("send",), ["64 KiB as stored", "48 KiB under base64", "256 KiB on OCI Queue", "0s to 7d", "shorter than --ttl",
+        (("send",), ["as stored", "48 KiB under base64", "OCI Queue: messages up to 256 KiB, 20 a receive",
+                     "Amazon SQS: messages up to 1 MiB, 10 a receive", "0s to 7d", "shorter than --ttl",
                      "1s or more", "-1 never expires", "default 7d"]),
         (("peek",), ["1 to what one receive of the backend returns (32 on"]),
         (("poison",), ["N at least 1", "(32 on"]),
@@ -389,3 +390,11 @@ def test_the_queues_a_v1_app_reads_are_found_from_its_function_json_files(tmp_pa
         (tmp_path / name / "function.json").write_text(
             json.dumps({"bindings": [{**binding, "direction": "in", "name": "msg"}]}), encoding="utf-8")
     assert queue_readers(tmp_path, {"Q": "audit"}) == {"orders": {"Store"}, "audit": {None}}
+
+def test_send_help_states_each_backends_size_and_batch_limits(tmp_path: Path) -> None:
+    """Read from the backends' own limits, so the help never drifts from what is refused."""
+    from worker.backends.registry import KINDS
+
+    shown = " ".join(ok(tmp_path, "send", "--help").split())
+    for kind in KINDS:
+        assert f"{kind.name}: messages up to" in shown and f"{kind.limits.max_batch} a receive" in shown, shown

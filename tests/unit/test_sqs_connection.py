@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from worker.backends.failures import ConnectionStringError
-from worker.backends.registry import connection_problem
+from worker.backends.registry import SQS, connection_problem
 from worker.backends.sqs.connection import SqsConnection, parse_sqs_connection
 from worker.runtime.poison import is_poison_queue, poison_queue, source_queue
 
@@ -26,6 +26,14 @@ def test_every_wrong_key_is_named_at_once() -> None:
 def test_a_connection_string_is_checked_before_anything_opens(tmp_path: object) -> None:
     assert connection_problem("sqs://?region=us-east-1", tmp_path) is None  # type: ignore[arg-type]
     assert "region" in (connection_problem("sqs://?endpoint=http://127.0.0.1:1", tmp_path) or "")  # type: ignore[arg-type]
+
+
+def test_without_poison_each_queue_decides_and_the_host_may_keep_poison() -> None:
+    assert parse_sqs_connection("sqs://?region=eu-west-1").poison == "auto"
+    assert SQS.host_poison("sqs://?region=eu-west-1") and SQS.host_poison("sqs://?region=eu-west-1&poison=host")
+    assert not SQS.host_poison("sqs://?region=eu-west-1&poison=service")
+    with pytest.raises(ConnectionStringError, match="poison must be one of host, service"):
+        parse_sqs_connection("sqs://?region=eu-west-1&poison=auto")
 
 
 def test_a_fifo_queues_poison_queue_is_fifo_too() -> None:

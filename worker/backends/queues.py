@@ -71,6 +71,12 @@ class TransientError(QueueError):
     """Storage could not be reached or answered 5xx/408/429; the same call may succeed later."""
 
 
+class OverLimit(TransientError):
+    """The service holds back for now: a limit of what may be in flight is reached (SQS's OverLimit: 120,000
+    messages received and not yet deleted). Not an outage: it passes as held messages complete, so it is told as a
+    warning while the caller backs off."""
+
+
 class OutcomeUnknown(TransientError):
     """A call that must not be made twice (a put) failed after its request had left for the service: it may have
     taken effect. The backend does not send it again, since that could store the message twice; the caller
@@ -111,14 +117,22 @@ class Limits:
     name_pattern: re.Pattern[str]
     name_rule: str
 
-    def exceeded(self, options: object, service: str, key_of: Callable[[str], str]) -> list[str]:
-        """A line for each of a function's options (batch size, visibility timeout, lease) that asks more than the
-        service takes, naming the setting by ``key_of(option)``: found at start by ``worker run`` and by a host built
-        in code alike, rather than at every receive."""
-        found = []
+    def bounds(self) -> Iterator[tuple[str, float, str]]:
+        """Each function option the service bounds (batch size, visibility timeout, lease), with its limit here and
+        what the limit counts."""
         for option, limit_field, meaning in _BOUNDED:
-            value, limit = getattr(options, option), getattr(self, limit_field)
-            if value > limit:
+            yield option, getattr(self, limit_field), meaning
+
+    def exceeded(self, options: object, service: str, key_of: Callable[[str], str]) -> list[str]:
+        """A line for each of a function's options that asks more than the service takes, naming the setting by
+        ``key_of(option)``: found at start by ``worker run`` and by a host built in code alike, rather than at every
+        receive. Where ``options`` says which values the user gave (its ``given``), only those are held to the limit:
+        a default past it takes the limit instead (``FunctionOptions.within``)."""
+        given = getattr(options, "given", None)
+        found = []
+        for option, limit, meaning in self.bounds():
+            value = getattr(options, option)
+            if value > limit and (given is None or option in given):
                 found.append(f"{key_of(option)} is {value:g}, more than {service} takes: at most {limit:g} {meaning}")
         return found
 
@@ -330,6 +344,18 @@ class RedrivePolicies(Protocol):
     async def poison_problem(self, queue: str, max_dequeue_count: int) -> str | None:
         """Why poison of ``queue`` cannot go where the connection sends it, the queue's own rule saying otherwise;
         None where the two agree."""
+
+
+@runtime_checkable
+class PoisonByQueue(Protocol):
+    """A backend where each queue's own dead-letter rule may say where its poison goes (SQS without ``poison=``):
+    the service's dead-letter queue for a queue that has one, ``<queue>-poison`` for the rest."""
+
+    def dead_letters_for(self, queue: str) -> bool:
+        """Whether poison of ``queue`` is left to the service, as last looked up (:meth:`look_up_dead_letters`)."""
+
+    async def look_up_dead_letters(self, queue: str) -> bool:
+        """Look at ``queue``'s own rule now, and remember it for :meth:`dead_letters_for`."""
 
 
 @dataclass(frozen=True, slots=True)

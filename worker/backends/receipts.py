@@ -25,6 +25,8 @@ class Receipts:
         self._owner: dict[str, str] = {}
         #: Latest receipt by (queue, message id): ids are only known to be unique within a queue.
         self._latest: dict[tuple[str, str], str] = {}
+        #: Receipts the service refused as no longer current (:meth:`lost`), with why.
+        self._lost: dict[str, str] = {}
 
     def received(self, queue: str, message_id: str, receipt: str) -> None:
         self._latest.pop((queue, message_id), None)  # re-insert: the oldest entries are the ones dropped
@@ -47,9 +49,18 @@ class Receipts:
     def deleted(self, queue: str, message_id: str) -> None:
         self._latest.pop((queue, message_id), None)
 
+    def lost(self, receipt: str, why: str) -> None:
+        """The service refused ``receipt`` as no longer current: every later call with it is refused here as stale,
+        for a service that would answer a delete with it as done without deleting (SQS, once another consumer
+        received the message)."""
+        self._lost[receipt] = why
+        while len(self._lost) > self.size:
+            del self._lost[next(iter(self._lost))]
+
     def check(self, queue: str, message_id: str, receipt: str) -> None:
         """Answer before any request what the book knows of a receipt: another message's (MessageNotFound), one a
-        later delivery replaced (PopReceiptMismatch), or one of a message this backend deleted (MessageNotFound).
+        later delivery replaced or the service refused (PopReceiptMismatch), or one of a message this backend deleted
+        (MessageNotFound).
 
         For a service that would act on another message's receipt, or accept a stale one (Amazon SQS deletes with
         a handle a later receive replaced); what the book never saw is left to the service.
@@ -59,6 +70,9 @@ class Receipts:
             raise MessageNotFound(
                 f"message {message_id} in queue {queue!r} has no delivery with this receipt (it is message {owner}'s)"
             )
+        if (why := self._lost.get(receipt)) is not None:  # never read as a delete an earlier attempt made
+            raise PopReceiptMismatch(f"receipt for message {message_id} in queue {queue!r} is no longer current: "
+                                     f"{why}")
         if self.replaced(queue, message_id, receipt):
             raise PopReceiptMismatch(f"receipt for message {message_id} in queue {queue!r} is stale: it was "
                                      "delivered again since")

@@ -150,11 +150,12 @@ def _opening(module: str, backend: str, parse: Callable[[str], Any]) -> Callable
 
 
 def _host_poison(parse: Callable[[str], Any]) -> Callable[[str | None], bool]:
-    """``host_poison`` for a kind whose connection says where poison goes (``poison=host|service``)."""
+    """``host_poison`` for a kind whose connection says where poison goes (``poison=host|service``): the host may
+    keep it unless the connection leaves every queue's to the service."""
 
     def host_poison(connection: str | None) -> bool:
         try:
-            return bool(parse(connection or "").poison == "host")
+            return bool(parse(connection or "").poison != "service")
         except ConnectionStringError:  # refused as a connection problem
             return False
 
@@ -178,6 +179,9 @@ SQS = BackendKind("Amazon SQS", SQS_LIMITS, SQS_CAPABILITIES,
                   _describer(parse_sqs_connection, "Amazon SQS"),
                   _opening("worker.backends.sqs.queues", "SqsBackend", parse_sqs_connection),
                   _host_poison(parse_sqs_connection))
+
+#: Every kind of backend, in the order the documentation lists them.
+KINDS = (EMBEDDED, AZURE, OCI, SQS)
 
 #: Backends by the scheme their connection strings start with (``scheme://``).
 SCHEMES: dict[str, BackendKind] = {"sqlite": EMBEDDED, "oci": OCI, "oci+http": OCI, "sqs": SQS}

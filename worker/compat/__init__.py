@@ -12,7 +12,8 @@
 - :mod:`.tracebacks`: an import failure told by the app's own frames;
 - :mod:`.cloudformation`: a template's short tags read, its intrinsic functions worked out;
 - :mod:`.sam`: a SAM template's SQS-triggered Lambda functions as a ``WorkerApp``;
-- :mod:`.lambda_sqs`: Lambda's event and context, and what a handler's answer means for each record.
+- :mod:`.lambda_sqs`: Lambda's event and context, and what a handler's answer means for each record;
+- :mod:`.lambda_filters`: an event source's ``FilterCriteria``, matched as Lambda matches them.
 
 Everything that knows ``azure.functions`` lives here, converted at load time
 into a :class:`worker.WorkerApp`, so the runtime never sees it. Only

@@ -14,7 +14,7 @@ condition) is a :class:`Unresolvable`, which the caller lists as a problem.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,9 @@ class Resolver:
     stack_name: str
     #: Each resource's value for ``!Ref`` / ``!GetAtt`` beyond its logical id, by the caller (a queue's name).
     names: dict[str, str] = field(default_factory=dict)
+    #: A queue's URL from its name, as ``!Ref`` of an ``AWS::SQS::Queue`` gives it (CloudFormation returns the URL);
+    #: None: the URL of SQS's own form in the region, with :data:`ACCOUNT_ID`.
+    queue_url: Callable[[str], str] | None = None
 
     @property
     def resources(self) -> Mapping[str, Any]:
@@ -80,7 +83,8 @@ class Resolver:
                 "AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com", "AWS::NoValue": ""}.get(name)
 
     def ref(self, name: str) -> str:
-        """``!Ref``: a parameter's value (its default), a pseudo parameter, or a resource's name."""
+        """``!Ref``: a parameter's value (its default), a pseudo parameter, a queue's URL (what CloudFormation returns
+        for an ``AWS::SQS::Queue``, and what handlers pass as ``QueueUrl``), or another resource's name."""
         if (value := self.pseudo(name)) is not None:
             return value
         parameters = self.template.get("Parameters") or {}
@@ -89,18 +93,28 @@ class Resolver:
                 raise Unresolvable(f"parameter {name} has no Default")
             return str(parameters[name]["Default"])
         if name in self.resources:
+            if (self.resources[name] or {}).get("Type") == "AWS::SQS::Queue":
+                return self.url(self.names.get(name, name))
             return self.names.get(name, name)
         raise Unresolvable(f"!Ref {name} names no parameter or resource")
 
+    def url(self, queue: str) -> str:
+        """The URL of the queue named ``queue``."""
+        if self.queue_url is not None:
+            return self.queue_url(queue)
+        return f"https://sqs.{self.region}.amazonaws.com/{ACCOUNT_ID}/{queue}"
+
     def get_att(self, resource: str, attribute: str) -> str:
-        """``!GetAtt``: an SQS queue's ``Arn`` or ``QueueName`` (or ``QueueUrl``, as ``!Ref`` gives it)."""
+        """``!GetAtt``: an SQS queue's ``Arn``, ``QueueName`` or ``QueueUrl`` (as ``!Ref`` gives it)."""
         if resource not in self.resources:
             raise Unresolvable(f"!GetAtt {resource}.{attribute} names no resource")
         name = self.names.get(resource, resource)
         if attribute == "Arn":
             return f"arn:aws:sqs:{self.region}:{ACCOUNT_ID}:{name}"
-        if attribute in ("QueueName", "QueueUrl"):
+        if attribute == "QueueName":
             return name
+        if attribute == "QueueUrl":
+            return self.url(name)
         raise Unresolvable(f"!GetAtt {resource}.{attribute} is known only to a deployed stack")
 
     def resolve(self, value: Any) -> Any:

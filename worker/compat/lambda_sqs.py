@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from worker.compat.lambda_filters import matches_any
 from worker.message import QueueMessage
 
 #: Lambda's answer type that turns on partial batch responses.
@@ -43,6 +44,8 @@ class LambdaFunction:
     memory_mb: int
     #: ``FunctionResponseTypes: [ReportBatchItemFailures]``.
     reports_failures: bool
+    #: The event source's ``FilterCriteria`` patterns (:mod:`worker.compat.lambda_filters`); none: every record.
+    filters: tuple[dict[str, Any], ...] = ()
 
 
 class LambdaContext:
@@ -125,7 +128,17 @@ def lambda_handler(function: LambdaFunction, account: str) -> Callable[[list[Que
     blocking code) that calls ``function``'s handler with each batch as Lambda would."""
 
     def records(messages: list[QueueMessage]) -> None:
-        event = {"Records": [sqs_record(message, function) for message in messages]}
+        kept = []
+        for message in messages:
+            record = sqs_record(message, function)
+            if matches_any(function.filters, record):
+                kept.append((message, record))
+            else:  # deleted unhandled, as Lambda deletes what its filters drop
+                message.drop("matched none of the event source's FilterCriteria")
+        if not kept:
+            return
+        messages = [message for message, _ in kept]
+        event = {"Records": [record for _, record in kept]}
         answer = function.handler(event, LambdaContext(function, account))
         if not function.reports_failures:
             return

@@ -8,32 +8,42 @@ the function's handler as Lambda does (:mod:`worker.compat.lambda_sqs`).
 
 What maps to what:
 
-- ``Queue`` (``!GetAtt Q.Arn``, ``!Ref Q`` of an ``AWS::SQS::Queue``, or an ARN): the queue's ``QueueName``, else
-  its logical id (``.fifo`` added for a FIFO queue without a name, as CloudFormation does); read through the
-  connection setting ``AWS_SQS`` (``sqs://?region=...``);
+- ``Queue`` (``!GetAtt Q.Arn``, ``!Ref Q`` of an ``AWS::SQS::Queue``, which is its URL as in CloudFormation, or an
+  ARN): the queue's ``QueueName``, else its logical id (``.fifo`` added for a FIFO queue without a name, as
+  CloudFormation does); read through the connection setting ``AWS_SQS`` (``sqs://?region=...``);
 - ``BatchSize``: ``batchSize`` (SQS hands out 10 a receive: a larger one is cut to 10, and said so);
 - ``ScalingConfig.MaximumConcurrency``: ``maxConcurrency``;
 - ``Timeout`` (Lambda's default 3 s): ``functionTimeout``, and ``get_remaining_time_in_millis``;
-- the queue's ``VisibilityTimeout``: ``visibilityTimeout``, the wait before a failed record comes back (Lambda
-  leaves a failed record hidden until its visibility ends); its ``RedrivePolicy.maxReceiveCount``:
-  ``maxDequeueCount``, so that the queue's redrive policy and the host agree (see the ``poison=`` connection key);
+- the queue's ``VisibilityTimeout`` (SQS's 30 s for a template queue without one): ``visibilityTimeout``, the
+  wait before a failed record comes back (Lambda leaves a failed record hidden until its visibility ends); its
+  ``RedrivePolicy.maxReceiveCount``: ``maxDequeueCount``, so that the queue's redrive policy and the host agree;
 - ``Handler`` and ``CodeUri``: the module is imported with ``CodeUri`` on the import path, as ``sam build`` lays
   it out; ``Environment.Variables`` are set in the process before the handler is imported, as Lambda sets them
   before it loads the module (a variable already set in the environment wins);
 - ``Globals.Function`` under each function's own properties.
 
+Several functions run each in worker processes of its own, as Lambda isolates every function: ``worker run``
+starts a process for each (:data:`FUNCTION_ENV` names its function), which sets that function's variables and
+Lambda's own (``AWS_LAMBDA_FUNCTION_NAME`` ...), so one module name in several CodeUri folders and variables that
+differ between functions need nothing of the user.
+
+``FilterCriteria`` is applied as Lambda applies it (:mod:`worker.compat.lambda_filters`): a record no filter
+matches is deleted without the handler, and counted as ``filtered``.
+
 Not run, and listed at start: events of other types, functions of another runtime or packaged as images, events
-with ``Enabled: false``. Refused, every problem listed: ``FilterCriteria`` (Lambda deletes what a filter drops; this
-host would run it), a handler that cannot be imported, two functions setting one variable to different values (one
-process has one environment), two ``CodeUri`` folders with modules of one name.
-``MaximumBatchingWindowInSeconds`` is read and not applied: a batch is what one receive brings.
+with ``Enabled: false``. Refused, every problem listed: a filter pattern outside Lambda's language, a handler that
+cannot be imported; and, for several functions loaded into one process (in code),
+two functions setting one variable to different values, two ``CodeUri`` folders with modules of one name.
+``MaximumBatchingWindowInSeconds``: a batch gathers receives until ``BatchSize`` or the window (the listener's
+``batching_window``).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +51,10 @@ import structlog
 
 from worker.app import WorkerApp
 from worker.backends.failures import ConnectionStringError
-from worker.backends.sqs.connection import FIFO_SUFFIX, SQS_LIMITS, parse_sqs_connection
+from worker.backends.sqs.connection import FIFO_SUFFIX, SQS_LIMITS, SqsConnection, parse_sqs_connection
 from worker.compat.cloudformation import ACCOUNT_ID, Resolver, Unresolvable, read_template
 from worker.compat.converted import ConvertedApp, SkippedFunction
+from worker.compat.lambda_filters import FilterError, parse_filters
 from worker.compat.lambda_sqs import REPORT_BATCH_ITEM_FAILURES, LambdaFunction, lambda_handler
 
 log = structlog.get_logger("worker.compat.sam")
@@ -51,10 +62,15 @@ log = structlog.get_logger("worker.compat.sam")
 #: The template ``worker run`` looks for beside ``function_app.py``, and the names ``--app`` takes as one.
 #: The connection setting the template's queues are read through.
 CONNECTION = "AWS_SQS"
+#: The variable that tells a worker process which one of a template's functions it runs: ``worker run`` starts a
+#: process for each, as Lambda isolates each function (its own modules, environment and Lambda's own variables).
+FUNCTION_ENV = "WORKER_SAM_FUNCTION"
 #: Lambda's defaults: a function's timeout and memory, an event source's batch size.
 DEFAULT_TIMEOUT = 3
 DEFAULT_MEMORY_MB = 128
 DEFAULT_BATCH_SIZE = 10
+#: SQS's visibility timeout for a queue made without one (CreateQueue's ``VisibilityTimeout`` default).
+DEFAULT_VISIBILITY_TIMEOUT = 30
 
 
 def _region(environ: Mapping[str, str]) -> str:
@@ -66,6 +82,79 @@ def _region(environ: Mapping[str, str]) -> str:
         except ConnectionStringError:
             pass
     return environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def _queue_urls(environ: Mapping[str, str], region: str) -> Callable[[str], str]:
+    """A queue's URL by its name, as CloudFormation's ``!Ref`` gives it: what GetQueueUrl answers through the
+    ``AWS_SQS`` connection (the account's own, or an emulator's), looked up once per queue; where that cannot be had
+    (no connection, a queue not made yet, no network), the URL of SQS's own form with :data:`ACCOUNT_ID`."""
+    connection = None
+    if text := environ.get(f"AzureWebJobs{CONNECTION}") or environ.get(CONNECTION):
+        try:
+            connection = parse_sqs_connection(text)
+        except ConnectionStringError:
+            pass
+    base = (connection.endpoint.rstrip("/") if connection is not None and connection.endpoint
+            else f"https://sqs.{region}.amazonaws.com")
+    found: dict[str, str] = {}
+    client: list[Any] = []
+
+    def url(queue: str) -> str:
+        if queue not in found:
+            found[queue] = _looked_up(connection, client, queue) or f"{base}/{ACCOUNT_ID}/{queue}"
+        return found[queue]
+
+    return url
+
+
+def _looked_up(connection: SqsConnection | None, client: list[Any], queue: str) -> str | None:
+    """GetQueueUrl of ``queue`` (one short attempt); None where it cannot be had."""
+    if connection is None or importlib.util.find_spec("botocore") is None:
+        return None
+    try:
+        if not client:
+            import botocore.session
+            from botocore.config import Config
+
+            client.append(botocore.session.Session(profile=connection.profile).create_client(
+                "sqs", region_name=connection.region, endpoint_url=connection.endpoint,
+                config=Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=10)))
+        return str(client[0].get_queue_url(QueueName=queue)["QueueUrl"])
+    except Exception as exc:
+        log.info("queue URL not looked up; !Ref of the queue gives its URL of SQS's form", queue=queue,
+                 error=f"{type(exc).__name__}: {exc}")
+        return None
+
+
+def runnable_functions(path: Path) -> list[str]:
+    """The logical ids of the template's functions this host runs (an enabled SQS event, a Python runtime, not an
+    image), read from the template alone: nothing is imported, so ``worker run``'s supervisor can start a process for
+    each."""
+    template = read_template(path)
+    globals_ = (template.get("Globals") or {}).get("Function") or {}
+    found = []
+    for logical_id, resource in (template.get("Resources") or {}).items():
+        if (resource or {}).get("Type") != "AWS::Serverless::Function":
+            continue
+        properties = _merged(globals_, resource.get("Properties") or {})
+        if properties.get("PackageType") == "Image" or not str(properties.get("Runtime", "python")).startswith("python"):
+            continue
+        events = (properties.get("Events") or {}).values()
+        if any((event or {}).get("Type") == "SQS" and str(((event or {}).get("Properties") or {}).get("Enabled", True))
+               .lower() != "false" for event in events):
+            found.append(str(logical_id))
+    return found
+
+
+def _lambda_variables(environ: MutableMapping[str, str], name: str, properties: Mapping[str, Any],
+                      region: str) -> None:
+    """Lambda's own variables of the function's runtime, for a process that runs this one function: the function's
+    own, whatever the environment says, as Lambda reserves them; the region only where the environment names none."""
+    environ.update({"AWS_LAMBDA_FUNCTION_NAME": name, "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+                    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
+                    "_HANDLER": str(properties.get("Handler") or "")})
+    environ.setdefault("AWS_REGION", region)
+    environ.setdefault("AWS_DEFAULT_REGION", region)
 
 
 def _merged(globals_: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,7 +197,8 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
     gathered. Raises ValueError for a file that is no template."""
     template = read_template(path)
     folder = path.parent.resolve()
-    resolver = Resolver(template, _region(environ), stack_name=folder.name)
+    region = _region(environ)
+    resolver = Resolver(template, region, stack_name=folder.name, queue_url=_queue_urls(environ, region))
     resolver.names.update(_queue_names(template, resolver))
     globals_ = (template.get("Globals") or {}).get("Function") or {}
     app = WorkerApp()
@@ -116,8 +206,13 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
     problems: list[str] = []
     variables: dict[str, tuple[str, str]] = {}
     modules: dict[str, Path] = {}
+    # worker run starts a process for each function (FUNCTION_ENV names its one); loaded otherwise, all in this one.
+    only = environ.get(FUNCTION_ENV)
+    alone = only is not None or len(runnable_functions(path)) == 1
     for logical_id, resource in (template.get("Resources") or {}).items():
         if (resource or {}).get("Type") != "AWS::Serverless::Function":
+            continue
+        if only is not None and logical_id != only:
             continue
         try:
             properties = resolver.resolve(_merged(globals_, resource.get("Properties") or {}))
@@ -145,7 +240,7 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
                 if variables[key][1] != value:
                     problems.append(f"function {name}: environment variable {key} is {value!r} here and "
                                     f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
-                                    "environment")
+                                    "environment (worker run runs each function in a process of its own)")
                 continue
             variables[key] = (name, value)
             if key not in environ:
@@ -153,6 +248,8 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
             elif environ[key] != value:
                 log.info("template environment variable set otherwise in the environment; the environment's kept",
                          variable=key)
+        if alone:
+            _lambda_variables(environ, name, properties, resolver.region)
         handler = _import_handler(properties, folder, name, modules, problems)
         for event, spec in sqs_events.items():
             event_name = name if len(sqs_events) == 1 else f"{name}-{event}"
@@ -177,7 +274,7 @@ def _import_handler(properties: Mapping[str, Any], folder: Path, name: str, modu
     top = module_name.split(".")[0]
     if top in modules and modules[top] != code:
         problems.append(f"function {name}: module {top!r} is in {code} and in {modules[top]}; one process imports "
-                        "one module of a name")
+                        "one module of a name (worker run runs each function in a process of its own)")
         return None
     modules[top] = code
     if str(code) not in sys.path:
@@ -200,9 +297,12 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
     if str(event.get("Enabled", True)).lower() == "false":
         skipped.append(SkippedFunction(name, "SQS", f"function {name} is not run: its SQS event has Enabled: false"))
         return
-    if event.get("FilterCriteria"):
-        problems.append(f"function {name}: FilterCriteria is not supported (Lambda deletes the messages a filter "
-                        "drops; this host would run them)")
+    filters: tuple[dict[str, Any], ...] = ()
+    if "FilterCriteria" in event:
+        try:
+            filters = parse_filters(event["FilterCriteria"])
+        except FilterError as exc:
+            problems.append(f"function {name}: FilterCriteria: {exc}")
     queue, logical_id = _queue_of(event.get("Queue"), resolver)
     settings: dict[str, Any] = {"message_encoding": "none",
                                 "function_timeout": float(properties.get("Timeout") or DEFAULT_TIMEOUT)}
@@ -211,8 +311,7 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
         log.warning("BatchSize is more than one SQS receive brings; batches of at most that many", function=name,
                     batch_size=batch_size, at_most=SQS_LIMITS.max_batch)
     settings["batch_size"] = min(batch_size, SQS_LIMITS.max_batch)
-    if "MaximumBatchingWindowInSeconds" in event:
-        log.info("MaximumBatchingWindowInSeconds is not applied: a batch is what one receive brings", function=name)
+    window = float(event.get("MaximumBatchingWindowInSeconds") or 0)
     concurrency = (event.get("ScalingConfig") or {}).get("MaximumConcurrency")
     if concurrency:
         settings["max_concurrency"] = int(concurrency)
@@ -220,6 +319,8 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
     queue_properties = queue_resource.get("Properties") or {}
     if "VisibilityTimeout" in queue_properties:
         settings["visibility_timeout"] = float(queue_properties["VisibilityTimeout"])
+    elif logical_id:  # a queue the template makes without one has SQS's default
+        settings["visibility_timeout"] = float(DEFAULT_VISIBILITY_TIMEOUT)
     redrive = queue_properties.get("RedrivePolicy") or {}
     if isinstance(redrive, Mapping) and "maxReceiveCount" in redrive:
         settings["max_dequeue_count"] = int(redrive["maxReceiveCount"])
@@ -229,7 +330,8 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
         name=name, handler=handler, queue=queue, queue_arn=f"arn:aws:sqs:{resolver.region}:{ACCOUNT_ID}:{queue}",
         region=resolver.region, timeout=settings["function_timeout"],
         memory_mb=int(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
-        reports_failures=REPORT_BATCH_ITEM_FAILURES in (event.get("FunctionResponseTypes") or []),
+        reports_failures=REPORT_BATCH_ITEM_FAILURES in (event.get("FunctionResponseTypes") or []), filters=filters,
     )
+    options = {"batching_window": window} if window > 0 else {}
     app.queue_trigger(arg_name="messages", queue_name=queue, connection=CONNECTION, cardinality="many",
-                      settings=settings)(lambda_handler(function, ACCOUNT_ID))
+                      settings=settings, **options)(lambda_handler(function, ACCOUNT_ID))

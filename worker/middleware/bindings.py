@@ -6,7 +6,7 @@ from typing import Any
 
 import structlog
 
-from worker.backends.queues import OutcomeUnknown, writing_outputs_of
+from worker.backends.queues import MessageTooLarge, OutcomeUnknown, writing_outputs_of
 from worker.backends.storage import Storage
 from worker.bindings import expressions
 from worker.bindings.blobs import read_inputs
@@ -24,7 +24,9 @@ class Bindings(Middleware):
     """Gives the handler its ``Out`` values and blob inputs; sends the outputs only when the handler succeeded.
 
     Outputs go out before the trigger message is deleted, so a failure to
-    write is a failed attempt (retried, then poisoned), never a lost output.
+    write is a failed attempt (retried, then poisoned), never a lost output;
+    an output no attempt could write (larger than its service takes, unusable)
+    poisons the message at once.
     """
 
     def __init__(self, storage: Storage, encoding: str) -> None:
@@ -57,6 +59,10 @@ class Bindings(Middleware):
             with writing_outputs_of(function.queue_name, trigger):
                 data = invocation.scratch(BINDINGS_SCRATCH).get("binding_data", {}) if function.has_blob_bindings else {}
                 await send_outputs(function.outputs, values, self.storage, self.encoding, data)
+        except MessageTooLarge as exc:  # no attempt could: the same output is as large every time
+            log.error("output is larger than its queue's service takes; the message goes to the poison queue",
+                      error=str(exc))
+            return Result(Outcome.POISON, f"output binding: {exc}")
         except Unusable as exc:  # no attempt could write it: a name the service refuses, a value of the wrong type
             log.error("output binding cannot be written for this message; it goes to the poison queue",
                       error=str(exc))

@@ -34,6 +34,9 @@ class Counting(Middleware):
             self.metrics.handler_seconds.observe(invocation.function.name, invocation.handler_seconds)
 
     def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+        if done is Done.DELETED and result.filtered:  # dropped unhandled by the function's filters
+            self.metrics.inc("filtered", item.function)
+            return
         for name in _COUNTED[done]:
             self.metrics.inc(name, item.function)
         if done is Done.POISONED:

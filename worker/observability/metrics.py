@@ -30,6 +30,7 @@ COUNTERS = (
     "storage_errors",
     "storage_retries",
     "recycles",
+    "filtered",
 )
 
 
@@ -50,6 +51,8 @@ COUNTER_HELP = {
     "storage_retries": "Storage calls retried after a transient failure",
     "recycles": "Processes recycled because a sync handler ran past functionTimeout (counted by the process that "
                 "settled its message)",
+    "filtered": "Messages deleted unhandled because the function's filters matched none of them (a Lambda event's "
+                "FilterCriteria)",
 }
 Gauge = tuple[str, str, Callable[[], dict[str, float]]]
 

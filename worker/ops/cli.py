@@ -46,6 +46,7 @@ from worker.backends.queues import (
 )
 from worker.backends.registry import (
     EMBEDDED,
+    KINDS,
     SQLITE_PREFIX,
     BackendKind,
     UnsupportedConnection,
@@ -55,7 +56,7 @@ from worker.backends.registry import (
     open_backend,
 )
 from worker.bindings.encoding import body_text, encode
-from worker.compat.discovery import AppLoadError, app_directory, discover, queue_readers
+from worker.compat.discovery import AppLoadError, app_directory, discover, is_template, queue_readers
 from worker.model import StartupRefused
 from worker.observability import tracing
 from worker.observability.logs import configure_logging, private_stderr
@@ -72,7 +73,7 @@ from worker.ops.supervisor import (
 )
 from worker.ops.terminal import printable
 from worker.runtime.handover import RECYCLED
-from worker.runtime.poison import poison_queue, policy_for, source_queue
+from worker.runtime.poison import looked_up_policy, poison_queue, source_queue
 from worker.runtime.signals import forwarded_act_as_original, ignore_at_exit
 from worker.settings import local_settings
 from worker.settings.config import (
@@ -245,12 +246,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
         supervisor = Supervisor(command, args.processes or config.processes, http_port=config.http_port,
                                 http_host=config.http_host, token=token, open_data=config.http_open_data,
-                                allowed=config.http_allowed_hosts, burst=args.burst)
+                                allowed=config.http_allowed_hosts, burst=args.burst,
+                                child_env=_function_processes(args.app, config.base_dir))
         return asyncio.run(supervisor.run())
     # Only this branch loads the app, and with it the host: imported here, so that the supervisor above does not.
     from worker.ops.host_process import run_here
 
     return run_here(args, config, log, supervisor_pid)
+
+
+def _function_processes(app: str, base_dir: Path) -> list[dict[str, str]]:
+    """For a SAM template of several functions, what each function's processes have in their environment: Lambda
+    isolates every function (its modules, its environment), so each runs in processes of its own. Empty for other
+    apps. The template is read, nothing of it imported."""
+    if not is_template(app):
+        return []
+    from worker.compat.sam import FUNCTION_ENV, runnable_functions
+
+    path = Path(app) if Path(app).is_absolute() else base_dir / app
+    if not path.is_file():
+        path = Path.cwd() / app
+    try:
+        functions = runnable_functions(path)
+    except (OSError, ValueError):  # the process that loads it says what is wrong
+        return []
+    return [{FUNCTION_ENV: name} for name in functions] if len(functions) > 1 else []
 
 
 def cmd_send(args: argparse.Namespace) -> int:
@@ -428,7 +448,7 @@ def cmd_poison(args: argparse.Namespace) -> int:
     async def drain(backend: QueueBackend) -> tuple[int, int]:
         # At most what the poison queue holds now: a running host poisons a requeued message that fails again, and
         # a drain that went on while the queue answered anything would feed itself.
-        policy = policy_for(backend)
+        policy = await looked_up_policy(backend, args.queue)
         total = await policy.count(args.queue)
         goal = total if args.max is None else min(total, args.max)
         if goal == 0:
@@ -483,7 +503,7 @@ async def _dead_letters(backend: QueueBackend, queue: str, action: str) -> int |
 
     OCI Queue's API has no call that reads a dead-letter queue, so its messages cannot be requeued from here.
     """
-    policy = policy_for(backend)
+    policy = await looked_up_policy(backend, queue)
     if (why := policy.unreadable(queue)) is None:
         return None
     if action == "requeue":
@@ -649,6 +669,18 @@ def _version() -> str:
         return "(not installed)"
 
 
+def _size(size: int) -> str:
+    return f"{size // (1024 * 1024)} MiB" if size % (1024 * 1024) == 0 else f"{size // 1024} KiB"
+
+
+def limits_text() -> str:
+    """Each backend's message size and batch limits, from the backends' own ``Limits``, for ``worker send --help``."""
+    parts = [f"{kind.name}: messages up to {_size(kind.limits.max_message_bytes)}, {kind.limits.max_batch} a receive "
+             "(batchSize)" for kind in KINDS]
+    return ("Limits of each backend: " + "; ".join(parts) + ". OCI Queue's size is its default (maxMessageBytes= in "
+            "the connection); Amazon SQS counts message attributes (a producer's trace context) in the size.")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="worker", description="Queue-trigger worker host.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
@@ -699,8 +731,9 @@ def _parser() -> argparse.ArgumentParser:
             sub.add_argument("queue")
         if name == "send":
             sub.add_argument("bodies", nargs="+", metavar="BODY",
-                             help="each at most 64 KiB as stored, after messageEncoding (so 48 KiB under base64); "
-                                  "256 KiB on OCI Queue")
+                             help="each at most the backend's message size as stored, after messageEncoding (so "
+                                  "48 KiB under base64 where 64 KiB are stored); each backend's is below")
+            sub.epilog = limits_text()
             sub.add_argument("--delay", type=_delay, default=0.0,
                              help=f"invisible for this long first: 0s to {MAX_DELAY / 86400:g}d ({DURATIONS}); "
                                   "shorter than --ttl; not on OCI Queue")

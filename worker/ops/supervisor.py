@@ -135,11 +135,15 @@ class Supervisor:
     def __init__(
         self, command: Sequence[str], count: int, *, http_port: int = 0, http_host: str = "0.0.0.0",
         token: BearerToken | None = None, open_data: bool = False, allowed: Sequence[str] = (), burst: bool = False,
-        env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None, child_env: Sequence[Mapping[str, str]] = (),
     ) -> None:
         """``token``, ``open_data`` (``worker.httpOpenData``) and ``allowed`` (``worker.httpAllowedHosts``) guard the
-        endpoints the supervisor serves for several processes (:mod:`worker.runtime.guard`)."""
+        endpoints the supervisor serves for several processes (:mod:`worker.runtime.guard`). ``child_env``, when
+        given, holds what each process's environment has beside the rest, by its place (a SAM template's functions,
+        one a process): ``count`` processes each."""
         self.command = list(command)
+        self.child_env = [dict(extra) for extra in child_env for _ in range(count)]
+        count = len(self.child_env) or count
         self.count = count
         self.http_host = http_host
         self.burst = burst
@@ -275,7 +279,8 @@ class Supervisor:
 
     async def _run_once(self, child: Child) -> int:
         assert self._handovers is not None
-        env = {**self.env, "WORKER__worker__processes": "1", PROCESS_INDEX_ENV: str(child.index),
+        extra = self.child_env[child.index] if self.child_env else {}
+        env = {**self.env, **extra, "WORKER__worker__processes": "1", PROCESS_INDEX_ENV: str(child.index),
                SUPERVISOR_ENV: str(os.getpid()), HANDOVER_ENV: str(self._file(child, "handover")),
                INFLIGHT_ENV: str(self._file(child, "in-flight"))}
         env["WORKER__worker__httpPort"] = str(child.port or 0)
@@ -291,7 +296,8 @@ class Supervisor:
         finally:
             self._starting -= 1
         child.started_at = time.monotonic()
-        log.info("worker process started", process=child.index, pid=child.process.pid)
+        log.info("worker process started", process=child.index, pid=child.process.pid,
+                 **({"environment": extra} if extra else {}))
         code = await child.process.wait()
         log.info("worker process exited", process=child.index, pid=child.process.pid, exit_code=code)
         return code

@@ -121,7 +121,8 @@ class CompletionProcessor:
                 item.log.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
                 return Done.LEFT
             case Verdict.POISON:
-                done = await policy_for(item.backend).take(item, result.reason, lambda: self._delete(item), progress)
+                policy = policy_for(item.backend, item.queue)
+                done = await policy.take(item, result.reason, lambda: self._delete(item), progress)
                 if done is Done.POISONED and self.sent is not None:  # a copy in <queue>-poison, not a release
                     self.sent(item.backend, poison_queue(item.queue))
                 return done

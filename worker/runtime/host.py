@@ -33,9 +33,16 @@ import structlog
 from worker.app import WorkerApp
 from worker.backends.blobs import BlobStore
 from worker.backends.queues import QueueBackend, QueueNotFound, StorageGone, TransientError
-from worker.backends.registry import DEFAULT_SQLITE_PATH, SQLITE_PREFIX, describe, open_backend, open_blob_store
+from worker.backends.registry import (
+    DEFAULT_SQLITE_PATH,
+    SQLITE_PREFIX,
+    backend_kind,
+    describe,
+    open_backend,
+    open_blob_store,
+)
 from worker.middleware import Chain, Middleware, builtin
-from worker.model import StartupRefused
+from worker.model import FunctionSpec, StartupRefused
 from worker.observability import logs, tracing
 from worker.observability.metrics import Metrics
 from worker.runtime import inflight
@@ -50,7 +57,7 @@ from worker.runtime.handover import take
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import FUNCTION_OPTIONS as listener_options
 from worker.runtime.listener import Capacity, Listener
-from worker.runtime.poison import policy_for
+from worker.runtime.poison import looked_up_policy
 from worker.runtime.recycle import Recycler, settle_handed_over
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals, read_after_stop
 from worker.runtime.threads import TIMEOUT_GRACE, HandlerThreads
@@ -224,13 +231,13 @@ class Host:
             refused = []
             for function in self.app.functions:
                 backend = backends.queues(function.connection)
-                own = config.for_function(function.name, function.retry, function.settings)
+                own = _options(config, function, backend)
                 # Storage that cannot be reached now is no reason to stop: the listener retries and waits for it,
                 # and /readyz says why from the start.
                 unreachable = None
                 # What worker run's preflight refuses by the connection's kind, refused here by the backend itself
                 # for a host built in code: a batch the service never returns would fail every receive.
-                over = backend.limits.exceeded(own, str(backend), partial(config.key_of, function.name))
+                over = backend.limits.exceeded(own, _service(config, function), partial(config.key_of, function.name))
                 refused += [f"function {function.name}, trigger queueTrigger ({function.arg_name}): {problem}"
                             for problem in over]
                 if over:
@@ -259,7 +266,7 @@ class Host:
             if self.handover is not None and (handed := take(self.handover)):
                 await settle_handed_over(handed, self.app.functions, lambda function: (
                     backends.queues(function.connection),
-                    config.for_function(function.name, function.retry, function.settings),
+                    _options(config, function, backends.queues(function.connection), quiet=True),
                 ), completion, self.metrics)
             if config.http_port:
                 endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble,
@@ -451,6 +458,25 @@ def unknown_options(app: WorkerApp, middleware: Sequence[Middleware]) -> list[st
             f"{', '.join(sorted(declared))})" for spec in app.functions for name in spec.extras if name not in declared]
 
 
+def _options(
+    config: HostConfig, function: FunctionSpec, backend: QueueBackend, *, quiet: bool = False
+) -> FunctionOptions:
+    """The settings ``function`` runs with on ``backend``: a default the service does not take (Functions' batch of
+    16 on SQS, which returns 10) takes the service's limit, said in one line; a value the user gave is left as given,
+    for the start to refuse."""
+    own, adapted = config.for_function(function.name, function.retry, function.settings).within(
+        backend.limits, _service(config, function))
+    if adapted and not quiet:
+        log.info("settings not given take the backend's limit", function=function.name, settings=adapted)
+    return own
+
+
+def _service(config: HostConfig, function: FunctionSpec) -> str:
+    """The name of the service ``function``'s trigger queue is on (Amazon SQS, OCI Queue ...), for messages."""
+    connection = config.resolve_connection(function.connection, "queue", embedded_default=function.connection is None)
+    return backend_kind(connection.value).name
+
+
 def _own_settings(config: HostConfig, own: FunctionOptions) -> dict[str, object]:
     """The settings a function runs with that differ from the global ones, for its "function loaded" line."""
     keys = ("batch_size", "new_batch_threshold", "max_polling_interval", "visibility_timeout", "max_dequeue_count",
@@ -478,7 +504,7 @@ async def _queue_problem(backend: QueueBackend, queue: str, options: FunctionOpt
             await backend.approximate_count(queue)
         except QueueNotFound as exc:
             return f"{exc}; this host does not create queues there"
-    return await policy_for(backend).startup_problem(queue, options.max_dequeue_count)
+    return await (await looked_up_policy(backend, queue)).startup_problem(queue, options.max_dequeue_count)
 
 
 #: host.json keys every Functions app carries (the templates write them) that mean nothing here: said at DEBUG only.

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage, StorageGone
+from worker.backends.queues import OverLimit, QueueBackend, QueueNotFound, RawMessage, StorageGone
 from worker.backends.releasing import release_now
 from worker.middleware import Chain
 from worker.model import FunctionSpec
@@ -48,7 +48,10 @@ from worker.settings.config import FunctionOptions
 
 #: The function option the listener reads (see :attr:`worker.Middleware.function_options`).
 FUNCTION_OPTIONS = {"channel": "channel='name': receive from that channel of the queue only, where the backend has "
-                               "channels (OCI Queue); refused at start elsewhere"}
+                               "channels (OCI Queue); refused at start elsewhere",
+                    "batching_window": "batching_window=seconds: with cardinality='many', a batch gathers further "
+                                       "receives until batchSize or this long after its first message (Lambda's "
+                                       "MaximumBatchingWindowInSeconds)"}
 
 log = structlog.get_logger("worker.runtime.listener")
 
@@ -234,6 +237,8 @@ class Listener:
         #: Since when receives fail (monotonic), and how many have, until one succeeds: one outage, logged twice.
         self._failing_since: float | None = None
         self._failed_receives = 0
+        #: How long a batch of a ``cardinality="many"`` function gathers receives (0: a batch is one receive).
+        self._window = float(function.extra("batching_window") or 0) if function.many else 0.0
 
     def wake(self) -> None:
         """Cut a back-off short: something was just written to this queue."""
@@ -320,6 +325,10 @@ class Listener:
                 self.capacity.received(name, held.room)
                 self.capacity.give_back(name, held.room)
             raise
+        except OverLimit as exc:  # the service's limit of messages in flight: passes as held ones complete
+            self.last_error = str(exc)
+            self._log.warning("receive held back by the service's limit; backing off", error=str(exc))
+            failed = True
         except Exception as exc:
             self.metrics.inc("storage_errors", name)
             self.last_error = str(exc) or type(exc).__name__
@@ -338,6 +347,8 @@ class Listener:
             await self._release(messages[held.room:])
             messages = messages[:held.room]
         self.capacity.give_back(name, held.room - len(messages))
+        if messages and self._window > 0 and len(messages) < self.options.batch_size:
+            messages = await self._gather(messages)
         if messages:
             self.middleware.after_receive(self.function, len(messages))
             batches = [messages] if self.function.many else [[raw] for raw in messages]
@@ -382,6 +393,41 @@ class Listener:
             await asyncio.gather(call, return_exceptions=True)
             return []
         return call.result()
+
+    async def _gather(self, messages: list[RawMessage]) -> list[RawMessage]:
+        """More of a batch, until batchSize or the batching window after its first message: each further receive
+        takes the room it needs then, without waiting for any, and waits on the service for what is left of the
+        window. Storage trouble or stopping ends the batch as it is."""
+        name = self.function.name
+        deadline = time.monotonic() + self._window
+        while len(messages) < self.options.batch_size and not self.stopping.is_set():
+            left = deadline - time.monotonic()
+            room = self.capacity.take(name, self.options.batch_size - len(messages), self._allowed) if left > 0 else 0
+            if room == 0:
+                break
+            got: list[RawMessage] = []
+            wait = min(left, self.backend.limits.long_poll)
+            call = asyncio.ensure_future(self.backend.receive(self.function.queue_name, room,
+                                                              self.options.lease_duration, wait=wait,
+                                                              channel=self.function.extras.get("channel")))
+            stop = asyncio.ensure_future(self.stopping.wait())
+            try:
+                await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if not call.done():  # stopping: the backend gives back what the cancelled receive brings
+                    call.cancel()
+                    await asyncio.gather(call, return_exceptions=True)
+                    break
+                got = call.result()
+            except Exception as exc:  # the batch goes as it is; the next receive meets the trouble and says so
+                self._log.debug("receive for a batching window failed", error=f"{type(exc).__name__}: {exc}")
+                break
+            finally:
+                stop.cancel()
+                self.capacity.give_back(name, room - len(got))
+            messages = [*messages, *got]
+            if not got and wait <= 0:  # a service that answers at once: a short pause before asking again
+                await self._sleep(min(left, MIN_POLL_DELAY))
+        return messages
 
     async def _release(self, messages: list[RawMessage]) -> None:
         """Make messages this host has no room for visible again at once, for any worker to take."""

@@ -30,6 +30,7 @@ import structlog
 from worker.backends.queues import (
     DeadLetters,
     LeaseGone,
+    PoisonByQueue,
     QueueBackend,
     QueueNotFound,
     RawMessage,
@@ -125,11 +126,23 @@ async def _redrive_problem(backend: object, queue: str, max_dequeue_count: int) 
     return None
 
 
-def policy_for(backend: QueueBackend) -> PoisonPolicy:
-    """The service's dead-letter queue where the backend hands poison to it, else ``<queue>-poison``."""
-    if backend.service_dead_letters and isinstance(backend, DeadLetters):
+def policy_for(backend: QueueBackend, queue: str) -> PoisonPolicy:
+    """The service's dead-letter queue where the backend hands ``queue``'s poison to it, else ``<queue>-poison``.
+
+    Where each queue's own rule decides (:class:`PoisonByQueue`: SQS without ``poison=``), what was found when it was
+    last looked up: at the host's start (:func:`looked_up_policy`), for every trigger queue.
+    """
+    service = backend.dead_letters_for(queue) if isinstance(backend, PoisonByQueue) else backend.service_dead_letters
+    if service and isinstance(backend, DeadLetters):
         return DeadLetterQueue(backend)
     return PoisonQueue(backend)
+
+
+async def looked_up_policy(backend: QueueBackend, queue: str) -> PoisonPolicy:
+    """:func:`policy_for`, with the queue's own rule read now where it decides (the host's start, the tools)."""
+    if isinstance(backend, PoisonByQueue):
+        await backend.look_up_dead_letters(queue)
+    return policy_for(backend, queue)
 
 
 class PoisonQueue:

@@ -96,7 +96,10 @@ def raised(exc: Exception, where: str, log: Any) -> Result:
 
 def of_message(message: QueueMessage | None, result: Result, log: Any) -> Result:
     """One message's result in an invocation whose result is ``result``: its own where the handler failed it alone
-    (``msg.fail``; poison when it asked for it)."""
+    (``msg.fail``; poison when it asked for it), or dropped it unhandled (``msg.drop``: deleted whether the rest of the
+    batch succeeded or failed, as Lambda deletes what its filters drop)."""
+    if message is not None and message.dropped is not None and result.outcome in (Outcome.SUCCEEDED, Outcome.FAILED):
+        return Result(Outcome.SUCCEEDED, message.dropped, filtered=True)
     if result.outcome is Outcome.SUCCEEDED and message is not None and message.failure is not None:
         log.warning("handler failed one message", message_id=message.id, reason=message.failure,
                     poison=message.poison_requested)

@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from worker.backends.queues import Limits
 from worker.observability.logs import FUNCTIONS_LEVELS
 from worker.settings import functions_json
 from worker.settings import sections as foreign
@@ -236,10 +237,15 @@ _FUNCTION_ONLY: dict[str, Setting] = {
 
 @dataclass(frozen=True, slots=True)
 class FunctionOverrides:
-    """One ``functions.<name>`` section: the settings it changes, and where it stands (file:line)."""
+    """One ``functions.<name>`` section: the settings it changes, and where it stands (file:line).
+
+    ``derived`` names the settings in ``settings`` the section did not give but follow from one it gave
+    (newBatchThreshold from batchSize), so that they are not taken for the user's own values.
+    """
 
     settings: Mapping[str, Any]
     where: str
+    derived: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,10 +268,28 @@ class FunctionOptions:
     lease_duration: float
     retry: RetryPolicy | None
     max_concurrency: int | None
+    #: The fields the user gave (in host.yaml, the environment, code or a template), as against defaults: a default
+    #: past a backend's limit takes the limit, while a value given past it is refused (:meth:`within`).
+    given: frozenset[str] = frozenset()
+
+    def within(self, limits: Limits, service: str) -> tuple[FunctionOptions, list[str]]:
+        """These options with every default a service does not take (SQS returns 10 messages a receive, not
+        Functions' 16) set to the service's limit, and a line for each such change; values the user gave are left
+        for :meth:`Limits.exceeded` to refuse. newBatchThreshold, when not given, follows a batch size cut so."""
+        changes: dict[str, Any] = {}
+        said = []
+        for option, limit, meaning in limits.bounds():
+            value = getattr(self, option)
+            if option not in self.given and value > limit:
+                changes[option] = type(value)(limit)
+                said.append(f"{_key(option)} {value:g} -> {limit:g} ({service}: at most {limit:g} {meaning})")
+        if "batch_size" in changes and "new_batch_threshold" not in self.given:
+            changes["new_batch_threshold"] = _default_threshold(changes["batch_size"])
+        return (dataclasses.replace(self, **changes), said) if changes else (self, [])
 
 
 #: The HostConfig fields a FunctionOptions copies.
-_FUNCTION_OPTIONS = FunctionOptions.__slots__
+_FUNCTION_OPTIONS = tuple(name for name in FunctionOptions.__slots__ if name != "given")
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +366,10 @@ class HostConfig:
     ignored_keys: tuple[str, ...] = ()
     #: The file the settings were read from (host.yaml or host.json); None for the defaults.
     source: Path | None = None
+    #: The fields the settings gave (the file, the environment), as against defaults; None for a HostConfig made in
+    #: code, where every field whose value differs from its default counts as given. Where a value came from, not a
+    #: setting: two configs of the same values are equal.
+    given: frozenset[str] | None = field(default=None, compare=False)
 
     def differences(self) -> dict[str, str]:
         """The settings that differ from the defaults, by host.yaml key, as text for people (the console).
@@ -353,7 +381,7 @@ class HostConfig:
         keys = {setting.attr: key for key, setting in _SCHEMA.items()}
         found: dict[str, str] = {}
         for item in dataclasses.fields(self):
-            if item.name in ("base_dir", "source", "ignored_keys", "functions", "sections"):
+            if item.name in ("base_dir", "source", "ignored_keys", "functions", "sections", "given"):
                 continue
             value = getattr(self, item.name)
             if value == getattr(default, item.name):
@@ -383,13 +411,24 @@ class HostConfig:
         function's own host.yaml ``retry`` wins over it, and it wins over the
         global ``retry``: the most specific setting wins.
         ``code_settings`` (FunctionOptions fields given with the code: a SAM
-        template's) stand likewise between the two.
+        template's) stand likewise between the two. The result's ``given`` names what any of these gave.
         """
-        overrides = {**(code_settings or {}), **(self.functions[name].settings if name in self.functions else {})}
+        section = self.functions.get(name)
+        overrides = {**(code_settings or {}), **(section.settings if section is not None else {})}
         if code_retry is not None and "retry" not in overrides:
             overrides["retry"] = code_retry
         values = {attr: overrides.get(attr, getattr(self, attr)) for attr in _FUNCTION_OPTIONS}
-        return FunctionOptions(**values)
+        given = set(self.given_fields()) | set(code_settings or {}) | ({"retry"} if code_retry is not None else set())
+        if section is not None:
+            given |= set(section.settings) - section.derived
+        return FunctionOptions(**values, given=frozenset(given) & set(_FUNCTION_OPTIONS))
+
+    def given_fields(self) -> frozenset[str]:
+        """The fields the user gave: :attr:`given` as read, or (made in code) every field unlike its default."""
+        if self.given is not None:
+            return self.given
+        default = HostConfig()
+        return frozenset(attr for attr in _FUNCTION_OPTIONS if getattr(self, attr) != getattr(default, attr))
 
     def key_of(self, function: str, attr: str) -> str:
         """The host.yaml key that gives function ``function`` its ``attr`` (a HostConfig field), for messages.
@@ -627,6 +666,7 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
             settings["retry"] = _SCHEMA["retry"].read("retry", retry_fields, "environment WORKER__retry__...")
         except ConfigError as exc:
             errors.append(exc)
+    given_keys = frozenset(settings)
     threshold_given = "new_batch_threshold" in settings
     if not threshold_given:
         settings["new_batch_threshold"] = _default_threshold(settings.get("batch_size", 16))
@@ -640,7 +680,7 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     source = Path(path).resolve() if path is not None else None
     return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
                       sections=foreign.gather(given, origins, overrides), ignored_keys=tuple(sorted(set(ignored))),
-                      source=source)
+                      source=source, given=given_keys)
 
 
 def _read_key(
@@ -678,6 +718,11 @@ def _read_key(
         raise ConfigError(key, unknown(key, [*_SCHEMA, "connections", "functions"], "known keys"), where)
     settings[setting.attr] = setting.read(key, value, where)
 
+
+
+def _key(attr: str) -> str:
+    """The global host.yaml key of a HostConfig field, for messages."""
+    return next(key for key, setting in _SCHEMA.items() if setting.attr == attr)
 
 
 def _default_threshold(batch_size: int) -> int:
@@ -732,6 +777,7 @@ def _function_overrides(
     raise_all(errors)
     if derive_threshold and "batch_size" in settings and "new_batch_threshold" not in settings:
         settings["new_batch_threshold"] = _default_threshold(settings["batch_size"])
+        return FunctionOverrides(settings, where, derived=frozenset({"new_batch_threshold"}))
     return FunctionOverrides(settings, where)
 
 

@@ -12,10 +12,12 @@ The form::
   it, credentials come from botocore's own provider chain, nothing of this
   host's: the environment, the shared files' default profile, web identity
   (EKS service accounts), the container's and the instance's metadata.
-- ``poison``: ``host`` (default) copies a poison message to ``<queue>-poison``
-  after ``maxDequeueCount``, as on Azure; ``service`` leaves it to the queue's
-  own redrive policy (its dead-letter queue after ``maxReceiveCount``
-  receives). Each is refused at start on a queue that says otherwise.
+- ``poison``: not given, each queue's own word decides: one with a redrive
+  policy leaves poison to it (its dead-letter queue after ``maxReceiveCount``
+  receives), as Lambda does, and one without has it copied to
+  ``<queue>-poison`` after ``maxDequeueCount``, as on Azure. ``host`` and
+  ``service`` ask for one of the two for every queue, and are refused at start
+  on a queue that says otherwise.
 - ``longPoll``: seconds a receive waits at the service (ReceiveMessage
   ``WaitTimeSeconds``), 0 to 20; 20 unless given.
 
@@ -33,6 +35,8 @@ from worker.backends.queues import Capabilities, Limits
 
 SCHEME = "sqs"
 POISON_MODES = ("host", "service")
+#: Where poison goes when the connection does not say: by each queue's redrive policy.
+BY_QUEUE = "auto"
 #: ReceiveMessage's longest ``WaitTimeSeconds``.
 MAX_LONG_POLL = 20
 #: What the backend's ``close`` waits beyond a long poll's whole wait for receives cancelled under way (at stop):
@@ -72,7 +76,8 @@ class SqsConnection:
     region: str
     endpoint: str | None = None
     profile: str | None = None
-    poison: str = "host"
+    #: ``host``, ``service``, or :data:`BY_QUEUE` (not given).
+    poison: str = BY_QUEUE
     long_poll: int = MAX_LONG_POLL
 
     def describe(self) -> str:
@@ -104,8 +109,8 @@ def parse_sqs_connection(text: str) -> SqsConnection:
     endpoint = query.get("endpoint") or None
     if endpoint is not None and urlsplit(endpoint).scheme not in ("http", "https"):
         problems.append("endpoint must be an http:// or https:// URL")
-    poison = query.get("poison", "host")
-    if poison not in POISON_MODES:
+    poison = query.get("poison", BY_QUEUE)
+    if "poison" in query and poison not in POISON_MODES:
         problems.append(f"poison must be one of {', '.join(POISON_MODES)}")
     long_poll = query.get("longPoll", str(MAX_LONG_POLL))
     if not (long_poll.isascii() and long_poll.isdigit() and int(long_poll) <= MAX_LONG_POLL):

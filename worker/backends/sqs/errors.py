@@ -25,6 +25,7 @@ from worker.backends.queues import (
     InvalidArgument,
     MessageNotFound,
     MessageTooLarge,
+    OverLimit,
     QueueError,
     QueueNotFound,
     TransientError,
@@ -35,6 +36,9 @@ _TRANSIENT_CODES = frozenset({
     "RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled", "ServiceUnavailable", "InternalError",
     "InternalFailure", "RequestTimeout", "RequestTimeoutException",
 })
+#: A limit of the service reached for now, most often the in-flight messages of a queue (the query code, and the
+#: JSON protocol's shape name).
+OVER_LIMIT = frozenset({"OverLimit", "AWS.SimpleQueueService.OverLimit"})
 #: A queue that does not exist (the query code, and the JSON protocol's shape name).
 _NO_QUEUE = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 #: CreateQueue's refusal of a name whose queue was deleted within the last 60 s (the query code, and the JSON
@@ -45,8 +49,32 @@ RECREATE_AFTER_SECONDS = 60
 #: A receipt handle that names no current delivery: the message was deleted, received again, or its handle is not
 #: one (SQS answers each of these on ChangeMessageVisibility; DeleteMessage answers only the last).
 RECEIPT_GONE = frozenset({
-    "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidReceiptHandle",
+    "ReceiptHandleIsInvalid", "AWS.SimpleQueueService.ReceiptHandleIsInvalid", "MessageNotInflight",
+    "AWS.SimpleQueueService.MessageNotInflight", "InvalidReceiptHandle",
 })
+#: SQS's answer to a value it refuses, whichever the value: it means a lost lease where it names the receipt handle.
+INVALID_VALUE = frozenset({"InvalidParameterValue", "AWS.SimpleQueueService.InvalidParameterValue"})
+
+
+def lease_gone(code: str, text: str) -> str | None:
+    """Why an answer means the lease on a message is lost, or None where it does not.
+
+    The codes of :data:`RECEIPT_GONE`; InvalidParameterValue naming the receipt handle ("Value ... for parameter
+    ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.",
+    SQS's answer once another consumer received the message); and InvalidParameterValue naming the visibility
+    timeout as past the total the message may have ("Total VisibilityTimeout for the message is beyond the limit"):
+    the API Reference's ChangeMessageVisibility says a change past the maximum "is rejected", and the message is
+    every consumer's once what it has runs out.
+    """
+    if code in RECEIPT_GONE:
+        return "its receipt handle is no longer current"
+    if code in INVALID_VALUE:
+        folded = text.replace(" ", "").lower()
+        if "receipthandle" in folded:
+            return "its receipt handle is no longer current"
+        if "visibilitytimeout" in folded and ("beyondthelimit" in folded or "maximum" in folded):
+            return "it reached SQS's 12-hour visibility maximum"
+    return None
 
 
 def error_code(exc: BaseException) -> str:
@@ -111,8 +139,11 @@ def answer_error(exc: BaseException, queue: str, message_id: str | None, where: 
         return TransientError(f"{where} will not create queue {queue!r} yet: a queue of that name was deleted less "
                               f"than {RECREATE_AFTER_SECONDS} s ago, and SQS refuses the name until then "
                               f"({describe(exc)})")
-    if message_id and code in RECEIPT_GONE:
-        return MessageNotFound(f"{subject} is gone, or its receipt handle is no longer current ({describe(exc)})")
+    if code in OVER_LIMIT:
+        return OverLimit(f"{where} holds back for {subject}: a limit is reached, most often the 120,000 messages a "
+                         f"queue may have in flight; it passes as held messages are deleted ({describe(exc)})")
+    if message_id and (why := lease_gone(code, str(exc.response.get("Error", {}).get("Message") or ""))):
+        return MessageNotFound(f"{subject} is gone, or {why} ({describe(exc)})")
     if status(exc) in (401, 403):
         return QueueError(f"{where} refused the request for {subject}: {describe(exc)}")
     if "too long" in str(exc).lower() or "MessageTooLong" in code:
@@ -127,8 +158,8 @@ def entry_error(failed: dict[str, str], queue: str, message_id: str, where: str)
     code, text = failed.get("Code", ""), failed.get("Message") or ""
     answer = f"{code}: {first_line(text)}" if text else code
     subject = f"message {message_id} in queue {queue!r}"
-    if code in RECEIPT_GONE:
-        return MessageNotFound(f"{subject} is gone, or its receipt handle is no longer current ({answer})")
+    if why := lease_gone(code, text):
+        return MessageNotFound(f"{subject} is gone, or {why} ({answer})")
     if not failed.get("SenderFault", True) or code in _TRANSIENT_CODES:
         return TransientError(f"{where} failed the entry for {subject}; it may succeed later ({answer})")
     return InvalidArgument(f"{where} refused the entry for {subject} ({answer})")

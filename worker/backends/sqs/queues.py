@@ -19,10 +19,17 @@ reads through the protocol:
   count ``ApproximateReceiveCount``; its properties are string message
   attributes (where a producer's trace context travels).
 - ChangeMessageVisibility keeps the receipt handle, and SQS will not hide a
-  message past 12 hours from its first receive (``ApproximateFirstReceiveTimestamp``):
-  an update is cut to that cap (:func:`within_cap`), and one made at the cap
-  raises MessageNotFound, a lost lease, since the message is visible to every
-  consumer from then on.
+  message past 12 hours from the receive that handed it out: the API Reference
+  says the visibility timeout "begins when you call ReceiveMessage", and that a
+  change past the maximum is rejected. So an update is cut to 12 hours from
+  when this backend called ReceiveMessage (:func:`within_cap`), and one made at
+  the cap, or refused by SQS as past it, raises MessageNotFound, a lost lease,
+  since the message is visible to every consumer from then on.
+- A renewal or delete that SQS refuses as naming no current delivery
+  (ReceiptHandleIsInvalid, MessageNotInflight, InvalidParameterValue naming the
+  receipt handle: :func:`worker.backends.sqs.errors.lease_gone`) is a lost lease,
+  alone or in a batch; the handle is then refused here before any request, since
+  SQS answers a delete with a superseded handle as done without deleting.
 - SQS answers a receipt handle a later receive replaced, and a delete of a
   message already deleted, with success or with an error that does not say
   which; the protocol names the message and tells a stale receipt from a gone
@@ -80,6 +87,7 @@ from worker.backends.retrying import Retrier
 from worker.backends.sqs import errors
 from worker.backends.sqs.batches import Batcher, Entry
 from worker.backends.sqs.connection import (
+    BY_QUEUE,
     MAX_LONG_POLL,
     RELEASE_MARGIN,
     SQS_CAPABILITIES,
@@ -95,7 +103,7 @@ T = TypeVar("T")
 
 #: Threads for calls; long polls hold one each for up to 20 s, so there are enough for many functions' polls.
 THREADS = 32
-#: The visibility cap: no message is hidden past this long after its first receive.
+#: The visibility cap: no message is hidden past this long after the receive that handed it out.
 CAP = timedelta(seconds=SQS_LIMITS.max_visibility)
 #: The system attributes a receive asks for: the receive count and times the protocol reports, and the rest
 #: (SenderId, MessageGroupId ...) for handlers written for SQS (``RawMessage.service_attributes``).
@@ -109,10 +117,11 @@ def _models() -> botocore.loaders.Loader:
     return botocore.loaders.create_loader()
 
 
-def within_cap(visibility: int, first_receive: datetime, now: datetime) -> int:
-    """The visibility SQS accepts now for a message first received at ``first_receive``: ``visibility``, cut to the
-    12-hour cap; 0 when the cap is reached (the message is visible to everyone then, whoever holds it)."""
-    return max(0, min(visibility, math.floor((first_receive + CAP - now).total_seconds())))
+def within_cap(visibility: int, received: datetime, now: datetime) -> int:
+    """The visibility SQS accepts now for a message whose current receive was called at ``received``:
+    ``visibility``, cut to the 12-hour cap; 0 when the cap is reached (the message is visible to everyone then,
+    whoever holds it)."""
+    return max(0, min(visibility, math.floor((received + CAP - now).total_seconds())))
 
 
 def _seconds(value: float) -> int:
@@ -140,8 +149,11 @@ class SqsBackend:
         self.connection = connection
         if connection.long_poll != MAX_LONG_POLL:
             self.limits = replace(SQS_LIMITS, long_poll=float(connection.long_poll))
-        #: ``poison=service`` leaves poison to the queue's redrive policy.
+        #: ``poison=service`` leaves poison to the queue's redrive policy; without ``poison=``, each queue's own
+        #: redrive policy decides (:meth:`dead_letters_for`).
         self.service_dead_letters = connection.poison == "service"
+        #: Whether each queue has a redrive policy, by name, as last looked up (``poison`` not given).
+        self._redrives: dict[str, bool] = {}
         self._retrier = Retrier(is_transient=errors.is_transient, failure_kind=errors.failure_kind,
                                 may_have_acted=errors.may_have_acted, on_retry=on_retry, log=log)
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="sqs")
@@ -152,8 +164,8 @@ class SqsBackend:
         #: Each queue's MessageRetentionPeriod (when its messages expire), by name, looked up once.
         self._retention: dict[str, timedelta] = {}
         self._receipts = Receipts()
-        #: When each handle's message was first received, for the 12-hour cap, by receipt handle.
-        self._first_receives: dict[str, datetime] = {}
+        #: When the receive that handed out each handle was called, for the 12-hour cap, by receipt handle.
+        self._received_at: dict[str, datetime] = {}
         self._releasing = PendingReleases()
         self._deletes = Batcher(self._delete_one, self._delete_batch)
         self._visibilities = Batcher(self._change_one, self._change_batch)
@@ -360,7 +372,7 @@ class SqsBackend:
             attributes = message.get("Attributes", {})
             receipt = message["ReceiptHandle"]
             self._receipts.received(queue, message["MessageId"], receipt)
-            self._first_receives[receipt] = _when(attributes.get("ApproximateFirstReceiveTimestamp")) or now
+            self._received_at[receipt] = now  # when ReceiveMessage was called: its visibility began no earlier
             sent = _when(attributes.get("SentTimestamp")) or now
             received.append(RawMessage(
                 id=message["MessageId"], content=message["Body"],
@@ -371,8 +383,8 @@ class SqsBackend:
                             if "StringValue" in v},
                 service_attributes=attributes,
             ))
-        while len(self._first_receives) > self._receipts.size:
-            del self._first_receives[next(iter(self._first_receives))]
+        while len(self._received_at) > self._receipts.size:
+            del self._received_at[next(iter(self._received_at))]
         return received
 
     def _release(self, got: tuple[str, list[dict[str, Any]], timedelta]) -> None:
@@ -405,15 +417,20 @@ class SqsBackend:
         self.limits.check_visibility(visibility_timeout, 0)
         self._receipts.check(queue, message_id, pop_receipt)
         asked = _seconds(visibility_timeout)
-        first = self._first_receives.get(pop_receipt)
+        received = self._received_at.get(pop_receipt)
         now = datetime.now(UTC)
-        visibility = asked if first is None else within_cap(asked, first, now)
+        visibility = asked if received is None else within_cap(asked, received, now)
         if asked > 0 and visibility == 0:
-            raise MessageNotFound(f"message {message_id} in queue {queue!r} reached SQS's 12-hour visibility cap "
-                                  f"(first received {first:%Y-%m-%d %H:%M:%S} UTC): it is visible to every consumer")
-
-        await self._visibilities.submit(queue, {"message_id": message_id, "ReceiptHandle": pop_receipt,
-                                                "VisibilityTimeout": visibility})
+            why = (f"it reached SQS's 12-hour visibility cap (received {received:%Y-%m-%d %H:%M:%S} UTC), so it is "
+                   "visible to every consumer")
+            self._receipts.lost(pop_receipt, why)
+            raise MessageNotFound(f"message {message_id} in queue {queue!r}: {why}")
+        try:
+            await self._visibilities.submit(queue, {"message_id": message_id, "ReceiptHandle": pop_receipt,
+                                                    "VisibilityTimeout": visibility})
+        except MessageNotFound as exc:
+            self._receipts.lost(pop_receipt, f"SQS refused it ({exc})")
+            raise
         return Receipt(pop_receipt, now + timedelta(seconds=visibility))
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
@@ -423,7 +440,7 @@ class SqsBackend:
         self._receipts.check(queue, message_id, pop_receipt)
         await self._deletes.submit(queue, {"message_id": message_id, "ReceiptHandle": pop_receipt})
         self._receipts.deleted(queue, message_id)
-        self._first_receives.pop(pop_receipt, None)
+        self._received_at.pop(pop_receipt, None)
 
     # -- deletes and visibility changes, alone or in batches ---------------------------------------------------
 
@@ -484,20 +501,39 @@ class SqsBackend:
         arn = json_field(policy, "deadLetterTargetArn") if policy else None
         return str(arn).rsplit(":", 1)[-1] if arn else None
 
+    def dead_letters_for(self, queue: str) -> bool:
+        """Whether the queue's redrive policy takes its poison: always with ``poison=service``, never with
+        ``poison=host``, and without ``poison=`` where the queue had one when last looked at (at start)."""
+        if self.connection.poison == BY_QUEUE:
+            return self._redrives.get(queue, False)
+        return self.service_dead_letters
+
+    async def look_up_dead_letters(self, queue: str) -> bool:
+        """Read the queue's redrive policy now (without ``poison=``) and remember whether it has one."""
+        if self.connection.poison == BY_QUEUE:
+            self._redrives[queue] = await self.dead_letter_limit(queue) > 0
+        return self.dead_letters_for(queue)
+
     async def poison_problem(self, queue: str, max_dequeue_count: int) -> str | None:
-        """With ``poison=host`` the queue must have no redrive policy (SQS would move a message the host means to copy
-        to ``<queue>-poison``, or keep one the host has given up on); with ``poison=service`` it must have one whose
-        ``maxReceiveCount`` is the function's ``maxDequeueCount``."""
+        """Without ``poison=`` there is none: the queue's redrive policy, if it has one, takes its poison, else the
+        host does. With ``poison=host`` the queue must have no redrive policy (SQS would move a message the host means
+        to copy to ``<queue>-poison``, or keep one the host has given up on); with ``poison=service`` it must have one
+        whose ``maxReceiveCount`` is the function's ``maxDequeueCount``."""
+        if self.connection.poison == BY_QUEUE:
+            await self.look_up_dead_letters(queue)
+            return None
         limit = await self.dead_letter_limit(queue)
         if not self.service_dead_letters:
             if limit:
                 return (f"queue {queue!r} has a redrive policy (to {await self.dead_letter_queue(queue)!r} after "
                         f"{limit} receives), and poison=host would copy its poison to {queue!r}'s poison queue "
-                        "after maxDequeueCount as well: give the connection poison=service, or remove the policy")
+                        "after maxDequeueCount as well: leave poison= out of the connection (or give it "
+                        "poison=service) to use the policy, or remove the policy")
             return None
         if not limit:
             return (f"queue {queue!r} has no redrive policy, so with poison=service a poison message would come back "
-                    "for ever: give it one, or use poison=host (the default)")
+                    "for ever: give it one, or leave poison= out of the connection to keep poison in "
+                    f"{queue!r}'s poison queue")
         if limit != max_dequeue_count:
             return (f"queue {queue!r}'s redrive policy moves a message after {limit} receives, but maxDequeueCount is "
                     f"{max_dequeue_count}: make them equal")

@@ -44,7 +44,7 @@ class PoisonOf:
 
     @property
     def policy(self) -> PoisonPolicy:
-        return policy_for(self.backend)
+        return policy_for(self.backend, self.queue)
 
     async def look(self) -> dict[str, Any]:
         """Its count and, where the backend can peek, its first messages."""
