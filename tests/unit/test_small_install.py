@@ -65,7 +65,8 @@ def test_worker_version_is_the_packages(tmp_path: Path) -> None:
 EXTRAS = {
     "oci": lambda name: name.startswith("worker.backends.oci.") and name != "worker.backends.oci.connection",
     # SQS connection strings, FIFO ids and batching are read without botocore; the errors and the backend need it.
-    "botocore": lambda name: name in ("worker.backends.sqs.errors", "worker.backends.sqs.queues"),
+    "botocore": lambda name: name in ("worker.backends.sqs.errors", "worker.backends.sqs.queues",
+                                     "worker.backends.sqs.urls"),
     "opentelemetry": lambda name: name in ("worker.observability.otel", "worker.middleware.tracing"),
 }
 

@@ -112,14 +112,9 @@ def _looked_up(connection: SqsConnection | None, client: list[Any], queue: str) 
     if connection is None or importlib.util.find_spec("botocore") is None:
         return None
     try:
-        if not client:
-            import botocore.session
-            from botocore.config import Config
+        from worker.backends.sqs.urls import queue_url
 
-            client.append(botocore.session.Session(profile=connection.profile).create_client(
-                "sqs", region_name=connection.region, endpoint_url=connection.endpoint,
-                config=Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=10)))
-        return str(client[0].get_queue_url(QueueName=queue)["QueueUrl"])
+        return queue_url(connection, client, queue)
     except Exception as exc:
         log.info("queue URL not looked up; !Ref of the queue gives its URL of SQS's form", queue=queue,
                  error=f"{type(exc).__name__}: {exc}")
