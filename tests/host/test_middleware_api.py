@@ -186,8 +186,8 @@ def test_an_option_nothing_reads_is_refused_at_start_by_name_with_every_other_pr
     config = HostConfig(base_dir=tmp_path)
     found = preflight.problems(app, config, environ={})
     assert [line for line in found if "option" in line] == [
-        "function misspelt: option 'sparkk' is not one the host or its middleware reads (they read: channel, "
-        "checkpoints, spark, tenant)"]
+        "function misspelt: option 'sparkk' is not one the host or its middleware reads (they read: "
+        "batching_window, channel, checkpoints, spark, tenant)"]
     assert any("Missing" in line for line in found)  # listed together
     with pytest.raises(StartupRefused) as refused:
         Host(app, config)
