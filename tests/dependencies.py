@@ -8,8 +8,9 @@ and the Spark tests on a local master (pyspark's code paths: the fast tier leave
 - ``lowest``: every package of ``PACKAGES`` pinned at the lower bound pyproject.toml declares for it (read from it,
   so that what is declared is what is tested); everything else as pip resolves it;
 - ``newest``: no pins and no constraints.txt, so each is the newest release pip finds for this Python;
-- ``lowest-<package>`` (``--each``): that package alone at its lower bound and the rest at constraints.txt's
-  versions, which says which package a failure of ``lowest`` belongs to.
+- ``lowest-<package>`` (``--each``): that package alone at its lower bound, the rest as in ``newest``, which says
+  which package a failure of ``lowest`` belongs to. (Not the rest at constraints.txt's versions: its pins of the
+  packages released with botocore, s3transfer's for one, leave no room for an old botocore.)
 
 It prints a table (package, version, result per run) and exits 1 when a run failed. Each run's output is in
 ``.venv-deps/<run>.log``; a venv is made again from scratch each time. Runs go one after another (each uses the
@@ -18,7 +19,11 @@ machine's two cores through ``pytest -n 2``).
     python -m tests.dependencies                 # lowest, then newest
     python -m tests.dependencies --runs lowest   # one of them
     python -m tests.dependencies --each          # and each package alone at its lower bound
-    python -m tests.dependencies --pin oci==2.160.0 --runs lowest   # a lower bound tried before it is declared
+    python -m tests.dependencies --each --runs   # only each package alone
+    python -m tests.dependencies --pin oci==2.170.0 --runs lowest   # a higher bound tried before it is declared
+
+A pin below the declared bound cannot install beside the project (``pip install -e .`` requires the bound): to try
+one, lower the bound in pyproject.toml and run ``--runs lowest``.
 """
 
 from __future__ import annotations
@@ -82,16 +87,6 @@ def lower_bounds() -> dict[str, str]:
     return bounds
 
 
-def constraints_without(names: set[str]) -> Path:
-    """constraints.txt less the pins of ``names`` (and their companions), as a file beside the venvs."""
-    names = names | {COMPANIONS[name] for name in names if name in COMPANIONS}
-    kept = [line for line in (REPO / "constraints.txt").read_text().splitlines()
-            if not (m := re.match(r"([A-Za-z0-9_.-]+)\s*==", line)) or normalise(m.group(1)) not in names]
-    path = VENVS / f"constraints-without-{'-'.join(sorted(names))}.txt"
-    path.write_text("\n".join(kept) + "\n")
-    return path
-
-
 def run(command: list[str], log, **kwargs) -> int:
     log.write(f"\n$ {' '.join(command)}\n")
     log.flush()
@@ -107,7 +102,7 @@ def summary(log_path: Path, start: int) -> str:
     return lines[-1] if lines else "no summary"
 
 
-def one_run(name: str, pins: dict[str, str], constraints: Path | None) -> tuple[dict[str, str], list[tuple[str, str]], bool]:
+def one_run(name: str, pins: dict[str, str]) -> tuple[dict[str, str], list[tuple[str, str]], bool]:
     """Make the venv, install, run the suites: (installed versions of PACKAGES, (suite, summary) pairs, passed)."""
     venv = VENVS / name
     shutil.rmtree(venv, ignore_errors=True)
@@ -118,8 +113,6 @@ def one_run(name: str, pins: dict[str, str], constraints: Path | None) -> tuple[
         started = time.monotonic()
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
         requirements = ["-e", f".[{EXTRAS}]"] + [f"{package}=={version}" for package, version in pins.items()]
-        if constraints:
-            requirements += ["-c", str(constraints)]
         if run([sys.executable, "-m", "venv", str(venv)], log) or run(pip + ["--upgrade", "pip"], log) \
                 or run(pip + requirements, log):
             return {}, [("install", "failed: see " + str(log_path.relative_to(REPO)))], False
@@ -146,35 +139,38 @@ def one_run(name: str, pins: dict[str, str], constraints: Path | None) -> tuple[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="+", default=["lowest", "newest"], choices=["lowest", "newest"])
+    parser.add_argument("--runs", nargs="*", default=["lowest", "newest"], choices=["lowest", "newest"],
+                        help="lowest, newest or both (the default); none with --each runs only the packages alone")
     parser.add_argument("--each", action="store_true", help="also each package alone at its lower bound")
     parser.add_argument("--pin", action="append", default=[], metavar="PACKAGE==VERSION",
-                        help="a lower bound to try in place of the declared one")
+                        help="a lower bound to try in place of the declared one (at or above it)")
     args = parser.parse_args(argv)
     VENVS.mkdir(exist_ok=True)
     bounds = lower_bounds()
     for pin in args.pin:
         package, _, version = pin.partition("==")
         bounds[normalise(package)] = version
-    plans: list[tuple[str, dict[str, str], Path | None]] = []
+    plans: list[tuple[str, dict[str, str]]] = []
     for name in args.runs:
         if name == "lowest":
             pins = dict(bounds)
             pins.update({COMPANIONS[p]: bounds[p] for p in bounds if p in COMPANIONS})
-            plans.append(("lowest", pins, None))
+            plans.append(("lowest", pins))
         else:
-            plans.append(("newest", {}, None))
+            plans.append(("newest", {}))
     if args.each:
         for package in PACKAGES:
             pins = {package: bounds[package]}
             if package in COMPANIONS:
                 pins[COMPANIONS[package]] = bounds[package]
-            plans.append((f"lowest-{package}", pins, constraints_without({package})))
+            plans.append((f"lowest-{package}", pins))
+    if not plans:
+        parser.error("nothing to run: name a run with --runs, or give --each")
     began = time.monotonic()
     table: list[tuple[str, dict[str, str], list[tuple[str, str]], bool]] = []
-    for name, pins, constraints in plans:
+    for name, pins in plans:
         print(f"test-deps: {name}: {' '.join(f'{p}=={v}' for p, v in pins.items()) or 'no pins'}", flush=True)
-        versions, results, passed = one_run(name, pins, constraints)
+        versions, results, passed = one_run(name, pins)
         table.append((name, versions, results, passed))
         for suite, result in results:
             print(f"  {suite}: {result}", flush=True)
