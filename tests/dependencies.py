@@ -122,15 +122,15 @@ def one_run(name: str, pins: dict[str, str]) -> tuple[dict[str, str], list[tuple
         versions = {normalise(p["name"]): p["version"] for p in json.loads(listing)}
         log.write("\n" + "\n".join(f"{p}=={versions.get(p, '-')}" for p in PACKAGES) + "\n")
         passed = True
-        # The suite as make test runs it: its byte-code caches written, and Spark's JVMs as tests/spark/jvm.py says.
+        # As make test runs the suite: its byte-code caches written (the Makefile's PYTEST_ENV); and without the
+        # caller's VIRTUAL_ENV, which names another venv than the run's.
         environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}
         environment.pop("VIRTUAL_ENV", None)
         for suite, arguments in SUITES.items():
             log.flush()
             start = log_path.stat().st_size
             began = time.monotonic()
-            status = run([str(python), "-m", "pytest", "-q", *arguments], log,
-                         env=environment)
+            status = run([str(python), "-m", "pytest", "-q", *arguments], log, env=environment)
             passed = passed and status == 0
             results.append((suite, f"{'passed' if status == 0 else 'FAILED'}: {summary(log_path, start)}"
                                    f" ({time.monotonic() - began:.0f} s)"))
