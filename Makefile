@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 NODE_INSTALLED := node_modules/.installed
 
-.PHONY: run test check clean browser containers spark-classes docs
+.PHONY: run test check clean browser containers spark-classes docs test-deps
 
 # The whole suite in parallel processes: most tests wait (on leases, processes, servers) rather than compute, so
 # six processes share two cores. The Spark tests, the reliability scenarios, the console's and the container tests
@@ -81,13 +81,23 @@ check: $(INSTALLED)
 	$(PYTEST_ENV) $(PY) -m pytest -n 2 -m "$(FAST_TIER)" --durations=10 -q || status=$$?; \
 	echo "make check: $$(( $$(date +%s) - start )) s wall time"; exit $$status
 
+# Declared ranges are tested ranges (not part of make test): the fast tier, the conformance suite on Azurite, OCI
+# Queue's test server and moto, and the Spark tests on a local master, in venvs of their own under .venv-deps, once
+# with azure-storage-queue, azure-core, botocore, oci, azure-functions, pyspark, structlog and tenacity at the lower
+# bounds pyproject.toml declares, once at the newest releases pip finds; a table at the end (tests/dependencies.py).
+# TEST_DEPS="--each" also runs each package alone at its lower bound. It needs Azurite there, not installed afresh:
+# npm ci runs only when node_modules has none (a node_modules shared by a link stays as it is).
+test-deps:
+	test -x node_modules/.bin/azurite || $(MAKE) $(NODE_INSTALLED)
+	$(PYTHON) -m tests.dependencies $(TEST_DEPS)
+
 # The documentation site, into site/ (open site/index.html), with every warning an error. Its console screenshots come
 # from a worker it runs and Chromium (the browser target); DOCS_SCREENSHOTS=0 builds without them.
 docs: $(INSTALLED) browser
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --clean --site-dir site
 
 clean:
-	rm -rf $(VENV) node_modules .worker .pytest_cache site
+	rm -rf $(VENV) .venv-deps node_modules .worker .pytest_cache site
 
 # Benchmarks (about forty minutes): worker throughput on Azurite beside a raw-SDK ceiling and a naive loop
 # (directly, then at the host's default settings with 10 and 25 ms added to every request as a storage
