@@ -95,3 +95,38 @@ def test_completion_scripts_come_from_the_parser_and_register_for_worker(tmp_pat
     assert completions(script, "worker", "poison", "re") == ["requeue"]
     assert "--burst" in completions(script, "worker", "run", "--b")
     assert completions(script, "worker", "spark", "stop", "--t") == ["--timeout"]
+
+
+def test_a_hello_app_neither_lists_nor_imports_spark(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    app = folder / "function_app.py"
+    app.write_text(app.read_text(encoding="utf-8").replace(
+        '    logging.info("hello, %s", msg.get_body().decode())',
+        '    import sys\n'
+        '    spark = {"pyspark", "worker.spark", "worker.middleware.spark"}\n'
+        '    open("seen.json", "w").write(__import__("json").dumps(sorted(spark & set(sys.modules))))'),
+        encoding="utf-8")
+    assert worker(folder, "send", scaffold.QUEUE, "world").returncode == 0
+
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    started = next(line for line in lines if line["event"] == "host started")
+    assert "Counting" in started["middleware"] and "Spark" not in started["middleware"]
+    assert json.loads((folder / "seen.json").read_text(encoding="utf-8")) == []  # neither pyspark nor Spark's modules
+
+
+def test_an_app_that_imports_worker_spark_still_gets_the_spark_middleware(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    app = folder / "function_app.py"
+    app.write_text(app.read_text(encoding="utf-8").replace("import logging\n", "import logging\nfrom worker import spark\n"),
+                   encoding="utf-8")
+
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    assert "Spark" in next(line for line in lines if line["event"] == "host started")["middleware"]
