@@ -7,6 +7,7 @@ Each runs the ``worker`` command as a real process, as a user's shell would.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,34 @@ def test_an_app_that_imports_worker_spark_still_gets_the_spark_middleware(tmp_pa
     assert ran.returncode == 0, ran.stderr
     lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
     assert "Spark" in next(line for line in lines if line["event"] == "host started")["middleware"]
+
+
+def test_run_help_says_how_to_serve_the_console(tmp_path: Path) -> None:
+    shown = worker(tmp_path, "run", "--help")
+
+    assert shown.returncode == 0, shown.stderr
+    assert "--http-port N" in shown.stdout and "serve the web console" in shown.stdout
+    assert "worker run --http-port 8080 --http-host 127.0.0.1" in " ".join(shown.stdout.split())
+
+
+def test_run_http_port_serves_the_console_and_its_start_line_says_where_and_how_to_get_in(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    setting, flag = ports
+
+    ran = subprocess.run([sys.executable, "-m", "worker", "run", "--burst", "--http-port", str(flag), "--http-host",
+                          "127.0.0.1"], cwd=folder, env=worker_environment(WORKER__worker__httpPort=str(setting)),
+                         capture_output=True, text=True, timeout=60)
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    console = next(line for line in lines if line["event"] == "web console")
+    assert console["url"] == f"http://127.0.0.1:{flag}/"  # the flag wins over worker.httpPort
+    assert "loopback" in console["access"]
+    assert next(line for line in lines if line["event"] == "endpoints listening")["port"] == flag
+

@@ -101,6 +101,12 @@ MISSING_STORAGE_HINT = (
 )
 
 
+#: ``worker run --help``'s last words: how to see the worker at work.
+RUN_EPILOG = ("The web console: worker run --http-port 8080 --http-host 127.0.0.1, then open http://127.0.0.1:8080/ "
+              "on this machine; the start's 'web console' line gives its address and how to get in (with "
+              "WORKER_HTTP_TOKEN set, the token; without, loopback only).")
+
+
 class UsageError(Exception):
     """Bad arguments, configuration or app: exit code 2."""
 
@@ -214,6 +220,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.no_supervisor and (args.processes or 1) > 1:
         raise UsageError("--no-supervisor runs one process; --processes needs the supervisor")
     config = _config(args.config, args.app)
+    if args.http_port is not None:  # the flag wins over worker.httpPort (and WORKER__worker__httpPort)
+        config = dataclasses.replace(config, http_port=args.http_port)
     if args.http_host is not None:
         config = dataclasses.replace(config, http_host=args.http_host)
     token = http_token(config, os.environ) if config.http_port else None  # read now: a bad one is refused at once
@@ -695,6 +703,7 @@ def _parser() -> argparse.ArgumentParser:
         return sub
 
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
+    run.epilog = RUN_EPILOG
     run.add_argument("--app", default=None, metavar="MODULE[:ATTR]|FOLDER",
                      help="the app's module and object, or a Functions app's folder (v2: its function_app.py; "
                           "v1: function folders with function.json) (default: function_app.py in the current folder, "
@@ -707,6 +716,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the host in this process, without a supervisor (what the supervisor runs); a sync "
                           f"handler past functionTimeout then ends it with exit code {RECYCLED}, and its message "
                           "comes back when its lease ends")
+    run.add_argument("--http-port", type=_port, default=None, metavar="N",
+                     help="serve the web console at http://ADDRESS:N/, with /healthz, /readyz, /metrics and /leases "
+                          "(default: worker.httpPort; none when unset)")
     run.add_argument("--http-host", type=_host, default=None, metavar="ADDRESS",
                      help="address the endpoints listen on (default: worker.httpHost, 0.0.0.0: every interface)")
     run.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
