@@ -162,3 +162,17 @@ def test_run_http_port_serves_the_console_and_its_start_line_says_where_and_how_
     assert "loopback" in console["access"]
     assert next(line for line in lines if line["event"] == "endpoints listening")["port"] == flag
 
+
+def test_a_host_yaml_beside_host_json_is_warned_about_naming_the_one_read(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    (folder / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
+
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    warned = next(line for line in lines if "is not read" in line["event"])
+    assert warned["level"] == "warning"
+    assert warned["read"] == str(folder / "host.yaml") and warned["not_read"] == str(folder / "host.json")
+    assert warned["event"].startswith("host.json beside host.yaml is not read: host.yaml wins")

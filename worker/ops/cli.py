@@ -244,6 +244,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.info("Functions app settings not used by this host", settings=unused)
         if config.source is not None:
             log.info("config file", path=str(config.source))
+            if args.config is None and (unread := _unread_settings_file(config.source)) is not None:
+                log.warning(f"{unread.name} beside {config.source.name} is not read: {config.source.name} wins; merge "
+                            f"them into one, or name the one to read with --config", read=str(config.source),
+                            not_read=str(unread))
         else:
             log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
     if not args.no_supervisor:
@@ -261,6 +265,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from worker.ops.host_process import run_here
 
     return run_here(args, config, log, supervisor_pid)
+
+
+def _unread_settings_file(read: Path) -> Path | None:
+    """A settings file beside the one found that loses to it (``worker init``'s host.json beside a host.yaml someone
+    added): said at start, since the one not read silently changes nothing."""
+    for name in SETTINGS_FILES:
+        if name != read.name and read.name in SETTINGS_FILES and (read.parent / name).is_file():
+            return read.parent / name
+    return None
 
 
 def _function_processes(app: str, base_dir: Path) -> list[dict[str, str]]:
