@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,32 @@ def test_a_host_yaml_beside_host_json_is_warned_about_naming_the_one_read(tmp_pa
     assert warned["level"] == "warning"
     assert warned["read"] == str(folder / "host.yaml") and warned["not_read"] == str(folder / "host.json")
     assert warned["event"].startswith("host.json beside host.yaml is not read: host.yaml wins")
+
+
+def test_poison_list_shows_why_a_message_failed_and_after_how_many_attempts(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    app = folder / "function_app.py"
+    app.write_text(app.read_text(encoding="utf-8").replace(
+        '    logging.info("hello, %s", msg.get_body().decode())',
+        '    raise ValueError(f"no greeting for {msg.get_body().decode()}")'), encoding="utf-8")
+    (folder / "host.json").write_text(json.dumps({"version": "2.0", "extensions": {"queues": {
+        "maxDequeueCount": 2, "visibilityTimeout": "00:00:00", "maxPollingInterval": "00:00:00.200"}}}),
+        encoding="utf-8")
+    assert worker(folder, "send", scaffold.QUEUE, "world").returncode == 0
+    assert worker(folder, "run", "--burst").returncode == 0
+
+    listed = worker(folder, "poison", "list", scaffold.QUEUE)
+    as_json = worker(folder, "poison", "list", scaffold.QUEUE, "--json")
+
+    assert listed.returncode == 0, listed.stderr
+    assert "attempts=2" in listed.stdout
+    assert "last failure: ValueError: no greeting for world" in listed.stdout
+    [row] = json.loads(as_json.stdout)
+    assert row["attempts"] == 2 and row["lastFailure"].startswith("ValueError: no greeting for world")
+
+    assert worker(folder, "poison", "requeue", scaffold.QUEUE).returncode == 0
+    [back] = json.loads(worker(folder, "peek", scaffold.QUEUE, "--json").stdout)
+    assert back["body"] == "world"
+    with closing(sqlite3.connect(folder / ".worker" / "queues.sqlite3")) as db:  # the requeued message's properties
+        assert db.execute("SELECT properties FROM messages WHERE queue = ?", (scaffold.QUEUE,)).fetchall() == [(None,)]

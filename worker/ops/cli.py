@@ -73,7 +73,7 @@ from worker.ops.supervisor import (
 )
 from worker.ops.terminal import printable
 from worker.runtime.handover import RECYCLED
-from worker.runtime.poison import looked_up_policy, poison_queue, source_queue
+from worker.runtime.poison import failure_of, looked_up_policy, poison_queue, source_queue
 from worker.runtime.signals import forwarded_act_as_original, ignore_at_exit
 from worker.settings import local_settings
 from worker.settings.config import (
@@ -413,22 +413,31 @@ async def _nothing_visible(backend: QueueBackend, queue: str) -> str:
             "worker, or sent with a delay)")
 
 
-def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: bool, empty: str) -> None:
-    """The messages as JSON, or a line each for people; ``empty`` is that line when there are none."""
-    rows = [
-        {
-            "id": m.id,
-            "dequeueCount": m.dequeue_count,
-            "insertionTime": _iso(m.insertion_time),
-            "expirationTime": _iso(m.expiration_time),
-            "body": body_text(m.content, config.message_encoding),
-        }
-        for m in messages
-    ]
+def _print_messages(
+    messages: list[RawMessage], config: HostConfig, as_json: bool, empty: str, *, poison: bool = False
+) -> None:
+    """The messages as JSON, or a line each for people; ``empty`` is that line when there are none.
+
+    ``poison``: each message's attempts and last failure reason, in place of its dequeue count (a poison copy's
+    own, which counts nothing), where its backend kept them (:func:`worker.runtime.poison.failure_of`)."""
+    rows = []
+    for m in messages:
+        row: dict[str, Any] = {"id": m.id, "dequeueCount": m.dequeue_count, "insertionTime": _iso(m.insertion_time),
+                               "expirationTime": _iso(m.expiration_time)}
+        if poison:
+            row["lastFailure"], row["attempts"] = failure_of(m)
+        rows.append(row | {"body": body_text(m.content, config.message_encoding)})
     if as_json:
         print(json.dumps(rows, indent=2))
     elif not rows:
         _say(empty)
+    elif poison:
+        for row in rows:
+            attempts = row["attempts"] if row["attempts"] is not None else "?"
+            _say(f"{row['id']}  attempts={attempts}  inserted={row['insertionTime']}  {row['body']}")
+            _say(f"    last failure: {row['lastFailure']}" if row["lastFailure"] is not None else
+                 f"    last failure: not kept with the message on this backend; the worker's log line 'message moved "
+                 f"to the poison queue' with poison_message_id={row['id']} says why")
     else:
         for row in rows:
             _say(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
@@ -497,7 +506,7 @@ def cmd_poison(args: argparse.Namespace) -> int:
             _say(f"{result} messages purged from the dead-letter queue of {args.queue}")
     elif kind == "list":
         messages, empty = result
-        _print_messages(messages, config, args.json, empty)
+        _print_messages(messages, config, args.json, empty, poison=True)
     else:
         done, total = result
         verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
