@@ -207,3 +207,19 @@ def test_poison_list_shows_why_a_message_failed_and_after_how_many_attempts(tmp_
     assert back["body"] == "world"
     with closing(sqlite3.connect(folder / ".worker" / "queues.sqlite3")) as db:  # the requeued message's properties
         assert db.execute("SELECT properties FROM messages WHERE queue = ?", (scaffold.QUEUE,)).fetchall() == [(None,)]
+
+
+def test_run_burst_warns_of_messages_on_queues_no_function_reads(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    for queue, body in (("helo", "world"), ("helo", "again"), (scaffold.QUEUE, "world"), ("other", "x"),
+                        (f"{scaffold.QUEUE}-poison", "old")):  # a poison queue is meant to hold messages: not named
+        assert worker(folder, "send", queue, body).returncode == 0
+
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    [warned] = [line for line in lines if line["event"].startswith("messages wait on queues no function")]
+    assert warned["level"] == "warning"
+    assert warned["queues"] == {"helo": 2, "other": 1} and warned["functions_read"] == [scaffold.QUEUE]
