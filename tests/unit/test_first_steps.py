@@ -223,3 +223,15 @@ def test_run_burst_warns_of_messages_on_queues_no_function_reads(tmp_path: Path)
     [warned] = [line for line in lines if line["event"].startswith("messages wait on queues no function")]
     assert warned["level"] == "warning"
     assert warned["queues"] == {"helo": 2, "other": 1} and warned["functions_read"] == [scaffold.QUEUE]
+
+
+def test_help_lists_init_first_and_says_where_the_docs_are(tmp_path: Path) -> None:
+    shown = worker(tmp_path, "--help")
+
+    assert shown.returncode == 0, shown.stderr
+    commands = [line.split()[0] for line in shown.stdout.split("COMMAND\n")[1].split("\n\n")[0].splitlines()
+                if line.startswith("    ") and not line.startswith("      ")]
+    assert commands[:2] == ["init", "run"]
+    epilog = " ".join(shown.stdout.split())
+    assert "worker init hello && cd hello && worker send hello world && worker run --burst" in epilog
+    assert "docs/ folder" in epilog and "make docs" in epilog

@@ -101,6 +101,11 @@ MISSING_STORAGE_HINT = (
 )
 
 
+#: ``worker --help``'s last words: where to begin, and where the documentation is.
+MAIN_EPILOG = ("Begin with: worker init hello && cd hello && worker send hello world && worker run --burst. "
+               "The documentation: the docs/ folder of the source (Markdown, readable as it is), or the site that "
+               "make docs builds into site/ from a clone of the repository (see its README).")
+
 #: ``worker run --help``'s last words: how to see the worker at work.
 RUN_EPILOG = ("The web console: worker run --http-port 8080 --http-host 127.0.0.1, then open http://127.0.0.1:8080/ "
               "on this machine; the start's 'web console' line gives its address and how to get in (with "
@@ -712,7 +717,7 @@ def limits_text() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="worker", description="Queue-trigger worker host.")
+    parser = _Parser(prog="worker", description="Queue-trigger worker host.", epilog=MAIN_EPILOG)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -724,6 +729,14 @@ def _parser() -> argparse.ArgumentParser:
                                           f"the project's root, which holds {' or '.join(PROJECT_ROOT_MARKERS)})")
         return sub
 
+    # First in the help: a newcomer's first command.
+    init = commands.add_parser("init", help="make a folder holding an app that runs at once: function_app.py, "
+                                            "host.json, local.settings.json (the embedded queue), .gitignore",
+                               description="make a folder holding an app that runs at once: function_app.py, "
+                                           "host.json, local.settings.json (the embedded queue), .gitignore")
+    init.set_defaults(handler=cmd_init)
+    init.add_argument("folder", nargs="?", default=".", metavar="FOLDER",
+                      help="where to make it (default: the current folder); made if missing, and no file is overwritten")
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
     run.epilog = RUN_EPILOG
     run.add_argument("--app", default=None, metavar="MODULE[:ATTR]|FOLDER",
@@ -817,13 +830,6 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--timeout", type=_startup_timeout, default=120.0 if action.startswith("start-") else 20.0,
                          help="how long a server may take to be ready (start-*: default 2m), or to stop after "
                               "SIGTERM before it is killed (stop: default 20s)")
-    init = commands.add_parser("init", help="make a folder holding an app that runs at once: function_app.py, "
-                                            "host.json, local.settings.json (the embedded queue), .gitignore",
-                               description="make a folder holding an app that runs at once: function_app.py, "
-                                           "host.json, local.settings.json (the embedded queue), .gitignore")
-    init.set_defaults(handler=cmd_init)
-    init.add_argument("folder", nargs="?", default=".", metavar="FOLDER",
-                      help="where to make it (default: the current folder); made if missing, and no file is overwritten")
     shells = commands.add_parser("completion", help="print a shell completion script for worker: "
                                                     "source <(worker completion bash)",
                                  description="print a shell completion script for worker: "
