@@ -165,6 +165,23 @@ def test_run_http_port_serves_the_console_and_its_start_line_says_where_and_how_
     assert next(line for line in lines if line["event"] == "endpoints listening")["port"] == flag
 
 
+def test_with_several_processes_only_the_supervisors_console_is_announced(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    ran = worker(tmp_path / "app", "run", "--burst", "--processes", "2", "--http-port", str(port), "--http-host",
+                 "0.0.0.0")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    assert len([line for line in lines if line["event"] == "host started"]) == 2
+    [console] = [line for line in lines if line["event"] == "web console"]
+    assert console["url"] == f"http://localhost:{port}/"  # every interface: this machine's name to open it at
+    assert "WORKER_HTTP_TOKEN" in console["access"]  # no token beyond loopback: it says what to set
+
+
 def test_a_host_yaml_beside_host_json_is_warned_about_naming_the_one_read(tmp_path: Path) -> None:
     assert worker(tmp_path, "init", "app").returncode == 0
     folder = tmp_path / "app"
