@@ -81,6 +81,8 @@ BURST_CHECK_INTERVAL = 0.25
 UNREAD_QUEUES_KINDS = frozenset({EMBEDDED.name, AZURE.name})
 UNREAD_QUEUES_COUNTED = 32
 UNREAD_QUEUES_TIMEOUT = 5.0
+#: Queues the Functions host keeps for itself in a storage account it shares (blob trigger receipts and the like).
+FUNCTIONS_OWN_QUEUES = "azure-webjobs-"
 #: How often the queue-length gauge is refreshed when the endpoints are on, in seconds.
 QUEUE_LENGTH_INTERVAL = 10.0
 #: Longest the host waits, at shutdown, for the completions of cancelled invocations, in seconds. After it, cancelled
@@ -447,8 +449,8 @@ class Host:
 
         Only where listing the queues is one call and counting one is cheap: the embedded queue and Azure Storage
         (SQS and OCI Queue are left alone). Poison queues and the app's own output queues are not counted (they are
-        meant to hold messages), nor more than :data:`UNREAD_QUEUES_COUNTED` queues of a backend; nothing here can
-        fail the run."""
+        meant to hold messages), nor the Functions host's own, nor more than :data:`UNREAD_QUEUES_COUNTED` queues of
+        a backend; nothing here can fail the run."""
         read = {lst.function.queue_name.lower() for lst in listeners}
         written = {binding.queue_name.lower() for lst in listeners for binding in lst.function.outputs
                    if isinstance(binding, OutputBinding)}
@@ -459,7 +461,8 @@ class Host:
             try:
                 async with asyncio.timeout(UNREAD_QUEUES_TIMEOUT):
                     names = [name for name in await backend.list_queues()
-                             if name.lower() not in read | written and not is_poison_queue(name)]
+                             if name.lower() not in read | written and not is_poison_queue(name)
+                             and not name.startswith(FUNCTIONS_OWN_QUEUES)]
                     for name in names[:UNREAD_QUEUES_COUNTED]:
                         if count := await backend.approximate_count(name):
                             waiting[name] = count
