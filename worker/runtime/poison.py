@@ -209,8 +209,10 @@ class PoisonQueue:
         forever = -1 if self.backend.capabilities.message_options else None
         if memo.poison_copy_id is None:
             text = item.raw.content if item.lease.content is None else item.lease.content  # as stored now
-            # Stored where anyone who reads the queue reads it: redacted as the log line is.
-            failure = {REASON_PROPERTY: redact(reason)[:REASON_CHARS], ATTEMPTS_PROPERTY: str(item.raw.dequeue_count)}
+            # Stored where anyone who reads the queue reads it: redacted as the log line is; never empty (SQS
+            # refuses an empty property).
+            failure = {REASON_PROPERTY: redact(reason)[:REASON_CHARS] or "(none given)",
+                       ATTEMPTS_PROPERTY: str(item.raw.dequeue_count)}
             try:
                 copy = await put_creating(self.backend, poison, text, time_to_live=forever,
                                           **({"properties": failure} if self.backend.capabilities.message_properties
