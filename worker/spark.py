@@ -27,7 +27,9 @@ def _provider() -> SparkProvider:
     provider = active_provider.get()
     if provider is None:
         raise RuntimeError(
-            "worker.spark.session() answers inside a handler run by the host; outside one, make a session with "
+            "worker.spark.session() answers inside a handler run by the host of an app that asks for Spark (a "
+            "function with spark=True, a spark: section in host.yaml, or `from worker import spark` at the top of "
+            "the app's module); outside a handler, make a session with "
             "worker.middleware.spark.SparkProvider(SparkSettings(...)).session()"
         )
     return provider

@@ -140,6 +140,8 @@ def test_a_poisoned_message_is_shown_and_requeued_from_the_page_only_with_the_to
     assert page.execute_script("return window.pwned") is None  # shown as text, never parsed as HTML
     poll(lambda: "the mended file is not there" in text(page, "#failure-table"), 15, what="the failure's reason")
     assert "poisoned" in text(page, "#failure-table tr[data-message-id]")
+    assert "the mended file is not there" in text(page, f'{row} [data-field="lastFailure"]')  # kept with the copy
+    assert text(page, f'{row} [data-field="attempts"]').isdigit()
     screenshot(page, "#poison", "poison")
     screenshot(page, "#failures", "failures")
 

@@ -19,6 +19,7 @@ from worker.bindings.encoding import encode
 from worker.observability import tracing
 from worker.runtime.console.actions import BulkActions
 from worker.runtime.console.poison import ActionRefused, PoisonOf
+from worker.runtime.poison import ATTEMPTS_PROPERTY, REASON_PROPERTY
 
 if TYPE_CHECKING:
     from tests.oci.fixture import OciTestServer
@@ -75,6 +76,23 @@ async def test_a_message_requeued_by_id_keeps_its_properties(backend: QueueBacke
     [back] = await backend.receive(queue_name, 32, 30)
     assert dict(back.properties) == carried
 
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)  # Azure Storage's messages have no properties
+async def test_the_poison_table_shows_the_last_failure_and_attempts_and_a_requeue_leaves_them(
+    backend: QueueBackend, queue_name: str,
+) -> None:
+    carried = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    failure = {REASON_PROPERTY: "ValueError: no such order", ATTEMPTS_PROPERTY: "5"}
+    await backend.create_queue(f"{queue_name}-poison")
+    message = await backend.put(f"{queue_name}-poison", encode("order", "base64"), properties=carried | failure)
+    poison = PoisonOf("f", queue_name, backend, "base64")
+
+    [row] = (await poison.look())["messages"]
+    assert (row["lastFailure"], row["attempts"]) == ("ValueError: no such order", 5)
+    assert await poison.requeue(message.id) == 1
+    [back] = await backend.receive(queue_name, 32, 30)
+    assert dict(back.properties) == carried
 
 @pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)
 async def test_a_message_requeued_from_a_traced_host_keeps_its_trace_context(

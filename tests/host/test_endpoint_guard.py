@@ -21,6 +21,7 @@ from tests.support import apoll, captured_logs, free_port, running
 from worker import QueueMessage, WorkerApp
 from worker.runtime import guard
 from worker.settings.config import HostConfig
+from worker.settings.http_token import BearerToken
 
 QUEUE = "guarded"
 PROBES = ("/healthz", "/readyz", "/metrics", "/")
@@ -124,3 +125,19 @@ async def test_every_answer_is_neither_sniffed_nor_stored_and_names_no_server_ve
             assert headers["Server"] == "queueworker", path
         _, shell = await get(settings.http_port, "/")
         assert (shell["Cache-Control"], shell["Server"]) == ("no-cache", "queueworker")
+
+
+@pytest.mark.parametrize(("bind", "url"), [("0.0.0.0", "http://localhost:8080/"), ("::", "http://localhost:8080/"),
+                                           ("127.0.0.1", "http://127.0.0.1:8080/"), ("::1", "http://[::1]:8080/"),
+                                           ("worker.example", "http://worker.example:8080/")])
+def test_the_console_start_line_names_an_address_a_browser_opens(bind: str, url: str) -> None:
+    assert guard.console_url(bind, 8080) == url
+
+
+def test_the_console_start_line_says_how_to_get_in_for_each_kind_of_access() -> None:
+    token = BearerToken("a-token-of-enough-length-1234", "WORKER_HTTP_TOKEN")
+    assert "Token field" in guard.how_to_get_in(guard.Access(token, "0.0.0.0"))
+    assert "loopback" in guard.how_to_get_in(guard.Access(None, "127.0.0.1"))
+    assert "anyone" in guard.how_to_get_in(guard.Access(None, "0.0.0.0", open_data=True))
+    beyond = guard.how_to_get_in(guard.Access(None, "0.0.0.0"))
+    assert "WORKER_HTTP_TOKEN" in beyond and "--http-host 127.0.0.1" in beyond

@@ -7,8 +7,11 @@ Each runs the ``worker`` command as a real process, as a user's shell would.
 from __future__ import annotations
 
 import json
+import socket
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -95,3 +98,157 @@ def test_completion_scripts_come_from_the_parser_and_register_for_worker(tmp_pat
     assert completions(script, "worker", "poison", "re") == ["requeue"]
     assert "--burst" in completions(script, "worker", "run", "--b")
     assert completions(script, "worker", "spark", "stop", "--t") == ["--timeout"]
+
+
+def test_a_hello_app_neither_lists_nor_imports_spark(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    app = folder / "function_app.py"
+    app.write_text(app.read_text(encoding="utf-8").replace(
+        '    logging.info("hello, %s", msg.get_body().decode())',
+        '    import sys\n'
+        '    spark = {"pyspark", "worker.spark", "worker.middleware.spark"}\n'
+        '    open("seen.json", "w").write(__import__("json").dumps(sorted(spark & set(sys.modules))))'),
+        encoding="utf-8")
+    assert worker(folder, "send", scaffold.QUEUE, "world").returncode == 0
+
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    started = next(line for line in lines if line["event"] == "host started")
+    assert "Counting" in started["middleware"] and "Spark" not in started["middleware"]
+    assert json.loads((folder / "seen.json").read_text(encoding="utf-8")) == []  # neither pyspark nor Spark's modules
+
+
+def test_an_app_that_imports_worker_spark_still_gets_the_spark_middleware(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    app = folder / "function_app.py"
+    app.write_text(app.read_text(encoding="utf-8").replace("import logging\n", "import logging\nfrom worker import spark\n"),
+                   encoding="utf-8")
+
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    assert "Spark" in next(line for line in lines if line["event"] == "host started")["middleware"]
+
+
+def test_run_help_says_how_to_serve_the_console(tmp_path: Path) -> None:
+    shown = worker(tmp_path, "run", "--help")
+
+    assert shown.returncode == 0, shown.stderr
+    assert "--http-port N" in shown.stdout and "serve the web console" in shown.stdout
+    assert "worker run --http-port 8080 --http-host 127.0.0.1" in " ".join(shown.stdout.split())
+
+
+def test_run_http_port_serves_the_console_and_its_start_line_says_where_and_how_to_get_in(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    setting, flag = ports
+
+    ran = subprocess.run([sys.executable, "-m", "worker", "run", "--burst", "--http-port", str(flag), "--http-host",
+                          "127.0.0.1"], cwd=folder, env=worker_environment(WORKER__worker__httpPort=str(setting)),
+                         capture_output=True, text=True, timeout=60)
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    console = next(line for line in lines if line["event"] == "web console")
+    assert console["url"] == f"http://127.0.0.1:{flag}/"  # the flag wins over worker.httpPort
+    assert "loopback" in console["access"]
+    assert next(line for line in lines if line["event"] == "endpoints listening")["port"] == flag
+
+
+def test_with_several_processes_only_the_supervisors_console_is_announced(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    ran = worker(tmp_path / "app", "run", "--burst", "--processes", "2", "--http-port", str(port), "--http-host",
+                 "0.0.0.0")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    assert len([line for line in lines if line["event"] == "host started"]) == 2
+    [console] = [line for line in lines if line["event"] == "web console"]
+    assert console["url"] == f"http://localhost:{port}/"  # every interface: this machine's name to open it at
+    assert "WORKER_HTTP_TOKEN" in console["access"]  # no token beyond loopback: it says what to set
+
+
+def test_a_host_yaml_beside_host_json_is_warned_about_naming_the_one_read(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    (folder / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
+
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    warned = next(line for line in lines if "is not read" in line["event"])
+    assert warned["level"] == "warning"
+    assert warned["read"] == str(folder / "host.yaml") and warned["not_read"] == str(folder / "host.json")
+    assert warned["event"].startswith("host.json beside host.yaml is not read: host.yaml wins")
+
+
+def test_poison_list_shows_why_a_message_failed_and_after_how_many_attempts(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    app = folder / "function_app.py"
+    app.write_text(app.read_text(encoding="utf-8").replace(
+        '    logging.info("hello, %s", msg.get_body().decode())',
+        '    raise ValueError(f"no greeting for {msg.get_body().decode()}")'), encoding="utf-8")
+    (folder / "host.json").write_text(json.dumps({"version": "2.0", "extensions": {"queues": {
+        "maxDequeueCount": 2, "visibilityTimeout": "00:00:00", "maxPollingInterval": "00:00:00.200"}}}),
+        encoding="utf-8")
+    assert worker(folder, "send", scaffold.QUEUE, "world").returncode == 0
+    assert worker(folder, "run", "--burst").returncode == 0
+
+    listed = worker(folder, "poison", "list", scaffold.QUEUE)
+    as_json = worker(folder, "poison", "list", scaffold.QUEUE, "--json")
+
+    assert listed.returncode == 0, listed.stderr
+    assert "attempts=2" in listed.stdout
+    assert "last failure: ValueError: no greeting for world" in listed.stdout
+    [row] = json.loads(as_json.stdout)
+    assert row["attempts"] == 2 and row["lastFailure"].startswith("ValueError: no greeting for world")
+
+    assert worker(folder, "poison", "requeue", scaffold.QUEUE).returncode == 0
+    [back] = json.loads(worker(folder, "peek", scaffold.QUEUE, "--json").stdout)
+    assert back["body"] == "world"
+    with closing(sqlite3.connect(folder / ".worker" / "queues.sqlite3")) as db:  # the requeued message's properties
+        assert db.execute("SELECT properties FROM messages WHERE queue = ?", (scaffold.QUEUE,)).fetchall() == [(None,)]
+
+
+def test_run_burst_warns_of_messages_on_queues_no_function_reads(tmp_path: Path) -> None:
+    assert worker(tmp_path, "init", "app").returncode == 0
+    folder = tmp_path / "app"
+    for queue, body in (("helo", "world"), ("helo", "again"), (scaffold.QUEUE, "world"), ("other", "x"),
+                        (f"{scaffold.QUEUE}-poison", "old")):  # a poison queue is meant to hold messages: not named
+        assert worker(folder, "send", queue, body).returncode == 0
+
+    ran = worker(folder, "run", "--burst")
+
+    assert ran.returncode == 0, ran.stderr
+    lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
+    [warned] = [line for line in lines if line["event"].startswith("messages wait on queues no function")]
+    assert warned["level"] == "warning"
+    assert warned["queues"] == {"helo": 2, "other": 1} and warned["functions_read"] == [scaffold.QUEUE]
+
+
+def test_help_lists_init_first_and_says_where_the_docs_are(tmp_path: Path) -> None:
+    shown = worker(tmp_path, "--help")
+
+    assert shown.returncode == 0, shown.stderr
+    commands = [line.split()[0] for line in shown.stdout.split("COMMAND\n")[1].split("\n\n")[0].splitlines()
+                if line.startswith("    ") and not line.startswith("      ")]
+    assert commands[:2] == ["init", "run"]
+    epilog = " ".join(shown.stdout.split())
+    assert "worker init hello && cd hello && worker send hello world && worker run --burst" in epilog
+    assert "docs/ folder" in epilog and "make docs" in epilog

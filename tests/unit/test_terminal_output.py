@@ -57,10 +57,13 @@ def test_a_hostile_body_is_shown_escaped_and_given_back_exactly_as_json(app_dir:
     sent = run_cli(app_dir, "send", queue, HOSTILE)
     assert sent.returncode == 0, sent.stderr
 
-    [line] = shown_lines(app_dir, *command)
+    line, *failure = shown_lines(app_dir, *command)
 
-    assert line.startswith(sent.stdout.strip() + "  dequeueCount=0")
+    # A poison message says after how many attempts and why it failed, on a line of its own (unknown here: a copy
+    # sent by hand carries neither).
+    assert line.startswith(sent.stdout.strip() + ("  attempts=?" if failure else "  dequeueCount=0"))
     assert line.endswith(SHOWN)
+    assert [f.split(":")[0] for f in failure] == (["    last failure"] if command[0] == "poison" else [])
     [row] = json.loads(run_cli(app_dir, *command, "--json").stdout)
     assert row["body"] == HOSTILE
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,6 @@ from worker.middleware.concurrency import ConcurrencyLimit
 from worker.middleware.counting import Counting
 from worker.middleware.logs import InvocationLogs
 from worker.middleware.retry import RetryDelay
-from worker.middleware.spark import Spark
 from worker.model import FunctionSpec
 from worker.observability.metrics import Metrics
 from worker.settings import sections
@@ -25,13 +25,14 @@ if TYPE_CHECKING:
 
 
 #: The host's own middleware classes but tracing's (which declares no function option, and whose module needs the
-#: ``otel`` extra).
-STANDARD: tuple[type[Middleware], ...] = (Counting, InvocationLogs, Bindings, ConcurrencyLimit, RetryDelay, Spark)
+#: ``otel`` extra) and Spark's (whose module is imported only where Spark is asked for: its declarations are in
+#: :mod:`.spark_settings`).
+STANDARD: tuple[type[Middleware], ...] = (Counting, InvocationLogs, Bindings, ConcurrencyLimit, RetryDelay)
 
 
 def function_options(given: Sequence[Middleware]) -> dict[str, str]:
     """The function options the host's own middleware and ``given`` (the app's and host.yaml's) declare they read."""
-    declared: dict[str, str] = {}
+    declared: dict[str, str] = dict(spark_settings.FUNCTION_OPTIONS)
     for middleware in (*STANDARD, *given):
         declared.update(middleware.function_options)
     return declared
@@ -39,7 +40,14 @@ def function_options(given: Sequence[Middleware]) -> dict[str, str]:
 
 def settings_sections(given: Sequence[Middleware]) -> list[SectionSchema]:
     """The settings sections the host's own middleware and ``given`` declare they read."""
-    return [schema for middleware in (*STANDARD, *given) for schema in middleware.settings_sections]
+    schemas = [schema for middleware in (*STANDARD, *given) for schema in middleware.settings_sections]
+    return schemas if spark_settings.SECTION in schemas else [*schemas, spark_settings.SECTION]
+
+
+def gives_spark(given: Sequence[Middleware]) -> bool:
+    """Whether ``given`` holds a Spark middleware; none can unless its module was imported, so this imports none."""
+    module = sys.modules.get("worker.middleware.spark")
+    return module is not None and any(isinstance(m, module.Spark) for m in given)
 
 
 def section_problems(config: HostConfig, given: Sequence[Middleware]) -> list[str]:
@@ -58,10 +66,13 @@ def standard(
     Bindings only where one of ``functions`` (the app's) has an input or output binding: its two hooks would
     otherwise run for every message to find nothing to do.
 
-    Spark's middleware is made from host.yaml's ``spark:`` section, which it declares and reads (its session is
-    made only when a handler asks for one) unless ``given`` (the app's and host.yaml's middleware) already has one:
-    a caller that keeps one session across host runs hands it in that way. ``telemetry``: the OpenTelemetry SDK
-    the ``OTEL_*`` variables asked for (:mod:`worker.observability.tracing`), whose module is imported only then.
+    Spark's middleware only where Spark is asked for (:func:`.spark_settings.asked_for`: a function's
+    ``spark=True``, a ``spark:`` section, or an app that imports :mod:`worker.spark`), so that an app without Spark
+    neither lists it nor imports its module. It is made from host.yaml's ``spark:`` section, which it declares and
+    reads (its session is made only when a handler asks for one) unless ``given`` (the app's and host.yaml's
+    middleware) already has one: a caller that keeps one session across host runs hands it in that way.
+    ``telemetry``: the OpenTelemetry SDK the ``OTEL_*`` variables asked for (:mod:`worker.observability.tracing`),
+    whose module is imported only then.
     """
     found: list[Middleware] = []
     if telemetry is not None:
@@ -74,7 +85,10 @@ def standard(
     if any(function.inputs or function.outputs for function in functions):
         found.append(Bindings(storage, config.message_encoding))
     found += [ConcurrencyLimit(), RetryDelay()]
-    if not any(isinstance(m, Spark) for m in given):
+    given_spark = gives_spark(given)
+    if not given_spark and spark_settings.asked_for(config, functions, given_spark):
+        from worker.middleware.spark import Spark
+
         found.append(Spark.from_settings(spark_settings.from_config(config)))
     return found
 

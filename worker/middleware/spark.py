@@ -1,9 +1,10 @@
 """Spark as middleware: one SparkSession per worker process, and every invocation's Spark jobs bound to its lease.
 
-The host knows nothing of Spark: :func:`worker.middleware.builtin.standard`
-adds a :class:`Spark` middleware made from host.yaml's ``spark:`` section,
-which this middleware declares and reads itself (:mod:`.spark_settings`),
-unless the app brought its own (a test or a benchmark that keeps one session
+The host knows nothing of Spark: where Spark is asked for
+(:func:`.spark_settings.asked_for`), :func:`worker.middleware.builtin.standard`
+imports this module and adds a :class:`Spark` middleware made from host.yaml's
+``spark:`` section, which this middleware declares and reads itself
+(:mod:`.spark_settings`), unless the app brought its own (a test or a benchmark that keeps one session
 across host runs). When a function is declared with ``spark=True`` the
 middleware's ``host_started`` makes the session in a thread of its own, warmed
 with a tiny job, while the host already serves the other functions; until it is
@@ -52,7 +53,7 @@ from worker.dependencies import version
 from worker.invocation import Invocation, current_invocation
 from worker.middleware import Middleware
 from worker.middleware.connect_jobs import ConnectWebUi, cancel_left_jobs
-from worker.middleware.spark_settings import SECTION, SparkSettings, from_config
+from worker.middleware.spark_settings import FUNCTION_OPTIONS, SECTION, SparkSettings, from_config
 from worker.model import FunctionSpec
 from worker.settings.config import FunctionOptions
 from worker.settings.sections import SectionSchema
@@ -706,9 +707,7 @@ class Spark(Middleware):
     provider handed in by the caller (shared across host runs) is left running.
     """
 
-    function_options: ClassVar[Mapping[str, str]] = {
-        "spark": "spark=True: the handler runs Spark, so the session starts with the host rather than at its first call",
-    }
+    function_options: ClassVar[Mapping[str, str]] = FUNCTION_OPTIONS
     #: host.yaml's ``spark:`` section (:mod:`worker.middleware.spark_settings`).
     settings_sections: ClassVar[tuple[SectionSchema, ...]] = (SECTION,)
 

@@ -10,10 +10,13 @@ start problems, naming its file and line.
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from worker.model import FunctionSpec
 from worker.settings.config import HostConfig
 from worker.settings.schema import Between, Setting, parse_duration, parse_text
 from worker.settings.sections import SectionSchema
@@ -68,6 +71,12 @@ def parse_web_ui(value: Any) -> str:
     return url
 
 
+#: The function option Spark's middleware reads, declared here so that the host knows it without importing the
+#: middleware's module (which is imported only where Spark is asked for).
+FUNCTION_OPTIONS = {
+    "spark": "spark=True: the handler runs Spark, so the session starts with the host rather than at its first call",
+}
+
 #: The ``spark:`` section: its keys, each read into the :class:`SparkSettings` field of the same meaning.
 SECTION = SectionSchema("spark", {
     "master": Setting("master", parse_master),
@@ -85,3 +94,12 @@ def from_config(config: HostConfig) -> SparkSettings:
     start, listed with its other problems."""
     return SparkSettings(**SECTION.read(config.sections.get(SECTION.name)),
                          log_file=config.base_dir / ".worker" / "spark.log")
+
+
+def asked_for(config: HostConfig, functions: Sequence[FunctionSpec], given_spark: bool) -> bool:
+    """Whether the host builds Spark's middleware: a function says ``spark=True``, host.yaml has a ``spark:``
+    section, the app or host.yaml gives a Spark middleware (``given_spark``), or the app imported
+    :mod:`worker.spark` (its handlers may call ``spark.session()`` without the flag). An app that asks for none of
+    these gets no Spark middleware, and its process never imports Spark's module."""
+    return (given_spark or SECTION.name in config.sections or any(f.extra("spark") for f in functions)
+            or "worker.spark" in sys.modules)

@@ -73,7 +73,7 @@ from worker.ops.supervisor import (
 )
 from worker.ops.terminal import printable
 from worker.runtime.handover import RECYCLED
-from worker.runtime.poison import looked_up_policy, poison_queue, source_queue
+from worker.runtime.poison import failure_of, looked_up_policy, poison_queue, source_queue
 from worker.runtime.signals import forwarded_act_as_original, ignore_at_exit
 from worker.settings import local_settings
 from worker.settings.config import (
@@ -99,6 +99,17 @@ MISSING_STORAGE_HINT = (
     f"under host.yaml's connections:, or leave connection= out of the trigger; for Azure Storage, set it to the "
     f"account's connection string (UseDevelopmentStorage=true for Azurite)"
 )
+
+
+#: ``worker --help``'s last words: where to begin, and where the documentation is.
+MAIN_EPILOG = ("Begin with: worker init hello && cd hello && worker send hello world && worker run --burst. "
+               "The documentation: the docs/ folder of the source (Markdown, readable as it is), or the site that "
+               "make docs builds into site/ from a clone of the repository (see its README).")
+
+#: ``worker run --help``'s last words: how to see the worker at work.
+RUN_EPILOG = ("The web console: worker run --http-port 8080 --http-host 127.0.0.1, then open http://127.0.0.1:8080/ "
+              "on this machine; the start's 'web console' line gives its address and how to get in (with "
+              "WORKER_HTTP_TOKEN set, the token; without, loopback only).")
 
 
 class UsageError(Exception):
@@ -214,6 +225,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.no_supervisor and (args.processes or 1) > 1:
         raise UsageError("--no-supervisor runs one process; --processes needs the supervisor")
     config = _config(args.config, args.app)
+    if args.http_port is not None:  # the flag wins over worker.httpPort (and WORKER__worker__httpPort)
+        config = dataclasses.replace(config, http_port=args.http_port)
     if args.http_host is not None:
         config = dataclasses.replace(config, http_host=args.http_host)
     token = http_token(config, os.environ) if config.http_port else None  # read now: a bad one is refused at once
@@ -236,6 +249,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             log.info("Functions app settings not used by this host", settings=unused)
         if config.source is not None:
             log.info("config file", path=str(config.source))
+            if args.config is None and (unread := _unread_settings_file(config.source)) is not None:
+                log.warning(f"{unread.name} beside {config.source.name} is not read: {config.source.name} wins; merge "
+                            f"them into one, or name the one to read with --config", read=str(config.source),
+                            not_read=str(unread))
         else:
             log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
     if not args.no_supervisor:
@@ -253,6 +270,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from worker.ops.host_process import run_here
 
     return run_here(args, config, log, supervisor_pid)
+
+
+def _unread_settings_file(read: Path) -> Path | None:
+    """A settings file beside the one found that loses to it (``worker init``'s host.json beside a host.yaml someone
+    added): said at start, since the one not read silently changes nothing."""
+    for name in SETTINGS_FILES:
+        if name != read.name and read.name in SETTINGS_FILES and (read.parent / name).is_file():
+            return read.parent / name
+    return None
 
 
 def _function_processes(app: str, base_dir: Path) -> list[dict[str, str]]:
@@ -392,22 +418,31 @@ async def _nothing_visible(backend: QueueBackend, queue: str) -> str:
             "worker, or sent with a delay)")
 
 
-def _print_messages(messages: list[RawMessage], config: HostConfig, as_json: bool, empty: str) -> None:
-    """The messages as JSON, or a line each for people; ``empty`` is that line when there are none."""
-    rows = [
-        {
-            "id": m.id,
-            "dequeueCount": m.dequeue_count,
-            "insertionTime": _iso(m.insertion_time),
-            "expirationTime": _iso(m.expiration_time),
-            "body": body_text(m.content, config.message_encoding),
-        }
-        for m in messages
-    ]
+def _print_messages(
+    messages: list[RawMessage], config: HostConfig, as_json: bool, empty: str, *, poison: bool = False
+) -> None:
+    """The messages as JSON, or a line each for people; ``empty`` is that line when there are none.
+
+    ``poison``: each message's attempts and last failure reason, in place of its dequeue count (a poison copy's
+    own, which counts nothing), where its backend kept them (:func:`worker.runtime.poison.failure_of`)."""
+    rows = []
+    for m in messages:
+        row: dict[str, Any] = {"id": m.id, "dequeueCount": m.dequeue_count, "insertionTime": _iso(m.insertion_time),
+                               "expirationTime": _iso(m.expiration_time)}
+        if poison:
+            row["lastFailure"], row["attempts"] = failure_of(m)
+        rows.append(row | {"body": body_text(m.content, config.message_encoding)})
     if as_json:
         print(json.dumps(rows, indent=2))
     elif not rows:
         _say(empty)
+    elif poison:
+        for row in rows:
+            attempts = row["attempts"] if row["attempts"] is not None else "?"
+            _say(f"{row['id']}  attempts={attempts}  inserted={row['insertionTime']}  {row['body']}")
+            _say(f"    last failure: {row['lastFailure']}" if row["lastFailure"] is not None else
+                 f"    last failure: not kept with the message on this backend; the worker's log line 'message moved "
+                 f"to the poison queue' with poison_message_id={row['id']} says why")
     else:
         for row in rows:
             _say(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
@@ -476,7 +511,7 @@ def cmd_poison(args: argparse.Namespace) -> int:
             _say(f"{result} messages purged from the dead-letter queue of {args.queue}")
     elif kind == "list":
         messages, empty = result
-        _print_messages(messages, config, args.json, empty)
+        _print_messages(messages, config, args.json, empty, poison=True)
     else:
         done, total = result
         verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
@@ -682,7 +717,7 @@ def limits_text() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="worker", description="Queue-trigger worker host.")
+    parser = _Parser(prog="worker", description="Queue-trigger worker host.", epilog=MAIN_EPILOG)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -694,7 +729,16 @@ def _parser() -> argparse.ArgumentParser:
                                           f"the project's root, which holds {' or '.join(PROJECT_ROOT_MARKERS)})")
         return sub
 
+    # First in the help: a newcomer's first command.
+    init = commands.add_parser("init", help="make a folder holding an app that runs at once: function_app.py, "
+                                            "host.json, local.settings.json (the embedded queue), .gitignore",
+                               description="make a folder holding an app that runs at once: function_app.py, "
+                                           "host.json, local.settings.json (the embedded queue), .gitignore")
+    init.set_defaults(handler=cmd_init)
+    init.add_argument("folder", nargs="?", default=".", metavar="FOLDER",
+                      help="where to make it (default: the current folder); made if missing, and no file is overwritten")
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
+    run.epilog = RUN_EPILOG
     run.add_argument("--app", default=None, metavar="MODULE[:ATTR]|FOLDER",
                      help="the app's module and object, or a Functions app's folder (v2: its function_app.py; "
                           "v1: function folders with function.json) (default: function_app.py in the current folder, "
@@ -707,6 +751,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the host in this process, without a supervisor (what the supervisor runs); a sync "
                           f"handler past functionTimeout then ends it with exit code {RECYCLED}, and its message "
                           "comes back when its lease ends")
+    run.add_argument("--http-port", type=_port, default=None, metavar="N",
+                     help="serve the web console at http://ADDRESS:N/, with /healthz, /readyz, /metrics and /leases "
+                          "(default: worker.httpPort; none when unset)")
     run.add_argument("--http-host", type=_host, default=None, metavar="ADDRESS",
                      help="address the endpoints listen on (default: worker.httpHost, 0.0.0.0: every interface)")
     run.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -783,13 +830,6 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--timeout", type=_startup_timeout, default=120.0 if action.startswith("start-") else 20.0,
                          help="how long a server may take to be ready (start-*: default 2m), or to stop after "
                               "SIGTERM before it is killed (stop: default 20s)")
-    init = commands.add_parser("init", help="make a folder holding an app that runs at once: function_app.py, "
-                                            "host.json, local.settings.json (the embedded queue), .gitignore",
-                               description="make a folder holding an app that runs at once: function_app.py, "
-                                           "host.json, local.settings.json (the embedded queue), .gitignore")
-    init.set_defaults(handler=cmd_init)
-    init.add_argument("folder", nargs="?", default=".", metavar="FOLDER",
-                      help="where to make it (default: the current folder); made if missing, and no file is overwritten")
     shells = commands.add_parser("completion", help="print a shell completion script for worker: "
                                                     "source <(worker completion bash)",
                                  description="print a shell completion script for worker: "

@@ -28,7 +28,7 @@ from worker.runtime.connections import ConnectionLimits, Gate
 from worker.runtime.console.merge import merge_history, merge_state
 from worker.runtime.console.web import static_routes, who
 from worker.runtime.endpoints import listen
-from worker.runtime.guard import Access, allowed_hosts, announce, application
+from worker.runtime.guard import Access, allowed_hosts, announce, announce_console, application
 from worker.settings.config import HostConfig
 from worker.settings.http_token import BearerToken
 
@@ -66,6 +66,7 @@ class Front:
         await runner.setup()
         await listen(runner, self.host, self.port, gate)
         announce(self.access, port=self.port, processes=len(self.ports))
+        announce_console(self.access, self.port)
         return runner
 
     async def _ask(self, path: str) -> list[tuple[int, int, str]]:

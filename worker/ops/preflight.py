@@ -27,7 +27,7 @@ from worker.backends.registry import connection_problem as queue_connection_prob
 from worker.bindings import expressions
 from worker.bindings.blobs import BlobInput, BlobOutput
 from worker.bindings.outputs import OutputBinding
-from worker.middleware import builtin, spark
+from worker.middleware import builtin, spark_settings
 from worker.model import FunctionSpec, StartupRefused
 from worker.observability import tracing
 from worker.runtime.host import unknown_options
@@ -78,8 +78,11 @@ def problems(
     loaded, found = builtin.load(config.middleware)
     given = [*app.middleware, *loaded]
     found += unknown_options(app, given) + builtin.section_problems(config, given)
-    if spark_problem := spark.start_problem(app.functions, given, config):
-        found.append(spark_problem)
+    if spark_settings.asked_for(config, app.functions, builtin.gives_spark(given)):
+        from worker.middleware import spark  # only where Spark is asked for: an app without it never imports it
+
+        if spark_problem := spark.start_problem(app.functions, given, config):
+            found.append(spark_problem)
     names = {spec.name for spec in app.functions}
     for name, section in config.functions.items():
         if name not in names:

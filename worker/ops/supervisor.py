@@ -284,6 +284,10 @@ class Supervisor:
                SUPERVISOR_ENV: str(os.getpid()), HANDOVER_ENV: str(self._file(child, "handover")),
                INFLIGHT_ENV: str(self._file(child, "in-flight"))}
         env["WORKER__worker__httpPort"] = str(child.port or 0)
+        if self.front is not None:  # the supervisor's console is the one to open, not a process's own
+            from worker.runtime.guard import CONSOLE_ELSEWHERE_ENV  # the web framework is imported already
+
+            env[CONSOLE_ELSEWHERE_ENV] = "1"
         host = self.http_host if self.count == 1 else CHILD_HOST
         gate: tuple[int, ...] = ()
         if child.index > 0 and self._gate is not None:  # process 0 has not loaded the app yet: wait for it

@@ -37,7 +37,7 @@ from worker.observability.redaction import redact
 from worker.runtime.connections import ConnectionLimits, Gate, GatedSite
 from worker.runtime.console.state import Console
 from worker.runtime.console.web import routes
-from worker.runtime.guard import Access, TokenFailures, announce, application
+from worker.runtime.guard import CONSOLE_ELSEWHERE_ENV, Access, TokenFailures, announce, announce_console, application
 from worker.runtime.lease import LeaseScheduler
 
 log = structlog.get_logger("worker.runtime.endpoints")
@@ -123,6 +123,8 @@ class Endpoints:
         await listen(self._runner, access.bind, port, gate)
         announce(access, port=port, max_connections=gate.max_connections,
                  paths=["/healthz", "/readyz", "/metrics", "/leases", *(["/"] if console is not None else [])])
+        if console is not None and not os.environ.get(CONSOLE_ELSEWHERE_ENV):
+            announce_console(access, port)
 
     async def stop(self) -> None:
         if self._runner is not None:

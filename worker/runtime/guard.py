@@ -31,6 +31,7 @@ import structlog
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from worker.observability import logs
 from worker.runtime.connections import Gate, Throttled
 from worker.runtime.console.web import STATIC
 from worker.settings.http_token import BearerToken
@@ -175,6 +176,37 @@ def announce(access: Access, **fields: object) -> None:
     if access.data in ("this machine", "anyone"):
         log.warning("/leases and the console's data answer without a token; set WORKER_HTTP_TOKEN or "
                     "worker.httpTokenFile to guard them", readers=access.data, host=access.bind)
+
+
+#: Set by the supervisor in the environment of its processes when it serves the console for them all: a process's
+#: own console then listens on a loopback port of the supervisor's choosing, which is not the one to open.
+CONSOLE_ELSEWHERE_ENV = "WORKER_CONSOLE_ELSEWHERE"
+
+
+def console_url(bind: str, port: int) -> str:
+    """The address to open the console at: this machine's name where the endpoints listen on every interface."""
+    if bind in ("", "0.0.0.0", "::"):
+        return f"http://localhost:{port}/"
+    return f"http://[{bind}]:{port}/" if ":" in bind else f"http://{bind}:{port}/"
+
+
+def how_to_get_in(access: Access) -> str:
+    """What a person opening the console needs, in one sentence: the token, or this machine, or why its data is
+    refused and what to set; so that the start says it rather than a 403 in the browser."""
+    if access.data == "token":
+        return "enter the endpoint token (WORKER_HTTP_TOKEN or worker.httpTokenFile) in the page's Token field"
+    if access.data == "this machine":
+        return ("no token: open it from this machine (loopback); read-only, as the poison actions need a token "
+                "(WORKER_HTTP_TOKEN)")
+    if access.data == "anyone":
+        return "no token and worker.httpOpenData: anyone who reaches the address reads it; read-only"
+    return ("no token: its data answers only on loopback, so the page shows none here; set WORKER_HTTP_TOKEN (or "
+            "worker.httpTokenFile) and enter it in the page's Token field, or run with --http-host 127.0.0.1")
+
+
+def announce_console(access: Access, port: int) -> None:
+    """The start's line that says where the console is and how to get in, whatever the log levels."""
+    logs.always("worker.runtime.guard", "web console", url=console_url(access.bind, port), access=how_to_get_in(access))
 
 
 def allowed_hosts(names: Iterable[str]) -> frozenset[str]:

@@ -34,13 +34,16 @@ from worker.app import WorkerApp
 from worker.backends.blobs import BlobStore
 from worker.backends.queues import QueueBackend, QueueNotFound, StorageGone, TransientError
 from worker.backends.registry import (
+    AZURE,
     DEFAULT_SQLITE_PATH,
+    EMBEDDED,
     SQLITE_PREFIX,
     backend_kind,
     describe,
     open_backend,
     open_blob_store,
 )
+from worker.bindings.outputs import OutputBinding
 from worker.middleware import Chain, Middleware, builtin
 from worker.model import FunctionSpec, StartupRefused
 from worker.observability import logs, tracing
@@ -57,7 +60,7 @@ from worker.runtime.handover import take
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.listener import FUNCTION_OPTIONS as listener_options
 from worker.runtime.listener import Capacity, Listener
-from worker.runtime.poison import looked_up_policy
+from worker.runtime.poison import is_poison_queue, looked_up_policy
 from worker.runtime.recycle import Recycler, settle_handed_over
 from worker.runtime.signals import FORWARDED, STOP_SIGNALS, Stop, StopSignals, read_after_stop
 from worker.runtime.threads import TIMEOUT_GRACE, HandlerThreads
@@ -73,6 +76,13 @@ log = structlog.get_logger("worker.runtime.host")
 
 #: How often burst mode looks whether the trigger queues are empty, in seconds.
 BURST_CHECK_INTERVAL = 0.25
+#: The kinds of backend whose queues burst mode's end looks through for messages no function reads: those where
+#: listing the queues is one call (SQS and OCI Queue are left alone), at most so many queues each, within so long.
+UNREAD_QUEUES_KINDS = frozenset({EMBEDDED.name, AZURE.name})
+UNREAD_QUEUES_COUNTED = 32
+UNREAD_QUEUES_TIMEOUT = 5.0
+#: Queues the Functions host keeps for itself in a storage account it shares (blob trigger receipts and the like).
+FUNCTIONS_OWN_QUEUES = "azure-webjobs-"
 #: How often the queue-length gauge is refreshed when the endpoints are on, in seconds.
 QUEUE_LENGTH_INTERVAL = 10.0
 #: Longest the host waits, at shutdown, for the completions of cancelled invocations, in seconds. After it, cancelled
@@ -278,7 +288,7 @@ class Host:
                         burst=self.burst, middleware=[type(m).__name__ for m in middleware.middleware])
             listener_tasks = [faults.start(lst.run(), f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
-                await self._until_drained(listeners, dispatcher)
+                await self._until_drained(listeners, dispatcher, backends)
             else:
                 await self.stopping.wait()
             self.stopping.set()
@@ -401,7 +411,7 @@ class Host:
         names = {name for row in table.values() for name in row}
         return {name: self.metrics.get(name) for name in sorted(names)}
 
-    async def _until_drained(self, listeners: list[Listener], dispatcher: Dispatcher) -> None:
+    async def _until_drained(self, listeners: list[Listener], dispatcher: Dispatcher, backends: _Storage) -> None:
         """Burst mode: return once no invocation runs and every trigger queue is empty (or on a signal).
 
         The queues' counts include messages a receive holds but has not handed
@@ -422,6 +432,7 @@ class Host:
                     counts = [1]
                 if not dispatcher.invocations and not any(counts):
                     log.info("trigger queues are empty; stopping (burst mode)")
+                    await self._say_unread_queues(listeners, backends)
                     return
             now = time.monotonic()
             unreachable_since = None if problem is None else unreachable_since or now
@@ -431,6 +442,35 @@ class Host:
                           seconds=round(now - unreachable_since), error=problem)
                 return
             await wait_set(self.stopping, BURST_CHECK_INTERVAL)
+
+    async def _say_unread_queues(self, listeners: list[Listener], backends: _Storage) -> None:
+        """Burst mode's end: warn of messages waiting on queues no function of the app reads (a ``worker send`` to
+        a misspelt queue fills one, and the run would otherwise end as if all were done).
+
+        Only where listing the queues is one call and counting one is cheap: the embedded queue and Azure Storage
+        (SQS and OCI Queue are left alone). Poison queues and the app's own output queues are not counted (they are
+        meant to hold messages), nor the Functions host's own, nor more than :data:`UNREAD_QUEUES_COUNTED` queues of
+        a backend; nothing here can fail the run."""
+        read = {lst.function.queue_name.lower() for lst in listeners}
+        written = {binding.queue_name.lower() for lst in listeners for binding in lst.function.outputs
+                   if isinstance(binding, OutputBinding)}
+        waiting: dict[str, int] = {}
+        for connection, backend in list(backends.by_connection.items()):
+            if backend_kind(connection).name not in UNREAD_QUEUES_KINDS:
+                continue
+            try:
+                async with asyncio.timeout(UNREAD_QUEUES_TIMEOUT):
+                    names = [name for name in await backend.list_queues()
+                             if name.lower() not in read | written and not is_poison_queue(name)
+                             and not name.startswith(FUNCTIONS_OWN_QUEUES)]
+                    for name in names[:UNREAD_QUEUES_COUNTED]:
+                        if count := await backend.approximate_count(name):
+                            waiting[name] = count
+            except Exception as exc:  # a look, not a duty: the run has done its work
+                log.debug("could not look for messages on queues no function reads", error=type(exc).__name__)
+        if waiting:
+            log.warning("messages wait on queues no function of this app reads; a misspelt queue name in worker send?",
+                        queues=waiting, functions_read=sorted(lst.function.queue_name for lst in listeners))
 
     async def _drain(self, dispatcher: Dispatcher) -> None:
         released = dispatcher.release_unstarted()

@@ -11,6 +11,11 @@ here it is a :class:`PoisonPolicy` chosen from the backend's capabilities
   message) or purge it; each one is put back before it is deleted from the
   poison queue, so an interruption can duplicate a message but never lose one;
   a requeued message keeps its properties (its producer's trace context).
+  Where messages carry properties (the embedded queue, SQS), the copy carries
+  its last failure's reason and how many attempts it took
+  (:func:`failure_of`), which the tools show and a requeue leaves behind; an
+  Azure Storage message has nothing beside its content, which is kept as sent,
+  so there the reason is in the log line that names the copy's id.
 - :class:`DeadLetterQueue`: the service moves a message to its own dead-letter
   queue after its delivery limit (OCI Queue). The host releases such a message
   on each delivery until the service takes it: at once after the
@@ -22,7 +27,7 @@ The tools ask the policy what it can do (:meth:`PoisonPolicy.unreadable`), never
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 import structlog
@@ -30,6 +35,7 @@ import structlog
 from worker.backends.queues import (
     DeadLetters,
     LeaseGone,
+    MessageTooLarge,
     PoisonByQueue,
     QueueBackend,
     QueueNotFound,
@@ -38,6 +44,7 @@ from worker.backends.queues import (
     put_creating,
 )
 from worker.model import Done, Finished
+from worker.observability.redaction import redact
 
 POISON_SUFFIX = "-poison"
 FIFO_SUFFIX = ".fifo"
@@ -47,6 +54,25 @@ HOLD_SECONDS = 60
 #: to this, before the service's dead-letter queue takes it: a delivery limit above maxDequeueCount costs a few slow
 #: round trips, not a burst.
 DEAD_LETTER_WAIT_MAX = 60.0
+#: The properties of a poison copy that say why it failed last and after how many attempts (where the backend keeps
+#: properties): read by :func:`failure_of`, left behind by a requeue.
+REASON_PROPERTY = "worker-poison-reason"
+ATTEMPTS_PROPERTY = "worker-poison-attempts"
+#: The longest reason kept on a copy: SQS counts properties in a message's size.
+REASON_CHARS = 1000
+
+
+def failure_of(message: RawMessage) -> tuple[str | None, int | None]:
+    """A poison message's last failure reason and how many attempts it took; None for what its backend did not
+    keep (Azure Storage messages have no properties; copies made before they were kept)."""
+    attempts = message.properties.get(ATTEMPTS_PROPERTY)
+    return message.properties.get(REASON_PROPERTY), int(attempts) if attempts and attempts.isdigit() else None
+
+
+def _without_failure(properties: Mapping[str, str]) -> dict[str, str] | None:
+    """A requeued message's properties: its own, without the last failure the poison copy carried."""
+    kept = {k: v for k, v in properties.items() if k not in (REASON_PROPERTY, ATTEMPTS_PROPERTY)}
+    return kept or None
 
 
 class CopyMemo(Protocol):
@@ -183,7 +209,16 @@ class PoisonQueue:
         forever = -1 if self.backend.capabilities.message_options else None
         if memo.poison_copy_id is None:
             text = item.raw.content if item.lease.content is None else item.lease.content  # as stored now
-            copy = await put_creating(self.backend, poison, text, time_to_live=forever)
+            # Stored where anyone who reads the queue reads it: redacted as the log line is; never empty (SQS
+            # refuses an empty property).
+            failure = {REASON_PROPERTY: redact(reason)[:REASON_CHARS] or "(none given)",
+                       ATTEMPTS_PROPERTY: str(item.raw.dequeue_count)}
+            try:
+                copy = await put_creating(self.backend, poison, text, time_to_live=forever,
+                                          **({"properties": failure} if self.backend.capabilities.message_properties
+                                             else {}))
+            except MessageTooLarge:  # the reason did not fit beside the content (SQS): the copy goes without it
+                copy = await put_creating(self.backend, poison, text, time_to_live=forever)
             memo.poison_copy_id = copy.id
             # Said before the original is deleted: a process killed in between leaves the original to come
             # back and be poisoned (and logged) again, so no copy in the poison queue is ever without its reason.
@@ -267,7 +302,8 @@ class PoisonQueue:
         """Delete a received poison message, first putting it back on its queue if ``requeue``: with its properties
         (the trace context its producer wrote), where the backend has them, so that its trace goes on."""
         if requeue:
-            await self.backend.put(source_queue(poison), message.content, properties=message.properties or None)
+            await self.backend.put(source_queue(poison), message.content,
+                                   properties=_without_failure(message.properties))
         assert message.pop_receipt is not None
         await self.backend.delete(poison, message.id, message.pop_receipt)
 

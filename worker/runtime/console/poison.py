@@ -13,7 +13,7 @@ from typing import Any
 
 from worker.backends.queues import QueueBackend, QueueNotFound, RawMessage
 from worker.bindings.encoding import body_text
-from worker.runtime.poison import PoisonPolicy, policy_for
+from worker.runtime.poison import PoisonPolicy, failure_of, policy_for
 
 #: Messages of each poison queue the console shows (where the backend can look without receiving).
 PEEK = 20
@@ -65,7 +65,8 @@ class PoisonOf:
 
     def _row(self, message: RawMessage) -> dict[str, Any]:
         body = body_text(message.content, self.encoding)
-        return {"id": message.id, "dequeueCount": message.dequeue_count,
+        reason, attempts = failure_of(message)  # None where the backend kept neither (Azure Storage)
+        return {"id": message.id, "dequeueCount": message.dequeue_count, "attempts": attempts, "lastFailure": reason,
                 "inserted": message.insertion_time.isoformat(timespec="seconds"),
                 "body": body[:BODY_CHARS], "truncated": len(body) > BODY_CHARS}
 

@@ -218,9 +218,11 @@ function drawPoison(state) {
     if (p.messages && !p.messages.length) list = el("div", { class: "muted", text: "no poison messages" });
     else if (p.messages) {
       list = el("div", { class: "scroll" }, el("table", {},
-        el("thead", {}, el("tr", {}, ...["message id", "dequeues", "inserted", "body", ""].map((h) => el("th", { text: h })))),
+        el("thead", {}, el("tr", {}, ...["message id", "attempts", "last failure", "inserted", "body", ""].map((h) => el("th", { text: h })))),
         el("tbody", {}, ...p.messages.map((m) => el("tr", { "data-message-id": m.id },
-          el("td", { class: "id", text: m.id }), el("td", { text: m.dequeueCount }), el("td", { text: m.inserted }),
+          el("td", { class: "id", text: m.id }), el("td", { "data-field": "attempts", text: m.attempts ?? "?" }),
+          el("td", { "data-field": "lastFailure", text: m.lastFailure ?? "not kept by this backend (see the log)" }),
+          el("td", { text: m.inserted }),
           el("td", {}, el("pre", { class: "body", text: m.body + (m.truncated ? " …" : "") })),
           el("td", {}, el("button", { type: "button", "data-action": "requeue", disabled: !can,
                                        onclick: () => act(p, "requeue", m.id), text: "Requeue" })))))));
