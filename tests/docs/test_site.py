@@ -4,7 +4,8 @@ The suite builds the whole site once (``mkdocs build --strict``, as ``make docs`
 the console's screenshots off (``DOCS_SCREENSHOTS=0``: a worker and a Chromium for two pictures would triple the
 build's time); a test of its own runs the screenshot hook, which starts a worker and drives Chromium as the build
 does. A broken link or anchor, a page missing from the navigation, a settings key with no meaning or a reference
-that no longer builds from the code fails the build, and so this test.
+that no longer builds from the code fails the build, and so this test. The build runs with nothing importable beyond
+what ``pip install -e '.[docs]'`` installs (``tests/docs/docs_extra.py``), as a writer's virtualenv would have it.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def build(out: Path) -> Path:
     env = worker_environment(DOCS_SCREENSHOTS="0", NO_MKDOCS_2_WARNING="1")
-    built = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=REPO,
-                           env=env, capture_output=True, text=True, timeout=300)
+    built = subprocess.run([sys.executable, "-m", "tests.docs.docs_extra", "build", "--strict", "--site-dir", str(out)],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stdout + built.stderr
     return out
 
@@ -170,3 +171,34 @@ def test_the_screenshot_hook_takes_the_console_of_a_running_worker_in_chromium()
         assert png[:8] == b"\x89PNG\r\n\x1a\n", name
         width, height = struct.unpack(">II", png[16:24])
         assert width >= 800 and height >= 300, (name, width, height)
+
+
+def test_without_chromium_the_build_skips_the_screenshots_and_says_so(monkeypatch: pytest.MonkeyPatch,
+                                                                     tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """A writer with only the docs extra and no Chromium still builds: placeholders, and one line saying why."""
+    from mkdocs.config.defaults import MkDocsConfig
+    from mkdocs.exceptions import PluginError
+    from mkdocs.structure.files import Files
+
+    (tmp_path / "docs").mkdir()
+    config = MkDocsConfig()
+    config.load_dict({"site_name": "t", "docs_dir": str(tmp_path / "docs"), "site_dir": str(tmp_path / "site"),
+                      "hooks": [str(REPO / "docs" / "hooks" / "screenshots.py")]})
+    assert config.validate() == ([], [])
+    [hook] = config.hooks.values()
+    monkeypatch.setattr(hook, "CHROMIUM", tmp_path / "no-chromium")
+    monkeypatch.delenv("DOCS_SCREENSHOTS", raising=False)
+    with caplog.at_level("INFO", logger="mkdocs.plugins.screenshots"):
+        files = config.plugins.on_files(Files([]), config=config)
+
+    assert {file.src_uri for file in files} == set(hook.SHOTS)
+    assert all(file.content_bytes == hook.placeholder() for file in files)
+    [note] = [record for record in caplog.records if record.name == "mkdocs.plugins.screenshots"]
+    assert note.levelname == "INFO"  # a warning would fail the --strict build
+    assert "screenshots skipped" in note.getMessage() and "no-chromium" in note.getMessage()
+    assert "apt-get install -y chromium chromium-driver" in note.getMessage()
+
+    monkeypatch.setenv("DOCS_SCREENSHOTS", "1")  # asked for: a missing browser is an error
+    with pytest.raises(PluginError, match="no-chromium"):
+        config.plugins.on_files(Files([]), config=config)
