@@ -66,14 +66,15 @@ def test_the_site_builds_strict_and_holds_what_its_references_promise(tmp_path: 
     settings_reference(site)
     nothing_fetched_at_view_time(site)
     api_reference(site)
+    changelog_and_examples(site)
     pages_load_in_chromium_without_console_errors(site)
     search_answers_on_pages_opened_from_disk(site)
 
 
 def start_page_and_guides(site: Path) -> None:
     for page in ("index", "start", "apps", "leases", "backends", "settings", "operating", "deploying", "spark",
-                 "functions", "lambda", "middleware", "security", "troubleshooting", "reference/cli",
-                 "reference/settings", "reference/api"):
+                 "functions", "lambda", "middleware", "security", "troubleshooting", "examples", "changelog",
+                 "reference/cli", "reference/settings", "reference/api"):
         assert (site / f"{page}.html").is_file(), page
     assert "worker init hello-app" in text(site / "start.html")
     for image in ("message-path.svg", "lease-timeline.svg", "console-functions.png", "console-poison.png"):
@@ -128,6 +129,28 @@ def api_reference(site: Path) -> None:
     for name in worker.__all__:
         assert name in page, name
     assert worker.QueueMessage.__doc__.split("\n")[0].strip()[:40] in page
+
+
+def changelog_and_examples(site: Path) -> None:
+    """CHANGELOG.md, with a heading for the version pyproject.toml gives; and every folder of examples/ with what it
+    says of itself (its docstring's first line) and its app in full."""
+    import ast
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    changelog = text(site / "changelog.html")
+    assert re.search(rf"^{re.escape(version)} - \d{{4}}-\d{{2}}-\d{{2}}", changelog, re.M), version
+    assert "Keep a Changelog" in changelog
+
+    page = text(site / "examples.html")
+    folders = sorted(path for path in (REPO / "examples").iterdir() if path.is_dir() and path.name[0] not in "._")
+    assert {folder.name for folder in folders} >= {"hello", "chain", "poison", "functions_v2"}
+    for folder in folders:
+        source = (folder / "function_app.py").read_text(encoding="utf-8")
+        assert f"{folder.name}/" in page, folder.name
+        assert ast.get_docstring(ast.parse(source)).splitlines()[0] in page, folder.name
+        assert f"examples/{folder.name}/function_app.py" in page, folder.name
+        assert max(source.splitlines(), key=len).strip() in page, folder.name
 
 
 #: Pages looked at in a real browser: the start, a guide with the diagrams drawn at build time, a generated reference.
