@@ -73,7 +73,7 @@ def test_the_site_builds_strict_and_holds_what_its_references_promise(tmp_path: 
 
 def start_page_and_guides(site: Path) -> None:
     for page in ("index", "start", "apps", "leases", "backends", "settings", "operating", "deploying", "spark",
-                 "functions", "lambda", "middleware", "security", "troubleshooting", "examples", "changelog",
+                 "functions", "lambda", "middleware", "security", "troubleshooting", "faq", "examples", "changelog",
                  "reference/cli", "reference/settings", "reference/api"):
         assert (site / f"{page}.html").is_file(), page
     assert "worker init hello-app" in text(site / "start.html")
