@@ -92,7 +92,8 @@ test-deps:
 	$(PYTHON) -m tests.dependencies $(TEST_DEPS)
 
 # The documentation site, into site/ (open site/index.html), with every warning an error. Its console screenshots come
-# from a worker it runs and Chromium (the browser target); DOCS_SCREENSHOTS=0 builds without them.
+# from a worker it runs and Chromium (the browser target); DOCS_SCREENSHOTS=0 builds without them. The docs extra alone
+# builds it too (pip install -e '.[docs]'; mkdocs build --strict), skipping the screenshots when Chromium is missing.
 docs: $(INSTALLED) browser
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --clean --site-dir site
 

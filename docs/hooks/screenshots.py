@@ -6,13 +6,18 @@ opens the console in Debian's Chromium through its chromedriver (Selenium, the `
 page shows what was handled, and saves the functions view and the poison view as ``images/console-*.png`` in the
 built site. Nothing of it is committed.
 
-``DOCS_SCREENSHOTS=0`` builds without them (each image is then a one-pixel placeholder): the suite's build of the
-whole site does so, and a test of its own runs this hook (tests/docs/test_site.py).
+Chromium, its driver and Selenium (the ``docs`` extra has it) are looked for: when one is missing, the build goes on
+without the screenshots and says so in one line (each image is then a one-pixel placeholder), so that a writer with
+only the ``docs`` extra builds the site. ``DOCS_SCREENSHOTS=0`` builds without them (the suite's build of the whole
+site does so, and a test of its own runs this hook: tests/docs/test_site.py); ``DOCS_SCREENSHOTS=1`` makes a missing
+browser an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -41,6 +46,8 @@ FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "-
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1280,1000", "--hide-scrollbars")
 REPO = Path(__file__).resolve().parents[2]
+INSTALL = "apt-get install -y chromium chromium-driver"
+log = logging.getLogger("mkdocs.plugins.screenshots")
 #: The endpoints' token of the worker the hook runs, entered in the page's Token field as an operator would.
 TOKEN = "docs-screenshot-token"
 
@@ -69,11 +76,29 @@ def ingest(msg: QueueMessage) -> None:
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0"
+    return os.environ.get(ENV, "") != "0"
+
+
+def missing() -> tuple[list[str], list[str]]:
+    """What taking the screenshots needs and this machine lacks, and the commands that install it."""
+    lacking = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    commands = [INSTALL] if lacking else []
+    if importlib.util.find_spec("selenium") is None:
+        lacking.append("Selenium")
+        commands.append("pip install -e '.[docs]'")
+    return lacking, commands
 
 
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    shots = take() if enabled() else {name: placeholder() for name in SHOTS}
+    if not enabled():
+        shots = {name: placeholder() for name in SHOTS}
+    elif missing()[0] and os.environ.get(ENV) != "1":
+        lacking, commands = missing()
+        log.info("console screenshots skipped, the images are placeholders: %s missing (to take them: %s)",
+                 ", ".join(lacking), "; ".join(commands))
+        shots = {name: placeholder() for name in SHOTS}
+    else:
+        shots = take()
     for name, content in shots.items():
         files.append(File.generated(config, name, content=content))
     return files
@@ -159,10 +184,10 @@ def send(folder: Path, queue: str, *bodies: str) -> None:
 
 
 def take() -> dict[str, bytes]:
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
-    if missing:
-        raise PluginError(f"console screenshots need Chromium and its driver ({', '.join(missing)} missing): "
-                          f"apt-get install -y chromium chromium-driver, or build with {ENV}=0")
+    lacking, commands = missing()
+    if lacking:
+        raise PluginError(f"console screenshots need Chromium, its driver and Selenium ({', '.join(lacking)} "
+                          f"missing): {'; '.join(commands)}, or build with {ENV}=0")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
