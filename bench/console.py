@@ -99,8 +99,17 @@ async def hold(backend: QueueBackend, scheduler: LeaseScheduler, count: int) -> 
     while held < count:
         batch = await backend.receive(QUEUE, backend.limits.max_batch, TAKE_VISIBILITY)
         for raw in batch:
-            scheduler.hold(Lease(backend, QUEUE, raw.id, raw.pop_receipt, function="bench",
-                                 dequeue_count=raw.dequeue_count, invocation_id=f"invocation-{held}"))
+            scheduler.hold(
+                Lease(
+                    backend,
+                    QUEUE,
+                    raw.id,
+                    raw.pop_receipt,
+                    function="bench",
+                    dequeue_count=raw.dequeue_count,
+                    invocation_id=f"invocation-{held}",
+                )
+            )
             held += 1
 
 
@@ -110,9 +119,18 @@ def fill_records(console: Console, recorder: ConsoleRecorder, hours: int) -> Non
     for n in range(RECENT_TIMES * 4):
         times.add(0.001 * (n % 97))
     for n in range(RECENT_FAILURES * 2):
-        recorder.failures.appendleft({"at": "2026-01-01T00:00:00+00:00", "function": "bench", "queue": QUEUE,
-                                      "messageId": f"m{n}", "invocationId": f"i{n}", "dequeueCount": 5,
-                                      "outcome": "poisoned", "reason": "x" * 1000})
+        recorder.failures.appendleft(
+            {
+                "at": "2026-01-01T00:00:00+00:00",
+                "function": "bench",
+                "queue": QUEUE,
+                "messageId": f"m{n}",
+                "invocationId": f"i{n}",
+                "dequeueCount": 5,
+                "outcome": "poisoned",
+                "reason": "x" * 1000,
+            }
+        )
     start = time.time() - hours * 3600
     for n in range(int(hours * 3600 / INTERVAL)):
         for _ in range(3):
@@ -156,11 +174,15 @@ class Served:
             await backend.approximate_count(QUEUE)
             return []
 
-        parts = HostParts(metrics, scheduler, config, lambda: {"bench": (self.leases, self.leases)}, ready,
-                          dict)
+        parts = HostParts(metrics, scheduler, config, lambda: {"bench": (self.leases, self.leases)}, ready, dict)
         self.recorder = ConsoleRecorder()
-        self.console = Console([Watched(function, options, backend, "embedded queue (bench)")], parts,
-                               self.recorder, StartFacts("bench:app"), actions=True)
+        self.console = Console(
+            [Watched(function, options, backend, "embedded queue (bench)")],
+            parts,
+            self.recorder,
+            StartFacts("bench:app"),
+            actions=True,
+        )
         fill_records(self.console, self.recorder, hours=1)
         endpoints = Endpoints(metrics, scheduler, ready, ["bench"], draining=lambda: False, stuck=lambda: None)
         with socket.socket() as s:
@@ -182,8 +204,7 @@ def timed(port: int, path: str, seconds: float) -> tuple[list[float], int]:
     size = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
-                                         headers={"Authorization": f"Bearer {TOKEN}"})
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {TOKEN}"})
         began = time.perf_counter()
         with urllib.request.urlopen(request, timeout=30) as answer:
             body = answer.read()
@@ -202,11 +223,11 @@ def memory(hours: int) -> int:
     recorder = ConsoleRecorder()
     function = app().functions[0]
     config = HostConfig()
-    parts = HostParts(Metrics(), LeaseScheduler(60, 0.5, Metrics()), config, lambda: {"bench": (3, 3)},
-                      _no_problems, dict)
+    parts = HostParts(Metrics(), LeaseScheduler(60, 0.5, Metrics()), config, lambda: {"bench": (3, 3)}, _no_problems, dict)
     no_storage: Any = None
-    console = Console([Watched(function, config.for_function("bench"), no_storage, "none")], parts, recorder,
-                      StartFacts(), actions=False)
+    console = Console(
+        [Watched(function, config.for_function("bench"), no_storage, "none")], parts, recorder, StartFacts(), actions=False
+    )
     fill_records(console, recorder, hours)
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
@@ -237,8 +258,10 @@ def main() -> None:
         served.ready.wait()
         if served.error is not None:
             raise served.error
-        print(f"{args.leases} leases held by the lease scheduler on the embedded queue "
-              f"(filled in {served.fill_seconds:.1f}s); each path asked for {args.seconds:g}s, one request at a time")
+        print(
+            f"{args.leases} leases held by the lease scheduler on the embedded queue "
+            f"(filled in {served.fill_seconds:.1f}s); each path asked for {args.seconds:g}s, one request at a time"
+        )
         print(f"{'path':<24} {'median':>8} {'p95':>8} {'max':>8} {'requests':>9}  (ms)  answer")
         for path in ("/", "/console/api/state", "/console/api/history", "/leases"):
             calls_before = sum(served.backend.calls.values())
@@ -248,20 +271,31 @@ def main() -> None:
             if path == "/console/api/state":
                 state_calls = (calls, len(took))
         calls, polls = state_calls
-        print(f"storage calls during the state polls: {calls} for {polls} polls ({100 * calls / polls:.1f} per 100 "
-              f"polls; one look = a count, a poison count, a peek and the readiness count, at most every few seconds)")
-        state = json.loads(urllib.request.urlopen(urllib.request.Request(
-            f"http://127.0.0.1:{served.port}/console/api/state", headers={"Authorization": f"Bearer {TOKEN}"}),
-            timeout=30).read())
+        print(
+            f"storage calls during the state polls: {calls} for {polls} polls ({100 * calls / polls:.1f} per 100 "
+            f"polls; one look = a count, a poison count, a peek and the readiness count, at most every few seconds)"
+        )
+        state = json.loads(
+            urllib.request.urlopen(
+                urllib.request.Request(
+                    f"http://127.0.0.1:{served.port}/console/api/state", headers={"Authorization": f"Bearer {TOKEN}"}
+                ),
+                timeout=30,
+            ).read()
+        )
         print(f"state lists {len(state['leases']['shown'])} of {state['leases']['total']} leases (the oldest)")
         served.loop.call_soon_threadsafe(served.stop.set)
         thread.join()
     ring = served.console.history.nbytes
-    print(f"history ring: {ring} bytes per function ({SLOTS} samples x {len(served.console.history.rings)} function),"
-          " allocated once")
+    print(
+        f"history ring: {ring} bytes per function ({SLOTS} samples x {len(served.console.history.rings)} function),"
+        " allocated once"
+    )
     one, three = memory(1), memory(3)
-    print(f"console records after 1 h of samples: {one / 1024:.1f} KiB; after 3 h: {three / 1024:.1f} KiB "
-          f"(tracemalloc; ring, {RECENT_TIMES} handler times, {RECENT_FAILURES} failures)")
+    print(
+        f"console records after 1 h of samples: {one / 1024:.1f} KiB; after 3 h: {three / 1024:.1f} KiB "
+        f"(tracemalloc; ring, {RECENT_TIMES} handler times, {RECENT_FAILURES} failures)"
+    )
 
 
 if __name__ == "__main__":

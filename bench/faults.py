@@ -47,18 +47,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="See the module docstring (bench/faults.py) for what is printed.",
     )
     parser.add_argument("--messages", type=int, default=20000, help="messages to send (default 20000)")
-    parser.add_argument("--fault-rate", type=float, default=defaults.fault_rate,
-                        help=f"share of storage calls faulted (default {defaults.fault_rate})")
+    parser.add_argument(
+        "--fault-rate",
+        type=float,
+        default=defaults.fault_rate,
+        help=f"share of storage calls faulted (default {defaults.fault_rate})",
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed, help="the proxy's random seed")
     parser.add_argument("--lease", default=defaults.lease, help=f"worker.leaseDuration (default {defaults.lease})")
-    parser.add_argument("--slow-every", type=int, default=defaults.slow_every,
-                        help=f"every n-th message works --slow-seconds (default {defaults.slow_every}; 0: none)")
+    parser.add_argument(
+        "--slow-every",
+        type=int,
+        default=defaults.slow_every,
+        help=f"every n-th message works --slow-seconds (default {defaults.slow_every}; 0: none)",
+    )
     parser.add_argument("--slow-seconds", type=float, default=defaults.slow_seconds)
     parser.add_argument("--max-dequeue-count", type=int, default=defaults.max_dequeue_count)
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds the worker gets to handle everything (default: 60 + messages / 20)")
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="keep the run's folder (worker log, handled.sqlite3, Azurite's files) here")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds the worker gets to handle everything (default: 60 + messages / 20)",
+    )
+    parser.add_argument(
+        "--keep", type=Path, default=None, help="keep the run's folder (worker log, handled.sqlite3, Azurite's files) here"
+    )
     return parser.parse_args(argv)
 
 
@@ -66,8 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging("WARNING", json_lines=False)
     settings = Settings(
-        messages=args.messages, fault_rate=args.fault_rate, seed=args.seed, lease=args.lease,
-        slow_every=args.slow_every, slow_seconds=args.slow_seconds, max_dequeue_count=args.max_dequeue_count,
+        messages=args.messages,
+        fault_rate=args.fault_rate,
+        seed=args.seed,
+        lease=args.lease,
+        slow_every=args.slow_every,
+        slow_seconds=args.slow_seconds,
+        max_dequeue_count=args.max_dequeue_count,
         timeout=args.timeout if args.timeout is not None else 60 + args.messages / 20,
     )
     if args.keep is not None:

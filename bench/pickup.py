@@ -65,9 +65,24 @@ async def bench(args: argparse.Namespace, folder: Path) -> None:
     await queue.create_queue("pickup")  # before the worker starts: on OCI it must exist, with a delivery limit
     if args.oci_server is not None:
         args.oci_server.set_delivery_limit("pickup", 5)
-    worker = subprocess.Popen([sys.executable, "-m", "worker", "run", "--app", "tests.apps.pickup:app", "--config",
-                               str(config), "--log-level", "WARNING"], cwd=REPO, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "worker",
+            "run",
+            "--app",
+            "tests.apps.pickup:app",
+            "--config",
+            str(config),
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         await asyncio.sleep(3)  # the worker is up and its listener idle
         latencies: dict[float, list[float]] = {idle: [] for idle in args.idle}
@@ -96,8 +111,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> None:
         print(f"  after {idle:>4g} s idle: p50 {statistics.median(ordered):.3f} s   max {ordered[-1]:.3f} s")
     p99 = every[min(len(every) - 1, round(0.99 * (len(every) - 1)))]
     print(f"  all: p50 {statistics.median(every):.3f} s   p99 {p99:.3f} s   max {every[-1]:.3f} s   (target: max < 0.25 s)")
-    print(f"idle worker CPU: {100 * idle_cpu / idle_wall:.2f} % of one core over {idle_wall:.0f} s idle "
-          "(target < 1 %)")
+    print(f"idle worker CPU: {100 * idle_cpu / idle_wall:.2f} % of one core over {idle_wall:.0f} s idle (target < 1 %)")
 
 
 def main() -> None:

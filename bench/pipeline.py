@@ -91,25 +91,25 @@ def ingest_app(cardinality: str, warehouse: Path, session: WarmSession) -> Worke
         return [json.loads(m.get_body())["path"] for m in msgs]
 
     if cardinality == "many":
+
         @app.queue_trigger(arg_name="msgs", queue_name="ingest", cardinality="many")
         def ingest_many(msgs: list[QueueMessage]) -> None:
             pipeline.ingest(session(), warehouse, paths(msgs))
     else:
+
         @app.queue_trigger(arg_name="msg", queue_name="ingest")
         def ingest_one(msg: QueueMessage) -> None:
             pipeline.ingest(session(), warehouse, paths([msg]))
+
     return app
 
 
-async def run_variant(
-    cardinality: str, files: list[str], folder: Path, provider: SparkProvider
-) -> tuple[float, int]:
+async def run_variant(cardinality: str, files: list[str], folder: Path, provider: SparkProvider) -> tuple[float, int]:
     """Seconds to ingest every file once the session is warm (``provider``'s, which says where Spark runs), and rows
     written."""
     folder.mkdir(parents=True)
     warehouse = folder / "warehouse"
-    config = HostConfig(base_dir=folder, max_polling_interval=0.1, batch_size=32, new_batch_threshold=16,
-                        handler_threads=2)
+    config = HostConfig(base_dir=folder, max_polling_interval=0.1, batch_size=32, new_batch_threshold=16, handler_threads=2)
     queues = open_backend(None, folder)
     await queues.create_queue("ingest")
     for path in files:
@@ -156,8 +156,15 @@ def compare_ingest(args: argparse.Namespace, conf: dict[str, str]) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
     try:
         before = root / "before.py"
-        before.write_text(subprocess.run(["git", "show", f"{args.ingest_before}:functions/pipeline.py"], cwd=REPO,
-                                         check=True, capture_output=True, text=True).stdout)
+        before.write_text(
+            subprocess.run(
+                ["git", "show", f"{args.ingest_before}:functions/pipeline.py"],
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
         variants = {"before": before, "after": REPO / "functions" / "pipeline.py"}
         results: dict[tuple[float, str], dict[str, float]] = {}
         for size in [float(mb) for mb in args.sizes.split(",")]:
@@ -165,9 +172,20 @@ def compare_ingest(args: argparse.Namespace, conf: dict[str, str]) -> None:
             manifest = data.generate(landing, int(size * 1e6), files=8, days=4)
             for name, code in variants.items():
                 out = subprocess.run(
-                    [sys.executable, __file__, "--ingest-worker", str(code), str(landing), "--master", args.master,
-                     *[f"--conf={key}={value}" for key, value in conf.items()]],
-                    check=True, capture_output=True, text=True, cwd=REPO,
+                    [
+                        sys.executable,
+                        __file__,
+                        "--ingest-worker",
+                        str(code),
+                        str(landing),
+                        "--master",
+                        args.master,
+                        *[f"--conf={key}={value}" for key, value in conf.items()],
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    cwd=REPO,
                 ).stdout
                 results[(size, name)] = json.loads(out.strip().splitlines()[-1])
                 assert results[(size, name)]["rows_out"] == manifest.clean, (name, results[(size, name)])
@@ -215,8 +233,7 @@ def main() -> None:
         provider.session().range(10).count()  # the JVM (or the Connect channel) starts here, outside both timings
         results = {}
         for cardinality in ("one", "many"):
-            results[cardinality] = asyncio.run(
-                run_variant(cardinality, files, root / cardinality, provider))
+            results[cardinality] = asyncio.run(run_variant(cardinality, files, root / cardinality, provider))
         (one_s, one_rows), (many_s, many_rows) = results["one"], results["many"]
         assert one_rows == many_rows == manifest.clean, (one_rows, many_rows, manifest.clean)
         print(f"master {args.master}: {args.files} files, {manifest.rows} rows, {manifest.clean} rows out in each variant")

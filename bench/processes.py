@@ -54,13 +54,32 @@ def run(processes: int, messages: int, work: int, threads: int | None, batch: in
             env["WORKER__extensions__queues__batchSize"] = str(batch)
         worker = [sys.executable, "-m", "worker"]
         bodies = [f"m{i}" for i in range(messages)]
-        subprocess.run([*worker, "send", "cpu-bound", *bodies, "--config", str(config)], env=env, cwd=REPO,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [*worker, "send", "cpu-bound", *bodies, "--config", str(config)],
+            env=env,
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+        )
         started = time.perf_counter()
         result = subprocess.run(
-            [*worker, "run", "--app", "tests.apps.cpu_bound:app", "--config", str(config), "--burst",
-             "--processes", str(processes), "--log-level", "WARNING"],
-            env=env, cwd=REPO, capture_output=True, text=True,
+            [
+                *worker,
+                "run",
+                "--app",
+                "tests.apps.cpu_bound:app",
+                "--config",
+                str(config),
+                "--burst",
+                "--processes",
+                str(processes),
+                "--log-level",
+                "WARNING",
+            ],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
         )
         whole = time.perf_counter() - started
         if result.returncode != 0:
@@ -68,8 +87,16 @@ def run(processes: int, messages: int, work: int, threads: int | None, batch: in
         spans = [tuple(map(float, line.split())) for file in times.iterdir() for line in file.read_text().splitlines()]
         if len(spans) != messages:
             raise RuntimeError(f"--processes {processes} ran {len(spans)} handlers for {messages} messages")
-        left = json.loads(subprocess.run([*worker, "queues", "--json", "--config", str(config)], env=env, cwd=REPO,
-                                         capture_output=True, text=True, check=True).stdout)
+        left = json.loads(
+            subprocess.run(
+                [*worker, "queues", "--json", "--config", str(config)],
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         if any(queue["approximateMessageCount"] for queue in left):
             raise RuntimeError(f"messages left after --processes {processes}: {left}")
         return max(end for _, end in spans) - min(start for start, _ in spans), whole
@@ -80,28 +107,42 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--work", type=int, default=1_500_000, help="loop iterations per message")
-    parser.add_argument("--handler-threads", type=int, default=None,
-                        help="worker.handlerThreads for both variants (default: the host's default)")
-    parser.add_argument("--batch-size", type=int, default=None,
-                        help="extensions.queues.batchSize for both variants (default: the host's default, 16)")
+    parser.add_argument(
+        "--handler-threads",
+        type=int,
+        default=None,
+        help="worker.handlerThreads for both variants (default: the host's default)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="extensions.queues.batchSize for both variants (default: the host's default, 16)",
+    )
     args = parser.parse_args()
     spans: dict[int, list[float]] = {1: [], 2: []}
     wholes: dict[int, list[float]] = {1: [], 2: []}
     for round_ in range(args.rounds):
-        for processes in ((1, 2) if round_ % 2 == 0 else (2, 1)):
+        for processes in (1, 2) if round_ % 2 == 0 else (2, 1):
             span, whole = run(processes, args.messages, args.work, args.handler_threads, args.batch_size)
             spans[processes].append(span)
             wholes[processes].append(whole)
-            print(f"  round {round_ + 1}: --processes {processes}: {span:6.2f} s of handlers, "
-                  f"{whole:6.2f} s of worker run", flush=True)
+            print(
+                f"  round {round_ + 1}: --processes {processes}: {span:6.2f} s of handlers, {whole:6.2f} s of worker run",
+                flush=True,
+            )
     one, two = statistics.median(spans[1]), statistics.median(spans[2])
     threads = "default" if args.handler_threads is None else args.handler_threads
     batch = "default" if args.batch_size is None else args.batch_size
-    print(f"\n{args.messages} CPU-bound messages, {os.cpu_count()} cores, handlerThreads {threads}, "
-          f"batchSize {batch}, median of {args.rounds} rounds")
+    print(
+        f"\n{args.messages} CPU-bound messages, {os.cpu_count()} cores, handlerThreads {threads}, "
+        f"batchSize {batch}, median of {args.rounds} rounds"
+    )
     for n, span in ((1, one), (2, two)):
-        print(f"--processes {n} : {span:6.2f} s  {args.messages / span:6.1f} msgs/s   "
-              f"(worker run, start-up and stop included: {statistics.median(wholes[n]):6.2f} s)")
+        print(
+            f"--processes {n} : {span:6.2f} s  {args.messages / span:6.1f} msgs/s   "
+            f"(worker run, start-up and stop included: {statistics.median(wholes[n]):6.2f} s)"
+        )
     print(f"ratio 2/1     : {one / two:6.2f}x   (target >= 1.85)")
 
 

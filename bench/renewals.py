@@ -291,7 +291,7 @@ async def spread(design: Design, leases: list[Lease], seconds: float) -> None:
     """Hold ``leases`` in an even stream over ``seconds``, so that their due times are spread as in a steady flow."""
     started = time.monotonic()
     for step in range(SPREAD_STEPS):
-        for lease in leases[step * len(leases) // SPREAD_STEPS:(step + 1) * len(leases) // SPREAD_STEPS]:
+        for lease in leases[step * len(leases) // SPREAD_STEPS : (step + 1) * len(leases) // SPREAD_STEPS]:
             design.hold(lease)
         await asyncio.sleep(started + (step + 1) * seconds / SPREAD_STEPS - time.monotonic())
 
@@ -313,7 +313,10 @@ async def run(design: Design, path: Path, messages: int, seconds: float, lease_s
         renewals, cpu, loop_cpu, began = watch.renewals, time.process_time(), time.thread_time(), time.monotonic()
         await asyncio.sleep(seconds)
         renewals, cpu, loop_cpu, held = (
-            watch.renewals - renewals, time.process_time() - cpu, time.thread_time() - loop_cpu, time.monotonic() - began
+            watch.renewals - renewals,
+            time.process_time() - cpu,
+            time.thread_time() - loop_cpu,
+            time.monotonic() - began,
         )
         stop.set()
         await checker
@@ -322,9 +325,17 @@ async def run(design: Design, path: Path, messages: int, seconds: float, lease_s
         await backend.close()
         loop.set_task_factory(None)
     return Result(
-        design=design.name, messages=messages, hold_seconds=held, renewals=renewals, cpu_seconds=cpu,
-        loop_cpu_seconds=loop_cpu, max_lateness=watch.max_lateness, lapsed=len(watch.lapsed), stolen=watch.stolen,
-        peak_tasks=tasks.peak, failed_renewers=failed,
+        design=design.name,
+        messages=messages,
+        hold_seconds=held,
+        renewals=renewals,
+        cpu_seconds=cpu,
+        loop_cpu_seconds=loop_cpu,
+        max_lateness=watch.max_lateness,
+        lapsed=len(watch.lapsed),
+        stolen=watch.stolen,
+        peak_tasks=tasks.peak,
+        failed_renewers=failed,
     )
 
 
@@ -347,10 +358,18 @@ def table(results: list[Result], lease_seconds: float) -> str:
     slack = lease_seconds * (1 - FRACTION)
     rows: list[tuple[str, float, float, str]] = [
         ("renewals/s", scheduler.renewals_per_second, naive.renewals_per_second, f"each lease on time: {needed:.0f}/s"),
-        ("CPU us/renewal (process)", 1e6 * scheduler.cpu_per_renewal(scheduler.cpu_seconds),
-         1e6 * naive.cpu_per_renewal(naive.cpu_seconds), "all threads"),
-        ("  of which event loop thread", 1e6 * scheduler.cpu_per_renewal(scheduler.loop_cpu_seconds),
-         1e6 * naive.cpu_per_renewal(naive.loop_cpu_seconds), "the rest: the SQLite thread"),
+        (
+            "CPU us/renewal (process)",
+            1e6 * scheduler.cpu_per_renewal(scheduler.cpu_seconds),
+            1e6 * naive.cpu_per_renewal(naive.cpu_seconds),
+            "all threads",
+        ),
+        (
+            "  of which event loop thread",
+            1e6 * scheduler.cpu_per_renewal(scheduler.loop_cpu_seconds),
+            1e6 * naive.cpu_per_renewal(naive.loop_cpu_seconds),
+            "the rest: the SQLite thread",
+        ),
         ("max lateness (s)", scheduler.max_lateness, naive.max_lateness, f"a lease lapses past {slack:g} s"),
         ("leases lapsed", scheduler.lapsed, naive.lapsed, f"of {scheduler.messages}"),
         ("  taken by a 2nd receiver", scheduler.stolen, naive.stolen, "sampled every second"),
@@ -376,8 +395,11 @@ def find_limit(folder: Path, first: Result, seconds: float, lease_seconds: float
         n = guess if not probes and clean < guess < lapsing else (clean + lapsing) // 2
         result = run_design("scheduler", folder, n, seconds, lease_seconds)
         probes.append(result)
-        print(f"  N={n:>6}: {result.renewals_per_second:6.0f} renewals/s (on time: {n / (lease_seconds * FRACTION):.0f}/s), "
-              f"max lateness {result.max_lateness:.2f} s, {result.lapsed} lapsed", flush=True)
+        print(
+            f"  N={n:>6}: {result.renewals_per_second:6.0f} renewals/s (on time: {n / (lease_seconds * FRACTION):.0f}/s), "
+            f"max lateness {result.max_lateness:.2f} s, {result.lapsed} lapsed",
+            flush=True,
+        )
         if result.lapsed:
             lapsing = n
         else:
@@ -393,10 +415,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=10_000, help="leases held at once (default 10000)")
     parser.add_argument("--seconds", type=float, default=60, help="how long they are held (default 60)")
     parser.add_argument("--lease", type=float, default=2, help="lease length in seconds, renewed at half (default 2)")
-    parser.add_argument("--limit-seconds", type=float, default=15,
-                        help="hold time of each probe of the limit search (default 15)")
-    parser.add_argument("--no-limit-search", action="store_true",
-                        help="do not search for the largest N the scheduler holds without a lapse")
+    parser.add_argument(
+        "--limit-seconds", type=float, default=15, help="hold time of each probe of the limit search (default 15)"
+    )
+    parser.add_argument(
+        "--no-limit-search", action="store_true", help="do not search for the largest N the scheduler holds without a lapse"
+    )
     return parser.parse_args(argv)
 
 
@@ -408,18 +432,22 @@ def main(argv: list[str] | None = None) -> None:
         for name in ("scheduler", "naive"):
             print(f"{name}: {args.messages} leases of {args.lease:g} s held {args.seconds:g} s ...", flush=True)
             results.append(run_design(name, Path(folder), args.messages, args.seconds, args.lease))
-        print(f"\n{args.messages} leases of {args.lease:g} s, renewed at {FRACTION:g}, held {args.seconds:g} s "
-              f"on the embedded SQLite queue (writes committed in groups)")
+        print(
+            f"\n{args.messages} leases of {args.lease:g} s, renewed at {FRACTION:g}, held {args.seconds:g} s "
+            f"on the embedded SQLite queue (writes committed in groups)"
+        )
         print(table(results, args.lease))
         scheduler = results[0]
         if scheduler.lapsed and not args.no_limit_search:
             print(f"\nthe scheduler let leases lapse; searching the largest N it holds ({args.limit_seconds:g} s holds):")
             limit, lapsing, probes = find_limit(Path(folder), scheduler, args.limit_seconds, args.lease)
             rates = [p.renewals_per_second for p in probes]
-            print(f"limit: {limit} leases of {args.lease:g} s held {args.limit_seconds:g} s without a lapse "
-                  f"({lapsing} lapsed). "
-                  f"Renewing each on time would take {limit / (args.lease * FRACTION):.0f}/s; the scheduler "
-                  f"sustained {statistics.median(rates):.0f}/s (median of the probes), renewing late but before expiry.")
+            print(
+                f"limit: {limit} leases of {args.lease:g} s held {args.limit_seconds:g} s without a lapse "
+                f"({lapsing} lapsed). "
+                f"Renewing each on time would take {limit / (args.lease * FRACTION):.0f}/s; the scheduler "
+                f"sustained {statistics.median(rates):.0f}/s (median of the probes), renewing late but before expiry."
+            )
 
 
 if __name__ == "__main__":

@@ -252,8 +252,8 @@ class Producer:
 def host_yaml(folder: Path, port: int) -> Path:
     path = folder / "host.yaml"
     path.write_text(
-        "version: \"1.0\"\n"
-        "functionTimeout: \"00:00:30\"\n"
+        'version: "1.0"\n'
+        'functionTimeout: "00:00:30"\n'
         "extensions:\n"
         "  queues:\n"
         "    batchSize: 16\n"
@@ -302,7 +302,10 @@ async def soak(args: argparse.Namespace, folder: Path, connection: str | None) -
     with log.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "worker", "run", "--app", "soak:app", "--config", str(config)],
-            cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=err,
+            cwd=folder,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
         )
     try:
         return await _watch(args, proc, port, backend, log)
@@ -338,11 +341,16 @@ async def _watch(
     await _ready(proc, port, log)
     producer = Producer(backend, args.rate, args.work_ms, args.fail_fraction)
     pid = proc.pid
-    print(f"worker pid {pid}, {args.backend}, {args.rate:g} msg/s for {args.minutes:g} min, handler work "
-          f"{args.work_ms:g} ms, {args.fail_fraction:.1%} failing (half flaky, half poison), sample every "
-          f"{args.sample:g} s, warm-up {args.warmup:g} s", flush=True)
-    header = (f"{'t':>6} {'sent':>7} {'done':>7} {'msg/s':>6} {'backlog':>7} {'flight':>6} {'leases':>6} "
-              f"{'cpu%':>5} {'rss MiB':>8} {'fds':>4} {'thr':>4} {'hthr':>5} {'tasks':>7}")
+    print(
+        f"worker pid {pid}, {args.backend}, {args.rate:g} msg/s for {args.minutes:g} min, handler work "
+        f"{args.work_ms:g} ms, {args.fail_fraction:.1%} failing (half flaky, half poison), sample every "
+        f"{args.sample:g} s, warm-up {args.warmup:g} s",
+        flush=True,
+    )
+    header = (
+        f"{'t':>6} {'sent':>7} {'done':>7} {'msg/s':>6} {'backlog':>7} {'flight':>6} {'leases':>6} "
+        f"{'cpu%':>5} {'rss MiB':>8} {'fds':>4} {'thr':>4} {'hthr':>5} {'tasks':>7}"
+    )
     print(header, flush=True)
     samples: list[Sample] = []
     started = time.monotonic()
@@ -364,19 +372,30 @@ async def _watch(
         cpu = cpu_seconds(pid)
         tasks, tasks_max = await loop_tasks(port, metrics)
         sample = Sample(
-            t=now - started, sent=producer.total, completed=completed,
-            rate=(completed - previous[1]) / (now - previous[0]), backlog=await _backlog(backend),
-            in_flight=metrics.get("worker_messages_in_flight", 0.0), leases=leases,
+            t=now - started,
+            sent=producer.total,
+            completed=completed,
+            rate=(completed - previous[1]) / (now - previous[0]),
+            backlog=await _backlog(backend),
+            in_flight=metrics.get("worker_messages_in_flight", 0.0),
+            leases=leases,
             cpu=100 * (cpu - previous[2]) / (now - previous[0]),
-            rss_mib=int(status["VmRSS"].split()[0]) / 1024, fds=len(os.listdir(f"/proc/{pid}/fd")),
-            threads=int(status["Threads"]), busy=int(metrics['worker_handler_threads{state="busy"}']),
-            abandoned=int(metrics['worker_handler_threads{state="abandoned"}']), tasks=tasks, tasks_max=tasks_max,
+            rss_mib=int(status["VmRSS"].split()[0]) / 1024,
+            fds=len(os.listdir(f"/proc/{pid}/fd")),
+            threads=int(status["Threads"]),
+            busy=int(metrics['worker_handler_threads{state="busy"}']),
+            abandoned=int(metrics['worker_handler_threads{state="abandoned"}']),
+            tasks=tasks,
+            tasks_max=tasks_max,
         )
         samples.append(sample)
         previous = (now, completed, cpu)
-        print(f"{sample.t:6.0f} {sample.sent:7d} {sample.completed:7.0f} {sample.rate:6.1f} {sample.backlog:7d} "
-              f"{sample.in_flight:6.0f} {sample.leases:6d} {sample.cpu:5.1f} {sample.rss_mib:8.1f} {sample.fds:4d} "
-              f"{sample.threads:4d} {f'{sample.busy}/{sample.abandoned}':>5} {f'{tasks}-{tasks_max}':>7}", flush=True)
+        print(
+            f"{sample.t:6.0f} {sample.sent:7d} {sample.completed:7.0f} {sample.rate:6.1f} {sample.backlog:7d} "
+            f"{sample.in_flight:6.0f} {sample.leases:6d} {sample.cpu:5.1f} {sample.rss_mib:8.1f} {sample.fds:4d} "
+            f"{sample.threads:4d} {f'{sample.busy}/{sample.abandoned}':>5} {f'{tasks}-{tasks_max}':>7}",
+            flush=True,
+        )
         if now >= end:
             break
 
@@ -406,8 +425,14 @@ async def _watch(
 
 
 def report(
-    args: argparse.Namespace, samples: list[Sample], producer: Producer, totals: dict[str, Any], left: int,
-    drained_in: float, code: int, poison: int,
+    args: argparse.Namespace,
+    samples: list[Sample],
+    producer: Producer,
+    totals: dict[str, Any],
+    left: int,
+    drained_in: float,
+    code: int,
+    poison: int,
 ) -> int:
     """Print growth after warm-up and the final accounting; 1 when a message was lost or the worker failed."""
     steady = [s for s in samples if s.t >= args.warmup] or samples
@@ -423,22 +448,27 @@ def report(
     slopes: dict[str, tuple[float, float]] = {}
     deltas: dict[str, tuple[float, float]] = {}
     for name, points in series.items():
-        half = points[-max(2, (len(points) + 1) // 2):]  # the second half, at least two samples
+        half = points[-max(2, (len(points) + 1) // 2) :]  # the second half, at least two samples
         slopes[name] = (slope_per_minute(points), slope_per_minute(half))
         deltas[name] = (points[-1][1] - points[0][1], half[-1][1] - half[0][1])
-        print(f"  {name:<10} {points[0][1]:9.1f} {points[-1][1]:9.1f} {deltas[name][0]:+9.1f} "
-              f"{slopes[name][0]:+10.2f} {slopes[name][1]:+9.2f}")
+        print(
+            f"  {name:<10} {points[0][1]:9.1f} {points[-1][1]:9.1f} {deltas[name][0]:+9.1f} "
+            f"{slopes[name][0]:+10.2f} {slopes[name][1]:+9.2f}"
+        )
     rates = [s.rate for s in steady]
-    print(f"  throughput: {statistics.mean(rates):.1f} msg/s mean, {min(rates):.1f} min, {max(rates):.1f} max "
-          f"(producer {args.rate:g} msg/s); backlog at the last sample {steady[-1].backlog}")
+    print(
+        f"  throughput: {statistics.mean(rates):.1f} msg/s mean, {min(rates):.1f} min, {max(rates):.1f} max "
+        f"(producer {args.rate:g} msg/s); backlog at the last sample {steady[-1].backlog}"
+    )
 
     # Growth counts only when it is sustained: over the whole window and still in its second half, so that pools
     # filling up after warm-up (handler threads start on demand up to handlerThreads) do not read as a leak.
     growing = []
     rss_all, rss_half = slopes["rss MiB"]
     if rss_all > args.rss_slope_limit and rss_half > args.rss_slope_limit:
-        growing.append(f"RSS grows {rss_all:+.2f} MiB/min, {rss_half:+.2f} in the second half "
-                       f"(limit {args.rss_slope_limit:g})")
+        growing.append(
+            f"RSS grows {rss_all:+.2f} MiB/min, {rss_half:+.2f} in the second half (limit {args.rss_slope_limit:g})"
+        )
     for name in ("fds", "threads"):
         whole, second = deltas[name]
         if whole > args.count_delta_limit and second > 0:
@@ -452,12 +482,27 @@ def report(
     fates = Counter(key.split(":")[1] for key in producer.sent.elements())
     succeeded, poisoned = int(totals.get("succeeded", 0)), int(totals.get("poisoned", 0))
     lost = sent - succeeded - poison - left
-    print(f"\nmessages: sent {sent} (ok {fates['ok']}, flaky {fates['flaky']}, poison {fates['poison']}; "
-          f"{producer.put_errors} puts failed), completed {succeeded}, poisoned {poisoned} "
-          f"(poison queues hold {poison}), left in queues {left}, lost {lost}")
-    print(f"  drained in {drained_in:.1f} s; worker exit code {code}; "
-          + ", ".join(f"{k} {totals.get(k, 0)}" for k in ("received", "failed", "retried", "released", "leases_lost",
-                                                          "completions_skipped", "storage_errors", "storage_retries")))
+    print(
+        f"\nmessages: sent {sent} (ok {fates['ok']}, flaky {fates['flaky']}, poison {fates['poison']}; "
+        f"{producer.put_errors} puts failed), completed {succeeded}, poisoned {poisoned} "
+        f"(poison queues hold {poison}), left in queues {left}, lost {lost}"
+    )
+    print(
+        f"  drained in {drained_in:.1f} s; worker exit code {code}; "
+        + ", ".join(
+            f"{k} {totals.get(k, 0)}"
+            for k in (
+                "received",
+                "failed",
+                "retried",
+                "released",
+                "leases_lost",
+                "completions_skipped",
+                "storage_errors",
+                "storage_retries",
+            )
+        )
+    )
     expected_poison = fates["poison"]
     if not totals:
         print("  the worker logged no 'host stopped' line")
@@ -475,19 +520,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--minutes", type=float, default=10, help="how long the producer runs (default 10)")
     parser.add_argument("--rate", type=float, default=50, help="messages put per second (default 50)")
-    parser.add_argument("--backend", choices=["sqlite", "azurite"], default="sqlite",
-                        help="the embedded queue (default) or an Azurite started from node_modules")
+    parser.add_argument(
+        "--backend",
+        choices=["sqlite", "azurite"],
+        default="sqlite",
+        help="the embedded queue (default) or an Azurite started from node_modules",
+    )
     parser.add_argument("--sample", type=float, default=15, help="seconds between samples (default 15)")
-    parser.add_argument("--warmup", type=float, default=None,
-                        help="seconds before growth is measured (default a quarter of the run, at most 60)")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds before growth is measured (default a quarter of the run, at most 60)",
+    )
     parser.add_argument("--work-ms", type=float, default=3, help="each handler's work in ms (default 3)")
-    parser.add_argument("--fail-fraction", type=float, default=0.02,
-                        help="share of messages that fail: half once (retried), half always (poisoned); default 0.02")
+    parser.add_argument(
+        "--fail-fraction",
+        type=float,
+        default=0.02,
+        help="share of messages that fail: half once (retried), half always (poisoned); default 0.02",
+    )
     parser.add_argument("--drain-timeout", type=float, default=120, help="longest wait for the queues to empty")
-    parser.add_argument("--rss-slope-limit", type=float, default=1.0,
-                        help="RSS growth per minute, in MiB, above which the verdict is growth (default 1)")
-    parser.add_argument("--count-delta-limit", type=float, default=2,
-                        help="growth in fds or threads (first->last), or tasks per minute, counted as growth (default 2)")
+    parser.add_argument(
+        "--rss-slope-limit",
+        type=float,
+        default=1.0,
+        help="RSS growth per minute, in MiB, above which the verdict is growth (default 1)",
+    )
+    parser.add_argument(
+        "--count-delta-limit",
+        type=float,
+        default=2,
+        help="growth in fds or threads (first->last), or tasks per minute, counted as growth (default 2)",
+    )
     args = parser.parse_args(argv)
     if args.warmup is None:
         args.warmup = min(60.0, args.minutes * 60 / 4)

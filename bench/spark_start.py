@@ -65,27 +65,41 @@ def run_variant(app: str, folder: Path, spark_section: dict[str, object]) -> dic
     folder.mkdir(parents=True)
     port = free_port()
     config = folder / "host.yaml"
-    config.write_text(yaml.safe_dump({
-        "version": "1.0",
-        "extensions": {"queues": {"maxPollingInterval": "100ms"}},
-        "worker": {"httpPort": port, "httpHost": "127.0.0.1"},
-        "spark": spark_section,
-    }), encoding="utf-8")
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": "1.0",
+                "extensions": {"queues": {"maxPollingInterval": "100ms"}},
+                "worker": {"httpPort": port, "httpHost": "127.0.0.1"},
+                "spark": spark_section,
+            }
+        ),
+        encoding="utf-8",
+    )
     result = folder / "result.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}
     env |= {"PYTHONPATH": str(REPO), "RESULT_FILE": str(result)}
     worker = [sys.executable, "-m", "worker"]
     began = time.monotonic()
     with (folder / "worker.log").open("wb") as log:
-        process = subprocess.Popen([*worker, "run", "--app", f"tests.apps.spark_first:{app}", "--config", str(config)],
-                                   env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log)
+        process = subprocess.Popen(
+            [*worker, "run", "--app", f"tests.apps.spark_first:{app}", "--config", str(config)],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     try:
         poll(lambda: ready(port), 300, interval=0.02, what="/readyz to say ready")
         ready_after = time.monotonic() - began
         sent = time.time()
         asyncio.run(put(folder))
-        poll(lambda: result.exists() and result.read_text().strip(), 300, interval=0.02,
-             what="the handler to note its first job")
+        poll(
+            lambda: result.exists() and result.read_text().strip(),
+            300,
+            interval=0.02,
+            what="the handler to note its first job",
+        )
         noted = json.loads(result.read_text().splitlines()[0])
     finally:
         process.send_signal(signal.SIGTERM)
@@ -100,8 +114,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs of each variant, alternated")
     args = parser.parse_args()
     remote = args.master.startswith("sc://")
-    conf: dict[str, str] = {"spark.sql.shuffle.partitions": "2"} if remote else {
-        "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+    conf: dict[str, str] = (
+        {"spark.sql.shuffle.partitions": "2"}
+        if remote
+        else {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}
+    )
     conf |= dict(item.split("=", 1) for item in args.conf)
     section = {"master": args.master, "conf": conf}
     figures: dict[str, list[dict[str, float]]] = {app: [] for app in VARIANTS}

@@ -88,15 +88,17 @@ def run_raw(client: Any, url: str, messages: int, threads: int, attributes: bool
             with lock:
                 if done >= messages:
                     return
-            got = client.receive_message(QueueUrl=url, MaxNumberOfMessages=BATCH, VisibilityTimeout=LEASE_SECONDS,
-                                         WaitTimeSeconds=0, **asked).get("Messages", [])
+            got = client.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=BATCH, VisibilityTimeout=LEASE_SECONDS, WaitTimeSeconds=0, **asked
+            ).get("Messages", [])
             if not got:
                 with lock:
                     if done >= messages:
                         return
                 continue
-            client.delete_message_batch(QueueUrl=url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
+            client.delete_message_batch(
+                QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)]
+            )
             with lock:
                 done += len(got)
 
@@ -163,7 +165,7 @@ async def bench(args: argparse.Namespace, moto: Moto) -> None:
     contenders = {name: Contender(name) for name in raw} | {"worker": Contender("worker")}
     for round_number in range(args.rounds):
         order = list(contenders)
-        order = order[round_number % len(order):] + order[:round_number % len(order)]
+        order = order[round_number % len(order) :] + order[: round_number % len(order)]
         for name in order:
             queue = f"bench-{uuid.uuid4().hex[:10]}"
             await fill(sqs, queue, args.messages)
@@ -188,8 +190,10 @@ async def bench(args: argparse.Namespace, moto: Moto) -> None:
         print(contender.line(n))
     worker = contenders["worker"].median_rate(n)
     for like_for_like in (False, True):
-        best = max((c for name, c in contenders.items() if name != "worker" and ("+attrs" in name) == like_for_like),
-                   key=lambda c: c.median_rate(n))
+        best = max(
+            (c for name, c in contenders.items() if name != "worker" and ("+attrs" in name) == like_for_like),
+            key=lambda c: c.median_rate(n),
+        )
         print(f"worker/{best.name}: {worker / best.median_rate(n):.2f}")
 
 
@@ -197,8 +201,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--raw-k", type=lambda text: [int(k) for k in text.split(",")],
-                        default=[HostConfig().max_in_flight // BATCH], help="raw loop threads to try (default 6)")
+    parser.add_argument(
+        "--raw-k",
+        type=lambda text: [int(k) for k in text.split(",")],
+        default=[HostConfig().max_in_flight // BATCH],
+        help="raw loop threads to try (default 6)",
+    )
     args = parser.parse_args(argv)
     configure_logging("WARNING", json_lines=False)
     moto = Moto().start()

@@ -169,7 +169,11 @@ def queue_client(connection_string: str, queue: str) -> QueueClient:
     aiohttp looks for ~/.netrc on every request.
     """
     return QueueClient.from_connection_string(
-        connection_string, queue, initial_backoff=0, increment_base=0, random_jitter_range=0,
+        connection_string,
+        queue,
+        initial_backoff=0,
+        increment_base=0,
+        random_jitter_range=0,
         use_env_settings=False,
     )
 
@@ -352,8 +356,10 @@ class Contender:
 
         rounds = ", ".join(f"{r:.0f}" for r in self.rates(messages))
         retried = f", {self.retries} retried requests" if self.retries else ""
-        return (f"{self.name:<13} {self.median_rate(messages):5.0f}  {per_message(self.python_cpu)}  "
-                f"{per_message(self.gc_seconds)}  {per_message(self.azurite_cpu):>7}  [{rounds}{retried}]")
+        return (
+            f"{self.name:<13} {self.median_rate(messages):5.0f}  {per_message(self.python_cpu)}  "
+            f"{per_message(self.gc_seconds)}  {per_message(self.azurite_cpu):>7}  [{rounds}{retried}]"
+        )
 
 
 def slug(contender: Contender) -> str:
@@ -390,8 +396,9 @@ class SideProcess:
     line once started, then a count each time it is asked on stdin."""
 
     def __init__(self, script: str, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", script, *args], cwd=REPO, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         assert self.proc.stdout is not None
         self.first_line = self.proc.stdout.readline().strip()
 
@@ -409,8 +416,10 @@ class SideProcess:
 class ReceiverProcess(SideProcess):
     """The tests' OTLP/HTTP receiver; its count is the spans it received."""
 
-    SCRIPT = ("import sys\nfrom tests.tracing.receiver import Receiver\nr = Receiver().start()\n"
-              "print(r.endpoint, flush=True)\nfor _ in sys.stdin:\n    print(len(r.received()), flush=True)\n")
+    SCRIPT = (
+        "import sys\nfrom tests.tracing.receiver import Receiver\nr = Receiver().start()\n"
+        "print(r.endpoint, flush=True)\nfor _ in sys.stdin:\n    print(len(r.received()), flush=True)\n"
+    )
 
     def __init__(self) -> None:
         super().__init__(self.SCRIPT)
@@ -469,9 +478,14 @@ for _ in sys.stdin:
             raise RuntimeError("the console pages did not start")
 
 
-async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: str,
-                receiver: ReceiverProcess | None = None, pages: ConsolePages | None = None,
-                console_port: int | None = None) -> None:
+async def bench(
+    args: argparse.Namespace,
+    azurite: Azurite,
+    connection_string: str,
+    receiver: ReceiverProcess | None = None,
+    pages: ConsolePages | None = None,
+    console_port: int | None = None,
+) -> None:
     """Every contender drains its queues through ``connection_string``: Azurite itself, or the latency proxy."""
     assert azurite.proc is not None
     server = AzuriteCpu(azurite.proc.pid)
@@ -551,11 +565,16 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
             print(f"  round {round_ + 1}: {contender.name:<13} {n / contender.seconds[-1]:5.0f} msgs/s", flush=True)
 
     best = max(ceilings, key=lambda c: c.median_rate(n))
-    print(f"\n{n} messages per contender, median of {args.rounds} rounds (each round in brackets"
-          + (f"; the naive loop in the first {args.naive_rounds}" if args.naive_rounds < args.rounds else "") + ")"
-          + (f", every request delayed {args.latency_ms:g} ms" if args.latency_ms else ""))
-    print(f"worker: batchSize {BATCH}, maxInFlight {settings.max_in_flight}, "
-          f"newBatchThreshold {settings.new_batch_threshold}, messageEncoding none")
+    print(
+        f"\n{n} messages per contender, median of {args.rounds} rounds (each round in brackets"
+        + (f"; the naive loop in the first {args.naive_rounds}" if args.naive_rounds < args.rounds else "")
+        + ")"
+        + (f", every request delayed {args.latency_ms:g} ms" if args.latency_ms else "")
+    )
+    print(
+        f"worker: batchSize {BATCH}, maxInFlight {settings.max_in_flight}, "
+        f"newBatchThreshold {settings.new_batch_threshold}, messageEncoding none"
+    )
     print("  (py, gc, azurite: CPU ms per message in this process, in its garbage collector, in Azurite)")
     print(f"  {'':<13} {'msg/s':>5}  {'py':>5}  {'gc':>5}  {'azurite':>7}  [msg/s each round]")
     for contender in contenders:
@@ -566,28 +585,39 @@ async def bench(args: argparse.Namespace, azurite: Azurite, connection_string: s
     print(f"\nworker/ceiling = {worker_rate / best_rate:.2f}   (target >= 0.9; the ceiling is {best.name})")
     print(f"worker/naive   = {worker_rate / naive_rate:.2f}   (target >= 5)")
     print(f"ceiling/naive  = {best_rate / naive_rate:.2f}   (the most any client could gain over the naive loop here)")
+
     # CPU per message against the raw loops': each round's worker against that round's ceilings (their median), so
     # that what drifts between rounds (the other core's load, caches) drifts in both sides of a ratio.
     def paired(contender: Contender) -> list[float]:
-        return [cpu / statistics.median(c.python_cpu[round_] for c in ceilings)
-                for round_, cpu in enumerate(contender.python_cpu)]
+        return [
+            cpu / statistics.median(c.python_cpu[round_] for c in ceilings)
+            for round_, cpu in enumerate(contender.python_cpu)
+        ]
 
     ratios = paired(host)
-    print(f"worker py/ceiling py = {statistics.median(ratios):.3f}   (CPU per message, target <= 1.05: the median of the "
-          f"rounds' ratios to the ceilings' median, each round {', '.join(f'{r:.3f}' for r in ratios)})")
+    print(
+        f"worker py/ceiling py = {statistics.median(ratios):.3f}   (CPU per message, target <= 1.05: the median of the "
+        f"rounds' ratios to the ceilings' median, each round {', '.join(f'{r:.3f}' for r in ratios)})"
+    )
     if public is not None:
         ratios = paired(public)
-        print(f"worker sdk py/ceiling py = {statistics.median(ratios):.3f}   (the same on the SDK's public receive and "
-              f"delete, target <= 1.15; each round {', '.join(f'{r:.3f}' for r in ratios)})")
+        print(
+            f"worker sdk py/ceiling py = {statistics.median(ratios):.3f}   (the same on the SDK's public receive and "
+            f"delete, target <= 1.15; each round {', '.join(f'{r:.3f}' for r in ratios)})"
+        )
     if traced is not None and receiver is not None:
-        print(f"worker+otel/worker = {traced.median_rate(n) / worker_rate:.2f}   (msgs/s with traces over without; "
-              f"py ms/msg {1000 * statistics.median(traced.python_cpu) / n:.2f} against "
-              f"{1000 * statistics.median(host.python_cpu) / n:.2f}; {receiver.count()} spans received)")
+        print(
+            f"worker+otel/worker = {traced.median_rate(n) / worker_rate:.2f}   (msgs/s with traces over without; "
+            f"py ms/msg {1000 * statistics.median(traced.python_cpu) / n:.2f} against "
+            f"{1000 * statistics.median(host.python_cpu) / n:.2f}; {receiver.count()} spans received)"
+        )
     if watched is not None and pages is not None:
-        print(f"worker+console/worker = {watched.median_rate(n) / worker_rate:.2f}   (msgs/s with {args.console_pages} "
-              f"console pages refreshing over without; py ms/msg {1000 * statistics.median(watched.python_cpu) / n:.2f}"
-              f" against {1000 * statistics.median(host.python_cpu) / n:.2f}; {pages.count()} console requests "
-              "answered)")
+        print(
+            f"worker+console/worker = {watched.median_rate(n) / worker_rate:.2f}   (msgs/s with {args.console_pages} "
+            f"console pages refreshing over without; py ms/msg {1000 * statistics.median(watched.python_cpu) / n:.2f}"
+            f" against {1000 * statistics.median(host.python_cpu) / n:.2f}; {pages.count()} console requests "
+            "answered)"
+        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -597,25 +627,55 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--messages", type=int, default=1000, help="messages per contender (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds; the figures are medians (default 3)")
-    parser.add_argument("--naive-rounds", type=int, default=None,
-                        help="rounds the naive loop runs in, the first ones (default: all); it takes 30 times as long")
+    parser.add_argument(
+        "--naive-rounds",
+        type=int,
+        default=None,
+        help="rounds the naive loop runs in, the first ones (default: all); it takes 30 times as long",
+    )
     parser.add_argument("--max-in-flight", type=int, default=128, help="the worker's maxInFlight (default 128)")
-    parser.add_argument("--new-batch-threshold", type=int, default=96,
-                        help="the worker's newBatchThreshold (default 96: receive again once 32 places are free)")
-    parser.add_argument("--ceiling-k", type=lambda s: [int(k) for k in s.split(",")], default=[2, 4, 8],
-                        metavar="K,K,...", help="receivers tried for the ceiling (default 2,4,8)")
-    parser.add_argument("--default-settings", action="store_true",
-                        help="run the worker at the host's defaults (maxInFlight, newBatchThreshold) but batchSize")
-    parser.add_argument("--latency-ms", type=float, default=0,
-                        help="add this round-trip delay to every request, through a proxy process (default 0: none)")
-    parser.add_argument("--otel", action="store_true",
-                        help="add the worker with OpenTelemetry traces exported over OTLP/HTTP (needs the otel extra)")
-    parser.add_argument("--public-path", action="store_true",
-                        help="also run the worker on the SDK's public receive and delete (its fallback)")
-    parser.add_argument("--console", action="store_true",
-                        help="add the worker with its endpoints and web console on, and console pages refreshing it")
-    parser.add_argument("--console-pages", type=int, default=10,
-                        help="how many open console pages refresh it with --console (default 10)")
+    parser.add_argument(
+        "--new-batch-threshold",
+        type=int,
+        default=96,
+        help="the worker's newBatchThreshold (default 96: receive again once 32 places are free)",
+    )
+    parser.add_argument(
+        "--ceiling-k",
+        type=lambda s: [int(k) for k in s.split(",")],
+        default=[2, 4, 8],
+        metavar="K,K,...",
+        help="receivers tried for the ceiling (default 2,4,8)",
+    )
+    parser.add_argument(
+        "--default-settings",
+        action="store_true",
+        help="run the worker at the host's defaults (maxInFlight, newBatchThreshold) but batchSize",
+    )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0,
+        help="add this round-trip delay to every request, through a proxy process (default 0: none)",
+    )
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="add the worker with OpenTelemetry traces exported over OTLP/HTTP (needs the otel extra)",
+    )
+    parser.add_argument(
+        "--public-path",
+        action="store_true",
+        help="also run the worker on the SDK's public receive and delete (its fallback)",
+    )
+    parser.add_argument(
+        "--console",
+        action="store_true",
+        help="add the worker with its endpoints and web console on, and console pages refreshing it",
+    )
+    parser.add_argument(
+        "--console-pages", type=int, default=10, help="how many open console pages refresh it with --console (default 10)"
+    )
     args = parser.parse_args(argv)
     if args.naive_rounds is None or args.naive_rounds > args.rounds:
         args.naive_rounds = args.rounds
@@ -659,7 +719,9 @@ def start_latency_proxy(upstream_port: int, latency_ms: float) -> tuple[subproce
     """
     proxy = subprocess.Popen(
         [sys.executable, "-m", "tests.reliability.faultproxy", str(upstream_port), "--latency-ms", str(latency_ms)],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proxy.stdout is not None
     line = proxy.stdout.readline()

@@ -48,8 +48,13 @@ class Manifest:
         return self.rows - self.quarantined - self.faults["duplicate"]
 
     def as_dict(self) -> dict[str, object]:
-        return {"files": self.files, "rows": self.rows, "faults": dict(self.faults),
-                "quarantined": self.quarantined, "clean": self.clean}
+        return {
+            "files": self.files,
+            "rows": self.rows,
+            "faults": dict(self.faults),
+            "quarantined": self.quarantined,
+            "clean": self.clean,
+        }
 
 
 def _valid_row(rng: random.Random, day: date, serial: int, late: bool) -> dict[str, str]:
@@ -99,8 +104,14 @@ def _render(rows: list[dict[str, str] | str], fmt: str) -> str:
     return out.getvalue()
 
 
-def generate(root: Path, size_bytes: int = 1_000_000, files: int = 8, days: int = 4, seed: int = 20261123,
-             start: date = date(2026, 11, 16)) -> Manifest:
+def generate(
+    root: Path,
+    size_bytes: int = 1_000_000,
+    files: int = 8,
+    days: int = 4,
+    seed: int = 20261123,
+    start: date = date(2026, 11, 16),
+) -> Manifest:
     """Write about ``size_bytes`` of order events in ``files`` files over ``days`` days under ``root``."""
     rng = random.Random(seed)
     manifest = Manifest()

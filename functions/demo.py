@@ -82,8 +82,11 @@ async def run_with_progress(host: Host, config: HostConfig) -> None:
             await asyncio.wait({task}, timeout=PROGRESS_EVERY)
             if not task.done():
                 counts = [f"{q} {await queues.approximate_count(q)}" for q in QUEUES]
-                print(f"  {host.elapsed:6.1f}s  waiting: {', '.join(counts)};  "
-                      f"done {host.metrics.get('succeeded')}, failed {host.metrics.get('failed')}", flush=True)
+                print(
+                    f"  {host.elapsed:6.1f}s  waiting: {', '.join(counts)};  "
+                    f"done {host.metrics.get('succeeded')}, failed {host.metrics.get('failed')}",
+                    flush=True,
+                )
         await task
     finally:
         await queues.close()
@@ -92,7 +95,8 @@ async def run_with_progress(host: Host, config: HostConfig) -> None:
 def step_seconds(root: Path) -> dict[str, float]:
     return {
         step: round(sum(json.loads(p.read_text())["seconds"] for p in (root / "_stats" / step).glob("*.json")), 1)
-        for step in QUEUES if (root / "_stats" / step).is_dir()
+        for step in QUEUES
+        if (root / "_stats" / step).is_dir()
     }
 
 
@@ -100,9 +104,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mb", type=float, default=2.0, help="size of the generated data set (1 to 1000)")
     parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--master", default=None,
-                        help="spark.master for the pipeline (default: host.yaml's, local[*]): spark://host:port (a "
-                             "standalone cluster) or sc://host:port (Spark Connect)")
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="spark.master for the pipeline (default: host.yaml's, local[*]): spark://host:port (a "
+        "standalone cluster) or sc://host:port (Spark Connect)",
+    )
     args = parser.parse_args()
 
     shutil.rmtree(HOME, ignore_errors=True)
@@ -115,14 +122,15 @@ def main() -> None:
 
     started = time.monotonic()
     manifest = data.generate(HOME / "landing", int(args.size_mb * 1e6), files=args.files)
-    print(f"generated {len(manifest.files)} files, {manifest.rows} rows, "
-          f"{sum(os.path.getsize(f) for f in manifest.files) / 1e6:.1f} MB under {HOME / 'landing'} "
-          f"({time.monotonic() - started:.1f}s)")
+    print(
+        f"generated {len(manifest.files)} files, {manifest.rows} rows, "
+        f"{sum(os.path.getsize(f) for f in manifest.files) / 1e6:.1f} MB under {HOME / 'landing'} "
+        f"({time.monotonic() - started:.1f}s)"
+    )
     asyncio.run(enqueue(config, manifest.files))
     print(f"enqueued {len(manifest.files)} ingest messages, and one for a file that does not exist")
     master = redact(from_config(config).master)  # a Connect master's token stays off the terminal
-    print(f"running the worker until the queues drain (Spark on {master} starts on the first message):",
-          flush=True)
+    print(f"running the worker until the queues drain (Spark on {master} starts on the first message):", flush=True)
     host = Host(app, config, burst=True)
     asyncio.run(run_with_progress(host, config))
     log_file.close()

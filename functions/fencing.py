@@ -35,5 +35,7 @@ class HeldMessages:
     def check(self) -> None:
         lost = [msg.id for msg in self.messages if not msg.holds_lease(MARGIN)]
         if lost:
-            raise StaleWriter(f"lease lost: this invocation no longer holds message(s) {', '.join(lost)}, which "
-                              "another worker may be processing; its table version was discarded")
+            raise StaleWriter(
+                f"lease lost: this invocation no longer holds message(s) {', '.join(lost)}, which "
+                "another worker may be processing; its table version was discarded"
+            )

@@ -45,8 +45,11 @@ def warehouse() -> Path:
 def writer(msgs: Sequence[QueueMessage]) -> tables.Writer:
     """How a step's invocation publishes: fenced by its messages, with the grace and lock wait of the environment
     (``PIPELINE_RETIRED_GRACE``, ``PIPELINE_LOCK_WAIT``: ``1h``, ``90s``, ``00:02:00``; defaults in tables)."""
-    return tables.Writer(HeldMessages(msgs), _duration("PIPELINE_RETIRED_GRACE", tables.RETIRED_GRACE),
-                         _duration("PIPELINE_LOCK_WAIT", tables.LOCK_WAIT))
+    return tables.Writer(
+        HeldMessages(msgs),
+        _duration("PIPELINE_RETIRED_GRACE", tables.RETIRED_GRACE),
+        _duration("PIPELINE_LOCK_WAIT", tables.LOCK_WAIT),
+    )
 
 
 def _duration(name: str, default: timedelta) -> timedelta:
@@ -78,8 +81,13 @@ def ingest(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
         return
     stats = pipeline.ingest(spark.session(), warehouse(), paths, writer(msgs))
     days = sorted({day for s in stats for day in s.days})
-    log.info("ingested", files=len(paths), rows_in=sum(s.rows_in for s in stats),
-             rows_out=sum(s.rows_out for s in stats), days=days)
+    log.info(
+        "ingested",
+        files=len(paths),
+        rows_in=sum(s.rows_in for s in stats),
+        rows_out=sum(s.rows_out for s in stats),
+        days=days,
+    )
     next_step.set({"days": days})
 
 
@@ -91,8 +99,11 @@ def aggregate(msgs: list[QueueMessage], next_step: Out[dict]) -> None:
     try:
         rows = pipeline.aggregate(spark.session(), warehouse(), days, writer(msgs))
     except tables.NoVersion as missing:
-        log.warning("nothing to aggregate: no events yet; the ingest that writes them sends its own aggregate",
-                    days=days, reason=str(missing))
+        log.warning(
+            "nothing to aggregate: no events yet; the ingest that writes them sends its own aggregate",
+            days=days,
+            reason=str(missing),
+        )
         return
     log.info("aggregated", days=days, rows=rows)
     next_step.set({"days": days})
@@ -104,7 +115,8 @@ def report(msgs: list[QueueMessage]) -> None:
     try:
         summary = pipeline.report(spark.session(), warehouse())
     except tables.NoVersion as missing:
-        log.warning("nothing to report: no daily sales yet; the aggregate that writes them sends its own report",
-                    reason=str(missing))
+        log.warning(
+            "nothing to report: no daily sales yet; the aggregate that writes them sends its own report", reason=str(missing)
+        )
         return
     log.info("report written", rows_out=summary["rows_out"], path=str(warehouse() / "reports"))

@@ -63,8 +63,10 @@ def unreadable(path: str) -> str | None:
     if local is None:
         if _URI.match(path):
             return None
-        return (f"landed file path {path} is relative; give an absolute path or a URI (file:///, abfss://, s3a://), "
-                "since a Spark driver or Connect server resolves a relative path against its own folder")
+        return (
+            f"landed file path {path} is relative; give an absolute path or a URI (file:///, abfss://, s3a://), "
+            "since a Spark driver or Connect server resolves a relative path against its own folder"
+        )
     if not local.is_file():
         return f"landed file {path} does not exist"
     try:
@@ -140,9 +142,7 @@ def _validated(raw: DataFrame, sources: Column) -> DataFrame:
     """
     from pyspark.sql import functions as F
 
-    typed = raw.select(
-        "*", *[F.expr(expr).alias(f"{column}_typed") for column, (expr, _) in TYPED.items()]
-    )
+    typed = raw.select("*", *[F.expr(expr).alias(f"{column}_typed") for column, (expr, _) in TYPED.items()])
     reason = F.when(F.col("_corrupt_record").isNotNull(), F.lit("malformed row"))
     for column in REQUIRED:
         reason = reason.when(F.col(column).isNull() | (F.trim(F.col(column)) == ""), F.lit(f"missing {column}"))
@@ -155,10 +155,17 @@ def _validated(raw: DataFrame, sources: Column) -> DataFrame:
     batch = F.regexp_replace(F.concat(day, F.lit("-"), stem), "[^A-Za-z0-9-]", "-")
     event_date = F.to_date(F.col("event_time_typed"))
     return typed.select(
-        "event_id", "order_id", "customer_id", "sku", "country", "_corrupt_record",
-        F.col("quantity").alias("quantity_raw"), F.col("unit_price").alias("unit_price_raw"),
+        "event_id",
+        "order_id",
+        "customer_id",
+        "sku",
+        "country",
+        "_corrupt_record",
+        F.col("quantity").alias("quantity_raw"),
+        F.col("unit_price").alias("unit_price_raw"),
         F.col("event_time").alias("event_time_raw"),
-        F.col("quantity_typed").alias("quantity"), F.col("unit_price_typed").alias("unit_price"),
+        F.col("quantity_typed").alias("quantity"),
+        F.col("unit_price_typed").alias("unit_price"),
         F.col("event_time_typed").alias("event_time"),
         event_date.alias("event_date"),
         (event_date < F.date_sub(day.cast("date"), LATE_AFTER_DAYS)).alias("late"),
@@ -168,8 +175,7 @@ def _validated(raw: DataFrame, sources: Column) -> DataFrame:
     )
 
 
-def ingest(spark: SparkSession, warehouse: Path, paths: list[str], writer: tables.Writer | None = None
-           ) -> list[IngestStats]:
+def ingest(spark: SparkSession, warehouse: Path, paths: list[str], writer: tables.Writer | None = None) -> list[IngestStats]:
     """Validate, quarantine, de-duplicate and store the landed files, in one scan of them; ``writer`` publishes.
 
     The files are read in one scan per format, not one per file, so that a
@@ -196,16 +202,34 @@ def ingest(spark: SparkSession, warehouse: Path, paths: list[str], writer: table
         stats = _ingest_stats(marked, paths)
         clean = marked.where("reason IS NULL AND copy = 1").select(*EVENT_COLUMNS)
         rejected = marked.where("reason IS NOT NULL").select(
-            "batch_id", "source", "reason", "event_id",
-            F.coalesce(F.col("_corrupt_record"), F.to_json(F.struct(
-                F.col("event_id"), F.col("order_id"), F.col("customer_id"), F.col("sku"), F.col("quantity_raw"),
-                F.col("unit_price_raw"), F.col("country"), F.col("event_time_raw"),
-            ))).alias("raw"),
+            "batch_id",
+            "source",
+            "reason",
+            "event_id",
+            F.coalesce(
+                F.col("_corrupt_record"),
+                F.to_json(
+                    F.struct(
+                        F.col("event_id"),
+                        F.col("order_id"),
+                        F.col("customer_id"),
+                        F.col("sku"),
+                        F.col("quantity_raw"),
+                        F.col("unit_price_raw"),
+                        F.col("country"),
+                        F.col("event_time_raw"),
+                    )
+                ),
+            ).alias("raw"),
         )
         batches = [stat.batch_id for stat in stats]
         days = sorted({day for stat in stats for day in stat.days})
-        tables.publish(warehouse / "events", lambda: _with_kept_events(spark, warehouse / "events", clean, batches, days),
-                       ["event_date"], writer)
+        tables.publish(
+            warehouse / "events",
+            lambda: _with_kept_events(spark, warehouse / "events", clean, batches, days),
+            ["event_date"],
+            writer,
+        )
         tables.publish(warehouse / "quarantine", lambda: rejected.repartition("batch_id"), ["batch_id"], writer)
     finally:
         marked.unpersist()
@@ -217,8 +241,20 @@ def ingest(spark: SparkSession, warehouse: Path, paths: list[str], writer: table
 
 
 #: The columns of the ``events`` table, in order.
-EVENT_COLUMNS = ["event_id", "order_id", "customer_id", "sku", "quantity", "unit_price", "country", "event_time",
-                 "late", "source", "event_date", "batch_id"]
+EVENT_COLUMNS = [
+    "event_id",
+    "order_id",
+    "customer_id",
+    "sku",
+    "quantity",
+    "unit_price",
+    "country",
+    "event_time",
+    "late",
+    "source",
+    "event_date",
+    "batch_id",
+]
 
 
 def _marked(rows: DataFrame) -> DataFrame:
@@ -240,14 +276,22 @@ def _ingest_stats(marked: DataFrame, paths: list[str]) -> list[IngestStats]:
     from pyspark.sql import functions as F
 
     kept = F.col("reason").isNull() & (F.col("copy") == 1)
-    groups = marked.groupBy("batch_id", "reason").agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(kept.cast("int")).alias("kept"),
-        F.sum((kept & F.col("late")).cast("int")).alias("late"),
-        F.collect_set(F.when(kept, F.col("event_date").cast("string"))).alias("days"),
-    ).collect()
-    stats = {batch_id(path): IngestStats(batch_id=batch_id(path), source=path, rows_in=0, quarantined={}, duplicates=0,
-                                         rows_out=0, late=0) for path in paths}
+    groups = (
+        marked.groupBy("batch_id", "reason")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum(kept.cast("int")).alias("kept"),
+            F.sum((kept & F.col("late")).cast("int")).alias("late"),
+            F.collect_set(F.when(kept, F.col("event_date").cast("string"))).alias("days"),
+        )
+        .collect()
+    )
+    stats = {
+        batch_id(path): IngestStats(
+            batch_id=batch_id(path), source=path, rows_in=0, quarantined={}, duplicates=0, rows_out=0, late=0
+        )
+        for path in paths
+    }
     for group in groups:
         stat = stats[group["batch_id"]]
         stat.rows_in += group["rows"]
@@ -259,8 +303,7 @@ def _ingest_stats(marked: DataFrame, paths: list[str]) -> list[IngestStats]:
     return list(stats.values())
 
 
-def _with_kept_events(spark: SparkSession, table: Path, clean: DataFrame, batches: list[str],
-                      days: list[str]) -> DataFrame:
+def _with_kept_events(spark: SparkSession, table: Path, clean: DataFrame, batches: list[str], days: list[str]) -> DataFrame:
     """The events of ``days`` as this write leaves them: the new rows, and the rows other files put there before.
 
     ``events`` is partitioned by day alone (a few day folders for a batch, not
@@ -310,8 +353,12 @@ def aggregate(spark: SparkSession, warehouse: Path, days: list[str], writer: tab
 
     version = tables.publish(warehouse / "daily_sales", daily, ["event_date"], writer)
     rows = tables.read_version(spark, version).where(F.col("event_date").cast("string").isin(days)).count()  # as written
-    write_stats(warehouse, "aggregate", "-".join(sorted(days)), {"days": days, "rows": rows,
-                                                                  "seconds": round(time.monotonic() - started, 3)})
+    write_stats(
+        warehouse,
+        "aggregate",
+        "-".join(sorted(days)),
+        {"days": days, "rows": rows, "seconds": round(time.monotonic() - started, 3)},
+    )
     return rows
 
 
@@ -325,17 +372,30 @@ def report(spark: SparkSession, warehouse: Path) -> dict[str, Any]:
     started = time.monotonic()
     daily = tables.read(spark, warehouse / "daily_sales")  # one version for every figure below
     per_day = [
-        {"day": str(r["event_date"]), "orders": r["orders"], "units": r["units"], "revenue": float(r["revenue"]),
-         "late_events": r["late_events"]}
-        for r in daily.groupBy("event_date").agg(
-            F.sum("orders").alias("orders"), F.sum("units").alias("units"),
-            F.sum("revenue").alias("revenue"), F.sum("late_events").alias("late_events"),
-        ).orderBy("event_date").collect()
+        {
+            "day": str(r["event_date"]),
+            "orders": r["orders"],
+            "units": r["units"],
+            "revenue": float(r["revenue"]),
+            "late_events": r["late_events"],
+        }
+        for r in daily.groupBy("event_date")
+        .agg(
+            F.sum("orders").alias("orders"),
+            F.sum("units").alias("units"),
+            F.sum("revenue").alias("revenue"),
+            F.sum("late_events").alias("late_events"),
+        )
+        .orderBy("event_date")
+        .collect()
     ]
     top = [
         {"sku": r["sku"], "revenue": float(r["revenue"])}
-        for r in daily.groupBy("sku").agg(F.sum("revenue").alias("revenue")).orderBy(F.desc("revenue"), "sku")
-        .limit(5).collect()
+        for r in daily.groupBy("sku")
+        .agg(F.sum("revenue").alias("revenue"))
+        .orderBy(F.desc("revenue"), "sku")
+        .limit(5)
+        .collect()
     ]
     ingested = [json.loads(p.read_text()) for p in sorted((warehouse / "_stats" / "ingest").glob("*.json"))]
     quarantined: dict[str, int] = {}

@@ -162,8 +162,10 @@ def read_version(spark: SparkSession, version: Path) -> DataFrame:
         schema = StructType.fromJson(json.loads(schema_file.read_text(encoding="utf-8")))
         return spark.read.schema(schema).parquet(str(version))
     if next(version.rglob("*.parquet"), None) is None:
-        raise NoVersion(f"table {version.parent}'s version {version.name} holds no rows and no schema (an empty "
-                        "write from before versions kept their schema); the next write replaces it")
+        raise NoVersion(
+            f"table {version.parent}'s version {version.name} holds no rows and no schema (an empty "
+            "write from before versions kept their schema); the next write replaces it"
+        )
     return spark.read.parquet(str(version))
 
 
@@ -240,8 +242,10 @@ def _lock(table: Path, writer: Writer) -> Iterator[None]:
             writer.fence.check()
             left = deadline - time.monotonic()
             if left <= 0:
-                raise LockTimeout(f"table {table}: its writer lock was not free within {writer.lock_wait} "
-                                  f"(held by {_holder(lock)}); nothing written")
+                raise LockTimeout(
+                    f"table {table}: its writer lock was not free within {writer.lock_wait} "
+                    f"(held by {_holder(lock)}); nothing written"
+                )
             time.sleep(min(pause, left))
             pause = min(pause * 2, LOCK_POLL)
         lock.seek(0)

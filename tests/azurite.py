@@ -60,12 +60,30 @@ class Azurite:
             # --disableTelemetry: Azurite otherwise reports every request to an Application Insights endpoint, which
             # costs it about a quarter of its CPU per request and 2-3 % of a core while idle, retrying an endpoint a
             # test machine may not reach. --silent: no access log, which nothing reads (only the start's lines are).
-            [str(EXECUTABLE), *storage, "--skipApiVersionCheck", "--loose", "--disableTelemetry", "--silent",
-             "--queueHost", "127.0.0.1", "--queuePort", str(self.port),
-             "--blobHost", "127.0.0.1", "--blobPort", str(self.blob_port),
-             # The table service cannot be left out of this executable; it gets a free port and is not used.
-             "--tableHost", "127.0.0.1", "--tablePort", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [
+                str(EXECUTABLE),
+                *storage,
+                "--skipApiVersionCheck",
+                "--loose",
+                "--disableTelemetry",
+                "--silent",
+                "--queueHost",
+                "127.0.0.1",
+                "--queuePort",
+                str(self.port),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(self.blob_port),
+                # The table service cannot be left out of this executable; it gets a free port and is not used.
+                "--tableHost",
+                "127.0.0.1",
+                "--tablePort",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         threading.Thread(target=self._read, daemon=True).start()
 

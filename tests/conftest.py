@@ -39,6 +39,7 @@ BACKENDS = ["sqlite", "azurite"]
 #: self-check at start (a changed SDK): the conformance suite and the host's lifecycle and process tests run on it too.
 AZURITE_SDK = pytest.param("azurite-sdk", marks=pytest.mark.azurite)
 
+
 def pytest_configure(config: pytest.Config) -> None:
     """Every JVM the tests start runs with the suite's options (tests/spark/jvm.py); a value set before the run is
     kept."""
@@ -90,13 +91,14 @@ def oci_connection(server: OciTestServer, long_poll: int = 2) -> str:
     Its long poll is 2 s rather than the default 5 s: a stopping worker waits out the poll under way (see the
     README), and two seconds show the same as five. Tests of the default pass ``long_poll=5``.
     """
-    return (f"oci+http://{server.endpoint.split('://', 1)[1]}?compartment={server.compartment_id}"
-            f"&config={server.config_file}&adminEndpoint={server.endpoint}&longPoll={long_poll}")
+    return (
+        f"oci+http://{server.endpoint.split('://', 1)[1]}?compartment={server.compartment_id}"
+        f"&config={server.config_file}&adminEndpoint={server.endpoint}&longPoll={long_poll}"
+    )
 
 
 @contextlib.asynccontextmanager
-async def oci_queue(server: OciTestServer, tmp_path: Path, queue_name: str, **options: Any
-                    ) -> AsyncIterator[QueueBackend]:
+async def oci_queue(server: OciTestServer, tmp_path: Path, queue_name: str, **options: Any) -> AsyncIterator[QueueBackend]:
     """A backend on the test server (``options`` as :func:`open_backend` takes them) with the test's queue made;
     closed after."""
     backend = open_backend(oci_connection(server), tmp_path, **options)

@@ -43,8 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 VENVS = REPO / ".venv-deps"
 #: The packages whose ranges are tested: the SDKs the backends and the compat layer call, and the libraries under
 #: every invocation.
-PACKAGES = ("azure-storage-queue", "azure-core", "botocore", "oci", "azure-functions", "pyspark", "structlog",
-            "tenacity")
+PACKAGES = ("azure-storage-queue", "azure-core", "botocore", "oci", "azure-functions", "pyspark", "structlog", "tenacity")
 #: The extras ``make test`` installs (the Makefile's), so that the fast tier finds what it imports.
 EXTRAS = "test,spark,connect,oci,sqs,otel,browser,docs,azure-functions"
 #: Packages released in step with a pinned one, pinned with it: boto3 X.Y.Z requires botocore X.Y.*, and moto needs
@@ -97,8 +96,11 @@ def summary(log_path: Path, start: int) -> str:
     """pytest's last line (``3 failed, 900 passed in 60.00s``), from what the run wrote after ``start``."""
     with log_path.open() as log:
         log.seek(start)
-        lines = [line.strip().strip("=").strip() for line in log
-                 if re.match(r"(=+ )?\d+ (passed|failed|errors?|deselected|skipped)\b.* in [\d.]+s", line)]
+        lines = [
+            line.strip().strip("=").strip()
+            for line in log
+            if re.match(r"(=+ )?\d+ (passed|failed|errors?|deselected|skipped)\b.* in [\d.]+s", line)
+        ]
     return lines[-1] if lines else "no summary"
 
 
@@ -113,12 +115,19 @@ def one_run(name: str, pins: dict[str, str]) -> tuple[dict[str, str], list[tuple
         started = time.monotonic()
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
         requirements = ["-e", f".[{EXTRAS}]"] + [f"{package}=={version}" for package, version in pins.items()]
-        if run([sys.executable, "-m", "venv", str(venv)], log) or run(pip + ["--upgrade", "pip"], log) \
-                or run(pip + requirements, log):
+        if (
+            run([sys.executable, "-m", "venv", str(venv)], log)
+            or run(pip + ["--upgrade", "pip"], log)
+            or run(pip + requirements, log)
+        ):
             return {}, [("install", "failed: see " + str(log_path.relative_to(REPO)))], False
         results.append(("install", f"{time.monotonic() - started:.0f} s"))
-        listing = subprocess.run([str(python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
-                                 capture_output=True, text=True, check=True).stdout
+        listing = subprocess.run(
+            [str(python), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         versions = {normalise(p["name"]): p["version"] for p in json.loads(listing)}
         log.write("\n" + "\n".join(f"{p}=={versions.get(p, '-')}" for p in PACKAGES) + "\n")
         passed = True
@@ -132,18 +141,33 @@ def one_run(name: str, pins: dict[str, str]) -> tuple[dict[str, str], list[tuple
             began = time.monotonic()
             status = run([str(python), "-m", "pytest", "-q", *arguments], log, env=environment)
             passed = passed and status == 0
-            results.append((suite, f"{'passed' if status == 0 else 'FAILED'}: {summary(log_path, start)}"
-                                   f" ({time.monotonic() - began:.0f} s)"))
+            results.append(
+                (
+                    suite,
+                    f"{'passed' if status == 0 else 'FAILED'}: {summary(log_path, start)}"
+                    f" ({time.monotonic() - began:.0f} s)",
+                )
+            )
     return {p: versions.get(p, "-") for p in PACKAGES}, results, passed
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="*", default=["lowest", "newest"], choices=["lowest", "newest"],
-                        help="lowest, newest or both (the default); none with --each runs only the packages alone")
+    parser.add_argument(
+        "--runs",
+        nargs="*",
+        default=["lowest", "newest"],
+        choices=["lowest", "newest"],
+        help="lowest, newest or both (the default); none with --each runs only the packages alone",
+    )
     parser.add_argument("--each", action="store_true", help="also each package alone at its lower bound")
-    parser.add_argument("--pin", action="append", default=[], metavar="PACKAGE==VERSION",
-                        help="a lower bound to try in place of the declared one (at or above it)")
+    parser.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="PACKAGE==VERSION",
+        help="a lower bound to try in place of the declared one (at or above it)",
+    )
     args = parser.parse_args(argv)
     VENVS.mkdir(exist_ok=True)
     bounds = lower_bounds()

@@ -34,17 +34,22 @@ def loopback_certificate(folder: Path) -> tuple[Path, Path]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
     cert_path, key_path = folder / "cert.pem", folder / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return cert_path, key_path
 
 
@@ -55,8 +60,14 @@ def storage_token(lifetime: int = 3600) -> str:
     def part(value: dict[str, object]) -> str:
         return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
-    claims = {"aud": "https://storage.azure.com", "iss": "https://sts.windows.net/00000000-0000-0000-0000-000000000000/",
-              "iat": now - 60, "nbf": now - 60, "exp": now + lifetime, "oid": "test-identity"}
+    claims = {
+        "aud": "https://storage.azure.com",
+        "iss": "https://sts.windows.net/00000000-0000-0000-0000-000000000000/",
+        "iat": now - 60,
+        "nbf": now - 60,
+        "exp": now + lifetime,
+        "oid": "test-identity",
+    }
     return f"{part({'typ': 'JWT', 'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
 
 
@@ -81,8 +92,14 @@ class TokenEndpoint:
                 if self.headers.get("X-IDENTITY-HEADER") != IDENTITY_HEADER:
                     self.send_error(401, "missing X-IDENTITY-HEADER")
                     return
-                body = json.dumps({"access_token": storage_token(), "expires_on": str(int(time.time()) + 3600),
-                                   "resource": "https://storage.azure.com", "token_type": "Bearer"}).encode()
+                body = json.dumps(
+                    {
+                        "access_token": storage_token(),
+                        "expires_on": str(int(time.time()) + 3600),
+                        "resource": "https://storage.azure.com",
+                        "token_type": "Bearer",
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))

@@ -36,8 +36,11 @@ class Moto:
         for name, value in CREDENTIALS.items():
             os.environ.setdefault(name, value)
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
         def listening() -> bool:
             if self.proc is not None and self.proc.poll() is not None:

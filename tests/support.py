@@ -94,7 +94,12 @@ def get(port: int, path: str, timeout: float = 10) -> tuple[int, str]:
 
 
 def fetch(
-    port: int, path: str, *, host: str = "127.0.0.1", token: str | None = None, scheme: str = "Bearer",
+    port: int,
+    path: str,
+    *,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    scheme: str = "Bearer",
     timeout: float = 10,
 ) -> tuple[int, Message, str]:
     """GET ``path`` from ``host:port``, with ``token`` in an Authorization header when given: the status, the

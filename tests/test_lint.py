@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 def test_ruff_finds_nothing() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "worker", "tests", "functions", "docs", "examples"],
-        cwd=REPO, capture_output=True, text=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stdout + result.stderr

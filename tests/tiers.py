@@ -72,8 +72,7 @@ FOLDERS = {"spark": {"spark", "pipeline"}, "slow": {"reliability"}, "container":
 PARAMETERS = {"azurite": "azurite", "oci": "oci", "sqs": "sqs"}
 #: xdist group -> the folders (under tests/) whose tests run in it: the Spark tests, the reliability scenarios, the
 #: console's tests, the container tests.
-GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"console"},
-          "container": FOLDERS["container"]}
+GROUPS = {"spark": FOLDERS["spark"], "timing": FOLDERS["slow"], "browser": {"console"}, "container": FOLDERS["container"]}
 #: Files of a Spark folder that run as a group of their own, beside the ``spark`` group: they start their own Spark
 #: servers and worker processes (as a user does) and share nothing with the group's servers and session.
 SPARK_FILES = {
@@ -100,6 +99,7 @@ LEADING = (
 def leading(nodeid: str) -> bool:
     """Whether a test is in ``LEADING``, by its file or its node id."""
     return nodeid in LEADING or nodeid.partition("::")[0] in LEADING
+
 
 MARKERS = {
     "azurite": "uses the Azurite emulator",
@@ -148,8 +148,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for marker in sorted(found):
             item.add_marker(marker)
         if "spark" in found and group_of(item.nodeid) not in ("spark", *SPARK_FILES.values()):
-            raise pytest.UsageError(f"{item.nodeid} runs Spark outside {sorted(FOLDERS['spark'])}: move it there, "
-                                    "so that it runs in the Spark group")
+            raise pytest.UsageError(
+                f"{item.nodeid} runs Spark outside {sorted(FOLDERS['spark'])}: move it there, "
+                "so that it runs in the Spark group"
+            )
     order_by_master(items)
     # xdist hands out the groups (its largest scopes) first, then the rest in the order collected.
     items.sort(key=schedule_order)
@@ -236,6 +238,9 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     finally:
         started, _started = _started, None
     if started and not any(item.get_closest_marker(m) for m in OUTSIDE_THE_FAST_TIER):
-        pytest.fail(f"this test starts processes ({', '.join(sorted(set(started)))}) but is not marked "
-                    "@pytest.mark.subprocess, so the fast tier would run it", pytrace=False)
+        pytest.fail(
+            f"this test starts processes ({', '.join(sorted(set(started)))}) but is not marked "
+            "@pytest.mark.subprocess, so the fast tier would run it",
+            pytrace=False,
+        )
     return result

@@ -39,9 +39,26 @@ if TYPE_CHECKING:
     from worker.settings.config import FunctionOptions
 
 __all__ = [
-    "CheckpointFailed", "Context", "Delivery", "Done", "Finished", "FunctionOptions", "FunctionSpec", "InputStream",
-    "Invocation", "InvocationFailed", "Lease", "Middleware", "Out", "Outcome", "Poison", "QueueBackend", "QueueMessage",
-    "RawMessage", "Result", "WorkerApp",
+    "CheckpointFailed",
+    "Context",
+    "Delivery",
+    "Done",
+    "Finished",
+    "FunctionOptions",
+    "FunctionSpec",
+    "InputStream",
+    "Invocation",
+    "InvocationFailed",
+    "Lease",
+    "Middleware",
+    "Out",
+    "Outcome",
+    "Poison",
+    "QueueBackend",
+    "QueueMessage",
+    "RawMessage",
+    "Result",
+    "WorkerApp",
 ]
 
 #: The module that defines each exported name, imported when the name is first asked for (PEP 562) rather than with
@@ -49,15 +66,18 @@ __all__ = [
 #: app, would otherwise load the whole host.
 _DEFINED_IN = {
     "WorkerApp": "worker.app",
-    "QueueBackend": "worker.backends.queues", "RawMessage": "worker.backends.queues",
+    "QueueBackend": "worker.backends.queues",
+    "RawMessage": "worker.backends.queues",
     "InputStream": "worker.bindings.blobs",
     "Out": "worker.bindings.outputs",
     "Context": "worker.context",
-    "Delivery": "worker.invocation", "Invocation": "worker.invocation",
-    "Poison": "worker.message", "QueueMessage": "worker.message",
-    "InvocationFailed": "worker.middleware", "Middleware": "worker.middleware",
-    **dict.fromkeys(["CheckpointFailed", "Done", "Finished", "FunctionSpec", "Lease", "Outcome", "Result"],
-                    "worker.model"),
+    "Delivery": "worker.invocation",
+    "Invocation": "worker.invocation",
+    "Poison": "worker.message",
+    "QueueMessage": "worker.message",
+    "InvocationFailed": "worker.middleware",
+    "Middleware": "worker.middleware",
+    **dict.fromkeys(["CheckpointFailed", "Done", "Finished", "FunctionSpec", "Lease", "Outcome", "Result"], "worker.model"),
     "FunctionOptions": "worker.settings.config",
 }
 

@@ -84,9 +84,7 @@ class WorkerApp:
         seen: set[str] = set()
         for spec in specs:
             if spec.name in seen:
-                raise ValueError(
-                    f"two functions are named {spec.name!r}; give one another name with @app.function_name"
-                )
+                raise ValueError(f"two functions are named {spec.name!r}; give one another name with @app.function_name")
             seen.add(spec.name)
         return specs
 
@@ -147,8 +145,10 @@ class WorkerApp:
                 raise ValueError("blob bindings need cardinality 'one' (a path names one message)")
             trigger_kind = "object" if cardinality == "many" else data_kind(handler, arg_name)
             if options.get("checkpoints") and trigger_kind != "object":
-                raise ValueError(f"checkpoints=True needs the QueueMessage itself as {arg_name!r} "
-                                 f"(it is annotated {trigger_kind}, which gets the body only)")
+                raise ValueError(
+                    f"checkpoints=True needs the QueueMessage itself as {arg_name!r} "
+                    f"(it is annotated {trigger_kind}, which gets the body only)"
+                )
             self._specs[handler] = FunctionSpec(
                 name=name,
                 handler=handler,
@@ -187,9 +187,16 @@ class WorkerApp:
         ``maxDequeueCount``, so ``max_retry_count`` has no effect.
         """
         try:
-            policy = parse_retry({"strategy": strategy, "max_retry_count": max_retry_count,
-                                  "delay_interval": delay_interval, "minimum_interval": minimum_interval,
-                                  "maximum_interval": maximum_interval}, parse_duration)
+            policy = parse_retry(
+                {
+                    "strategy": strategy,
+                    "max_retry_count": max_retry_count,
+                    "delay_interval": delay_interval,
+                    "minimum_interval": minimum_interval,
+                    "maximum_interval": maximum_interval,
+                },
+                parse_duration,
+            )
         except ValueError as exc:
             return self._refusing(f"retry: {exc}")
         return lambda handler: self._set(handler, _RETRY_ATTR, retry=policy)

@@ -39,11 +39,23 @@ class RetryContext:
 class Context:
     """``azure.functions.Context`` for one invocation."""
 
-    __slots__ = ("invocation_id", "function_name", "function_directory", "trace_context", "retry_context",
-                 "thread_local_storage")
+    __slots__ = (
+        "invocation_id",
+        "function_name",
+        "function_directory",
+        "trace_context",
+        "retry_context",
+        "thread_local_storage",
+    )
 
-    def __init__(self, invocation_id: str, function_name: str, function_directory: str, retry_context: RetryContext,
-                 trace_context: TraceContext | None = None) -> None:
+    def __init__(
+        self,
+        invocation_id: str,
+        function_name: str,
+        function_directory: str,
+        retry_context: RetryContext,
+        trace_context: TraceContext | None = None,
+    ) -> None:
         self.invocation_id = invocation_id
         self.function_name = function_name
         self.function_directory = function_directory

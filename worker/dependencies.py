@@ -40,5 +40,9 @@ def fall_back(distribution: str, part: str, instead: str) -> None:
 @functools.cache
 def _once(distribution: str, part: str, instead: str) -> None:
     """The warning itself; the cache is what makes it once."""
-    log.warning(f"{distribution} {version(distribution)} is not as this worker expects ({part}); {instead}",
-                dependency=distribution, version=version(distribution), part=part)
+    log.warning(
+        f"{distribution} {version(distribution)} is not as this worker expects ({part}); {instead}",
+        dependency=distribution,
+        version=version(distribution),
+        part=part,
+    )

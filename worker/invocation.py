@@ -35,9 +35,7 @@ from worker.model import FunctionSpec, Lease, Result
 from worker.settings.config import FunctionOptions
 
 #: The invocation whose handler is running in this context (copied into handler threads).
-current_invocation: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar(
-    "current_invocation", default=None
-)
+current_invocation: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar("current_invocation", default=None)
 
 
 class _InvocationIds:
@@ -56,8 +54,10 @@ class _InvocationIds:
     def _draw(self) -> None:
         bits = int.from_bytes(os.urandom(16), "big")
         # 8-4-4-4-12 hex digits: the third group starts with the version (4), the fourth with the variant (8 to b).
-        self._prefix = (f"{bits >> 96:08x}-{(bits >> 80) & 0xFFFF:04x}-4{(bits >> 68) & 0xFFF:03x}-"
-                        f"{0x8000 | ((bits >> 54) & 0x3FFF):04x}-")
+        self._prefix = (
+            f"{bits >> 96:08x}-{(bits >> 80) & 0xFFFF:04x}-4{(bits >> 68) & 0xFFF:03x}-"
+            f"{0x8000 | ((bits >> 54) & 0x3FFF):04x}-"
+        )
         self._counter = itertools.count(bits & _LAST_GROUP)
 
     def __call__(self) -> str:
@@ -113,8 +113,19 @@ def _deprecated(old: str, new: str) -> None:
 class _InvocationFields:
     """An invocation's fields, writable only while :class:`Invocation` makes it (plain stores are the fast way)."""
 
-    __slots__ = ("function", "options", "backend", "deliveries", "id", "log", "kwargs", "thread_cleanup", "_state",
-                 "_work_tags", "_scratch")
+    __slots__ = (
+        "function",
+        "options",
+        "backend",
+        "deliveries",
+        "id",
+        "log",
+        "kwargs",
+        "thread_cleanup",
+        "_state",
+        "_work_tags",
+        "_scratch",
+    )
 
     function: FunctionSpec
     #: The function's options (host.yaml's ``functions:`` section over the global ones).
@@ -129,8 +140,16 @@ class _InvocationFields:
     #: Called in the handler's thread when it returns, to clear what the handler left on the thread.
     thread_cleanup: list[Callable[[], None]]
 
-    def __init__(self, function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
-                 deliveries: list[Delivery], state: InvocationState, id: str, log: Any) -> None:  # noqa: A002
+    def __init__(
+        self,
+        function: FunctionSpec,
+        options: FunctionOptions,
+        backend: QueueBackend,
+        deliveries: list[Delivery],
+        state: InvocationState,
+        id: str,
+        log: Any,
+    ) -> None:  # noqa: A002
         self.function = function
         self.options = options
         self.backend = backend
@@ -148,9 +167,17 @@ class Invocation(_InvocationFields):
 
     __slots__ = ()
 
-    def __new__(cls, function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
-                deliveries: list[Delivery], state: InvocationState, *, id: str | None = None,  # noqa: A002
-                log: Any = None) -> Invocation:
+    def __new__(
+        cls,
+        function: FunctionSpec,
+        options: FunctionOptions,
+        backend: QueueBackend,
+        deliveries: list[Delivery],
+        state: InvocationState,
+        *,
+        id: str | None = None,  # noqa: A002
+        log: Any = None,
+    ) -> Invocation:
         """One made with ``state`` to write (the dispatcher uses :func:`new_invocation`, the same without keywords)."""
         return new_invocation(function, options, backend, deliveries, state, id or new_invocation_id(), log)
 
@@ -260,8 +287,15 @@ class Invocation(_InvocationFields):
         return self._state.cancel_reason
 
 
-def new_invocation(function: FunctionSpec, options: FunctionOptions, backend: QueueBackend,
-                   deliveries: list[Delivery], state: InvocationState, id: str, log: Any) -> Invocation:  # noqa: A002
+def new_invocation(
+    function: FunctionSpec,
+    options: FunctionOptions,
+    backend: QueueBackend,
+    deliveries: list[Delivery],
+    state: InvocationState,
+    id: str,
+    log: Any,
+) -> Invocation:  # noqa: A002
     """An :class:`Invocation` whose dispatcher keeps ``state`` to write: built with plain stores, then frozen by
     taking its class (the fast way: one per message)."""
     made = _InvocationFields(function, options, backend, deliveries, state, id, log)

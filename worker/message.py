@@ -191,8 +191,10 @@ class QueueMessage:
         except RuntimeError:
             pass
         else:
-            raise RuntimeError("msg.checkpoint() waits for storage and would block the event loop: "
-                               "in an async handler, await msg.checkpoint_async(...)")
+            raise RuntimeError(
+                "msg.checkpoint() waits for storage and would block the event loop: "
+                "in an async handler, await msg.checkpoint_async(...)"
+            )
         call = keeper.checkpoint(self._lease, text)
         try:
             stored = asyncio.run_coroutine_threadsafe(call, loop)
@@ -209,8 +211,9 @@ class QueueMessage:
         """:meth:`checkpoint` for async handlers: the same, awaited on the host's event loop."""
         body, text, keeper = self._checkpoint_call(content)
         if asyncio.get_running_loop() is not keeper.loop:
-            raise RuntimeError("msg.checkpoint_async() runs on the host's event loop: in a sync handler, call "
-                               "msg.checkpoint(...)")
+            raise RuntimeError(
+                "msg.checkpoint_async() runs on the host's event loop: in a sync handler, call msg.checkpoint(...)"
+            )
         await keeper.checkpoint(self._lease, text)
         self._body = body
 
@@ -220,8 +223,10 @@ class QueueMessage:
         if keeper is None:
             raise RuntimeError(f"message {self.id} is not held by a running host, so it cannot be checkpointed")
         if self._checkpoint_encoding is None:
-            raise RuntimeError("msg.checkpoint needs checkpoints=True on @app.queue_trigger, so that a backend that "
-                               "cannot change a message's content is refused at start")
+            raise RuntimeError(
+                "msg.checkpoint needs checkpoints=True on @app.queue_trigger, so that a backend that "
+                "cannot change a message's content is refused at start"
+            )
         if isinstance(content, str):
             body = content.encode("utf-8")
         elif isinstance(content, (bytes, bytearray)):
@@ -229,8 +234,9 @@ class QueueMessage:
         elif isinstance(content, (dict, list)):
             body = json.dumps(content).encode("utf-8")
         else:
-            raise TypeError(f"a checkpoint takes str, bytes, or a dict or list (stored as JSON), not "
-                            f"{type(content).__name__}")
+            raise TypeError(
+                f"a checkpoint takes str, bytes, or a dict or list (stored as JSON), not {type(content).__name__}"
+            )
         return body, encode(body, self._checkpoint_encoding), keeper
 
     def get_json(self) -> Any:

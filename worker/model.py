@@ -96,8 +96,9 @@ class FunctionSpec:
         """Deprecated: an option as an attribute (``spec.spark``); use :meth:`extra`."""
         if name.startswith("_") or name not in _FORMER_FIELDS:
             raise AttributeError(name)
-        warnings.warn(f"FunctionSpec.{name} is deprecated; use FunctionSpec.extra({name!r})", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"FunctionSpec.{name} is deprecated; use FunctionSpec.extra({name!r})", DeprecationWarning, stacklevel=2
+        )
         return self.extras.get(name, _FORMER_FIELDS[name])
 
     @property
@@ -209,8 +210,13 @@ class Lease:
 
     def log_fields(self) -> dict[str, object]:
         """What every log line about this lease's message carries."""
-        return {"function": self.function, "queue": self.queue, "message_id": self.message_id,
-                "dequeue_count": self.dequeue_count, "invocation_id": self.invocation_id}
+        return {
+            "function": self.function,
+            "queue": self.queue,
+            "message_id": self.message_id,
+            "dequeue_count": self.dequeue_count,
+            "invocation_id": self.invocation_id,
+        }
 
     @classmethod
     def detached(cls, message_id: str, pop_receipt: str | None) -> Lease:

@@ -26,17 +26,19 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 
 def _svg(width: int, height: int, body: list[str], title: str) -> str:
-    return "\n".join([
-        f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' width='{width}' height='{height}' "
-        f"role='img' aria-label='{escape(title)}'>",
-        f"<title>{escape(title)}</title>",
-        "<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' markerHeight='7' "
-        f"orient='auto-start-reverse'><path d='M0,0 L10,5 L0,10 z' fill='{INK}'/></marker></defs>",
-        f"<rect width='{width}' height='{height}' fill='{PAPER}'/>",
-        *body,
-        "</svg>",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' width='{width}' height='{height}' "
+            f"role='img' aria-label='{escape(title)}'>",
+            f"<title>{escape(title)}</title>",
+            "<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' markerHeight='7' "
+            f"orient='auto-start-reverse'><path d='M0,0 L10,5 L0,10 z' fill='{INK}'/></marker></defs>",
+            f"<rect width='{width}' height='{height}' fill='{PAPER}'/>",
+            *body,
+            "</svg>",
+            "",
+        ]
+    )
 
 
 def _box(x: int, y: int, w: int, h: int, lines: list[str], color: str = ACCENT) -> str:
@@ -44,16 +46,23 @@ def _box(x: int, y: int, w: int, h: int, lines: list[str], color: str = ACCENT) 
     texts = "".join(
         f"<text x='{x + w / 2}' y='{y + h / 2 + (i - (len(lines) - 1) / 2) * 16 + 4}' text-anchor='middle' {FONT} "
         f"fill='{INK}'{bold if i == 0 else ''}>{escape(line)}</text>"
-        for i, line in enumerate(lines))
-    return (f"<rect x='{x}' y='{y}' width='{w}' height='{h}' rx='8' fill='{PAPER}' stroke='{color}' "
-            f"stroke-width='2'/>{texts}")
+        for i, line in enumerate(lines)
+    )
+    return f"<rect x='{x}' y='{y}' width='{w}' height='{h}' rx='8' fill='{PAPER}' stroke='{color}' stroke-width='2'/>{texts}"
 
 
 def _arrow(x1: float, y1: float, x2: float, y2: float, label: str = "", dy: int = -6, color: str = INK) -> str:
-    text = (f"<text x='{(x1 + x2) / 2}' y='{(y1 + y2) / 2 + dy}' text-anchor='middle' {FONT} "
-            f"fill='{MUTED}'>{escape(label)}</text>") if label else ""
-    return (f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{color}' stroke-width='1.6' "
-            f"marker-end='url(#arrow)'/>{text}")
+    text = (
+        (
+            f"<text x='{(x1 + x2) / 2}' y='{(y1 + y2) / 2 + dy}' text-anchor='middle' {FONT} "
+            f"fill='{MUTED}'>{escape(label)}</text>"
+        )
+        if label
+        else ""
+    )
+    return (
+        f"<line x1='{x1}' y1='{y1}' x2='{x2}' y2='{y2}' stroke='{color}' stroke-width='1.6' marker-end='url(#arrow)'/>{text}"
+    )
 
 
 def message_path() -> str:
@@ -92,15 +101,20 @@ def lease_timeline() -> str:
     lease = defaults.lease_duration / 60
     step = lease * defaults.lease_renewal_fraction
     left, width, scale_minutes = 150, 760, 3 * lease
+
     def x(minutes: float) -> float:
         return left + width * minutes / scale_minutes
 
-    body = [f"<text x='10' y='24' {FONT} font-weight='bold' fill='{INK}'>A lease at the defaults: "
-            f"worker.leaseDuration {lease:g} min, renewed every {step:g} min "
-            f"(leaseRenewalFraction {defaults.lease_renewal_fraction:g})</text>"]
+    body = [
+        f"<text x='10' y='24' {FONT} font-weight='bold' fill='{INK}'>A lease at the defaults: "
+        f"worker.leaseDuration {lease:g} min, renewed every {step:g} min "
+        f"(leaseRenewalFraction {defaults.lease_renewal_fraction:g})</text>"
+    ]
     for minute in range(0, int(scale_minutes) + 1, 5):
-        body.append(f"<line x1='{x(minute)}' y1='240' x2='{x(minute)}' y2='246' stroke='{MUTED}'/>"
-                    f"<text x='{x(minute)}' y='262' text-anchor='middle' {FONT} fill='{MUTED}'>{minute} min</text>")
+        body.append(
+            f"<line x1='{x(minute)}' y1='240' x2='{x(minute)}' y2='246' stroke='{MUTED}'/>"
+            f"<text x='{x(minute)}' y='262' text-anchor='middle' {FONT} fill='{MUTED}'>{minute} min</text>"
+        )
     body.append(f"<line x1='{left}' y1='240' x2='{left + width}' y2='240' stroke='{MUTED}'/>")
     # A handler that runs 22 minutes: renewed at every step, deleted when it returns.
     run = 22.0
@@ -118,15 +132,14 @@ def lease_timeline() -> str:
     # The same message when the worker is killed at minute 7: nobody renews; it is visible when the lease ends.
     crash = 7.0
     body.append(f"<text x='10' y='168' {FONT} fill='{INK}'>worker killed</text>")
-    body.append(f"<rect x='{x(0)}' y='154' width='{x(crash) - x(0)}' height='20' rx='4' fill='{WARN}' "
-                "opacity='0.25'/>")
+    body.append(f"<rect x='{x(0)}' y='154' width='{x(crash) - x(0)}' height='20' rx='4' fill='{WARN}' opacity='0.25'/>")
     body.append(f"<text x='{x(crash)}' y='170' {FONT} fill='{WARN}'> ✕ kill -9</text>")
     last = step * int(crash // step)
-    body.append(f"<rect x='{x(0)}' y='186' width='{x(last + lease) - x(0)}' height='14' fill='{WARN}' "
-                "opacity='0.5'/>")
+    body.append(f"<rect x='{x(0)}' y='186' width='{x(last + lease) - x(0)}' height='14' fill='{WARN}' opacity='0.5'/>")
     body.append(f"<text x='10' y='198' {FONT} fill='{MUTED}'>invisible until</text>")
     body.append(_arrow(x(last + lease), 214, x(last + lease) + 70, 214, ""))
-    body.append(f"<text x='{x(last + lease) + 78}' y='218' {FONT} fill='{INK}'>visible again: another "
-                "worker takes it</text>")
+    body.append(
+        f"<text x='{x(last + lease) + 78}' y='218' {FONT} fill='{INK}'>visible again: another worker takes it</text>"
+    )
     del end
     return _svg(960, 280, body, "A lease over time")

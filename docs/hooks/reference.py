@@ -46,8 +46,9 @@ def on_page_content(html: str, page: Page, **_: Any) -> str:
 # -- worker commands ---------------------------------------------------------------------------------------------
 
 
-def _commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...],
-                                                                                      argparse.ArgumentParser]]:
+def _commands(
+    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     found = [(path, parser)]
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -65,8 +66,9 @@ def _argument(action: argparse.Action) -> tuple[str, str, str]:
     if action.option_strings:
         name = ", ".join(f"`{option}`" for option in action.option_strings)
         if action.nargs != 0:
-            metavar = action.metavar or (action.dest.upper() if not action.choices else "{" + ",".join(
-                map(str, action.choices)) + "}")
+            metavar = action.metavar or (
+                action.dest.upper() if not action.choices else "{" + ",".join(map(str, action.choices)) + "}"
+            )
             name += f" `{metavar}`"
     else:
         name = f"`{action.metavar or action.dest}`"
@@ -102,8 +104,11 @@ def cli_page() -> str:
             continue
         title = " ".join(("worker", *path))
         lines += [f"## {title}", "", _cell(sub.description or ""), "", "```text", sub.format_usage().strip(), "```", ""]
-        rows = [_argument(action) for action in sub._actions
-                if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))]
+        rows = [
+            _argument(action)
+            for action in sub._actions
+            if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+        ]
         children = [action for action in sub._actions if isinstance(action, argparse._SubParsersAction)]
         for action in children:
             lines += ["| subcommand | what it does |", "|---|---|"]
@@ -123,85 +128,139 @@ def cli_page() -> str:
 #: What each key means, and the Azure Functions setting it mirrors ("" where Functions has none).
 MEANINGS: dict[str, tuple[str, str]] = {
     "version": ("accepted as in host.json", "`version`"),
-    "functionTimeout": ("longest a handler may run; past it the invocation fails and its Spark jobs are cancelled; "
-                        "`-1`: no limit", "`functionTimeout`"),
-    "extensions.queues.batchSize": ("messages per receive, per function; at most the backend's limit (OCI Queue: "
-                                    "20, SQS: 10)", "`extensions.queues.batchSize`"),
-    "extensions.queues.newBatchThreshold": ("fetch again when a function's in-flight count falls to this",
-                                            "`extensions.queues.newBatchThreshold`"),
-    "extensions.queues.maxPollingInterval": ("longest back-off on an empty queue (backends that cannot long-poll)",
-                                             "`extensions.queues.maxPollingInterval`"),
-    "extensions.queues.visibilityTimeout": ("delay before a failed message is visible again",
-                                            "`extensions.queues.visibilityTimeout`"),
-    "extensions.queues.maxDequeueCount": ("attempts before a message goes to `<queue>-poison`",
-                                          "`extensions.queues.maxDequeueCount`"),
+    "functionTimeout": (
+        "longest a handler may run; past it the invocation fails and its Spark jobs are cancelled; `-1`: no limit",
+        "`functionTimeout`",
+    ),
+    "extensions.queues.batchSize": (
+        "messages per receive, per function; at most the backend's limit (OCI Queue: 20, SQS: 10)",
+        "`extensions.queues.batchSize`",
+    ),
+    "extensions.queues.newBatchThreshold": (
+        "fetch again when a function's in-flight count falls to this",
+        "`extensions.queues.newBatchThreshold`",
+    ),
+    "extensions.queues.maxPollingInterval": (
+        "longest back-off on an empty queue (backends that cannot long-poll)",
+        "`extensions.queues.maxPollingInterval`",
+    ),
+    "extensions.queues.visibilityTimeout": (
+        "delay before a failed message is visible again",
+        "`extensions.queues.visibilityTimeout`",
+    ),
+    "extensions.queues.maxDequeueCount": (
+        "attempts before a message goes to `<queue>-poison`",
+        "`extensions.queues.maxDequeueCount`",
+    ),
     "extensions.queues.messageEncoding": ("how bodies are stored", "`extensions.queues.messageEncoding`"),
-    "worker.leaseDuration": ("lease taken at receive and renewed while the handler runs",
-                             "none: Functions' lease is a fixed 10 minutes"),
+    "worker.leaseDuration": (
+        "lease taken at receive and renewed while the handler runs",
+        "none: Functions' lease is a fixed 10 minutes",
+    ),
     "worker.leaseRenewalFraction": ("renew when this part of the lease has passed", "none: Functions renews at half"),
-    "worker.drainTimeout": ("time running handlers get after SIGTERM (a stop then takes at most 7 s more: "
-                            "[shutdown](../leases.md#what-happens-to-a-message))", ""),
-    "worker.burstStorageTimeout": ("how long `worker run --burst` waits for storage it cannot reach before it exits "
-                                   "1, saying so in one line", ""),
+    "worker.drainTimeout": (
+        "time running handlers get after SIGTERM (a stop then takes at most 7 s more: "
+        "[shutdown](../leases.md#what-happens-to-a-message))",
+        "",
+    ),
+    "worker.burstStorageTimeout": (
+        "how long `worker run --burst` waits for storage it cannot reach before it exits 1, saying so in one line",
+        "",
+    ),
     "worker.maxInFlight": ("messages held at once across all functions", ""),
     "worker.handlerThreads": ("threads for synchronous handlers", "`PYTHON_THREADPOOL_THREAD_COUNT`"),
     "worker.httpPort": ("port of `/healthz`, `/readyz`, `/metrics`, `/leases` and the web console at `/`; 0: off", ""),
-    "worker.httpHost": ("address the endpoints listen on (`worker run --http-host` wins); see "
-                        "[Running and operating](../operating.md)", ""),
-    "worker.httpTokenFile": ("file (relative to host.yaml's folder) holding the bearer token `/metrics`, `/leases` "
-                             "and the console's data require (and the console's poison actions); or set "
-                             "`WORKER_HTTP_TOKEN` (not both). "
-                             "`worker.httpToken` is refused: a token does not belong in the settings", ""),
-    "worker.httpOpenData": ("with no token, serve `/leases` and the console's data on a `worker.httpHost` beyond "
-                            "loopback too (anyone who reaches the address reads them; warned at start). Without it "
-                            "they answer 403 there (on loopback they answer, with a warning at start)", ""),
-    "worker.httpAllowedHosts": ("names, besides `localhost`, IP addresses and `worker.httpHost`, that requests may "
-                                "reach the endpoints by (the `Host` header); any other answers 421 (DNS rebinding)",
-                                ""),
-    "worker.httpMaxConnections": ("connections to the endpoints open at once; past it a new one is closed at once, "
-                                  "unless one that has waited over a second for its request gives way (see "
-                                  "[Running and operating](../operating.md#limits-on-the-endpoints-connections))", ""),
-    "worker.httpHeaderTimeout": ("longest a new connection to the endpoints may take to send its request's headers; "
-                                 "then it is closed", ""),
-    "worker.httpIdleTimeout": ("longest a connection to the endpoints may stay idle between requests; then it is "
-                               "closed", ""),
-    "worker.invocationLogs": ("an INFO line when each invocation starts (`Executing`) and ends (`Executed`, with outcome "
-                              "and duration)",
-                              "the Functions host's own Executing / Executed lines"),
+    "worker.httpHost": (
+        "address the endpoints listen on (`worker run --http-host` wins); see [Running and operating](../operating.md)",
+        "",
+    ),
+    "worker.httpTokenFile": (
+        "file (relative to host.yaml's folder) holding the bearer token `/metrics`, `/leases` "
+        "and the console's data require (and the console's poison actions); or set "
+        "`WORKER_HTTP_TOKEN` (not both). "
+        "`worker.httpToken` is refused: a token does not belong in the settings",
+        "",
+    ),
+    "worker.httpOpenData": (
+        "with no token, serve `/leases` and the console's data on a `worker.httpHost` beyond "
+        "loopback too (anyone who reaches the address reads them; warned at start). Without it "
+        "they answer 403 there (on loopback they answer, with a warning at start)",
+        "",
+    ),
+    "worker.httpAllowedHosts": (
+        "names, besides `localhost`, IP addresses and `worker.httpHost`, that requests may "
+        "reach the endpoints by (the `Host` header); any other answers 421 (DNS rebinding)",
+        "",
+    ),
+    "worker.httpMaxConnections": (
+        "connections to the endpoints open at once; past it a new one is closed at once, "
+        "unless one that has waited over a second for its request gives way (see "
+        "[Running and operating](../operating.md#limits-on-the-endpoints-connections))",
+        "",
+    ),
+    "worker.httpHeaderTimeout": (
+        "longest a new connection to the endpoints may take to send its request's headers; then it is closed",
+        "",
+    ),
+    "worker.httpIdleTimeout": (
+        "longest a connection to the endpoints may stay idle between requests; then it is closed",
+        "",
+    ),
+    "worker.invocationLogs": (
+        "an INFO line when each invocation starts (`Executing`) and ends (`Executed`, with outcome and duration)",
+        "the Functions host's own Executing / Executed lines",
+    ),
     "worker.middleware": ("middleware to add after the host's own and the app's, as `module:attribute`", ""),
-    "worker.processes": ("worker processes under one supervisor (`worker run --processes N` wins)",
-                         "`FUNCTIONS_WORKER_PROCESS_COUNT`"),
-    "retry": ("delay before each retry of a failed message: `{strategy: fixedDelay, delayInterval}` or "
-              "`{strategy: exponentialBackoff, minimumInterval, maximumInterval}` (see "
-              "[Retry](../apps.md#retry))",
-              "host.json's `retry` shape (host.json's own is not applied to queue triggers, as in Functions)"),
+    "worker.processes": (
+        "worker processes under one supervisor (`worker run --processes N` wins)",
+        "`FUNCTIONS_WORKER_PROCESS_COUNT`",
+    ),
+    "retry": (
+        "delay before each retry of a failed message: `{strategy: fixedDelay, delayInterval}` or "
+        "`{strategy: exponentialBackoff, minimumInterval, maximumInterval}` (see "
+        "[Retry](../apps.md#retry))",
+        "host.json's `retry` shape (host.json's own is not applied to queue triggers, as in Functions)",
+    ),
     "spark.master": ("where Spark runs: `local[n]`, `spark://`, `sc://` (Spark Connect), `yarn`, `k8s://`", ""),
     "spark.appName": ("Spark application name", ""),
     "spark.conf": ("Spark properties, given to the session builder", ""),
-    "spark.startTimeout": ("how long making the session and its warm-up job may take before the start counts as "
-                           "failed", ""),
-    "spark.checkTimeout": ("how long the check that a session is alive (and a Connect session's release) may wait",
-                           ""),
-    "spark.webUi": ("a Spark Connect server's web UI (`http://host:port`), where the host cancels jobs an interrupt "
-                    "missed", ""),
-    "logging.logLevel": ("log levels by Functions category (`default`, `Host`, `Function`, `Function.<name>`, "
-                         "`Function.<name>.User`, a library's logger); `worker run --log-level` wins",
-                         "`logging.logLevel`"),
-    "maxConcurrency": ("invocations of that function at once (per function only)",
-                       "none: on Functions a queue trigger's concurrency is `batchSize` + `newBatchThreshold`"),
+    "spark.startTimeout": ("how long making the session and its warm-up job may take before the start counts as failed", ""),
+    "spark.checkTimeout": ("how long the check that a session is alive (and a Connect session's release) may wait", ""),
+    "spark.webUi": (
+        "a Spark Connect server's web UI (`http://host:port`), where the host cancels jobs an interrupt missed",
+        "",
+    ),
+    "logging.logLevel": (
+        "log levels by Functions category (`default`, `Host`, `Function`, `Function.<name>`, "
+        "`Function.<name>.User`, a library's logger); `worker run --log-level` wins",
+        "`logging.logLevel`",
+    ),
+    "maxConcurrency": (
+        "invocations of that function at once (per function only)",
+        "none: on Functions a queue trigger's concurrency is `batchSize` + `newBatchThreshold`",
+    ),
 }
 
 #: The settings' types, by the function the schema parses them with.
 TYPES: dict[str, str] = {
-    "parse_integer": "whole number", "parse_boolean": "true or false", "parse_number": "number", "parse_text": "text",
-    "_version": "text", "parse_duration": "duration", "_optional_duration": "duration, or -1",
-    "parse_conf": "map of Spark properties", "_log_levels": "map of category to level",
-    "_names": "list of `module:attribute`", "parse_http_host": "address or host name",
-    "_host_names": "list of host names", "parse_master": "Spark master", "parse_web_ui": "URL", "<lambda>": "retry policy",
+    "parse_integer": "whole number",
+    "parse_boolean": "true or false",
+    "parse_number": "number",
+    "parse_text": "text",
+    "_version": "text",
+    "parse_duration": "duration",
+    "_optional_duration": "duration, or -1",
+    "parse_conf": "map of Spark properties",
+    "_log_levels": "map of category to level",
+    "_names": "list of `module:attribute`",
+    "parse_http_host": "address or host name",
+    "_host_names": "list of host names",
+    "parse_master": "Spark master",
+    "parse_web_ui": "URL",
+    "<lambda>": "retry policy",
 }
 
-DURATION_ATTRIBUTES = {"function_timeout", "max_polling_interval", "visibility_timeout", "lease_duration",
-                       "drain_timeout"}
+DURATION_ATTRIBUTES = {"function_timeout", "max_polling_interval", "visibility_timeout", "lease_duration", "drain_timeout"}
 
 
 def _hms(seconds: float) -> str:
@@ -278,8 +337,10 @@ def settings_page() -> str:
         meaning, functions = MEANINGS[key]
         if functions == f"`{key}`":
             functions = "the same key"
-        lines.append(f"| `{key}` | {_kind(setting)} | {_default(setting.attr)} | {_cell(_range(setting))} | "
-                     f"{functions} | {_cell(meaning)} |")
+        lines.append(
+            f"| `{key}` | {_kind(setting)} | {_default(setting.attr)} | {_cell(_range(setting))} | "
+            f"{functions} | {_cell(meaning)} |"
+        )
     lines += [
         "| `connections.<name>` | connection string, or `<name>__serviceUri` ... entries | none | | app settings "
         "(`AzureWebJobsStorage`, `<name>__queueServiceUri`) | looked up after the environment, as Functions looks "
@@ -297,8 +358,9 @@ def settings_page() -> str:
         setting = settings._FUNCTION_ONLY.get(key) or schema[global_key]
         meaning = MEANINGS[key][0] if key in MEANINGS else MEANINGS[global_key][0]
         shown = "(per function only)" if key in settings._FUNCTION_ONLY else f"`{global_key}`"
-        lines.append(f"| `functions.<name>.{key}` | {shown} | {_kind(setting)} | {_cell(_range(setting))} | "
-                     f"{_cell(meaning)} |")
+        lines.append(
+            f"| `functions.<name>.{key}` | {shown} | {_kind(setting)} | {_cell(_range(setting))} | {_cell(meaning)} |"
+        )
     lines += [
         "",
         "## Sections the middleware read",
@@ -320,8 +382,9 @@ def settings_page() -> str:
         for key, setting in section.keys.items():
             dotted = f"{section.name}.{key}"
             default = _shown(defaults[key], duration=setting.parse is checks.parse_duration)
-            lines.append(f"| `{dotted}` | {_kind(setting)} | {default} | {_cell(_range(setting))} | "
-                         f"{_cell(MEANINGS[dotted][0])} |")
+            lines.append(
+                f"| `{dotted}` | {_kind(setting)} | {default} | {_cell(_range(setting))} | {_cell(MEANINGS[dotted][0])} |"
+            )
     lines += [
         "",
         "## host.json keys accepted and not used",

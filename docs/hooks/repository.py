@@ -61,6 +61,8 @@ def about(folder: Path) -> str:
     app = folder / "function_app.py"
     docstring = ast.get_docstring(ast.parse(app.read_text(encoding="utf-8"))) if app.is_file() else None
     if not docstring:
-        raise PluginError(f"examples page: {folder.relative_to(REPO)} has neither a README.md nor a docstring in "
-                          "function_app.py: write one, it is what the page says of the example")
+        raise PluginError(
+            f"examples page: {folder.relative_to(REPO)} has neither a README.md nor a docstring in "
+            "function_app.py: write one, it is what the page says of the example"
+        )
     return docstring

@@ -42,16 +42,26 @@ ENV = "DOCS_SCREENSHOTS"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SHOTS = {"images/console-functions.png": "#functions", "images/console-poison.png": "#poison"}
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,1000", "--hide-scrollbars")
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,1000",
+    "--hide-scrollbars",
+)
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = "apt-get install -y chromium chromium-driver"
 log = logging.getLogger("mkdocs.plugins.screenshots")
 #: The endpoints' token of the worker the hook runs, entered in the page's Token field as an operator would.
 TOKEN = "docs-screenshot-token"
 
-APP = '''
+APP = """
 import time
 
 from worker import Poison, QueueMessage, WorkerApp
@@ -72,7 +82,7 @@ def report(msg: QueueMessage) -> None:
 @app.queue_trigger(arg_name="msg", queue_name="orders")
 def ingest(msg: QueueMessage) -> None:
     raise Poison("order " + msg.get_body().decode() + " names no customer")
-'''
+"""
 
 
 def enabled() -> bool:
@@ -94,8 +104,11 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         shots = {name: placeholder() for name in SHOTS}
     elif missing()[0] and os.environ.get(ENV) != "1":
         lacking, commands = missing()
-        log.info("console screenshots skipped, the images are placeholders: %s missing (to take them: %s)",
-                 ", ".join(lacking), "; ".join(commands))
+        log.info(
+            "console screenshots skipped, the images are placeholders: %s missing (to take them: %s)",
+            ", ".join(lacking),
+            "; ".join(commands),
+        )
         shots = {name: placeholder() for name in SHOTS}
     else:
         shots = take()
@@ -106,11 +119,17 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
 
 def placeholder() -> bytes:
     """A valid one-pixel PNG, for builds without screenshots."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
     header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00\xff\xff\xff")) + \
-        chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00\xff\xff\xff"))
+        + chunk(b"IEND", b"")
+    )
 
 
 def poll(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -144,18 +163,28 @@ def running_worker(folder: Path) -> Iterator[int]:
     (folder / "function_app.py").write_text(APP, encoding="utf-8")
     (folder / "host.yaml").write_text(
         f"worker:\n  httpPort: {port}\n  httpHost: 127.0.0.1\n  drainTimeout: 1s\n"
-        "functions:\n  ingest:\n    maxDequeueCount: 1\n", encoding="utf-8")
+        "functions:\n  ingest:\n    maxDequeueCount: 1\n",
+        encoding="utf-8",
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs", "FUNCTIONS_"))}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["WORKER_HTTP_TOKEN"] = TOKEN  # so that the poison view shows its actions as an operator sees them
     with (folder / "worker.log").open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "worker", "run"], cwd=folder, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", "run"],
+            cwd=folder,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         poll(lambda: proc.poll() is not None or answers(f"http://127.0.0.1:{port}/readyz"), 60, "ready worker")
         if proc.poll() is not None:
-            raise PluginError(f"console screenshots: worker run exited {proc.returncode}: "
-                              f"{(folder / 'worker.log').read_text(errors='replace')[-2000:]}")
+            raise PluginError(
+                f"console screenshots: worker run exited {proc.returncode}: "
+                f"{(folder / 'worker.log').read_text(errors='replace')[-2000:]}"
+            )
         yield port
     finally:
         if proc.poll() is None:
@@ -186,8 +215,10 @@ def send(folder: Path, queue: str, *bodies: str) -> None:
 def take() -> dict[str, bytes]:
     lacking, commands = missing()
     if lacking:
-        raise PluginError(f"console screenshots need Chromium, its driver and Selenium ({', '.join(lacking)} "
-                          f"missing): {'; '.join(commands)}, or build with {ENV}=0")
+        raise PluginError(
+            f"console screenshots need Chromium, its driver and Selenium ({', '.join(lacking)} "
+            f"missing): {'; '.join(commands)}, or build with {ENV}=0"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -212,10 +243,13 @@ def take() -> dict[str, bytes]:
                 def shown(selector: str, text: str) -> bool:
                     return any(text in element.text for element in driver.find_elements("css selector", selector))
 
-                poll(lambda: shown('article[data-function="resize"] [data-field="totals"]', "40 · 40"), 60,
-                     "40 handled images on the page")
-                poll(lambda: shown('#lease-table', "report"), 30, "report's leases on the page")
-                poll(lambda: shown('#poison-cards', "1042"), 30, "poisoned orders on the page")
+                poll(
+                    lambda: shown('article[data-function="resize"] [data-field="totals"]', "40 · 40"),
+                    60,
+                    "40 handled images on the page",
+                )
+                poll(lambda: shown("#lease-table", "report"), 30, "report's leases on the page")
+                poll(lambda: shown("#poison-cards", "1042"), 30, "poisoned orders on the page")
                 shots = {}
                 for name, selector in SHOTS.items():
                     element = driver.find_element("css selector", selector)

@@ -1,8 +1,8 @@
 """An Azure Functions app of the Python v2 model, unchanged: `worker run` runs it as `func start` would.
 
-    worker send tasks hello
-    worker run --burst
-    worker peek done
+worker send tasks hello
+worker run --burst
+worker peek done
 """
 
 import logging

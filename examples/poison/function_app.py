@@ -1,8 +1,8 @@
 """Payments: a failure is retried after a fixed delay, a payment that can never succeed goes to poison at once.
 
-    worker send payments '{"amount": 10}' '{"amount": -5}' 'not json'
-    worker run --burst
-    worker poison list payments
+worker send payments '{"amount": 10}' '{"amount": -5}' 'not json'
+worker run --burst
+worker poison list payments
 """
 
 import logging

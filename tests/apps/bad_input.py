@@ -41,8 +41,14 @@ def record(message: QueueMessage, event: str) -> None:
         )
         db.execute(
             "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?)",
-            (message.id, message.dequeue_count, event, time.time(), f"{os.getpid()}/{threading.current_thread().name}",
-             message.get_body()),
+            (
+                message.id,
+                message.dequeue_count,
+                event,
+                time.time(),
+                f"{os.getpid()}/{threading.current_thread().name}",
+                message.get_body(),
+            ),
         )
 
 

@@ -47,5 +47,7 @@ def exclusive(msg: QueueMessage) -> None:
     cancelled = msg.cancelled.wait(float(os.environ.get("HOLD_SECONDS", "5")))
     with closing(_db()) as db:
         db.execute("DELETE FROM holding WHERE message_id = ? AND pid = ?", (msg.id, os.getpid()))
-        db.execute("INSERT INTO finished VALUES (?, ?, ?, ?, ?, ?)", (
-            msg.id, msg.get_body().decode(), os.getpid(), "cancelled" if cancelled else "done", started, time.time()))
+        db.execute(
+            "INSERT INTO finished VALUES (?, ?, ?, ?, ?, ?)",
+            (msg.id, msg.get_body().decode(), os.getpid(), "cancelled" if cancelled else "done", started, time.time()),
+        )

@@ -26,9 +26,13 @@ def idle(msg: QueueMessage) -> None:
     """Never called."""
 
 
-def _hold(held: str = os.environ["HELD_FILE"], gate: str = os.environ["GATE_FILE"],
-          exists: Callable[[str], bool] = os.path.exists, clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep) -> None:
+def _hold(
+    held: str = os.environ["HELD_FILE"],
+    gate: str = os.environ["GATE_FILE"],
+    exists: Callable[[str], bool] = os.path.exists,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """Everything it uses is bound here: in the interpreter's last steps, module globals may be gone."""
     Path(held).touch()
     deadline = clock() + 60

@@ -21,7 +21,7 @@ from tests.cli import run_cli
 from tests.host.processes import worker_environment
 from tests.support import poll
 
-APP = '''
+APP = """
 import os
 from pathlib import Path
 
@@ -34,7 +34,7 @@ app = func.FunctionApp()
 def record(msg: func.QueueMessage) -> None:
     # RESULTS comes from local.settings.json's Values, as the Functions host would set it.
     Path(os.environ["RESULTS"], msg.id).write_text(msg.get_body().decode(), encoding="utf-8")
-'''
+"""
 
 HOST_JSON = """{
   // As `func init` writes it, plus the queue settings; Functions' reader takes comments.
@@ -60,8 +60,15 @@ def app_folder(folder: Path, values: dict[str, str], **extra: object) -> Path:
 
 
 def worker(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=env or worker_environment(),
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=folder,
+        env=env or worker_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def log_lines(stderr: str) -> list[dict[str, object]]:
@@ -73,8 +80,11 @@ def log_lines(stderr: str) -> list[dict[str, object]]:
 def test_worker_run_with_no_flags_in_the_app_folder_reads_its_three_files(
     tmp_path: Path, backend_kind: str, request: pytest.FixtureRequest
 ) -> None:
-    storage = request.getfixturevalue("azurite").connection_string if backend_kind == "azurite" else (
-        f"sqlite:///{tmp_path / 'queues.sqlite3'}")
+    storage = (
+        request.getfixturevalue("azurite").connection_string
+        if backend_kind == "azurite"
+        else (f"sqlite:///{tmp_path / 'queues.sqlite3'}")
+    )
     results = tmp_path / "results"
     results.mkdir()
     folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": storage, "RESULTS": str(results)})
@@ -82,12 +92,21 @@ def test_worker_run_with_no_flags_in_the_app_folder_reads_its_three_files(
     sent = worker(folder, "send", "orders", "first order")  # local.settings.json names the storage for send too
     assert sent.returncode == 0, sent.stderr
     with (tmp_path / "worker.log").open("w") as log:
-        run = subprocess.Popen([sys.executable, "-m", "worker", "run"], cwd=folder, env=worker_environment(),
-                               stdout=subprocess.DEVNULL, stderr=log, text=True)
+        run = subprocess.Popen(
+            [sys.executable, "-m", "worker", "run"],
+            cwd=folder,
+            env=worker_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
     try:
         # The handler's write_text creates the file before it writes it: wait for what it wrote, not the name.
-        written = poll(lambda: [path.read_text(encoding="utf-8") for path in results.iterdir() if path.stat().st_size],
-                       60, what="the handler's file with its text")
+        written = poll(
+            lambda: [path.read_text(encoding="utf-8") for path in results.iterdir() if path.stat().st_size],
+            60,
+            what="the handler's file with its text",
+        )
         assert written == ["first order"]
         run.send_signal(signal.SIGTERM)
         assert run.wait(60) == 0
@@ -105,8 +124,9 @@ def test_app_names_a_v2_folder_elsewhere_as_it_names_a_v1_one(tmp_path: Path) ->
     results = tmp_path / "results"
     results.mkdir()
     # A folder named as no module is, holding function_app.py: worker run --app FOLDER from another folder.
-    folder = app_folder(tmp_path / "nickward", {"AzureWebJobsStorage": f"sqlite:///{tmp_path / 'queues.sqlite3'}",
-                                                 "RESULTS": str(results)})
+    folder = app_folder(
+        tmp_path / "nickward", {"AzureWebJobsStorage": f"sqlite:///{tmp_path / 'queues.sqlite3'}", "RESULTS": str(results)}
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "function_app.py").write_text("raise RuntimeError('not this one')\n", encoding="utf-8")
@@ -124,8 +144,9 @@ def test_app_names_a_v2_folder_elsewhere_as_it_names_a_v1_one(tmp_path: Path) ->
 def test_a_setting_the_environment_already_has_is_skipped_and_named_without_its_value(tmp_path: Path) -> None:
     results, elsewhere = tmp_path / "results", tmp_path / "not-here"
     results.mkdir()
-    folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": f"sqlite:///{tmp_path / 'q.sqlite3'}",
-                                           "RESULTS": str(elsewhere)})
+    folder = app_folder(
+        tmp_path / "app", {"AzureWebJobsStorage": f"sqlite:///{tmp_path / 'q.sqlite3'}", "RESULTS": str(elsewhere)}
+    )
     env = worker_environment(RESULTS=str(results))
     assert worker(folder, "send", "orders", "one", env=env).returncode == 0
 
@@ -150,7 +171,8 @@ def test_local_settings_that_are_not_json_are_refused_with_line_and_column(tmp_p
     folder = app_folder(tmp_path / "app", {})
     # Comments and a trailing comma are what Core Tools accepts too; the missing comma after "a" is not.
     (folder / "local.settings.json").write_text(
-        '{\n  // local only\n  "Values": {\n    "A": "a"\n    "B": "b",\n  },\n}\n', encoding="utf-8")
+        '{\n  // local only\n  "Values": {\n    "A": "a"\n    "B": "b",\n  },\n}\n', encoding="utf-8"
+    )
     ran = run_cli(folder, "run")
     assert ran.returncode == 2
     assert f"{folder / 'local.settings.json'}: not valid JSON: " in ran.stderr
@@ -176,9 +198,11 @@ def test_another_runtime_and_a_missing_connection_are_listed_together_with_where
     assert run.returncode == 2
     assert "2 problem(s)" in run.stderr
     assert "FUNCTIONS_WORKER_RUNTIME is 'dotnet-isolated': this host runs Python apps only" in run.stderr
-    assert ("Storage account connection string 'AzureWebJobsStorage' does not exist. Make sure that it is a defined "
-            f"App Setting. (looked in: the environment, {folder / 'local.settings.json'}, "
-            f"{folder / 'host.json'} (connections:))") in run.stderr
+    assert (
+        "Storage account connection string 'AzureWebJobsStorage' does not exist. Make sure that it is a defined "
+        f"App Setting. (looked in: the environment, {folder / 'local.settings.json'}, "
+        f"{folder / 'host.json'} (connections:))"
+    ) in run.stderr
 
 
 @pytest.mark.subprocess
@@ -188,7 +212,8 @@ def test_python_script_file_name_names_the_entry_point_and_its_single_app_is_fou
     (folder / "main.py").write_text(
         "from worker import WorkerApp\n\nworkers = WorkerApp()\n\n\n"
         "@workers.queue_trigger(arg_name='msg', queue_name='jobs')\nasync def job(msg) -> None:\n    pass\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     env = worker_environment(PYTHON_SCRIPT_FILE_NAME="main.py")
     assert worker(folder, "send", "jobs", "x", env=env).returncode == 0
 
@@ -200,7 +225,8 @@ def test_python_script_file_name_names_the_entry_point_and_its_single_app_is_fou
 
 def test_every_decorator_used_wrongly_is_listed_at_start(tmp_path: Path) -> None:
     """Two mistakes in one app: both refused in one run (before, the import stopped at the first)."""
-    (tmp_path / "function_app.py").write_text(textwrap.dedent("""
+    (tmp_path / "function_app.py").write_text(
+        textwrap.dedent("""
         from worker import Out, QueueMessage, WorkerApp
 
         app = WorkerApp()
@@ -213,7 +239,9 @@ def test_every_decorator_used_wrongly_is_listed_at_start(tmp_path: Path) -> None
         @app.blob_output(arg_name="out", path="no-container")
         def no_container(msg: QueueMessage, out: Out[str]) -> None:
             pass
-    """), encoding="utf-8")
+    """),
+        encoding="utf-8",
+    )
     ran = run_cli(tmp_path, "run", "--no-supervisor", "--burst")
     assert ran.returncode == 2, ran.stderr
     assert "function wrong_parameter: queue_trigger: has no parameter 'msg' for the queue message" in ran.stderr
@@ -227,8 +255,7 @@ def test_worker_send_from_a_subfolder_reaches_the_queue_file_worker_run_reads(tm
     host.json's folder: one queue file."""
     results = tmp_path / "results"
     results.mkdir()
-    folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": "sqlite:///queues/app.sqlite3",
-                                           "RESULTS": str(results)})
+    folder = app_folder(tmp_path / "app", {"AzureWebJobsStorage": "sqlite:///queues/app.sqlite3", "RESULTS": str(results)})
     (folder / "scripts").mkdir()
     queue_file = folder / "queues" / "app.sqlite3"
 

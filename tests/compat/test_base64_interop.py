@@ -49,7 +49,10 @@ def sdk_client(azurite: Azurite, queue: str, **policies: Any) -> QueueClient:
 def on_azurite(app: WorkerApp, azurite: Azurite, tmp_path: Path, encoding: str = "base64") -> Any:
     """A host on this loop, reading Azurite, until the block ends."""
     config = HostConfig(
-        base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, message_encoding=encoding,
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        drain_timeout=1,
+        message_encoding=encoding,
         connections={"AzureWebJobsStorage": azurite.connection_string},
     )
     return running(app, config)
@@ -178,13 +181,19 @@ def worker_cli(cwd: Path, connection: str, *args: str) -> subprocess.CompletedPr
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER__") and k != "AzureWebJobsStorage"}
     env.update(PYTHONPATH=str(REPO), PYTHONUTF8="1", AzureWebJobsStorage=connection)
     return subprocess.run(
-        [sys.executable, "-m", "worker", *args], cwd=cwd, env=env, capture_output=True, text=True, encoding="utf-8",
-        timeout=60, check=False,
+        [sys.executable, "-m", "worker", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        check=False,
     )
 
 
 async def test_worker_send_is_read_back_by_binary_base64_policy(azurite: Azurite, tmp_path: Path, queue_name: str) -> None:
-    bodies = [TEXT, "plain", "{\"json\": [1, 2]}"]
+    bodies = [TEXT, "plain", '{"json": [1, 2]}']
     result = await asyncio.to_thread(worker_cli, tmp_path, azurite.connection_string, "send", queue_name, *bodies)
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.split()) == 3, result.stdout
@@ -201,4 +210,3 @@ async def test_worker_send_under_encoding_none_is_read_back_as_plain_text(
     async with sdk_client(azurite, queue_name) as client:  # no decode policy: the text as stored
         messages = [m.content for m in await client.peek_messages(max_messages=32)]
     assert messages == [TEXT]
-

@@ -40,7 +40,11 @@ def storage_connection(backend_kind: str, request: pytest.FixtureRequest) -> str
 @pytest.fixture
 def config(tmp_path: Path, storage_connection: str) -> HostConfig:
     return HostConfig(
-        base_dir=tmp_path, max_polling_interval=0.2, new_batch_threshold=8, drain_timeout=1, max_dequeue_count=3,
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        new_batch_threshold=8,
+        drain_timeout=1,
+        max_dequeue_count=3,
         connections={"AzureWebJobsStorage": storage_connection},
     )
 
@@ -105,8 +109,9 @@ async def test_blob_output_is_written_on_success_only_with_expressions_resolved(
 
     @app.function_name("report")
     @app.queue_trigger(arg_name="msg", queue_name=queue, connection="AzureWebJobsStorage")
-    @app.blob_output(arg_name="out", path="%REPORTS_CONTAINER%/{customer}/{id}-{dequeueCount}.json",
-                     connection="AzureWebJobsStorage")
+    @app.blob_output(
+        arg_name="out", path="%REPORTS_CONTAINER%/{customer}/{id}-{dequeueCount}.json", connection="AzureWebJobsStorage"
+    )
     def report(msg: QueueMessage, out: Out[str]) -> None:
         job = msg.get_json()
         out.set(json.dumps({"total": job["total"]}))
@@ -134,8 +139,9 @@ async def test_function_app_blob_bindings_typed_and_generic_with_return(
     @fa.function_name("Greet")
     @fa.queue_trigger(arg_name="msg", queue_name=queue, connection="AzureWebJobsStorage")
     @fa.blob_input(arg_name="template", path=f"{container}/template.txt", connection="AzureWebJobsStorage")
-    @fa.generic_output_binding(arg_name="copy", type="blob", path=container + "/copies/{name}.bin",
-                               connection="AzureWebJobsStorage")
+    @fa.generic_output_binding(
+        arg_name="copy", type="blob", path=container + "/copies/{name}.bin", connection="AzureWebJobsStorage"
+    )
     @fa.blob_output(arg_name="$return", path=container + "/letters/{name}.txt", connection="AzureWebJobsStorage")
     def greet(msg: func.QueueMessage, template: func.InputStream, copy: func.Out[bytes]) -> str:
         assert isinstance(template, func.InputStream)
@@ -223,8 +229,13 @@ async def test_a_blob_write_that_storage_fails_fails_the_attempt_and_keeps_the_m
             f"BlobEndpoint=http://127.0.0.1:{azurite.blob_port}/", f"BlobEndpoint=http://127.0.0.1:{proxy.port}/"
         )
         assert f":{proxy.port}/" in connection
-        config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, max_dequeue_count=5,
-                            connections={"AzureWebJobsStorage": connection})
+        config = HostConfig(
+            base_dir=tmp_path,
+            max_polling_interval=0.2,
+            drain_timeout=1,
+            max_dequeue_count=5,
+            connections={"AzureWebJobsStorage": connection},
+        )
         queue, container = unique("fault"), unique("c")
         attempts: list[int] = []
         app = WorkerApp()

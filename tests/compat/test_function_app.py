@@ -59,8 +59,13 @@ def features() -> Iterator[Any]:
 @pytest.fixture
 def config(tmp_path: Path) -> HostConfig:
     return HostConfig(
-        base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, new_batch_threshold=8, drain_timeout=1,
-        max_dequeue_count=2, connections={"AzureWebJobsStorage": EMBEDDED},
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        lease_duration=600,
+        new_batch_threshold=8,
+        drain_timeout=1,
+        max_dequeue_count=2,
+        connections={"AzureWebJobsStorage": EMBEDDED},
     )
 
 
@@ -102,8 +107,13 @@ def _worker_env() -> dict[str, str]:
 
 def _worker(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "worker", *args], cwd=cwd, env=_worker_env(),
-        capture_output=True, text=True, timeout=60, check=False,
+        [sys.executable, "-m", "worker", *args],
+        cwd=cwd,
+        env=_worker_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -122,9 +132,13 @@ def test_docs_sample_runs_unchanged_under_worker_run(tmp_path: Path) -> None:
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "worker", "run", "--app", "function_app:app", "--config", "host.yaml"],
-            cwd=tmp_path, env=_worker_env(), stdout=subprocess.DEVNULL, stderr=log,
+            cwd=tmp_path,
+            env=_worker_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
         )
     try:
+
         def started() -> bool:
             if proc.poll() is not None:
                 raise AssertionError(f"worker exited with {proc.returncode}:\n{log_path.read_text()}")
@@ -194,7 +208,10 @@ def test_sync_functions_stay_sync_and_async_ones_async(features: Any) -> None:
     specs = {spec.name: spec for spec in from_function_app(features.app).app.functions}
 
     assert {name: spec.is_async for name, spec in specs.items()} == {
-        "ProcessOrder": False, "AsyncAudit": True, "fragile": False, "Echo": False,
+        "ProcessOrder": False,
+        "AsyncAudit": True,
+        "fragile": False,
+        "Echo": False,
     }
     assert not asyncio.iscoroutinefunction(specs["ProcessOrder"].handler)
     assert asyncio.iscoroutinefunction(specs["AsyncAudit"].handler)
@@ -215,7 +232,8 @@ def test_load_app_logs_one_warning_counting_the_functions_not_run(tmp_path: Path
     assert len(app.functions) == 4
     warnings = [entry for entry in logs if entry["log_level"] == "warning"]
     assert [(w["event"], w["count"]) for w in warnings] == [
-        ("functions not run: this host runs enabled queue-triggered functions only", 1)]
+        ("functions not run: this host runs enabled queue-triggered functions only", 1)
+    ]
     assert app.not_run == (HTTP_NOT_RUN,)  # the list, logged at DEBUG and shown by the console
 
 
@@ -269,20 +287,22 @@ def test_every_problem_of_every_function_is_listed_and_the_sound_functions_still
 
     assert [(s.name, s.connection) for s in converted.app.functions] == [("plain", "AzureWebJobsStorage")]
     assert converted.skipped == ()
-    assert sorted(converted.problems) == sorted([
-        "function resize, input binding table (row): this host does not provide this binding type (it provides "
-        "queue outputs and blob inputs and outputs)",
-        "function resize, output binding serviceBus (bus): this host does not provide this binding type (it provides "
-        "queue outputs and blob inputs and outputs)",
-        "function orders, trigger queueTrigger (msg): parameter msg is annotated dict; a queue trigger binds "
-        "func.QueueMessage, str or bytes",
-        "function orders, trigger queueTrigger (msg): the queue name '%ORDERS_QUEUE%' refers to the app setting "
-        "ORDERS_QUEUE, which is not set",
-        "function orders, output binding blob (out): the path '%ARCHIVE%/{id}' refers to the app setting ARCHIVE, "
-        "which is not set",
-        "function job: job() has no parameter for binding(s) message",
-        "function job: job() has no binding for parameter(s) msg, table",
-    ])
+    assert sorted(converted.problems) == sorted(
+        [
+            "function resize, input binding table (row): this host does not provide this binding type (it provides "
+            "queue outputs and blob inputs and outputs)",
+            "function resize, output binding serviceBus (bus): this host does not provide this binding type (it provides "
+            "queue outputs and blob inputs and outputs)",
+            "function orders, trigger queueTrigger (msg): parameter msg is annotated dict; a queue trigger binds "
+            "func.QueueMessage, str or bytes",
+            "function orders, trigger queueTrigger (msg): the queue name '%ORDERS_QUEUE%' refers to the app setting "
+            "ORDERS_QUEUE, which is not set",
+            "function orders, output binding blob (out): the path '%ARCHIVE%/{id}' refers to the app setting ARCHIVE, "
+            "which is not set",
+            "function job: job() has no parameter for binding(s) message",
+            "function job: job() has no binding for parameter(s) msg, table",
+        ]
+    )
 
 
 def test_queue_name_and_path_settings_are_read_from_the_app_settings() -> None:
@@ -310,8 +330,9 @@ def test_disabled_functions_are_listed_and_the_rest_run() -> None:
     def second(msg: func.QueueMessage) -> None:
         pass
 
-    converted = from_function_app(app, environ={"AzureWebJobs.Second.Disabled": "true",
-                                                "AzureWebJobs.first.Disabled": "false"})
+    converted = from_function_app(
+        app, environ={"AzureWebJobs.Second.Disabled": "true", "AzureWebJobs.first.Disabled": "false"}
+    )
     assert [s.name for s in converted.app.functions] == ["first"]
     assert converted.disabled == ("Second",)
     assert from_function_app(app, environ={"AzureWebJobs__first__Disabled": "1"}).disabled == ("first",)
@@ -374,8 +395,9 @@ def _returning(value: Any) -> func.FunctionApp:
 
 
 def _message() -> QueueMessage:
-    return QueueMessage(id="m1", body=b"x", dequeue_count=1, insertion_time=None, expiration_time=None,
-                        time_next_visible=None)
+    return QueueMessage(
+        id="m1", body=b"x", dequeue_count=1, insertion_time=None, expiration_time=None, time_next_visible=None
+    )
 
 
 def worker_out() -> Any:
@@ -517,7 +539,8 @@ def test_an_app_that_fails_at_import_is_refused_naming_its_own_files_and_lines(
 ) -> None:
     (tmp_path / "import_error_app.py").write_text("import json\n\nimport import_error_helper\n", encoding="utf-8")
     (tmp_path / "import_error_helper.py").write_text(
-        "def connect():\n    raise ConnectionError('sign-in refused')\n\n\nconnect()\n", encoding="utf-8")
+        "def connect():\n    raise ConnectionError('sign-in refused')\n\n\nconnect()\n", encoding="utf-8"
+    )
     monkeypatch.setattr(sys, "path", list(sys.path))
     for name in ("import_error_app", "import_error_helper"):
         monkeypatch.delitem(sys.modules, name, raising=False)

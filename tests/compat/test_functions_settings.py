@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-APP = '''
+APP = """
 import os
 
 import azure.functions as func
@@ -29,7 +29,7 @@ def always_fails(msg: str) -> None:
 @app.queue_trigger(arg_name="msg", queue_name="counted", connection="AzureWebJobsStorage")
 def counted(msg: str) -> None:
     pass
-'''
+"""
 
 HOST_JSON = {
     "version": "2.0",
@@ -38,11 +38,21 @@ HOST_JSON = {
 
 
 def _worker(app_dir: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("WORKER__", "AzureWebJobs", "AzureFunctionsJobHost", "FUNCTIONS_", "PYTHON_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("WORKER__", "AzureWebJobs", "AzureFunctionsJobHost", "FUNCTIONS_", "PYTHON_"))
+    }
     env.update({"PYTHONPATH": str(REPO), "AzureWebJobsStorage": f"sqlite:///{app_dir / 'queues.db'}", **settings})
-    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=app_dir, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=app_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _lines(ran: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
@@ -71,8 +81,15 @@ def test_an_azure_functions_job_host_setting_overrides_host_json(app_dir: Path) 
 def test_process_count_comes_from_functions_and_unused_settings_are_named_once(app_dir: Path) -> None:
     for number in range(4):
         assert _worker(app_dir, "send", "counted", str(number)).returncode == 0
-    ran = _worker(app_dir, "run", "--burst", FUNCTIONS_WORKER_PROCESS_COUNT="2", PYTHON_THREADPOOL_THREAD_COUNT="3",
-                  APPLICATIONINSIGHTS_CONNECTION_STRING="InstrumentationKey=0", FUNCTIONS_EXTENSION_VERSION="~4")
+    ran = _worker(
+        app_dir,
+        "run",
+        "--burst",
+        FUNCTIONS_WORKER_PROCESS_COUNT="2",
+        PYTHON_THREADPOOL_THREAD_COUNT="3",
+        APPLICATIONINSIGHTS_CONNECTION_STRING="InstrumentationKey=0",
+        FUNCTIONS_EXTENSION_VERSION="~4",
+    )
     assert ran.returncode == 0, ran.stderr
     lines = _lines(ran)
     started = [line for line in lines if line["event"] == "host started"]

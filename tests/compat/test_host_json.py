@@ -14,7 +14,7 @@ from worker.ops.locate import find_config
 
 REPO = Path(__file__).resolve().parents[2]
 
-APP = '''
+APP = """
 import azure.functions as func
 
 app = func.FunctionApp()
@@ -23,7 +23,7 @@ app = func.FunctionApp()
 @app.queue_trigger(arg_name="msg", queue_name="jobs", connection="AzureWebJobsStorage")
 def always_fails(msg: str) -> None:
     raise RuntimeError(f"cannot do {msg}")
-'''
+"""
 
 HOST_JSON = {
     "version": "2.0",
@@ -35,10 +35,15 @@ HOST_JSON = {
 
 def _worker(cwd: Path, app_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}
-    env.update({"PYTHONPATH": os.pathsep.join([str(app_dir), str(REPO)]),
-                "AzureWebJobsStorage": f"sqlite:///{app_dir / 'queues.db'}"})
-    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(app_dir), str(REPO)]),
+            "AzureWebJobsStorage": f"sqlite:///{app_dir / 'queues.db'}",
+        }
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 @pytest.mark.subprocess

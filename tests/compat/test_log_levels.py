@@ -15,7 +15,7 @@ from tests.host.processes import worker_environment
 from worker.observability.logs import Categories
 from worker.settings.config import ConfigError, load_config
 
-APP = '''
+APP = """
 import logging
 
 import structlog
@@ -36,7 +36,7 @@ def chatty(msg) -> None:
 def quiet(msg) -> None:
     logging.getLogger("orders").info("quiet info")
     logging.getLogger("orders").warning("quiet warning")
-'''
+"""
 
 
 def events(folder: Path, host_json: dict[str, Any], *args: str) -> list[dict[str, Any]]:
@@ -45,8 +45,14 @@ def events(folder: Path, host_json: dict[str, Any], *args: str) -> list[dict[str
     (folder / "host.json").write_text(json.dumps(host_json), encoding="utf-8")
     for queue in ("chatty-jobs", "quiet-jobs"):
         assert run_cli(folder, "send", queue, "x").returncode == 0
-    ran = subprocess.run([sys.executable, "-m", "worker", "run", "--burst", "--app", "levels_app:app", *args],
-                         cwd=folder, env=worker_environment(), capture_output=True, text=True, timeout=120)
+    ran = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--burst", "--app", "levels_app:app", *args],
+        cwd=folder,
+        env=worker_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ran.returncode == 0, ran.stderr
     return [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
 
@@ -59,11 +65,19 @@ def folder(tmp_path: Path) -> Path:
 
 @pytest.mark.subprocess
 def test_each_category_gets_its_own_level(folder: Path) -> None:
-    lines = events(folder, {"version": "2.0", "logging": {"logLevel": {
-        "default": "Information",
-        "Function.quiet": "Warning",  # the host's lines about quiet, and (as a prefix) quiet's own
-        "Function.chatty.User": "Debug",  # chatty's own lines, down to debug
-    }}})
+    lines = events(
+        folder,
+        {
+            "version": "2.0",
+            "logging": {
+                "logLevel": {
+                    "default": "Information",
+                    "Function.quiet": "Warning",  # the host's lines about quiet, and (as a prefix) quiet's own
+                    "Function.chatty.User": "Debug",  # chatty's own lines, down to debug
+                }
+            },
+        },
+    )
     said = {(line.get("function"), line["event"]) for line in lines}
     assert ("chatty", "Executing") in said and ("chatty", "Executed") in said
     assert {("chatty", "chatty info"), ("chatty", "chatty debug"), ("chatty", "chatty structlog debug")} <= said
@@ -105,10 +119,21 @@ def test_an_unknown_level_name_is_refused_with_the_key_and_line(tmp_path: Path) 
 @pytest.mark.subprocess
 def test_microsofts_monitoring_block_runs_with_trace_as_the_hosts_most_verbose_level(folder: Path) -> None:
     # The logLevel block of Microsoft's "Configure monitoring" page, as public host.json files copy it.
-    lines = events(folder, {"version": "2.0", "logging": {"logLevel": {
-        "default": "Information", "Host.Results": "Error", "Function": "Error", "Host.Aggregator": "Trace",
-        "Function.chatty.User": "Trace",
-    }}})
+    lines = events(
+        folder,
+        {
+            "version": "2.0",
+            "logging": {
+                "logLevel": {
+                    "default": "Information",
+                    "Host.Results": "Error",
+                    "Function": "Error",
+                    "Host.Aggregator": "Trace",
+                    "Function.chatty.User": "Trace",
+                }
+            },
+        },
+    )
     said = {(line.get("function"), line["event"]) for line in lines}
     assert {("chatty", "chatty debug"), ("chatty", "chatty structlog debug")} <= said  # Trace: down to DEBUG
     assert ("quiet", "quiet info") not in said and ("quiet", "quiet warning") not in said  # Function: Error

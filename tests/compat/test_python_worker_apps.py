@@ -35,7 +35,10 @@ APPS = Path(__file__).resolve().parent / "apps" / "queue_functions_stein"
 V1_APP = Path(__file__).resolve().parent / "apps" / "queue_functions"
 CONTAINER = "python-worker-tests"
 QUEUE_TRIGGERED = {
-    "queue_trigger", "queue_trigger_message_return", "queue_trigger_return", "queue_trigger_return_multiple",
+    "queue_trigger",
+    "queue_trigger_message_return",
+    "queue_trigger_return",
+    "queue_trigger_return_multiple",
     "queue_trigger_untyped",
 }
 
@@ -59,8 +62,11 @@ def storage(azurite: Azurite) -> Iterator[tuple[QueueServiceClient, BlobServiceC
 def _user_functions(app_dir: Path) -> dict[str, Callable[..., Any]]:
     """The app's functions by name, imported from their files: function_app.py's, or each v1 folder's main.py."""
     if app_dir == V1_APP:
-        return {folder.name: module_from_file(folder / "main.py", f"v1_{folder.name}").main
-                for folder in sorted(app_dir.iterdir()) if (folder / "function.json").is_file()}
+        return {
+            folder.name: module_from_file(folder / "main.py", f"v1_{folder.name}").main
+            for folder in sorted(app_dir.iterdir())
+            if (folder / "function.json").is_file()
+        }
     module = module_from_file(app_dir / "function_app.py", f"stein_{abs(hash(app_dir))}")
     functions = module.app.get_functions()
     return {f.get_function_name(): f.get_user_function() for f in functions}
@@ -116,9 +122,10 @@ def test_python_worker_queue_apps_run_every_queue_triggered_function(
     assert QUEUE_TRIGGERED <= set(functions)
 
     worker = WorkerProcess(
-        write_host_yaml(tmp_path), name=f"worker-{variant}", app=str(V1_APP) if variant == "v1" else "function_app:app",
-        env={"AzureWebJobsStorage": azurite.connection_string,
-             "PYTHONPATH": os.pathsep.join([str(app_dir), str(REPO)])},
+        write_host_yaml(tmp_path),
+        name=f"worker-{variant}",
+        app=str(V1_APP) if variant == "v1" else "function_app:app",
+        env={"AzureWebJobsStorage": azurite.connection_string, "PYTHONPATH": os.pathsep.join([str(app_dir), str(REPO)])},
     ).start()
     try:
         loaded = worker.wait_for_log("host started")
@@ -139,10 +146,18 @@ def test_python_worker_queue_apps_run_every_queue_triggered_function(
         # test_queue_return / test_queue_message_object_return / test_queue_untyped_return.
         for queue, blob, getter, body in (
             ("testqueue-return", "test-queue-blob-return.txt", "get_queue_blob_return", "test-message-return"),
-            ("testqueue-message-return", "test-queue-blob-message-return.txt", "get_queue_blob_message_return",
-             "test-message-object-return"),
-            ("testqueue-untyped-return", "test-queue-untyped-blob-return.txt", "get_queue_untyped_blob_return",
-             "test-untyped-return"),
+            (
+                "testqueue-message-return",
+                "test-queue-blob-message-return.txt",
+                "get_queue_blob_message_return",
+                "test-message-object-return",
+            ),
+            (
+                "testqueue-untyped-return",
+                "test-queue-untyped-blob-return.txt",
+                "get_queue_untyped_blob_return",
+                "test-untyped-return",
+            ),
         ):
             _put(queues, queue, body.encode())
             assert functions[getter](_request(), file=_stream(blobs, blob)) == body
@@ -159,8 +174,10 @@ def test_python_worker_queue_apps_run_every_queue_triggered_function(
         poll(logged, 30, what="queue_trigger_return_multiple's log lines")
 
         def drained() -> bool:
-            return all(queues.get_queue_client(q.name).get_queue_properties().approximate_message_count == 0
-                       for q in queues.list_queues())
+            return all(
+                queues.get_queue_client(q.name).get_queue_properties().approximate_message_count == 0
+                for q in queues.list_queues()
+            )
 
         poll(drained, 30, what="every queue to be empty")
         assert worker.stop(signal.SIGTERM) == 0

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
-APP = '''
+APP = """
 import azure.functions as func
 
 print("app module imported", flush=True)
@@ -43,23 +43,28 @@ def audit(msg: str) -> None:
 @app.route(route="hello")
 def hello(req: func.HttpRequest) -> func.HttpResponse:
     return func.HttpResponse("hi")
-'''
+"""
 
 
 def _run(folder: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}
     return subprocess.run(
         [sys.executable, "-m", "worker", *args],
-        cwd=folder, env={**base, "PYTHONPATH": os.pathsep.join([str(folder), str(REPO)]), **(env or {})},
-        capture_output=True, text=True, timeout=120, check=False,
+        cwd=folder,
+        env={**base, "PYTHONPATH": os.pathsep.join([str(folder), str(REPO)]), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
 @pytest.fixture
 def app_folder(tmp_path: Path) -> Path:
     (tmp_path / "function_app.py").write_text(APP, encoding="utf-8")
-    (tmp_path / "host.yaml").write_text('version: "1.0"\nextensions:\n  queues:\n    maxPollingInterval: 200ms\n',
-                                        encoding="utf-8")
+    (tmp_path / "host.yaml").write_text(
+        'version: "1.0"\nextensions:\n  queues:\n    maxPollingInterval: 200ms\n', encoding="utf-8"
+    )
     return tmp_path
 
 
@@ -72,30 +77,38 @@ def test_every_problem_is_listed_at_once_with_exit_code_2(app_folder: Path) -> N
     assert "Traceback" not in result.stderr
     problems = [line.strip() for line in result.stderr.splitlines() if line.startswith("  function ")]
     # Functions' own message, then every place this host looked for the setting.
-    looked_in = (f" (looked in: the environment, no local.settings.json in {app_folder}, {app_folder / 'host.yaml'} "
-                 "(connections:))")
-    missing_storage = ("Storage account connection string 'AzureWebJobsStorage' does not exist. Make sure that it is a "
-                       "defined App Setting." + looked_in)
-    assert sorted(problems) == sorted([
-        f"function Ledger, trigger queueTrigger (msg): {missing_storage}",
-        f"function Thumbnails, output binding blob (out): {missing_storage}",
-        "function Ledger, output binding table (row): this host does not provide this binding type (it provides "
-        "queue outputs and blob inputs and outputs)",
-        "function Ledger, trigger queueTrigger (msg): the queue name '%LEDGER_QUEUE%' refers to the app setting "
-        "LEDGER_QUEUE, which is not set",
-        "function Thumbnails, trigger queueTrigger (msg): Storage account connection string 'AzureWebJobsImagesStorage' "
-        "does not exist. Make sure that it is a defined App Setting." + looked_in,
-        "function Thumbnails, output binding blob (out): the path '%THUMBS_CONTAINER%/{id}.png' refers to the app "
-        "setting THUMBS_CONTAINER, which is not set",
-        f"function Audit, trigger queueTrigger (msg): {missing_storage}",
-    ]), result.stderr
+    looked_in = (
+        f" (looked in: the environment, no local.settings.json in {app_folder}, {app_folder / 'host.yaml'} (connections:))"
+    )
+    missing_storage = (
+        "Storage account connection string 'AzureWebJobsStorage' does not exist. Make sure that it is a "
+        "defined App Setting." + looked_in
+    )
+    assert sorted(problems) == sorted(
+        [
+            f"function Ledger, trigger queueTrigger (msg): {missing_storage}",
+            f"function Thumbnails, output binding blob (out): {missing_storage}",
+            "function Ledger, output binding table (row): this host does not provide this binding type (it provides "
+            "queue outputs and blob inputs and outputs)",
+            "function Ledger, trigger queueTrigger (msg): the queue name '%LEDGER_QUEUE%' refers to the app setting "
+            "LEDGER_QUEUE, which is not set",
+            "function Thumbnails, trigger queueTrigger (msg): Storage account connection string 'AzureWebJobsImagesStorage' "
+            "does not exist. Make sure that it is a defined App Setting." + looked_in,
+            "function Thumbnails, output binding blob (out): the path '%THUMBS_CONTAINER%/{id}.png' refers to the app "
+            "setting THUMBS_CONTAINER, which is not set",
+            f"function Audit, trigger queueTrigger (msg): {missing_storage}",
+        ]
+    ), result.stderr
     assert result.stdout.count("app module imported") == 1, result.stdout
 
 
 @pytest.mark.subprocess
 def test_disabled_functions_step_aside_and_the_rest_run(app_folder: Path) -> None:
-    env = {"AzureWebJobsStorage": "sqlite:///.worker/queues.sqlite3",
-           "AzureWebJobs.Thumbnails.Disabled": "true", "AzureWebJobs.Ledger.Disabled": "True"}
+    env = {
+        "AzureWebJobsStorage": "sqlite:///.worker/queues.sqlite3",
+        "AzureWebJobs.Thumbnails.Disabled": "true",
+        "AzureWebJobs.Ledger.Disabled": "True",
+    }
     sent = _run(app_folder, "send", "audit", "first", "--config", "host.yaml", env=env)
     assert sent.returncode == 0, sent.stderr
 
@@ -119,16 +132,26 @@ def test_a_v1_app_with_an_old_azure_functions_is_told_its_version_is_too_old(tmp
     (old / "azure" / "functions" / "__init__.py").write_text("class QueueMessage: ...\n", encoding="utf-8")
     (old / "azure_functions-1.11.0.dist-info").mkdir()
     (old / "azure_functions-1.11.0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: azure-functions\nVersion: 1.11.0\n", encoding="utf-8")
+        "Metadata-Version: 2.1\nName: azure-functions\nVersion: 1.11.0\n", encoding="utf-8"
+    )
     app = tmp_path / "app"
     (app / "Orders").mkdir(parents=True)
-    (app / "Orders" / "function.json").write_text(json.dumps({"bindings": [
-        {"type": "queueTrigger", "direction": "in", "name": "msg", "queueName": "orders"}]}), encoding="utf-8")
+    (app / "Orders" / "function.json").write_text(
+        json.dumps({"bindings": [{"type": "queueTrigger", "direction": "in", "name": "msg", "queueName": "orders"}]}),
+        encoding="utf-8",
+    )
     (app / "Orders" / "__init__.py").write_text("def main(msg):\n    pass\n", encoding="utf-8")
     (app / "host.json").write_text('{"version": "2.0"}', encoding="utf-8")
 
-    ran = _run(app, "run", "--burst", env={"PYTHONPATH": os.pathsep.join([str(old), str(REPO)]),
-                                           "AzureWebJobsStorage": f"sqlite:///{tmp_path / 'q.sqlite3'}"})
+    ran = _run(
+        app,
+        "run",
+        "--burst",
+        env={
+            "PYTHONPATH": os.pathsep.join([str(old), str(REPO)]),
+            "AzureWebJobsStorage": f"sqlite:///{tmp_path / 'q.sqlite3'}",
+        },
+    )
     assert ran.returncode == 2, ran.stderr
     assert "azure-functions 1.11.0 is installed; this host needs 1.20 or later" in ran.stderr
     assert "needs azure-functions (" not in ran.stderr

@@ -53,8 +53,14 @@ def test_worker_run_in_a_v1_app_folder_runs_its_queue_functions(azurite: Azurite
     """On Azurite (the embedded queue runs the same conversion; the storage is what differs)."""
     storage = azurite.connection_string
     tag = uuid.uuid4().hex[:8]
-    settings = {"AzureWebJobsStorage": storage, "COPY_QUEUE": f"copy-{tag}", "REPORT_QUEUE": f"report-{tag}",
-                "UNTYPED_QUEUE": f"untyped-{tag}", "FORWARD_QUEUE": f"forward-{tag}", "PAUSED_OFF": "true"}
+    settings = {
+        "AzureWebJobsStorage": storage,
+        "COPY_QUEUE": f"copy-{tag}",
+        "REPORT_QUEUE": f"report-{tag}",
+        "UNTYPED_QUEUE": f"untyped-{tag}",
+        "FORWARD_QUEUE": f"forward-{tag}",
+        "PAUSED_OFF": "true",
+    }
     blob = f"{tag}.txt"
 
     async def seed() -> str:
@@ -70,9 +76,15 @@ def test_worker_run_in_a_v1_app_folder_runs_its_queue_functions(azurite: Azurite
 
     order_id = asyncio.run(seed())
     imports = tmp_path / "imports.txt"
-    ran = subprocess.run([sys.executable, "-m", "worker", "run", "--burst"], cwd=V1_APP, capture_output=True,
-                         text=True, timeout=120, check=False,
-                         env=worker_environment() | settings | {"V1_IMPORTS": str(imports)})
+    ran = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--burst"],
+        cwd=V1_APP,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=worker_environment() | settings | {"V1_IMPORTS": str(imports)},
+    )
     assert ran.returncode == 0, ran.stderr
     lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
     [host] = [line for line in lines if line["event"] == "host started"]
@@ -108,8 +120,7 @@ def test_what_keeps_a_v1_function_from_running_is_listed_each_with_its_file(tmp_
     app = tmp_path / "app"
     (app / "shared").mkdir(parents=True)
     (app / "shared" / "__init__.py").write_text("", encoding="utf-8")
-    (app / "shared" / "settings.py").write_text("import os\n\nREGION = os.environ['REGION_NOT_SET']\n",
-                                                encoding="utf-8")
+    (app / "shared" / "settings.py").write_text("import os\n\nREGION = os.environ['REGION_NOT_SET']\n", encoding="utf-8")
     _function(app, "Broken", QUEUE, "from ..shared.settings import REGION\n\ndef main(msg):\n    pass\n")
     _function(app, "NoEntry", QUEUE, "def handle(msg):\n    pass\n")
     _function(app, "NotJson", '{"bindings": [}', "def main(msg):\n    pass\n")
@@ -130,8 +141,10 @@ def test_what_keeps_a_v1_function_from_running_is_listed_each_with_its_file(tmp_
 
 def test_a_return_output_is_named_return_where_the_start_refuses_it(azurite: Azurite, tmp_path: Path) -> None:
     """Before: named ``__azure_functions_return__``, the conversion's name for it, which the app's author never wrote."""
-    to = '{{"bindings": [{{"type": "queueTrigger", "direction": "in", "name": "msg", "queueName": "inbox"}}, ' \
-         '{{"type": "{kind}", "direction": "out", "name": "$return", {where}}}]}}'
+    to = (
+        '{{"bindings": [{{"type": "queueTrigger", "direction": "in", "name": "msg", "queueName": "inbox"}}, '
+        '{{"type": "{kind}", "direction": "out", "name": "$return", {where}}}]}}'
+    )
     code = "def main(msg: str) -> str:\n    return msg\n"
     _function(tmp_path, "ToBlob", to.format(kind="blob", where='"path": "UPPER/x.txt"'), code)
     _function(tmp_path, "ToQueue", to.format(kind="queue", where='"queueName": "Bad_Name"'), code)
@@ -139,8 +152,9 @@ def test_a_return_output_is_named_return_where_the_start_refuses_it(azurite: Azu
 
     ran = run_cli(tmp_path, "run", "--no-supervisor", "--burst", env={"AzureWebJobsStorage": azurite.connection_string})
     assert ran.returncode == 2, ran.stderr
-    assert "function ToBlob: blob_output '$return': blob path 'UPPER/x.txt': container name 'UPPER' is not valid" \
-        in ran.stderr
+    assert (
+        "function ToBlob: blob_output '$return': blob path 'UPPER/x.txt': container name 'UPPER' is not valid" in ran.stderr
+    )
     assert "function ToQueue, output binding queue ($return): queue name 'Bad_Name' is not valid" in ran.stderr
     assert "__azure_functions_return__" not in ran.stderr
 
@@ -175,20 +189,30 @@ async def test_the_python_workers_v1_eventgrid_app_runs_its_queue_function(tmp_p
     checks it; the four other functions (Event Grid and HTTP triggers) are not run, nor imported."""
     app_dir = Path(__file__).resolve().parent / "apps" / "eventgrid_functions"
     storage = "sqlite:///queues.sqlite3"
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1,
-                        connections={"AzureWebJobsStorage": storage})
+    config = HostConfig(
+        base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, connections={"AzureWebJobsStorage": storage}
+    )
     app = load_app(str(app_dir), tmp_path)
     assert [spec.name for spec in app.functions] == ["eventgrid_output_binding_message_to_blobstore"]
     assert len(app.not_run) == 4
 
-    event = {"id": "test-id", "subject": "test-subject", "dataVersion": "1.0", "eventType": "test-event-1",
-             "data": {"test_uuid": uuid.uuid4().hex}, "eventTime": "2026-01-01T00:00:00Z"}
+    event = {
+        "id": "test-id",
+        "subject": "test-subject",
+        "dataVersion": "1.0",
+        "eventType": "test-event-1",
+        "data": {"test_uuid": uuid.uuid4().hex},
+        "eventTime": "2026-01-01T00:00:00Z",
+    }
     queues, blobs = open_backend(storage, tmp_path), open_blob_store(storage, tmp_path)
     try:
         await put(queues, "test-event-grid-storage-queue", json.dumps(event))
         async with running(app, config):
-            written = await apoll(lambda: blobs.read("python-worker-tests", "test-eventgrid-output-binding.txt"), 20,
-                                  what="the blob the queue function writes")
+            written = await apoll(
+                lambda: blobs.read("python-worker-tests", "test-eventgrid-output-binding.txt"),
+                20,
+                what="the blob the queue function writes",
+            )
     finally:
         await queues.close()
         await blobs.close()
@@ -203,8 +227,9 @@ def test_a_function_json_retry_policy_is_kept_for_the_warning_and_not_applied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AzureWebJobsStorage", f"sqlite:///{tmp_path / 'q.sqlite3'}")
-    retried = QUEUE.replace('{"bindings"', '{"retry": {"strategy": "fixedDelay", "maxRetryCount": 4, '
-                                           '"delayInterval": "00:00:10"}, "bindings"')
+    retried = QUEUE.replace(
+        '{"bindings"', '{"retry": {"strategy": "fixedDelay", "maxRetryCount": 4, "delayInterval": "00:00:10"}, "bindings"'
+    )
     _function(tmp_path / "app", "Retried", retried, "def main(msg):\n    pass\n")
     _function(tmp_path / "app", "Plain", QUEUE, "def main(msg):\n    pass\n")
 

@@ -21,8 +21,7 @@ if TYPE_CHECKING:
 OCI_STALE_404 = "oci-stale-404"
 
 
-@pytest.fixture(params=["sqlite", "azurite", AZURITE_SDK, "oci", pytest.param(OCI_STALE_404, marks=pytest.mark.oci),
-                        "sqs"])
+@pytest.fixture(params=["sqlite", "azurite", AZURITE_SDK, "oci", pytest.param(OCI_STALE_404, marks=pytest.mark.oci), "sqs"])
 def backend_kind(request: pytest.FixtureRequest) -> str:
     return request.param
 

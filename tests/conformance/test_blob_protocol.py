@@ -35,8 +35,11 @@ def container() -> str:
     return f"c-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.mark.parametrize("data", [b"", "héllo wörld".encode(), bytes(range(256)), os.urandom(5 * 1024 * 1024)],
-                         ids=["empty", "utf8", "binary", "5MB"])
+@pytest.mark.parametrize(
+    "data",
+    [b"", "héllo wörld".encode(), bytes(range(256)), os.urandom(5 * 1024 * 1024)],
+    ids=["empty", "utf8", "binary", "5MB"],
+)
 async def test_what_is_written_is_read_back_byte_for_byte(store: BlobStore, container: str, data: bytes) -> None:
     await store.write(container, "dir/sub/blob.bin", data)
 
@@ -44,8 +47,12 @@ async def test_what_is_written_is_read_back_byte_for_byte(store: BlobStore, cont
 
     assert blob is not None
     assert blob.data == data
-    assert (blob.container, blob.path, blob.name, blob.length) == (container, "dir/sub/blob.bin",
-                                                                   f"{container}/dir/sub/blob.bin", len(data))
+    assert (blob.container, blob.path, blob.name, blob.length) == (
+        container,
+        "dir/sub/blob.bin",
+        f"{container}/dir/sub/blob.bin",
+        len(data),
+    )
     assert blob.uri.endswith(f"{container}/dir/sub/blob.bin")
 
 
@@ -58,8 +65,10 @@ async def test_a_blob_url_the_store_gave_locates_its_blob_and_another_stores_url
 
     assert store.locate(blob.uri) == (container, "in dir/ünïcode name.txt")
     assert store.locate(blob.uri + "?sv=2024&sig=c2VjcmV0") == (container, "in dir/ünïcode name.txt")  # a SAS: no matter
-    for foreign in ("https://another.blob.core.windows.net/" + container + "/x.txt",
-                    "file:///elsewhere/" + container + "/x.txt"):
+    for foreign in (
+        "https://another.blob.core.windows.net/" + container + "/x.txt",
+        "file:///elsewhere/" + container + "/x.txt",
+    ):
         with pytest.raises(InvalidBlobName, match="is not in"):
             store.locate(foreign)
     with pytest.raises(InvalidBlobName, match="container name"):
@@ -123,7 +132,8 @@ async def test_a_store_that_cannot_be_reached_raises_transient_naming_the_endpoi
     port = free_port()
     store = open_blob_store(
         f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={_key()};"
-        f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;", tmp_path,
+        f"BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;",
+        tmp_path,
     )
     try:
         with pytest.raises(TransientError, match=rf"127\.0\.0\.1:{port}.*connection refused"):

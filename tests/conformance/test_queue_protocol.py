@@ -172,9 +172,16 @@ NAME_EXAMPLES = {
     # Azure: 3-63 lowercase letters, digits and single hyphens, alphanumeric at both ends.
     AZURE_NAME.pattern: NameExamples(
         invalid={
-            "underscore": "Bad_Name", "too-short": "ab", "upper": "UPPER", "double-hyphen": "has--double",
-            "leading-hyphen": "-leading", "trailing-hyphen": "trailing-", "space": "with space", "too-long": "a" * 64,
-            "empty": "", "trailing-newline": "newline\n",
+            "underscore": "Bad_Name",
+            "too-short": "ab",
+            "upper": "UPPER",
+            "double-hyphen": "has--double",
+            "leading-hyphen": "-leading",
+            "trailing-hyphen": "trailing-",
+            "space": "with space",
+            "too-long": "a" * 64,
+            "empty": "",
+            "trailing-newline": "newline\n",
         },
         shortest=3,
         longest=63,
@@ -182,8 +189,13 @@ NAME_EXAMPLES = {
     # OCI Queue display names: 1-255 letters, digits, '.', '_' and '-'.
     OCI_LIMITS.name_pattern.pattern: NameExamples(
         invalid={
-            "empty": "", "space": "a b", "too-long": "x" * 256, "slash": "bad/name", "trailing-newline": "newline\n",
-            "non-ascii": "naïve", "colon": "a:b",
+            "empty": "",
+            "space": "a b",
+            "too-long": "x" * 256,
+            "slash": "bad/name",
+            "trailing-newline": "newline\n",
+            "non-ascii": "naïve",
+            "colon": "a:b",
         },
         shortest=1,
         longest=255,
@@ -191,8 +203,14 @@ NAME_EXAMPLES = {
     # Amazon SQS: 1-80 letters, digits, '-' and '_', a FIFO queue's name ending in ".fifo".
     SQS_LIMITS.name_pattern.pattern: NameExamples(
         invalid={
-            "empty": "", "space": "a b", "too-long": "x" * 81, "slash": "bad/name", "trailing-newline": "newline\n",
-            "non-ascii": "naïve", "dot": "a.b", "fifo-too-long": "x" * 76 + ".fifo",
+            "empty": "",
+            "space": "a b",
+            "too-long": "x" * 81,
+            "slash": "bad/name",
+            "trailing-newline": "newline\n",
+            "non-ascii": "naïve",
+            "dot": "a.b",
+            "fifo-too-long": "x" * 76 + ".fifo",
         },
         shortest=1,
         longest=80,
@@ -203,8 +221,7 @@ NAME_EXAMPLES = {
 def name_examples(backend: QueueBackend) -> NameExamples:
     examples = NAME_EXAMPLES.get(backend.limits.name_pattern.pattern)
     if examples is None:
-        pytest.fail(f"no queue name examples for {backend!r}'s rule ({backend.limits.name_rule}): add them to "
-                    "NAME_EXAMPLES")
+        pytest.fail(f"no queue name examples for {backend!r}'s rule ({backend.limits.name_rule}): add them to NAME_EXAMPLES")
     return examples
 
 
@@ -284,7 +301,7 @@ async def test_create_queue_accepts_names_at_the_length_limits(backend: QueueBac
     examples = name_examples(backend)
     longest = (queue_name + "-" + "x" * examples.longest)[: examples.longest]
     # Hex digits from a uuid: unlikely to clash (with one character, only within a run), and removed at the end.
-    shortest = queue_name[-examples.shortest:]
+    shortest = queue_name[-examples.shortest :]
     for name in (longest, shortest):
         await backend.create_queue(name)
     try:
@@ -305,9 +322,7 @@ async def test_receive_on_missing_queue_raises_queue_not_found(backend: QueueBac
         await backend.receive(queue_name, 1, HIDDEN)
 
 
-async def test_approximate_count_on_missing_queue_raises_queue_not_found(
-    backend: QueueBackend, queue_name: str
-) -> None:
+async def test_approximate_count_on_missing_queue_raises_queue_not_found(backend: QueueBackend, queue_name: str) -> None:
     with pytest.raises(QueueNotFound):
         await backend.approximate_count(queue_name)
 
@@ -422,9 +437,7 @@ async def test_put_rejects_visibility_timeout_over_the_limit(backend: QueueBacke
     needs(backend, "message_options")
     await backend.create_queue(queue_name)
     with pytest.raises(InvalidArgument):
-        await backend.put(
-            queue_name, "x", visibility_timeout=backend.limits.max_visibility + 1, time_to_live=NEVER_EXPIRES
-        )
+        await backend.put(queue_name, "x", visibility_timeout=backend.limits.max_visibility + 1, time_to_live=NEVER_EXPIRES)
     assert await backend.approximate_count(queue_name) == 0, "a rejected put must store nothing"
 
 
@@ -432,7 +445,8 @@ async def test_put_rejects_visibility_timeout_over_the_limit(backend: QueueBacke
 
 
 async def test_a_delete_or_update_without_its_message_id_or_receipt_is_refused_before_it_is_sent(
-    backend: QueueBackend, queue_name: str,
+    backend: QueueBackend,
+    queue_name: str,
 ) -> None:
     """On Azure Storage a delete of the queue's messages without an id is Clear Messages: no backend lets one go."""
     await backend.create_queue(queue_name)
@@ -465,9 +479,7 @@ async def test_receive_takes_a_message_and_gives_a_pop_receipt(backend: QueueBac
     assert_close(got.insertion_time, sent.insertion_time, "insertion_time on receive")
     assert sent.expiration_time is not None
     assert_close(got.expiration_time, sent.expiration_time, "expiration_time on receive")
-    assert_close(
-        got.time_next_visible, before + timedelta(seconds=HIDDEN), "time_next_visible after receive", CLOCK_SLACK
-    )
+    assert_close(got.time_next_visible, before + timedelta(seconds=HIDDEN), "time_next_visible after receive", CLOCK_SLACK)
 
 
 async def test_receive_hides_messages_for_the_visibility_timeout(backend: QueueBackend, queue_name: str) -> None:
@@ -557,8 +569,10 @@ async def test_long_polls_cancelled_as_messages_arrive_hide_none_of_them(
     Whatever the service does with a request whose client has gone, once the cancelling backend is closed every
     message is visible again, none hidden for the poll's visibility (HIDDEN, past this test's deadline)."""
     if backend.limits.long_poll <= 0:
-        pytest.skip(f"{backend!r} cannot wait; its cancelled receives are "
-                    "test_batch_receives_cancelled_under_way_hide_none_of_their_messages's")
+        pytest.skip(
+            f"{backend!r} cannot wait; its cancelled receives are "
+            "test_batch_receives_cancelled_under_way_hide_none_of_their_messages's"
+        )
     await backend.create_queue(queue_name)
     worker = open_backend(connection, tmp_path)
     held: list[RawMessage] = []
@@ -825,9 +839,7 @@ async def test_receipt_is_stale_after_a_later_receive(backend: QueueBackend, que
     await backend.delete(queue_name, second.id, receipt_of(second))
 
 
-async def test_concurrent_calls_fail_only_where_their_own_receipt_is_stale(
-    backend: QueueBackend, queue_name: str
-) -> None:
+async def test_concurrent_calls_fail_only_where_their_own_receipt_is_stale(backend: QueueBackend, queue_name: str) -> None:
     """Many updates and deletes at once (a backend may commit them together): a stale one fails alone.
 
     The stale receipts are real ones, from a receive whose short visibility timeout passed before a second
@@ -843,7 +855,8 @@ async def test_concurrent_calls_fail_only_where_their_own_receipt_is_stale(
     got = await wait_for_all(backend, queue_name, n)
     stale = {m.id for m in got[::4]}
     calls = [
-        backend.update(queue_name, m.id, old[m.id] if m.id in stale else receipt_of(m), HIDDEN) if i % 2
+        backend.update(queue_name, m.id, old[m.id] if m.id in stale else receipt_of(m), HIDDEN)
+        if i % 2
         else backend.delete(queue_name, m.id, old[m.id] if m.id in stale else receipt_of(m))
         for i, m in enumerate(got)
     ]
@@ -1054,7 +1067,7 @@ async def test_message_size_counts_utf8_bytes_not_characters(backend: QueueBacke
     [
         "héllo wörld ✓ 日本語 Ωμέγα 😀",
         "line one\nline two\n\nline four\n",
-        "<message attr=\"1\">&amp; & < > ' \"</message>",
+        '<message attr="1">&amp; & < > \' "</message>',
         "]]> <![CDATA[ x ]]>",
         "  leading and trailing spaces  ",
         " ",
@@ -1078,9 +1091,7 @@ async def test_content_round_trips_exactly(backend: QueueBackend, queue_name: st
 # -- channels -----------------------------------------------------------------------------------------------------
 
 
-async def test_a_receive_from_a_channel_takes_only_that_channels_messages(
-    backend: QueueBackend, queue_name: str
-) -> None:
+async def test_a_receive_from_a_channel_takes_only_that_channels_messages(backend: QueueBackend, queue_name: str) -> None:
     """OCI Queue's channels: a put names one, a receive filtered to one takes only its messages. Where queues have
     no channels, both calls are refused rather than quietly ignoring the channel."""
     await backend.create_queue(queue_name)
@@ -1123,7 +1134,9 @@ async def test_a_messages_properties_come_back_with_every_receive(backend: Queue
     assert {content: dict(m.properties) for content, m in first.items()} == {"with": carried, "without": {}}
     again = await _both(backend, queue_name, HIDDEN)
     assert {content: (m.dequeue_count, dict(m.properties)) for content, m in again.items()} == {
-        "with": (2, carried), "without": (2, {})}
+        "with": (2, carried),
+        "without": (2, {}),
+    }
 
 
 async def _both(backend: QueueBackend, queue_name: str, visibility: float) -> dict[str, RawMessage]:

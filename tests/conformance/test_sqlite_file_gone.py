@@ -72,8 +72,11 @@ async def test_a_file_replaced_by_another_at_the_same_path_raises_storage_gone(t
         remove(path)
         sender = await opened(path)  # a new file at the same path, with a message of its own
         await sender.put(QUEUE, "for the next worker")
-        for call in (lambda: backend.receive(QUEUE, 16, HIDDEN), lambda: backend.put(QUEUE, "lost"),
-                     lambda: backend.approximate_count(QUEUE)):
+        for call in (
+            lambda: backend.receive(QUEUE, 16, HIDDEN),
+            lambda: backend.put(QUEUE, "lost"),
+            lambda: backend.approximate_count(QUEUE),
+        ):
             with pytest.raises(StorageGone, match="replaced by another file"):
                 await call()
         assert sorted(m.content for m in await sender.receive(QUEUE, 16, HIDDEN)) == ["before", "for the next worker"]

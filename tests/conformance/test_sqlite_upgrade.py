@@ -27,8 +27,10 @@ async def test_a_file_from_before_message_properties_is_read_and_takes_them(tmp_
     with sqlite3.connect(path) as db:
         db.executescript(BEFORE_PROPERTIES)
         db.execute("INSERT INTO queues VALUES ('work')")
-        db.execute("INSERT INTO messages (id, queue, content, inserted, visible) VALUES ('old-1', 'work', 'old', ?, ?)",
-                   (time.time(), time.time()))
+        db.execute(
+            "INSERT INTO messages (id, queue, content, inserted, visible) VALUES ('old-1', 'work', 'old', ?, ?)",
+            (time.time(), time.time()),
+        )
     db.close()
     backend = SqliteBackend(path)
     try:

@@ -25,9 +25,18 @@ INSTALL = "apt-get update && apt-get install -y chromium chromium-driver"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 #: Headless, and nothing that reaches out to the network on its own (this machine's closed network refuses it,
 #: and Chromium then stalls or logs errors).
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,1000")
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,1000",
+)
 
 
 @contextmanager
@@ -35,8 +44,11 @@ def chromium() -> Iterator[WebDriver]:
     """A headless Chromium with a fresh profile, its console messages kept for ``get_log("browser")``."""
     missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
     if missing:
-        pytest.fail(f"the console's browser tests need Chromium and its driver ({', '.join(missing)} missing); "
-                    f"install them with: {INSTALL}", pytrace=False)
+        pytest.fail(
+            f"the console's browser tests need Chromium and its driver ({', '.join(missing)} missing); "
+            f"install them with: {INSTALL}",
+            pytrace=False,
+        )
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service

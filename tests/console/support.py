@@ -48,12 +48,14 @@ class ConsoleHost:
         path = self.folder / "handled.txt"
         return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
-    def request(self, path: str, *, method: str = "GET", token: str | None = None, body: dict[str, Any] | None = None
-                ) -> tuple[int, Any]:
+    def request(
+        self, path: str, *, method: str = "GET", token: str | None = None, body: dict[str, Any] | None = None
+    ) -> tuple[int, Any]:
         """``path`` of the console with ``token`` (if any): the status and the decoded JSON answer."""
         data = json.dumps(body).encode() if body is not None else (b"{}" if method == "POST" else None)
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         if token is not None:
             request.add_header("Authorization", f"Bearer {token}")
         try:

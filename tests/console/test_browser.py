@@ -46,8 +46,7 @@ def page(host: ConsoleHost) -> Iterator[WebDriver]:
     """The console open in Chromium, the token entered in its form (as an operator would)."""
     with chromium() as driver:
         driver.get(host.url)
-        poll(lambda: "needs the endpoint token" in text(driver, "#problem"), 15,
-             what="the page to ask for the token")
+        poll(lambda: "needs the endpoint token" in text(driver, "#problem"), 15, what="the page to ask for the token")
         driver.get_log("browser")  # the refused request's 401 is logged by Chromium; what follows must be clean
         driver.find_element("css selector", "#token").send_keys(TOKEN)
         driver.find_element("css selector", "#token-form button").click()
@@ -122,8 +121,7 @@ def test_a_long_handlers_lease_shows_with_its_renewals_growing(page: WebDriver, 
 
     first = poll(lambda: renewals() is not None and (renewals(),), 20, what="the lease to show")[0]
     poll(lambda: (renewals() or 0) > first, 15, what=f"its renewals to grow past {first}")
-    poll(lambda: "long" in attributes(page, row, "class"), 10,
-         what="the lease to stand out as long")
+    poll(lambda: "long" in attributes(page, row, "class"), 10, what="the lease to stand out as long")
     assert text(page, f'{row} [data-field="dequeueCount"]') == "1"
     assert "slow" in text(page, row)
     screenshot(page, "#leases", "leases")
@@ -148,8 +146,7 @@ def test_a_poisoned_message_is_shown_and_requeued_from_the_page_only_with_the_to
     # Without the token, or with a wrong one, nothing moves.
     for token in (None, "wrong-token"):
         for action, payload in (("requeue", {"messageId": message_id}), ("requeue-all", None), ("purge", None)):
-            status, answer = host.request(f"/console/api/poison/fragile/{action}", method="POST", token=token,
-                                          body=payload)
+            status, answer = host.request(f"/console/api/poison/fragile/{action}", method="POST", token=token, body=payload)
             assert status == 401, answer
     assert host.request("/console/api/poison/fragile/requeue-all", method="GET", token=TOKEN)[0] == 405
     assert [p["count"] for p in host.state()["poison"] if p["function"] == "fragile"] == [1]
@@ -165,13 +162,21 @@ def test_a_poisoned_message_is_shown_and_requeued_from_the_page_only_with_the_to
     poll(lambda: field(page, "fragile", "totals").startswith("2 · 1"), 15, what="the success to be counted")
     [logged] = host.worker.wait_for_events("poison action from the console", 1, 10)
     assert (logged["action"], logged["function"], logged["messages"], logged["message_id"], logged["peer"]) == (
-        "requeue", "fragile", 1, message_id, "127.0.0.1")
+        "requeue",
+        "fragile",
+        1,
+        message_id,
+        "127.0.0.1",
+    )
 
 
 def test_the_charts_draw_the_hosts_samples(page: WebDriver, host: ConsoleHost) -> None:
     """Last: by now the host has taken samples every ten seconds, and the quick message of an earlier test counts."""
     chart = 'article[data-function="quick"] [data-chart="{}"] svg'
     for name in ("depth", "rate"):
-        poll(lambda name=name: page.find_elements("css selector", f"{chart.format(name)} polyline"), 30,
-             what=f"a line in the {name} chart")
+        poll(
+            lambda name=name: page.find_elements("css selector", f"{chart.format(name)} polyline"),
+            30,
+            what=f"a line in the {name} chart",
+        )
     screenshot(page, "#functions", "functions-with-charts")

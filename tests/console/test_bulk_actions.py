@@ -49,8 +49,10 @@ def test_requeue_all_and_purge_answer_at_once_and_end_with_what_was_there(tmp_pa
 
         def settled(poisoned: int) -> bool:
             """``poisoned`` messages in the poison queue, and none left in the trigger queue."""
-            return asyncio.run(counted(host.folder, POISON)) == poisoned and \
-                asyncio.run(counted(host.folder, "console-fragile")) == 0
+            return (
+                asyncio.run(counted(host.folder, POISON)) == poisoned
+                and asyncio.run(counted(host.folder, "console-fragile")) == 0
+            )
 
         for action in ("requeue-all", "purge"):
             began = time.monotonic()
@@ -65,14 +67,15 @@ def test_requeue_all_and_purge_answer_at_once_and_end_with_what_was_there(tmp_pa
             bulk = poll(ended, 20, what=f"{action} to end")
             assert (bulk["messages"], bulk["most"], bulk["error"]) == (4, 4, None)
             # Each requeued message failed again and is back in the poison queue (not taken again); purge empties it.
-            poll(lambda action=action: settled(4 if action == "requeue-all" else 0), 15,
-                 what=f"the queues after {action}")
+            poll(lambda action=action: settled(4 if action == "requeue-all" else 0), 15, what=f"the queues after {action}")
             if action == "requeue-all":  # the command, beside the same running worker, likewise ends
                 ran = run_cli(tmp_path, "poison", "requeue", "console-fragile", "--json")
                 assert ran.returncode == 0, ran.stderr
                 assert json.loads(ran.stdout) == {"action": "requeue", "queue": POISON, "messages": 4, "before": 4}
                 poll(lambda: settled(4), 15, what="the queues after worker poison requeue")
-        assert [line["messages"] for line in worker.lines() if line.get("event") == "poison action from the console"
-                ] == [4, 4]
+        assert [line["messages"] for line in worker.lines() if line.get("event") == "poison action from the console"] == [
+            4,
+            4,
+        ]
     finally:
         worker.stop()

@@ -77,10 +77,10 @@ async def test_a_message_requeued_by_id_keeps_its_properties(backend: QueueBacke
     assert dict(back.properties) == carried
 
 
-
 @pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)  # Azure Storage's messages have no properties
 async def test_the_poison_table_shows_the_last_failure_and_attempts_and_a_requeue_leaves_them(
-    backend: QueueBackend, queue_name: str,
+    backend: QueueBackend,
+    queue_name: str,
 ) -> None:
     carried = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
     failure = {REASON_PROPERTY: "ValueError: no such order", ATTEMPTS_PROPERTY: "5"}
@@ -94,9 +94,13 @@ async def test_the_poison_table_shows_the_last_failure_and_attempts_and_a_requeu
     [back] = await backend.receive(queue_name, 32, 30)
     assert dict(back.properties) == carried
 
+
 @pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)
 async def test_a_message_requeued_from_a_traced_host_keeps_its_trace_context(
-    backend: QueueBackend, queue_name: str, otlp_receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+    backend: QueueBackend,
+    queue_name: str,
+    otlp_receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # With traces on, the host's console acts through the host's own backend, whose puts write a trace context: the
     # requeued message must keep its producer's, not start a trace of the console's.

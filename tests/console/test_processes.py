@@ -21,9 +21,11 @@ def host(tmp_path: Path) -> Iterator[ConsoleHost]:
     """Two worker processes under one supervisor, with no token set (so the console is read-only), on loopback
     (where the console's data answers without one)."""
     port = free_port()
-    config = write_host_yaml(tmp_path, queues={"batchSize": 1},
-                             worker={"httpPort": port, "httpHost": "127.0.0.1", "leaseDuration": "2s",
-                                     "drainTimeout": "2s"})
+    config = write_host_yaml(
+        tmp_path,
+        queues={"batchSize": 1},
+        worker={"httpPort": port, "httpHost": "127.0.0.1", "leaseDuration": "2s", "drainTimeout": "2s"},
+    )
     worker = WorkerProcess(config, worker_environment(CONSOLE_DIR=str(tmp_path)), app=APP, args=("--processes", "2"))
     worker.start()
     try:
@@ -43,7 +45,10 @@ def test_the_supervisor_serves_the_console_of_both_processes_as_one(host: Consol
     # The settings shown are those the console is reached by, not a process's own loopback port.
     shown = state["facts"]["settings"]
     assert (shown["worker.httpPort"], shown["worker.httpHost"], shown["worker.processes"]) == (
-        str(host.port), "127.0.0.1", "2"), shown
+        str(host.port),
+        "127.0.0.1",
+        "2",
+    ), shown
 
     for number in range(8):
         host.send("console-quick", f"m{number}")
@@ -70,8 +75,11 @@ def test_the_supervisor_serves_the_console_of_both_processes_as_one(host: Consol
 
     # No token set: the poison actions are refused by the processes, and the supervisor says so.
     host.send("console-fragile", "poisoned")
-    poll(lambda: [p["count"] for p in host.state()["poison"] if p["function"] == "fragile"] == [1], 20,
-         what="the fragile message in the poison view")
+    poll(
+        lambda: [p["count"] for p in host.state()["poison"] if p["function"] == "fragile"] == [1],
+        20,
+        what="the fragile message in the poison view",
+    )
     for action in ("requeue-all", "purge"):
         status, answer = host.request(f"/console/api/poison/fragile/{action}", method="POST")
         assert status == 403 and "token" in answer["error"]

@@ -38,12 +38,18 @@ def image(containers: Podman, base: str, tmp_path_factory: pytest.TempPathFactor
 @pytest.fixture(scope="session")
 def queue_image(containers: Podman, base: str, tmp_path_factory: pytest.TempPathFactory) -> Image:
     """The queue-only image: ``--build-arg EXTRAS=azure-functions``, neither PySpark nor Java."""
-    return build(containers, base, "localhost/queueworker-test:queue", tmp_path_factory.mktemp("image"),
-                f"EXTRAS={QUEUE_ONLY_EXTRAS}")
+    return build(
+        containers, base, "localhost/queueworker-test:queue", tmp_path_factory.mktemp("image"), f"EXTRAS={QUEUE_ONLY_EXTRAS}"
+    )
 
 
 @pytest.fixture(scope="session")
 def azurite_image(containers: Podman, base: str, tmp_path_factory: pytest.TempPathFactory) -> Image:
     """compose.yaml's Azurite: deploy/azurite.Dockerfile, package-lock.json's Azurite on the same base image."""
-    return build(containers, base, "localhost/queueworker-test:azurite", tmp_path_factory.mktemp("image"),
-                 dockerfile=AZURITE_DOCKERFILE)
+    return build(
+        containers,
+        base,
+        "localhost/queueworker-test:azurite",
+        tmp_path_factory.mktemp("image"),
+        dockerfile=AZURITE_DOCKERFILE,
+    )

@@ -58,30 +58,36 @@ class Podman:
 
     env: dict[str, str]
 
-    def run(self, *args: str, timeout: float = 120.0, check: bool = True,
-            input: bytes | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, timeout: float = 120.0, check: bool = True, input: bytes | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """``podman ARGS``; with ``check`` a non-zero exit raises PodmanError with its output."""
-        result = subprocess.run(["podman", *args], env=self.env, cwd=REPO, capture_output=True, timeout=timeout,
-                                input=input, check=False)
-        done = subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(errors="replace"),
-                                           result.stderr.decode(errors="replace"))
+        result = subprocess.run(
+            ["podman", *args], env=self.env, cwd=REPO, capture_output=True, timeout=timeout, input=input, check=False
+        )
+        done = subprocess.CompletedProcess(
+            result.args, result.returncode, result.stdout.decode(errors="replace"), result.stderr.decode(errors="replace")
+        )
         if check and done.returncode != 0:
-            raise PodmanError(f"podman {' '.join(args)} exited {done.returncode}:\n{done.stdout[-4000:]}\n"
-                              f"{done.stderr[-4000:]}")
+            raise PodmanError(
+                f"podman {' '.join(args)} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+            )
         return done
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
         """``podman ARGS`` in the background (``podman stop``, which returns once the container has exited)."""
-        return subprocess.Popen(["podman", *args], env=self.env, cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            ["podman", *args], env=self.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
 
 
 def podman(environ: dict[str, str]) -> Podman:
     """A Podman on this machine, or a test failure naming every tool missing and the command that installs them."""
     missing = missing_tools()
     if missing:
-        pytest.fail(f"the container tests need {', '.join(missing)}: run as root `{INSTALL}` (make test does)",
-                    pytrace=False)
+        pytest.fail(
+            f"the container tests need {', '.join(missing)}: run as root `{INSTALL}` (make test does)", pytrace=False
+        )
     return Podman({**environ, "CONTAINERS_CONF": str(CONTAINERS_CONF)})
 
 
@@ -101,10 +107,26 @@ def apt_sources(codename: str) -> list[str]:
     """``deb URI SUITE COMPONENT`` for each Debian repository of ``codename`` apt is configured with (the release, its
     updates and security suites), as apt itself reports them."""
     listed = subprocess.run(
-        ["apt-get", "indextargets", "--format", "$(REPO_URI) $(RELEASE) $(COMPONENT)", "Identifier: Packages",
-         "Origin: Debian"], capture_output=True, text=True, timeout=60, check=True).stdout
-    lines = sorted({f"deb {line}" for line in listed.splitlines()
-                    if line.split()[1] == codename or line.split()[1].startswith(f"{codename}-")})
+        [
+            "apt-get",
+            "indextargets",
+            "--format",
+            "$(REPO_URI) $(RELEASE) $(COMPONENT)",
+            "Identifier: Packages",
+            "Origin: Debian",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    lines = sorted(
+        {
+            f"deb {line}"
+            for line in listed.splitlines()
+            if line.split()[1] == codename or line.split()[1].startswith(f"{codename}-")
+        }
+    )
     assert lines, f"apt is configured with no Debian repository of {codename} (apt-get indextargets)"
     return lines
 
@@ -118,17 +140,28 @@ def base_image(podman: Podman) -> str:
     codename = release()
     sources = apt_sources(codename)
     cas = local_cas()
-    recipe = hashlib.sha256(json.dumps([codename, sources, BASE_PACKAGES,
-                                        [(p.name, p.read_bytes().hex()) for p in cas]]).encode()).hexdigest()
+    recipe = hashlib.sha256(
+        json.dumps([codename, sources, BASE_PACKAGES, [(p.name, p.read_bytes().hex()) for p in cas]]).encode()
+    ).hexdigest()
     name = f"localhost/queueworker-base:{codename}-{recipe[:12]}"
     if podman.run("image", "exists", name, check=False).returncode == 0:
         return name
-    hooks = [f'mkdir -p "$1{LOCAL_CAS}"', *(f'cp {p} "$1{LOCAL_CAS}/"' for p in cas),
-             'chroot "$1" update-ca-certificates']
+    hooks = [f'mkdir -p "$1{LOCAL_CAS}"', *(f'cp {p} "$1{LOCAL_CAS}/"' for p in cas), 'chroot "$1" update-ca-certificates']
     made = subprocess.run(
-        ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-         *(f"--customize-hook={hook}" for hook in hooks), codename, "-", *sources],
-        capture_output=True, timeout=900, check=False)
+        [
+            "mmdebstrap",
+            "--quiet",
+            "--variant=minbase",
+            f"--include={','.join(BASE_PACKAGES)}",
+            *(f"--customize-hook={hook}" for hook in hooks),
+            codename,
+            "-",
+            *sources,
+        ],
+        capture_output=True,
+        timeout=900,
+        check=False,
+    )
     assert made.returncode == 0, f"mmdebstrap exited {made.returncode}:\n{made.stderr.decode(errors='replace')}"
     podman.run("import", "--change", 'CMD ["python3"]', "-", name, input=made.stdout, timeout=300)
     return name
@@ -150,8 +183,20 @@ def build(podman: Podman, base: str, tag: str, work: Path, *build_args: str, doc
     replaced; tagged ``tag`` for whoever looks at the store, while the tests use the id."""
     iidfile = work / f"iid-{uuid.uuid4().hex[:8]}"
     args = [f"--build-arg=PYTHON_IMAGE={base}", *(f"--build-arg={arg}" for arg in build_args)]
-    podman.run("build", "--pull=never", "--layers", "-f", str(dockerfile), *args, "--iidfile", str(iidfile),
-               "-t", tag, str(REPO), timeout=BUILD_TIMEOUT)
+    podman.run(
+        "build",
+        "--pull=never",
+        "--layers",
+        "-f",
+        str(dockerfile),
+        *args,
+        "--iidfile",
+        str(iidfile),
+        "-t",
+        tag,
+        str(REPO),
+        timeout=BUILD_TIMEOUT,
+    )
     image_id = iidfile.read_text(encoding="utf-8").strip().removeprefix("sha256:")
     size = int(podman.run("image", "inspect", "--format", "{{.Size}}", image_id).stdout.strip())
     return Image(image_id, size)

@@ -53,14 +53,21 @@ class Compose:
 
     def run(self, *args: str, timeout: float = COMPOSE_TIMEOUT) -> str:
         """What the command wrote; a non-zero exit, or a podman command it ran failing, fails the test."""
-        done = subprocess.run(["podman-compose", "-p", self.project, "-f", str(COMPOSE), *args],
-                              env={**self.podman.env, **self.variables}, cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            ["podman-compose", "-p", self.project, "-f", str(COMPOSE), *args],
+            env={**self.podman.env, **self.variables},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         output = done.stdout + done.stderr
         # podman-compose 1.0 goes on (and exits 0) when a podman command it runs fails: it prints the exit code.
         failed = [code for code in re.findall(r"^exit code: (\d+)$", output, re.M) if code != "0"]
         assert done.returncode == 0 and not failed, (
-            f"podman-compose {' '.join(args)} exited {done.returncode}:\n{output[-6000:]}")
+            f"podman-compose {' '.join(args)} exited {done.returncode}:\n{output[-6000:]}"
+        )
         return output
 
     def container(self, service: str) -> str:
@@ -70,9 +77,11 @@ class Compose:
     def owned(self, kind: str) -> list[str]:
         """The project's containers, volumes or networks (podman-compose labels each with the project's name)."""
         label = f"label=io.podman.compose.project={self.project}"
-        listing = {"container": ["ps", "--all", "--format", "{{.Names}}"],
-                   "volume": ["volume", "ls", "--format", "{{.Name}}"],
-                   "network": ["network", "ls", "--format", "{{.Name}}"]}[kind]
+        listing = {
+            "container": ["ps", "--all", "--format", "{{.Names}}"],
+            "volume": ["volume", "ls", "--format", "{{.Name}}"],
+            "network": ["network", "ls", "--format", "{{.Name}}"],
+        }[kind]
         return self.podman.run(*listing, "--filter", label).stdout.split()
 
     def remove_all(self) -> None:
@@ -129,11 +138,20 @@ def test_compose_runs_the_worker_on_its_azurite_and_down_leaves_nothing(
     containers: Podman, image: Image, azurite_image: Image, tmp_path: Path
 ) -> None:
     worker_port, azurite_port = free_port(), free_port()
-    compose = Compose(containers, {"QUEUEWORKER_IMAGE": image.id, "AZURITE_IMAGE": azurite_image.id,
-                                   "WORKER_PORT": str(worker_port), "AZURITE_PORT": str(azurite_port)})
+    compose = Compose(
+        containers,
+        {
+            "QUEUEWORKER_IMAGE": image.id,
+            "AZURITE_IMAGE": azurite_image.id,
+            "WORKER_PORT": str(worker_port),
+            "AZURITE_PORT": str(azurite_port),
+        },
+    )
     # From the host, Azurite is its published port on loopback, with the emulator's well-known account.
-    connection = (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
-                  f"QueueEndpoint=http://127.0.0.1:{azurite_port}/{ACCOUNT};")
+    connection = (
+        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};"
+        f"QueueEndpoint=http://127.0.0.1:{azurite_port}/{ACCOUNT};"
+    )
     times: dict[str, float] = {}
     began = time.monotonic()
     try:
@@ -160,8 +178,9 @@ def test_compose_runs_the_worker_on_its_azurite_and_down_leaves_nothing(
         for service in ("azurite", "worker"):
             check = containers.run("healthcheck", "run", compose.container(service), check=False)
             assert check.returncode == 0, f"{service}'s health check: {check.stdout}{check.stderr}"
-        installed = containers.run("exec", compose.container("azurite"), "cat",
-                                   "/opt/azurite/node_modules/azurite/package.json").stdout
+        installed = containers.run(
+            "exec", compose.container("azurite"), "cat", "/opt/azurite/node_modules/azurite/package.json"
+        ).stdout
         assert json.loads(installed)["version"] == locked_azurite(), "Azurite is not package-lock.json's"
 
         # One message through the published Azurite to the worker: the sample's report step, which with no daily
@@ -169,8 +188,12 @@ def test_compose_runs_the_worker_on_its_azurite_and_down_leaves_nothing(
         sent = time.monotonic()
         put_and_count(connection, "report", tmp_path, json.dumps({"days": []}))
         poll(lambda: succeeded(worker_port, "report") >= 1, 120, interval=0.5, what="the worker to handle the message")
-        poll(lambda: put_and_count(connection, "report", tmp_path, None) == 0, 30, interval=0.5,
-             what="the message deleted from Azurite")
+        poll(
+            lambda: put_and_count(connection, "report", tmp_path, None) == 0,
+            30,
+            interval=0.5,
+            what="the message deleted from Azurite",
+        )
         times["message"] = time.monotonic() - sent
 
         # podman-compose 1.0 gives stop no grace of the file's (stop_grace_period): -t as deploy/README.md says.
@@ -186,12 +209,15 @@ def test_compose_runs_the_worker_on_its_azurite_and_down_leaves_nothing(
         assert compose.owned("container") == [], "down left containers"
         assert compose.owned("volume") == [], "down -v left volumes"
         assert compose.owned("network") == [f"{compose.project}_default"], (
-            "podman-compose 1.0's down leaves exactly the project's network (deploy/README.md says so)")
+            "podman-compose 1.0's down leaves exactly the project's network (deploy/README.md says so)"
+        )
     except AssertionError as failure:
         raise AssertionError(f"{failure}\n{logs(compose)}") from failure
     finally:
         compose.remove_all()
     assert not any(compose.owned(kind) for kind in ("container", "volume", "network"))
-    print(f"\ncompose: up {times['up']:.1f} s, /healthz at {times['healthz']:.1f} s, /readyz at {times['readyz']:.1f} s,"
-          f" a message through the worker {times['message']:.1f} s, stop {times['stop']:.1f} s,"
-          f" down {times['down']:.1f} s; {time.monotonic() - began:.1f} s in all")
+    print(
+        f"\ncompose: up {times['up']:.1f} s, /healthz at {times['healthz']:.1f} s, /readyz at {times['readyz']:.1f} s,"
+        f" a message through the worker {times['message']:.1f} s, stop {times['stop']:.1f} s,"
+        f" down {times['down']:.1f} s; {time.monotonic() - began:.1f} s in all"
+    )

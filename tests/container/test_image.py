@@ -132,14 +132,22 @@ def started_attempts(shared: Path, body: str) -> list[Path]:
     return sorted(shared.glob(f"started-{body}-*"))
 
 
-def hold_container(containers: Podman, image: Image, shared: Path, azurite: Azurite, queue: str,
-                   port: int) -> Container:
+def hold_container(containers: Podman, image: Image, shared: Path, azurite: Azurite, queue: str, port: int) -> Container:
     """The hold app on Azurite, in a container on the host's network (Azurite listens on the host's loopback)."""
     return Container(containers).start(
-        image, "--network=host", f"--stop-timeout={documented_stop_timeout()}", "--volume", f"{shared}:/shared",
-        "--env", f"AzureWebJobsStorage={azurite.connection_string}", "--env", f"HOLD_QUEUE={queue}",
-        "--env", f"WORKER__worker__httpPort={port}",
-        args=("run", "--app", "hold_app:app", "--config", "/shared/host.yaml"))
+        image,
+        "--network=host",
+        f"--stop-timeout={documented_stop_timeout()}",
+        "--volume",
+        f"{shared}:/shared",
+        "--env",
+        f"AzureWebJobsStorage={azurite.connection_string}",
+        "--env",
+        f"HOLD_QUEUE={queue}",
+        "--env",
+        f"WORKER__worker__httpPort={port}",
+        args=("run", "--app", "hold_app:app", "--config", "/shared/host.yaml"),
+    )
 
 
 def send(container: Container, queue: str, body: str) -> None:
@@ -155,8 +163,13 @@ def test_the_image_runs_the_sample_pipeline_as_a_non_root_user_and_stops_with_ex
     # Its JVM runs with the compiler and collector every JVM of the suite runs with (tests/spark/jvm.py): a third
     # less CPU for a run of minutes on kilobytes; the image's Java and Spark are what is under test, not their speed.
     container = Container(containers).start(
-        image, "--publish", f"127.0.0.1:{port}:{HTTP_PORT}", f"--stop-timeout={documented_stop_timeout()}",
-        "--env", f"SPARK_SUBMIT_OPTS={BASE_OPTIONS}")
+        image,
+        "--publish",
+        f"127.0.0.1:{port}:{HTTP_PORT}",
+        f"--stop-timeout={documented_stop_timeout()}",
+        "--env",
+        f"SPARK_SUBMIT_OPTS={BASE_OPTIONS}",
+    )
     with running(container):
         healthy, ready = wait_ready(container, port, started, READY_TIMEOUT)
         print(f"\nshipped image {image.size / 1e9:.2f} GB: /healthz after {healthy:.1f} s, /readyz after {ready:.1f} s")
@@ -166,8 +179,9 @@ def test_the_image_runs_the_sample_pipeline_as_a_non_root_user_and_stops_with_ex
         assert status_lines["Name"].strip() == "worker"
         assert [int(uid) for uid in status_lines["Uid"].split()] == [WORKER_UID] * 4
 
-        landed = json.loads(container.exec("python", "-m", "functions.data", "/data/landing", "--files", "2",
-                                           "--size-mb", "0.05"))
+        landed = json.loads(
+            container.exec("python", "-m", "functions.data", "/data/landing", "--files", "2", "--size-mb", "0.05")
+        )
         container.exec("worker", "send", "ingest", *(json.dumps({"path": path}) for path in landed["files"]))
 
         def finished() -> dict[str, object] | None:
@@ -250,8 +264,10 @@ def test_the_queue_only_image_has_neither_java_nor_pyspark_and_runs_an_app(
     container = hold_container(containers, queue_image, shared, azurite, queue, port)
     with running(container):
         healthy, ready = wait_ready(container, port, started, READY_TIMEOUT)
-        print(f"\nqueue-only image {queue_image.size / 1e9:.2f} GB (shipped {image.size / 1e9:.2f} GB): "
-              f"/healthz after {healthy:.1f} s, /readyz after {ready:.1f} s")
+        print(
+            f"\nqueue-only image {queue_image.size / 1e9:.2f} GB (shipped {image.size / 1e9:.2f} GB): "
+            f"/healthz after {healthy:.1f} s, /readyz after {ready:.1f} s"
+        )
         probe = "import importlib.util, shutil; print(importlib.util.find_spec('pyspark'), shutil.which('java'))"
         assert container.exec("python", "-c", probe).split() == ["None", "None"]
         send(container, queue, "m1")

@@ -167,7 +167,7 @@ def _translate(pattern: str) -> str:
             out, i = out + "[^/]", i + 1
         elif pattern[i] == "[":
             end = pattern.index("]", i)
-            out, i = out + pattern[i:end + 1], end + 1
+            out, i = out + pattern[i : end + 1], end + 1
         else:
             out, i = out + re.escape(pattern[i]), i + 1
     return out

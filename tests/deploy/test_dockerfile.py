@@ -41,11 +41,14 @@ from tests.deploy.support import (
 #: The only hadolint rules the Dockerfile may switch off, each with its reason (also written above the line).
 JUSTIFIED_IGNORES = {
     "DL3008": "Debian's openjdk-17-jre-headless (and azurite.Dockerfile's nodejs and npm) are not pinned to one "
-              "build: security updates replace them on the mirrors, so a pinned version would stop building.",
+    "build: security updates replace them on the mirrors, so a pinned version would stop building.",
 }
 #: Labels the image must carry (hadolint's --require-label).
-REQUIRED_LABELS = ["org.opencontainers.image.title:text", "org.opencontainers.image.description:text",
-                   "org.opencontainers.image.version:text"]
+REQUIRED_LABELS = [
+    "org.opencontainers.image.title:text",
+    "org.opencontainers.image.description:text",
+    "org.opencontainers.image.version:text",
+]
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +78,10 @@ def lint(path: Path, tmp_path: Path, *extra: str) -> list[dict[str, object]]:
     config.write_text("ignored: []\n", encoding="utf-8")
     result = subprocess.run(
         [hadolint(), "--config", str(config), "--format", "json", "--no-fail", "--no-color", *extra, str(path)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout or "[]")
@@ -86,8 +92,7 @@ def lint(path: Path, tmp_path: Path, *extra: str) -> list[dict[str, object]]:
 def test_hadolint_finds_nothing(path: Path, tmp_path: Path) -> None:
     labels = [arg for label in REQUIRED_LABELS for arg in ("--require-label", label)]
     findings = lint(path, tmp_path, *labels)
-    assert findings == [], "\n".join(
-        f"{path.name}:{f['line']} {f['code']} {f['level']}: {f['message']}" for f in findings)
+    assert findings == [], "\n".join(f"{path.name}:{f['line']} {f['code']} {f['level']}: {f['message']}" for f in findings)
 
 
 @pytest.mark.subprocess
@@ -109,9 +114,7 @@ def test_every_hadolint_ignore_is_justified(path: Path) -> None:
             continue
         for code in match.group(1).split(","):
             assert code in JUSTIFIED_IGNORES, f"{path.name}:{line} ignores {code} without a justification in this test"
-        assert line - 1 in comments and "hadolint" not in comments[line - 1], (
-            f"{path.name}:{line}: say why above the ignore"
-        )
+        assert line - 1 in comments and "hadolint" not in comments[line - 1], f"{path.name}:{line}: say why above the ignore"
 
 
 # ------------------------------------------------------------------------------------------------ the stages
@@ -223,9 +226,11 @@ def test_builder_installs_the_project_with_its_constraints(dockerfile: Dockerfil
 #: Extras the image may leave out, each with the modules of worker/ that import what it brings: the core imports
 #: them only when a connection (OCI Queue) or the OTEL_* variables (traces) need them
 #: (tests/unit/test_small_install.py holds it to that).
-LEFT_OUT = {"oci": ("worker/backends/oci/",),
-            "sqs": ("worker/backends/sqs/",),
-            "otel": ("worker/observability/otel.py", "worker/middleware/tracing.py")}
+LEFT_OUT = {
+    "oci": ("worker/backends/oci/",),
+    "sqs": ("worker/backends/sqs/",),
+    "otel": ("worker/observability/otel.py", "worker/middleware/tracing.py"),
+}
 
 
 def distributions(requirements: list[str]) -> set[str]:
@@ -255,8 +260,9 @@ def test_the_image_installs_what_the_code_imports(dockerfile: Dockerfile) -> Non
     from packaging.utils import canonicalize_name
 
     extras = pyproject["optional-dependencies"]
-    installed = distributions([*pyproject["dependencies"],
-                               *(requirement for extra in image_extras(dockerfile) for requirement in extras[extra])])
+    installed = distributions(
+        [*pyproject["dependencies"], *(requirement for extra in image_extras(dockerfile) for requirement in extras[extra])]
+    )
     optional = {extra: distributions(extras[extra]) - installed for extra in LEFT_OUT.keys() - image_extras(dockerfile)}
 
     providers = metadata.packages_distributions()
@@ -264,8 +270,11 @@ def test_the_image_installs_what_the_code_imports(dockerfile: Dockerfile) -> Non
     for folder in ("worker", "functions"):
         for source in (REPO / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                    [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else ([node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+                )
                 for module in names:
                     top = module.split(".")[0]
                     if top in sys.stdlib_module_names or top in ("worker", "functions"):
@@ -273,7 +282,8 @@ def test_the_image_installs_what_the_code_imports(dockerfile: Dockerfile) -> Non
                     dists = {canonicalize_name(d) for d in providers.get(top, [])}
                     where = source.relative_to(REPO).as_posix()
                     if not dists & installed and not any(
-                            dists & brought and where.startswith(LEFT_OUT[extra]) for extra, brought in optional.items()):
+                        dists & brought and where.startswith(LEFT_OUT[extra]) for extra, brought in optional.items()
+                    ):
                         missing[module] = where
     assert not missing, f"imported but not installed in the image by pyproject.toml: {missing}"
 
@@ -283,11 +293,22 @@ def test_the_image_installs_what_the_code_imports(dockerfile: Dockerfile) -> Non
 
 def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
     rules = dockerignore_rules(DOCKERIGNORE.read_text(encoding="utf-8"))
-    for path in (".venv/bin/python", "node_modules/azurite/package.json", ".worker/queues.sqlite3",
-                 ".git/HEAD", ".pytest_cache/v/cache/nodeids", ".ruff_cache/CACHEDIR.TAG", ".hypothesis/examples/x",
-                 "tests/unit/test_config.py", "bench/pipeline.py", "worker/__pycache__/cli.cpython-311.pyc",
-                 "functions/__pycache__/pipeline.cpython-311.pyc", "queueworker.egg-info/PKG-INFO", ".env",
-                 "deploy/k8s/secret.example.yaml"):
+    for path in (
+        ".venv/bin/python",
+        "node_modules/azurite/package.json",
+        ".worker/queues.sqlite3",
+        ".git/HEAD",
+        ".pytest_cache/v/cache/nodeids",
+        ".ruff_cache/CACHEDIR.TAG",
+        ".hypothesis/examples/x",
+        "tests/unit/test_config.py",
+        "bench/pipeline.py",
+        "worker/__pycache__/cli.cpython-311.pyc",
+        "functions/__pycache__/pipeline.cpython-311.pyc",
+        "queueworker.egg-info/PKG-INFO",
+        ".env",
+        "deploy/k8s/secret.example.yaml",
+    ):
         assert is_ignored(path, rules), f"{path} would be sent to the builder"
 
 
@@ -301,7 +322,7 @@ def test_everything_the_dockerfile_copies_is_in_the_context(dockerfile: Dockerfi
                 path = REPO / source
                 assert path.exists(), f"Dockerfile:{instruction.line} copies {source}, which does not exist"
                 assert not is_ignored(source, rules), f"Dockerfile:{instruction.line}: .dockerignore excludes {source}"
-                for file in ([path] if path.is_file() else path.rglob("*.py")):
+                for file in [path] if path.is_file() else path.rglob("*.py"):
                     relative = file.relative_to(REPO).as_posix()
                     assert not is_ignored(relative, rules), f".dockerignore excludes {relative}"
 
@@ -336,10 +357,12 @@ def test_the_azurite_image_is_built_on_the_workers_base_from_the_lock(
     copied = [(i.line, source) for i in stage.all("COPY") for source in copy_sources(i)]
     (install,) = [i for i in stage.all("RUN") if "npm ci" in i.value]
     assert {"package.json", "package-lock.json"} <= {source for line, source in copied if line < install.line}, (
-        "npm ci installs what package-lock.json locks")
+        "npm ci installs what package-lock.json locks"
+    )
     npm = [i for i in stage.all("RUN") if re.search(r"apt-get install .*\bnpm\b", i.value)]
     assert npm == [install] and re.search(r"apt-get purge .*\bnpm\b", install.value), (
-        "npm is installed for npm ci alone and purged in the same step, so that no layer holds it")
+        "npm is installed for npm ci alone and purged in the same step, so that no layer holds it"
+    )
 
     user = stage.last("USER")
     assert user is not None and user.value.split(":")[0].isdigit() and int(user.value.split(":")[0]) != 0

@@ -68,10 +68,7 @@ def k8s_objects() -> list[tuple[str, dict[str, Any]]]:
 
 
 def find(kind: str, name: str | None = None) -> list[dict[str, Any]]:
-    return [
-        obj for _, obj in k8s_objects()
-        if obj.get("kind") == kind and (name is None or obj["metadata"]["name"] == name)
-    ]
+    return [obj for _, obj in k8s_objects() if obj.get("kind") == kind and (name is None or obj["metadata"]["name"] == name)]
 
 
 def one(kind: str, name: str | None = None) -> dict[str, Any]:
@@ -143,8 +140,9 @@ def mount_covering(path: str) -> dict[str, Any] | None:
     for mount in worker_container().get("volumeMounts", []):
         root = PurePosixPath(mount["mountPath"])
         target = PurePosixPath(path)
-        if (target == root or root in target.parents) and (best is None or len(root.parts) > len(
-                PurePosixPath(best["mountPath"]).parts)):
+        if (target == root or root in target.parents) and (
+            best is None or len(root.parts) > len(PurePosixPath(best["mountPath"]).parts)
+        ):
             best = mount
     return best
 
@@ -208,8 +206,11 @@ def strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     tightened = {key: strict(value) for key, value in schema.items()}
-    if ("properties" in schema and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         tightened["additionalProperties"] = False
     return tightened
 
@@ -244,8 +245,9 @@ def validate_keda(obj: dict[str, Any]) -> None:
     if error is not None:
         raise error
     for version in KUBERNETES_VERSIONS:
-        kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}, version,
-                                     strict=True)
+        kubernetes_validate.validate(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]}, version, strict=True
+        )
 
 
 KEDA_OBJECTS = [(f, obj) for f, obj in k8s_objects() if obj["apiVersion"].startswith("keda.sh/")]
@@ -259,8 +261,10 @@ def test_keda_objects_match_kedas_crd_schemas(file: str, obj: dict[str, Any]) ->
         validate_keda(obj)
     except jsonschema.ValidationError as error:
         where = ".".join(str(p) for p in error.absolute_path) or "(the object)"
-        pytest.fail(f"{file}: {obj['kind']}/{obj['metadata']['name']} is not valid for KEDA's CRD: {where}: "
-                    f"{error.message}", pytrace=False)
+        pytest.fail(
+            f"{file}: {obj['kind']}/{obj['metadata']['name']} is not valid for KEDA's CRD: {where}: {error.message}",
+            pytrace=False,
+        )
 
 
 def test_kustomization_lists_every_manifest_but_the_example_secret() -> None:
@@ -282,8 +286,7 @@ def kustomize_build() -> list[dict[str, Any]]:
     """What ``kubectl apply -k deploy/k8s`` would send: ``kubectl kustomize``'s output, rendered offline."""
     kubectl = shutil.which("kubectl")
     assert kubectl is not None, "kubectl is not installed: it renders deploy/k8s with its built-in kustomize"
-    rendered = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60,
-                              check=False)
+    rendered = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=60, check=False)
     assert rendered.returncode == 0, f"kubectl kustomize deploy/k8s exited {rendered.returncode}: {rendered.stderr}"
     return [doc for doc in yaml.safe_load_all(rendered.stdout) if doc is not None]
 
@@ -323,8 +326,11 @@ KEDA_FAULTS = {
     "a misspelt trigger field": (("spec", "triggers", 0), "authenticationRefs", {"name": "queueworker-storage"}),
     "a number for a string": (("spec", "triggers", 0, "metadata"), "queueLength", 16),
     "a string for a number": (("spec",), "maxReplicaCount", "5"),
-    "an unknown HPA behaviour field": (("spec", "advanced", "horizontalPodAutoscalerConfig", "behavior", "scaleDown"),
-                                       "stabilisationWindowSeconds", 300),
+    "an unknown HPA behaviour field": (
+        ("spec", "advanced", "horizontalPodAutoscalerConfig", "behavior", "scaleDown"),
+        "stabilisationWindowSeconds",
+        300,
+    ),
     "a misspelt metadata field": (("metadata",), "lables", {"app.kubernetes.io/name": "queueworker"}),
 }
 
@@ -342,7 +348,7 @@ def test_the_keda_schema_validation_fails_on_a_wrong_field(fault: str) -> None:
     parent[field] = value
     with pytest.raises(jsonschema.ValidationError) as raised:
         validate_keda(broken)
-    assert list(raised.value.absolute_path)[:len(path)] == list(path), raised.value
+    assert list(raised.value.absolute_path)[: len(path)] == list(path), raised.value
     assert field in str(raised.value.absolute_path) + raised.value.message, raised.value.message
 
 
@@ -492,8 +498,7 @@ def test_scaled_object_has_an_azure_queue_trigger_for_each_trigger_queue() -> No
 
 
 def test_triggers_authenticate_with_the_workers_secret() -> None:
-    deployment_ref = {e["name"]: e for e in worker_container()["env"]}["AzureWebJobsStorage"]["valueFrom"][
-        "secretKeyRef"]
+    deployment_ref = {e["name"]: e for e in worker_container()["env"]}["AzureWebJobsStorage"]["valueFrom"]["secretKeyRef"]
     for trigger in scaled_object()["spec"]["triggers"]:
         assert "connection" not in trigger["metadata"], "a connection string in the ScaledObject would be in the clear"
         ref = trigger.get("authenticationRef")
@@ -504,7 +509,9 @@ def test_triggers_authenticate_with_the_workers_secret() -> None:
         targets = {t["parameter"]: t for t in auth["spec"].get("secretTargetRef", [])}
         if "connection" in targets:
             assert (targets["connection"]["name"], targets["connection"]["key"]) == (
-                deployment_ref["name"], deployment_ref["key"])
+                deployment_ref["name"],
+                deployment_ref["key"],
+            )
         else:
             env_name = trigger["metadata"].get("connectionFromEnv")
             assert env_name == "AzureWebJobsStorage", "the scaler reads neither the Secret nor the worker's variable"
@@ -581,11 +588,13 @@ def test_compose_images_are_built_here_and_name_no_registry() -> None:
     for name, service in compose()["services"].items():
         build = service.get("build")
         assert build and (COMPOSE.parent / build["context"] / build["dockerfile"]).is_file(), (
-            f"{name} is not built from a Dockerfile of this repository")
+            f"{name} is not built from a Dockerfile of this repository"
+        )
         image = compose_default(service["image"])
         first = image.split("/")[0]
         assert "/" not in image or not ("." in first or ":" in first or first == "localhost"), (
-            f"{name}'s image {image} names a registry")
+            f"{name}'s image {image} names a registry"
+        )
         assert "$" not in image and ":" in image, f"{name}'s image {service['image']} has no default with a tag"
 
 
@@ -595,8 +604,11 @@ def test_compose_publishes_every_port_on_loopback_only() -> None:
     assert published, "compose.yaml publishes no port"
     for name, port in published:
         # A port's variables (``${WORKER_PORT:-8080}``) as their defaults: the host's port is not what is checked.
-        host_ip = (port.get("host_ip") if isinstance(port, dict)
-                   else compose_default(str(port)).rpartition(":")[0].rpartition(":")[0])
+        host_ip = (
+            port.get("host_ip")
+            if isinstance(port, dict)
+            else compose_default(str(port)).rpartition(":")[0].rpartition(":")[0]
+        )
         assert host_ip == "127.0.0.1", f"{name} publishes {port!r} on every interface of the host"
 
 

@@ -32,7 +32,7 @@ from tests.oci.fixture import OciTestServer
 from worker.backends.registry import open_backend
 
 REPO = Path(__file__).resolve().parents[2]
-APP = '''\
+APP = """\
 from worker import Out, WorkerApp
 
 app = WorkerApp()
@@ -42,14 +42,15 @@ app = WorkerApp()
 @app.blob_output(arg_name="receipt", path="receipts/{queueTrigger}.txt")
 def receive(msg: str, receipt: Out[str]) -> None:
     receipt.set(f"received {msg}")
-'''
+"""
 #: Longest pip may take to build the wheel or install it with its dependencies.
 PIP_TIMEOUT = 600
 
 
 def run(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(part) for part in command], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=PIP_TIMEOUT, check=False)
+    return subprocess.run(
+        [str(part) for part in command], cwd=cwd, env=env, capture_output=True, text=True, timeout=PIP_TIMEOUT, check=False
+    )
 
 
 def ok(*command: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -64,23 +65,38 @@ def build_wheel(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "worker", source / "worker", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, source / name)
-    ok(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", tmp_path / "dist", source,
-       cwd=tmp_path)
+    ok(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", tmp_path / "dist", source, cwd=tmp_path)
     [wheel] = (tmp_path / "dist").glob("queueworker-*.whl")
     return wheel
 
 
 def install(venv: Path, requirement: str, cwd: Path) -> None:
     """Install ``requirement`` into ``venv`` with this interpreter's pip, pinned as the suite is (constraints.txt)."""
-    ok(sys.executable, "-m", "pip", "--python", venv / "bin" / "python", "install", "--quiet", "--no-compile",
-       "--disable-pip-version-check", "-c", REPO / "constraints.txt", requirement, cwd=cwd)
+    ok(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        venv / "bin" / "python",
+        "install",
+        "--quiet",
+        "--no-compile",
+        "--disable-pip-version-check",
+        "-c",
+        REPO / "constraints.txt",
+        requirement,
+        cwd=cwd,
+    )
 
 
 def clean_environment() -> dict[str, str]:
     """This environment without what would reach the tree (PYTHONPATH) or point the worker at other storage."""
-    return {name: value for name, value in os.environ.items()
-            if name not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
-            and not name.startswith(("WORKER__", "AzureWebJobs", "FUNCTIONS_", "PYTHON_SCRIPT_FILE_NAME"))}
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+        and not name.startswith(("WORKER__", "AzureWebJobs", "FUNCTIONS_", "PYTHON_SCRIPT_FILE_NAME"))
+    }
 
 
 def has_module(venv: Path, name: str, cwd: Path) -> bool:

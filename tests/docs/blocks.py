@@ -58,8 +58,16 @@ def blocks(path: Path) -> list[Block]:
         marker = MARKER.match(lines[index - 1]) if index else None
         if index and lines[index - 1].startswith("<!-- docs-test:") and not marker:
             raise ValueError(f"{page}:{index}: a docs-test marker of no known form: {lines[index - 1]}")
-        found.append(Block(page, index + 1, fence.group(2), "\n".join(lines[index + 1:end]) + "\n",
-                           skip=marker and marker.group("reason"), file=marker and marker.group("file"),
-                           init_file=marker and marker.group("init")))
+        found.append(
+            Block(
+                page,
+                index + 1,
+                fence.group(2),
+                "\n".join(lines[index + 1 : end]) + "\n",
+                skip=marker and marker.group("reason"),
+                file=marker and marker.group("file"),
+                init_file=marker and marker.group("init"),
+            )
+        )
         index = end + 1
     return found

@@ -37,8 +37,7 @@ def closure(pyproject: Path = PYPROJECT, extra: str = EXTRA) -> set[str]:
     while todo:
         line, extras = todo.pop()
         requirement = Requirement(line)
-        if requirement.marker is not None and not any(
-                requirement.marker.evaluate({"extra": chosen}) for chosen in extras):
+        if requirement.marker is not None and not any(requirement.marker.evaluate({"extra": chosen}) for chosen in extras):
             continue
         name, wanted = canonicalize_name(requirement.name), frozenset(requirement.extras) | {""}
         if (name, wanted) in seen:
@@ -57,8 +56,10 @@ class Refuse(importlib.abc.MetaPathFinder):
     """Refuses the top-level modules of distributions outside ``allowed``."""
 
     def __init__(self, allowed: set[str]) -> None:
-        self.owners = {module: {canonicalize_name(dist) for dist in dists}
-                       for module, dists in importlib.metadata.packages_distributions().items()}
+        self.owners = {
+            module: {canonicalize_name(dist) for dist in dists}
+            for module, dists in importlib.metadata.packages_distributions().items()
+        }
         self.allowed = allowed
         self.refused: set[str] = set()
 
@@ -68,8 +69,10 @@ class Refuse(importlib.abc.MetaPathFinder):
         if top in sys.stdlib_module_names or not owners or owners & self.allowed:
             return None
         self.refused.add(top)
-        raise ImportError(f"{fullname} comes from {', '.join(sorted(owners))}, which pip install -e "
-                          f"'.[{EXTRA}]' does not install", name=fullname)
+        raise ImportError(
+            f"{fullname} comes from {', '.join(sorted(owners))}, which pip install -e '.[{EXTRA}]' does not install",
+            name=fullname,
+        )
 
 
 def main(argv: list[str]) -> None:

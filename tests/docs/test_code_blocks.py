@@ -34,8 +34,17 @@ from worker.settings.config import load_config
 
 STUBS = Path(__file__).resolve().parent / "stubs"
 #: The top-level keys of a settings file: a yaml or json block with others is not one, and is only parsed.
-SETTINGS_KEYS = {"version", "functionTimeout", "extensions", "worker", "retry", "functions", "spark", "logging",
-                 "connections"}
+SETTINGS_KEYS = {
+    "version",
+    "functionTimeout",
+    "extensions",
+    "worker",
+    "retry",
+    "functions",
+    "spark",
+    "logging",
+    "connections",
+}
 PAGES = {str(path.relative_to(REPO)): path for path in pages()}
 
 
@@ -77,8 +86,9 @@ def run_block(block: Block, folder: Path) -> None:
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("page", sorted(name for name, path in PAGES.items()
-                                        if any(b.language in RUN and b.skip is None for b in blocks(path))))
+@pytest.mark.parametrize(
+    "page", sorted(name for name, path in PAGES.items() if any(b.language in RUN and b.skip is None for b in blocks(path)))
+)
 def test_the_pages_apps_and_commands_run_as_written(page: str, tmp_path: Path) -> None:
     folder = tmp_path / "page"
     shutil.copytree(STUBS, folder)

@@ -17,8 +17,14 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def worker(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=worker_environment(),
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=folder,
+        env=worker_environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, f"worker {' '.join(args)}: {done.stdout}{done.stderr}"
     return done
 
@@ -55,8 +61,10 @@ def test_chain_example(copy: Path) -> None:
     worker(copy, "send", "orders", '{"orderId": "A-1", "items": [{"sku": "pen", "price": 2.5, "quantity": 4}]}')
     ran = worker(copy, "run", "--burst")
     assert "invoice for order A-1: 10.00" in ran.stderr
-    assert json.loads((copy / ".worker" / "blobs" / "receipts" / "A-1.json").read_text()) == {"orderId": "A-1",
-                                                                                              "total": 10.0}
+    assert json.loads((copy / ".worker" / "blobs" / "receipts" / "A-1.json").read_text()) == {
+        "orderId": "A-1",
+        "total": 10.0,
+    }
     assert stats(copy) == {"orders": (0, 0), "invoices": (0, 0)}
 
 

@@ -38,8 +38,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 def build(out: Path) -> Path:
     env = worker_environment(DOCS_SCREENSHOTS="0", NO_MKDOCS_2_WARNING="1")
-    built = subprocess.run([sys.executable, "-m", "tests.docs.docs_extra", "build", "--strict", "--site-dir", str(out)],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-m", "tests.docs.docs_extra", "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     return out
 
@@ -72,9 +78,28 @@ def test_the_site_builds_strict_and_holds_what_its_references_promise(tmp_path: 
 
 
 def start_page_and_guides(site: Path) -> None:
-    for page in ("index", "start", "apps", "leases", "backends", "settings", "operating", "deploying", "spark",
-                 "functions", "lambda", "middleware", "security", "troubleshooting", "faq", "examples", "changelog",
-                 "reference/cli", "reference/settings", "reference/api"):
+    for page in (
+        "index",
+        "start",
+        "apps",
+        "leases",
+        "backends",
+        "settings",
+        "operating",
+        "deploying",
+        "spark",
+        "functions",
+        "lambda",
+        "middleware",
+        "security",
+        "troubleshooting",
+        "faq",
+        "examples",
+        "changelog",
+        "reference/cli",
+        "reference/settings",
+        "reference/api",
+    ):
         assert (site / f"{page}.html").is_file(), page
     assert "worker init hello-app" in text(site / "start.html")
     for image in ("message-path.svg", "lease-timeline.svg", "console-functions.png", "console-poison.png"):
@@ -90,8 +115,11 @@ def cli_reference(site: Path) -> None:
     assert {("init",), ("completion",), ("spark", "stop")} <= set(commands)
     for path in commands:
         assert f"worker {' '.join(path)}" in page, path
-    flags = {option for action in [a for p in commands for a in _parser_of(parser, p)._actions]
-             for option in action.option_strings}
+    flags = {
+        option
+        for action in [a for p in commands for a in _parser_of(parser, p)._actions]
+        for option in action.option_strings
+    }
     assert {"--burst", "--processes", "--ttl", "--delay", "--max", "--memory"} <= flags
     for flag in flags:
         assert flag in page, flag
@@ -107,8 +135,12 @@ def _parser_of(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> argpar
 def settings_reference(site: Path) -> None:
     """Every key the loader accepts."""
     page = text(site / "reference" / "settings.html")
-    for key in [*settings._SCHEMA, *(f"functions.<name>.{key}" for key in settings._FUNCTION_KEYS),
-                "connections.<name>", *settings.IGNORED_HOST_JSON_KEYS]:
+    for key in [
+        *settings._SCHEMA,
+        *(f"functions.<name>.{key}" for key in settings._FUNCTION_KEYS),
+        "connections.<name>",
+        *settings.IGNORED_HOST_JSON_KEYS,
+    ]:
         assert key in page, key
     assert "1 .. 1024" in page and "FUNCTIONS_WORKER_PROCESS_COUNT" in page and "batchSize / 2 × processors" in page
 
@@ -225,9 +257,9 @@ def test_the_screenshot_hook_takes_the_console_of_a_running_worker_in_chromium()
         assert width >= 800 and height >= 300, (name, width, height)
 
 
-def test_without_chromium_the_build_skips_the_screenshots_and_says_so(monkeypatch: pytest.MonkeyPatch,
-                                                                     tmp_path: Path,
-                                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_without_chromium_the_build_skips_the_screenshots_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A writer with only the docs extra and no Chromium still builds: placeholders, and one line saying why."""
     from mkdocs.config.defaults import MkDocsConfig
     from mkdocs.exceptions import PluginError
@@ -235,8 +267,14 @@ def test_without_chromium_the_build_skips_the_screenshots_and_says_so(monkeypatc
 
     (tmp_path / "docs").mkdir()
     config = MkDocsConfig()
-    config.load_dict({"site_name": "t", "docs_dir": str(tmp_path / "docs"), "site_dir": str(tmp_path / "site"),
-                      "hooks": [str(REPO / "docs" / "hooks" / "screenshots.py")]})
+    config.load_dict(
+        {
+            "site_name": "t",
+            "docs_dir": str(tmp_path / "docs"),
+            "site_dir": str(tmp_path / "site"),
+            "hooks": [str(REPO / "docs" / "hooks" / "screenshots.py")],
+        }
+    )
     assert config.validate() == ([], [])
     [hook] = config.hooks.values()
     monkeypatch.setattr(hook, "CHROMIUM", tmp_path / "no-chromium")

@@ -37,8 +37,11 @@ def write_host_yaml(folder: Path, queues: dict[str, Any] | None = None, worker: 
 def worker_environment(**extra: str) -> dict[str, str]:
     """This process's environment for a ``worker`` command a test starts: the repository importable, and nothing
     that could point it at other storage or settings (the app folder's files must supply those)."""
-    kept = {k: v for k, v in os.environ.items()
-            if not k.startswith(("WORKER__", "AzureWebJobs", "FUNCTIONS_", "PYTHON_SCRIPT_FILE_NAME"))}
+    kept = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("WORKER__", "AzureWebJobs", "FUNCTIONS_", "PYTHON_SCRIPT_FILE_NAME"))
+    }
     return kept | {"PYTHONPATH": str(REPO)} | extra
 
 
@@ -78,9 +81,23 @@ class WorkerProcess:
             self._terminal_fd, stdin = os.openpty()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [*self.wrapper, sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config),
-                 *self.args],
-                cwd=REPO, env=env, stdin=stdin, stdout=subprocess.DEVNULL, stderr=log,
+                [
+                    *self.wrapper,
+                    sys.executable,
+                    "-m",
+                    "worker",
+                    "run",
+                    "--app",
+                    self.app,
+                    "--config",
+                    str(self.config),
+                    *self.args,
+                ],
+                cwd=REPO,
+                env=env,
+                stdin=stdin,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
                 start_new_session=self.own_session or self.terminal,
                 preexec_fn=_take_terminal if self.terminal else None,  # runs after setsid, in the child
             )
@@ -128,6 +145,7 @@ class WorkerProcess:
     def wait_for_events(self, event: str, count: int, timeout: float) -> list[dict[str, Any]]:
         """The first ``count`` lines logging ``event``, once there are that many; on timeout, fail with the log's
         end (a worker process that never started says why only there)."""
+
         def enough() -> list[dict[str, Any]] | None:
             found = [line for line in self.lines() if line.get("event") == event]
             return found[:count] if len(found) >= count else None

@@ -22,7 +22,11 @@ QUEUE = "greetings"
 
 @pytest.mark.parametrize("backend_kind", ["sqlite", "azurite", "sqs"], indirect=True)
 async def test_burst_names_the_queues_with_messages_no_function_reads(
-    queue: QueueBackend, connection: str | None, backend_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    queue: QueueBackend,
+    connection: str | None,
+    backend_kind: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     app = WorkerApp()
 
@@ -34,8 +38,12 @@ async def test_burst_names_the_queues_with_messages_no_function_reads(
     for name, body in (("greetngs", "typo"), (QUEUE, "hello"), (f"{QUEUE}-poison", "old")):
         await queue.create_queue(name)
         await queue.put(name, encode(body, "base64"))
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1,
-                        connections={"AzureWebJobsStorage": connection} if connection else {})
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        drain_timeout=1,
+        connections={"AzureWebJobsStorage": connection} if connection else {},
+    )
 
     with captured_logs(monkeypatch, host_module) as logs:
         await asyncio.wait_for(Host(app, config, burst=True).run(), 60)

@@ -52,8 +52,13 @@ SPARK_TOKEN = "CanarySparkConnectToken0123"
 ENDPOINT_TOKEN = "CanaryEndpointToken0123456789abcdef"
 #: Every canary, by what it stands for.
 CANARIES = {
-    "account key": KEY, "SAS signature": SAS_SIG, "AWS access key id": AWS_KEY_ID, "AWS secret key": AWS_SECRET,
-    "AWS session token": AWS_SESSION, "URL password": URL_PASSWORD, "Spark Connect token": SPARK_TOKEN,
+    "account key": KEY,
+    "SAS signature": SAS_SIG,
+    "AWS access key id": AWS_KEY_ID,
+    "AWS secret key": AWS_SECRET,
+    "AWS session token": AWS_SESSION,
+    "URL password": URL_PASSWORD,
+    "Spark Connect token": SPARK_TOKEN,
     "endpoint token": ENDPOINT_TOKEN,
 }
 #: The SDKs whose loggers a host.json may name.
@@ -85,7 +90,11 @@ class CanaryWorker(WorkerProcess):
         with self.log_path.open("wb") as log, self.out_path.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "worker", "run", "--app", self.app, "--config", str(self.config), *self.args],
-                cwd=REPO, env=env, stdout=out, stderr=log)
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=log,
+            )
         return self
 
     @property
@@ -122,27 +131,44 @@ def settings(tmp_path: Path, how: str, http_port: int, spark_port: int) -> tuple
 
 @pytest.mark.parametrize("how", ["host.json", "--log-level", "host.json naming the SDKs"])
 async def test_no_canary_leaves_through_any_channel(
-    how: str, tmp_path: Path, azurite: Azurite, moto_server: Moto, oci_server: OciTestServer, otlp_receiver: Receiver,
+    how: str,
+    tmp_path: Path,
+    azurite: Azurite,
+    moto_server: Moto,
+    oci_server: OciTestServer,
+    otlp_receiver: Receiver,
     unreachable_port: int,
 ) -> None:
     http_port = free_port()
     config, args = settings(tmp_path, how, http_port, unreachable_port)
-    unreachable = (f"QueueEndpoint=http://canary:{URL_PASSWORD}@127.0.0.1:{unreachable_port}/{ACCOUNT};"
-                   f"SharedAccessSignature=sv=2022-11-02&ss=q&srt=sco&sp=rwdlacup&sig={SAS_SIG}")
+    unreachable = (
+        f"QueueEndpoint=http://canary:{URL_PASSWORD}@127.0.0.1:{unreachable_port}/{ACCOUNT};"
+        f"SharedAccessSignature=sv=2022-11-02&ss=q&srt=sco&sp=rwdlacup&sig={SAS_SIG}"
+    )
     env = {
-        "CanaryAzure": azurite.connection_string, "CanarySqs": moto_server.connection(),
+        "CanaryAzure": azurite.connection_string,
+        "CanarySqs": moto_server.connection(),
         "CanaryOci": oci_connection(oci_server) + "&poison=host",
-        "CanaryUnreachable": unreachable, "CANARY_FAILURE": FAILURE,
-        "AWS_ACCESS_KEY_ID": AWS_KEY_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "AWS_SESSION_TOKEN": AWS_SESSION,
+        "CanaryUnreachable": unreachable,
+        "CANARY_FAILURE": FAILURE,
+        "AWS_ACCESS_KEY_ID": AWS_KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "AWS_SESSION_TOKEN": AWS_SESSION,
         "WORKER_HTTP_TOKEN": ENDPOINT_TOKEN,
-        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_receiver.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
     azure = open_backend(azurite.connection_string, tmp_path)
     sqs = open_backend(moto_server.connection(), tmp_path)
     oci = open_backend(oci_connection(oci_server), tmp_path)
     try:
-        for backend, queue in ((azure, "canary-azure"), (azure, "canary-spark"), (sqs, "canary-sqs"),
-                               (oci, "canary-oci"), (oci, "canary-oci-poison")):
+        for backend, queue in (
+            (azure, "canary-azure"),
+            (azure, "canary-spark"),
+            (sqs, "canary-sqs"),
+            (oci, "canary-oci"),
+            (oci, "canary-oci-poison"),
+        ):
             await backend.create_queue(queue)
         worker = CanaryWorker(config, env, app=APP, args=args).start()
         try:
@@ -154,8 +180,11 @@ async def test_no_canary_leaves_through_any_channel(
             def state() -> dict[str, Any] | None:
                 status, _, body = fetch(http_port, "/console/api/state", token=ENDPOINT_TOKEN)
                 found = json.loads(body) if status == 200 else None
-                done = found and len(found["failures"]) >= 2 and all(
-                    f["totals"]["succeeded"] >= 1 for f in found["functions"] if f["name"] in ("counted", "signed"))
+                done = (
+                    found
+                    and len(found["failures"]) >= 2
+                    and all(f["totals"]["succeeded"] >= 1 for f in found["functions"] if f["name"] in ("counted", "signed"))
+                )
                 return found if done else None
 
             console = poll(state, 60, what="two failures and a message each on SQS and OCI handled")
@@ -166,8 +195,10 @@ async def test_no_canary_leaves_through_any_channel(
                 return body if status == 503 and f"127.0.0.1:{unreachable_port}" in body else None
 
             readyz = poll(not_ready, 60, what="/readyz to name the unreachable storage")
-            answers = {path: fetch(http_port, path, token=ENDPOINT_TOKEN)[2]
-                       for path in ("/metrics", "/leases", "/console/api/history", "/healthz")}
+            answers = {
+                path: fetch(http_port, path, token=ENDPOINT_TOKEN)[2]
+                for path in ("/metrics", "/leases", "/console/api/history", "/healthz")
+            }
             answers["/console/api/state"] = json.dumps(console)
             answers["/readyz"] = readyz
             assert worker.stop(signal.SIGTERM) == 0
@@ -178,8 +209,7 @@ async def test_no_canary_leaves_through_any_channel(
         await sqs.close()
         await oci.close()
 
-    spans = otlp_receiver.wait_for(lambda got: any(s.status[0] == "ERROR" and s.name == "process canary-azure"
-                                                   for s in got))
+    spans = otlp_receiver.wait_for(lambda got: any(s.status[0] == "ERROR" and s.name == "process canary-azure" for s in got))
     log, out = worker.log_path.read_text(encoding="utf-8"), worker.out_path.read_text(encoding="utf-8")
 
     # OCI's canary is the test server's private key, which the worker signed every call with.
@@ -188,8 +218,11 @@ async def test_no_canary_leaves_through_any_channel(
     canaries = {**CANARIES, "OCI private key": "".join(key_lines[1:-1]), "OCI private key line": key_lines[1]}
     channels = {"log (stderr)": log, "stdout": out, "spans": repr(spans), **answers}
     # Any file the worker wrote beside its settings (.worker/: Spark's log, the embedded store) is a channel too.
-    channels |= {str(path): path.read_text(encoding="utf-8", errors="replace")
-                 for path in (tmp_path / ".worker").rglob("*") if path.is_file()}
+    channels |= {
+        str(path): path.read_text(encoding="utf-8", errors="replace")
+        for path in (tmp_path / ".worker").rglob("*")
+        if path.is_file()
+    }
     leaked = {channel: found for channel, text in channels.items() if (found := leaks(text, canaries))}
     assert not leaked, f"canaries leaked: {leaked}"
     # Each channel carried the text that held a canary, redacted.
@@ -211,17 +244,24 @@ async def test_no_canary_leaves_through_any_channel(
         assert not [line for line in sdk_lines if line["level"] in ("debug", "info")], sdk_lines[:3]
 
 
-
 @pytest.mark.parametrize("command", [("peek", "work"), ("send", "work", "hello"), ("queues",)])
 def test_cli_errors_naming_storage_hold_no_canary(tmp_path: Path, command: tuple[str, ...]) -> None:
     """Storage that does not answer, at an endpoint URL with a password and a SAS: the command's error names the
     endpoint, without either."""
     with closed_port() as port:
-        connection = (f"QueueEndpoint=http://canary:{URL_PASSWORD}@127.0.0.1:{port}/{ACCOUNT};"
-                      f"SharedAccessSignature=sv=2022-11-02&ss=q&sig={SAS_SIG}")
-        ran = subprocess.run([sys.executable, "-m", "worker", *command], cwd=tmp_path,
-                             env=worker_environment(AzureWebJobsStorage=connection, AWS_SESSION_TOKEN=AWS_SESSION),
-                             capture_output=True, text=True, timeout=120, check=False)
+        connection = (
+            f"QueueEndpoint=http://canary:{URL_PASSWORD}@127.0.0.1:{port}/{ACCOUNT};"
+            f"SharedAccessSignature=sv=2022-11-02&ss=q&sig={SAS_SIG}"
+        )
+        ran = subprocess.run(
+            [sys.executable, "-m", "worker", *command],
+            cwd=tmp_path,
+            env=worker_environment(AzureWebJobsStorage=connection, AWS_SESSION_TOKEN=AWS_SESSION),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert ran.returncode == 1, ran.stderr
     assert f"worker {command[0]}: error: storage http://canary:***@127.0.0.1:{port}/{ACCOUNT} unreachable" in ran.stderr
     assert not leaks(ran.stdout + ran.stderr), ran.stderr
@@ -231,11 +271,19 @@ def test_cli_errors_hold_no_canary(tmp_path: Path) -> None:
     """A SAS in both the endpoint URL and SharedAccessSignature: refused at start in one line (exit 2), naming the
     problem and neither SAS."""
     (tmp_path / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
-    connection = (f"QueueEndpoint=http://127.0.0.1:1/{ACCOUNT}?sv=2022-11-02&sig={SAS_SIG};"
-                  f"SharedAccessSignature=sv=2022-11-02&sig={SAS_SIG}")
-    ran = subprocess.run([sys.executable, "-m", "worker", "run", "--app", "tests.apps.recording:app", "--no-supervisor"],
-                         cwd=tmp_path, env=worker_environment(AzureWebJobsStorage=connection, RECORD_DB="unused"),
-                         capture_output=True, text=True, timeout=120, check=False)
+    connection = (
+        f"QueueEndpoint=http://127.0.0.1:1/{ACCOUNT}?sv=2022-11-02&sig={SAS_SIG};"
+        f"SharedAccessSignature=sv=2022-11-02&sig={SAS_SIG}"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--app", "tests.apps.recording:app", "--no-supervisor"],
+        cwd=tmp_path,
+        env=worker_environment(AzureWebJobsStorage=connection, RECORD_DB="unused"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert ran.returncode == 2, ran.stderr
     refusal = [line for line in ran.stderr.splitlines() if "SAS" in line]
     assert len(refusal) == 1 and "a SAS both in SharedAccessSignature and in its QueueEndpoint URL" in refusal[0]

@@ -57,12 +57,14 @@ async def test_one_function_takes_every_channel_one_channel_a_receive(
     for channel in ("eu", "us", "ap"):
         for n in range(3):
             await queue.put(QUEUE, encode(f"{channel}-{n}", "base64"), channel=channel)
-    config = HostConfig(base_dir=tmp_path, drain_timeout=1, batch_size=16,
-                        connections={"AzureWebJobsStorage": connection or ""})
+    config = HostConfig(
+        base_dir=tmp_path, drain_timeout=1, batch_size=16, connections={"AzureWebJobsStorage": connection or ""}
+    )
     async with running(app, config):
         await apoll(lambda: _true(sum(map(len, batches)) == 9), 30, what="all nine messages handled")
     assert sorted(body for batch in batches for body in batch) == sorted(
-        f"{channel}-{n}" for channel in ("eu", "us", "ap") for n in range(3))
+        f"{channel}-{n}" for channel in ("eu", "us", "ap") for n in range(3)
+    )
     for batch in batches:
         assert len({body.split("-")[0] for body in batch}) == 1, f"a receive mixed channels: {batch}"
 

@@ -40,8 +40,9 @@ def workers() -> Iterator[list[WorkerProcess]]:
         process.kill()
 
 
-def start(workers: list[WorkerProcess], tmp_path: Path, record_db: Path, connection: str | None, name: str,
-          **env: str) -> WorkerProcess:
+def start(
+    workers: list[WorkerProcess], tmp_path: Path, record_db: Path, connection: str | None, name: str, **env: str
+) -> WorkerProcess:
     config = write_host_yaml(tmp_path, worker={"leaseDuration": LEASE})
     env = {"RECORD_DB": str(record_db), "TRIGGER_QUEUE": QUEUE, **env}
     if connection is not None:

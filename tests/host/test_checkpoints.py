@@ -28,7 +28,10 @@ QUEUE = "chunks"
 @pytest.fixture
 def config(tmp_path: Path, connection: str | None) -> HostConfig:
     return HostConfig(
-        base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, drain_timeout=1,
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        lease_duration=600,
+        drain_timeout=1,
         connections={"AzureWebJobsStorage": connection} if connection else {},
     )
 
@@ -185,9 +188,7 @@ async def test_a_checkpoint_is_stored_under_message_encoding_and_poisoned_as_sto
     assert copy.content == encode("naïve ✓ step 1", encoding)
 
 
-async def test_misused_checkpoints_are_refused_before_anything_is_stored(
-    config: HostConfig, queue: QueueBackend
-) -> None:
+async def test_misused_checkpoints_are_refused_before_anything_is_stored(config: HostConfig, queue: QueueBackend) -> None:
     """A checkpoint that cannot be right fails in the handler, naming the fix, and stores nothing: the blocking form
     on the event loop, a value that is not a body, content over the backend's limit once encoded, and a function
     that did not declare checkpoints."""
@@ -225,9 +226,9 @@ async def test_misused_checkpoints_are_refused_before_anything_is_stored(
     assert errors.pop("size").startswith("MessageTooLarge: message is "), errors
     assert errors == {
         "blocking": "RuntimeError: msg.checkpoint() waits for storage and would block the event loop: in an async "
-                    "handler, await msg.checkpoint_async(...)",
+        "handler, await msg.checkpoint_async(...)",
         "type": "TypeError: a checkpoint takes str, bytes, or a dict or list (stored as JSON), not float",
         "body": "untouched",
         "undeclared": "msg.checkpoint needs checkpoints=True on @app.queue_trigger, so that a backend that cannot "
-                      "change a message's content is refused at start",
+        "change a message's content is refused at start",
     }

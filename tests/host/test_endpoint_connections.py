@@ -47,8 +47,10 @@ async def status(port: int, path: str, token: str | None = None) -> int | None:
     """The status of ``path``, or None when the connection is closed before an answer."""
     headers = {"Authorization": f"Bearer {token}"} if token is not None else None
     try:
-        async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}",
-                                                                   headers=headers) as answer:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}{path}", headers=headers) as answer,
+        ):
             await answer.read()
             return answer.status
     except aiohttp.ClientConnectionError:
@@ -77,8 +79,11 @@ async def test_past_the_cap_new_connections_close_at_once_and_a_probe_still_gets
         await apoll(lambda: status(port, "/healthz"), 15, what="the endpoints to listen")
         idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(10)]
         try:
-            await apoll(lambda: _now(sample(host.metrics, "worker_http_connections_closed_total", reason="limit") == 6),
-                        10, what="the six connections past the cap closed")
+            await apoll(
+                lambda: _now(sample(host.metrics, "worker_http_connections_closed_total", reason="limit") == 6),
+                10,
+                what="the six connections past the cap closed",
+            )
             assert sample(host.metrics, "worker_http_connections") == 4
             for reader, _ in idle[4:]:
                 await closed(reader, 5)
@@ -107,8 +112,9 @@ async def test_a_connection_without_a_request_in_time_or_idle_too_long_is_closed
             assert 0.3 <= await closed(slow[0], 10) - opened < 5
             head = await keep_alive[0].readuntil(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200") and b"Connection: close" not in head
-            length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:")))
+            length = int(
+                next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+            )
             await keep_alive[0].readexactly(length)
             answered = time.monotonic()
             # Idle after its answer: the idle timeout, not the header timeout (its timer starts as the answer goes).
@@ -132,8 +138,9 @@ async def test_readyz_asks_storage_once_for_many_probes_and_a_slow_answer_is_not
         await answer.wait()
 
     metrics = Metrics()
-    endpoints = Endpoints(metrics, LeaseScheduler(60, 0.5, metrics), storage_check, ["f"], draining=lambda: False,
-                          stuck=lambda: None)
+    endpoints = Endpoints(
+        metrics, LeaseScheduler(60, 0.5, metrics), storage_check, ["f"], draining=lambda: False, stuck=lambda: None
+    )
     port = free_port()
     await endpoints.start(port, Access(None, "127.0.0.1"), limits=ConnectionLimits(400, 0.3, 0.3))
     try:
@@ -145,8 +152,7 @@ async def test_readyz_asks_storage_once_for_many_probes_and_a_slow_answer_is_not
                     return response.status
 
             probes = [asyncio.create_task(probe()) for _ in range(300)]
-            await apoll(lambda: _now(sample(metrics, "worker_http_connections") == 300), 20,
-                        what="three hundred probes in")
+            await apoll(lambda: _now(sample(metrics, "worker_http_connections") == 300), 20, what="three hundred probes in")
             await asyncio.sleep(0.6)  # twice the header and idle timeouts: what must not happen meanwhile
             answer.set()
             assert await asyncio.gather(*probes) == [200] * 300

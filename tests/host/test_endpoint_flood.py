@@ -71,8 +71,7 @@ async def test_idle_connections_past_the_fd_limit_leave_messages_and_probes_work
     config = write_host_yaml(tmp_path, worker={"httpPort": port, "httpHost": "127.0.0.1"})
     queue = open_backend(None, tmp_path)
     await queue.create_queue(QUEUE)
-    worker = WorkerProcess(config, {"TRIGGER_QUEUE": QUEUE}, app=APP,
-                           wrapper=("prlimit", "--nofile=256:256", "--")).start()
+    worker = WorkerProcess(config, {"TRIGGER_QUEUE": QUEUE}, app=APP, wrapper=("prlimit", "--nofile=256:256", "--")).start()
     idle: list[socket.socket] = []
     try:
         worker.wait_for_log("host started")
@@ -103,8 +102,7 @@ async def test_idle_connections_past_the_fd_limit_leave_messages_and_probes_work
 def test_a_soft_limit_under_the_hard_one_is_raised_to_it(tmp_path: Path) -> None:
     port = free_port()
     config = write_host_yaml(tmp_path, worker={"httpPort": port, "httpHost": "127.0.0.1"})
-    worker = WorkerProcess(config, {"TRIGGER_QUEUE": QUEUE}, app=APP,
-                           wrapper=("prlimit", "--nofile=256:4096", "--")).start()
+    worker = WorkerProcess(config, {"TRIGGER_QUEUE": QUEUE}, app=APP, wrapper=("prlimit", "--nofile=256:4096", "--")).start()
     try:
         started = worker.wait_for_log("host started")
         raised = worker.wait_for_log("limit on open files raised")
@@ -123,8 +121,10 @@ def test_a_one_character_token_is_refused_at_start_in_one_line(tmp_path: Path) -
     finally:
         worker.kill()
     stderr = worker.log_path.read_text()
-    line = ('worker run: error: WORKER_HTTP_TOKEN: the token in environment WORKER_HTTP_TOKEN has 1 character, fewer '
-            'than 16; make one with python -c "import secrets; print(secrets.token_urlsafe(32))"\n')
+    line = (
+        "worker run: error: WORKER_HTTP_TOKEN: the token in environment WORKER_HTTP_TOKEN has 1 character, fewer "
+        'than 16; make one with python -c "import secrets; print(secrets.token_urlsafe(32))"\n'
+    )
     assert stderr.endswith(line), stderr
     assert "Traceback" not in stderr
 

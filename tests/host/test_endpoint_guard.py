@@ -39,15 +39,15 @@ def app() -> WorkerApp:
 
 
 def config(tmp_path: Path, **settings: object) -> HostConfig:
-    return replace(HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1), http_port=free_port(),
-                   **settings)  # type: ignore[arg-type]
+    return replace(
+        HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1), http_port=free_port(), **settings
+    )  # type: ignore[arg-type]
 
 
 async def get(port: int, path: str, host: str | None = None) -> tuple[int, CIMultiDictProxy[str]]:
     """``path`` from the host on loopback, with ``host`` as the Host header when given: status and headers."""
     headers = {"Host": host} if host is not None else None
-    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}",
-                                                               headers=headers) as answer:
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}", headers=headers) as answer:
         await answer.read()
         return answer.status, answer.headers
 
@@ -127,9 +127,16 @@ async def test_every_answer_is_neither_sniffed_nor_stored_and_names_no_server_ve
         assert (shell["Cache-Control"], shell["Server"]) == ("no-cache", "queueworker")
 
 
-@pytest.mark.parametrize(("bind", "url"), [("0.0.0.0", "http://localhost:8080/"), ("::", "http://localhost:8080/"),
-                                           ("127.0.0.1", "http://127.0.0.1:8080/"), ("::1", "http://[::1]:8080/"),
-                                           ("worker.example", "http://worker.example:8080/")])
+@pytest.mark.parametrize(
+    ("bind", "url"),
+    [
+        ("0.0.0.0", "http://localhost:8080/"),
+        ("::", "http://localhost:8080/"),
+        ("127.0.0.1", "http://127.0.0.1:8080/"),
+        ("::1", "http://[::1]:8080/"),
+        ("worker.example", "http://worker.example:8080/"),
+    ],
+)
 def test_the_console_start_line_names_an_address_a_browser_opens(bind: str, url: str) -> None:
     assert guard.console_url(bind, 8080) == url
 

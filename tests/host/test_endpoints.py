@@ -35,8 +35,9 @@ async def test_endpoints_report_what_the_worker_is_doing(
 ) -> None:
     port = free_port()
     # On loopback: with no token, /leases answers there only.
-    config = write_host_yaml(tmp_path, worker={"leaseDuration": "3s", "drainTimeout": "3s", "httpPort": port,
-                                               "httpHost": "127.0.0.1"})
+    config = write_host_yaml(
+        tmp_path, worker={"leaseDuration": "3s", "drainTimeout": "3s", "httpPort": port, "httpHost": "127.0.0.1"}
+    )
     record_db = tmp_path / "attempts.sqlite3"
     env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "60", "TRIGGER_QUEUE": QUEUE}
     if connection is not None:
@@ -57,7 +58,11 @@ async def test_endpoints_report_what_the_worker_is_doing(
 
         [lease] = poll(renewed_twice, 30, what="the lease to be renewed twice")
         assert (lease["messageId"], lease["function"], lease["queue"], lease["dequeueCount"]) == (
-            message_id, "recorder", QUEUE, 1)
+            message_id,
+            "recorder",
+            QUEUE,
+            1,
+        )
         assert lease["elapsedSeconds"] > 0
 
         metrics = get(port, "/metrics")[1]

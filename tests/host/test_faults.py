@@ -70,7 +70,8 @@ async def _true(value: bool) -> bool:
 
 
 async def test_a_raising_receive_limit_is_logged_with_its_middleware_and_messages_are_still_handled(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await _put(tmp_path, "a", "b", "c")
     handled: list[str] = []
@@ -88,7 +89,8 @@ async def test_a_raising_receive_limit_is_logged_with_its_middleware_and_message
 
 
 async def test_a_raising_retry_delay_leaves_the_configured_visibility_and_counts_as_the_handlers_failure(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await _put(tmp_path, "fail")
     handled: list[str] = []
@@ -103,8 +105,7 @@ async def test_a_raising_retry_delay_leaves_the_configured_visibility_and_counts
     assert host.metrics.get("failed") == 1 and host.metrics.get("retried") == 1
     assert host.metrics.get("storage_errors") == 0
     assert host.metrics.middleware_failures("RaisingDelay") == 1
-    assert [line["middleware"] for line in logs if line["event"].startswith("middleware hook failed")] == [
-        "RaisingDelay"]
+    assert [line["middleware"] for line in logs if line["event"].startswith("middleware hook failed")] == ["RaisingDelay"]
 
 
 def _break(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, when: Callable[..., bool] = lambda *a: True) -> None:
@@ -112,11 +113,13 @@ def _break(monkeypatch: pytest.MonkeyPatch, owner: type, name: str, when: Callab
     real = getattr(owner, name)
 
     if asyncio.iscoroutinefunction(real):
+
         async def broken(*args: Any, **kwargs: Any) -> Any:
             if when(*args):
                 raise RuntimeError(f"injected into {name}")
             return await real(*args, **kwargs)
     else:
+
         def broken(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
             if when(*args):
                 raise RuntimeError(f"injected into {name}")
@@ -137,7 +140,9 @@ OWNED_TASKS = {
 
 @pytest.mark.parametrize("task", sorted(OWNED_TASKS))
 async def test_a_task_of_the_host_that_fails_is_reported_at_once_and_stops_the_host(
-    task: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    task: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     name, owner, method = OWNED_TASKS[task]
     await _put(tmp_path, "a")
@@ -175,8 +180,7 @@ async def test_readyz_names_the_failed_task_while_the_host_drains(tmp_path: Path
         await release.wait()
 
     port = free_port()
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.1, http_port=port, http_host="127.0.0.1",
-                        drain_timeout=30)
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.1, http_port=port, http_host="127.0.0.1", drain_timeout=30)
     async with running(app, config) as host:
         await apoll(lambda: _true(host.metrics.get("received") == 1), 10, what="the message taken")
         _break(monkeypatch, Listener, "_receive")
@@ -201,8 +205,14 @@ def test_worker_run_exits_1_when_a_task_of_its_host_fails(tmp_path: Path) -> Non
         "    pass\n"
     )
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "worker", "run", "--app", "app:app"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60, env=worker_environment())
+    done = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--app", "app:app"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=worker_environment(),
+    )
     assert done.returncode == 1, done.stderr
     assert time.monotonic() - started < 30
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
@@ -222,16 +232,23 @@ def test_burst_ends_with_exit_1_once_storage_stays_unreachable(tmp_path: Path) -
     )
     (tmp_path / "host.yaml").write_text("worker:\n  burstStorageTimeout: 2s\n")
     with closed_port() as port:
-        connection = (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
-                      f"QueueEndpoint=http://127.0.0.1:{port}/devstoreaccount1;")
-        done = subprocess.run([sys.executable, "-m", "worker", "run", "--app", "app:app", "--burst"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=240,
-                              env=worker_environment(Unreachable=connection))
+        connection = (
+            f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
+            f"QueueEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "worker", "run", "--app", "app:app", "--burst"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=worker_environment(Unreachable=connection),
+        )
     assert done.returncode == 1, done.stderr[-3000:]
-    gave_up = [json.loads(line) for line in done.stderr.splitlines()
-               if "burst mode gives up" in line and line.startswith("{")]
+    gave_up = [
+        json.loads(line) for line in done.stderr.splitlines() if "burst mode gives up" in line and line.startswith("{")
+    ]
     assert len(gave_up) == 1 and gave_up[0]["seconds"] >= 2
-
 
 
 async def test_the_embedded_queue_file_deleted_under_the_host_stops_it_naming_the_file(tmp_path: Path) -> None:
@@ -245,8 +262,7 @@ async def test_the_embedded_queue_file_deleted_under_the_host_stops_it_naming_th
         await release.wait()  # keeps the host draining while /readyz is asked
 
     port = free_port()
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.1, http_port=port, http_host="127.0.0.1",
-                        drain_timeout=30)
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.1, http_port=port, http_host="127.0.0.1", drain_timeout=30)
     host = Host(app, config)
     run = asyncio.create_task(host.run())
     await asyncio.wait_for(started.wait(), 10)

@@ -95,11 +95,22 @@ async def test_max_concurrency_caps_one_function_and_reaches_the_cap(
 async def test_retry_policy_and_own_max_dequeue_count_while_another_function_keeps_the_global_one(
     worker: Any, queue: QueueBackend, record_db: Path
 ) -> None:
-    process = worker("tests.apps.policies:app", {
-        "extensions": {"queues": {"maxDequeueCount": 2}},
-        "functions": {"flaky": {"maxDequeueCount": 4, "retry": {
-            "strategy": "exponentialBackoff", "minimumInterval": "00:00:01", "maximumInterval": "00:00:04"}}},
-    })
+    process = worker(
+        "tests.apps.policies:app",
+        {
+            "extensions": {"queues": {"maxDequeueCount": 2}},
+            "functions": {
+                "flaky": {
+                    "maxDequeueCount": 4,
+                    "retry": {
+                        "strategy": "exponentialBackoff",
+                        "minimumInterval": "00:00:01",
+                        "maximumInterval": "00:00:04",
+                    },
+                }
+            },
+        },
+    )
     [flaky_id] = await _send(queue, "flaky", "try me")
     [steady_id] = await _send(queue, "steady", "try me too")
     [poisoned] = await apoll(lambda: _poisoned(queue, "flaky"), 60, what="flaky's message in poison")
@@ -116,8 +127,11 @@ async def test_retry_policy_and_own_max_dequeue_count_while_another_function_kee
     steady = _rows(record_db, "steady")
     assert [(row["message_id"], row["dequeue_count"]) for row in steady] == [(steady_id, 1), (steady_id, 2)]
     assert poisoned.content == encode("try me", "base64")
-    retried = [line for line in process.lines() if line.get("event") == "message failed; it will be retried"
-               and line.get("function") == "flaky"]
+    retried = [
+        line
+        for line in process.lines()
+        if line.get("event") == "message failed; it will be retried" and line.get("function") == "flaky"
+    ]
     assert [round(line["visible_in"]) for line in retried] in ([1, 2, 4], [1, 2, 3], [1, 2, 5]), retried
 
 

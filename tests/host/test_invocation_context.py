@@ -26,8 +26,14 @@ def _send(worker: WorkerProcess, queue: str, *bodies: str) -> None:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "worker", "send", queue, *bodies, "--config", str(worker.config)],
-                            cwd=REPO, env={**worker.merged_env()}, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "worker", "send", queue, *bodies, "--config", str(worker.config)],
+        cwd=REPO,
+        env={**worker.merged_env()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -52,8 +58,11 @@ def test_context_fields_and_every_log_line_of_an_invocation_name_it(started: Any
         _send(worker, "sync-logs", "one", "two", "fail-three")
         _send(worker, "async-logs", "four")
         poll(lambda: len(_records(record)) == 5, 30, what="five invocations (fail-three twice)")
-        poll(lambda: any(line.get("event") == "message moved to the poison queue" for line in worker.lines()), 30,
-             what="fail-three in poison")
+        poll(
+            lambda: any(line.get("event") == "message moved to the poison queue" for line in worker.lines()),
+            30,
+            what="fail-three in poison",
+        )
         assert worker.stop(signal.SIGTERM) == 0
     finally:
         worker.kill()
@@ -87,8 +96,13 @@ def test_context_fields_and_every_log_line_of_an_invocation_name_it(started: Any
     executed = {line["invocation_id"]: line for line in own_lines("Executed")}
     assert executing == set(ids) == set(executed)
     outcomes = sorted((by_id[i]["body"], line["outcome"]) for i, line in executed.items())
-    assert outcomes == [("fail-three", "failed"), ("fail-three", "failed"), ("four", "succeeded"),
-                        ("one", "succeeded"), ("two", "succeeded")]
+    assert outcomes == [
+        ("fail-three", "failed"),
+        ("fail-three", "failed"),
+        ("four", "succeeded"),
+        ("one", "succeeded"),
+        ("two", "succeeded"),
+    ]
     assert all(line["duration_ms"] >= 0 for line in executed.values())
     # No line outside an invocation carries one: the binding does not leak into the listener or the host.
     assert not [line for line in lines if line.get("event") in ("host started", "host stopped") and "invocation_id" in line]
@@ -101,8 +115,11 @@ def test_invocation_logs_can_be_switched_off(started: Any) -> None:
         worker.wait_for_log("host started")
         _send(worker, "sync-logs", "quiet")
         poll(lambda: len(_records(record)) == 1, 30, what="the invocation")
-        poll(lambda: any(str(line.get("event", "")).startswith("sync handler says") for line in worker.lines()), 30,
-             what="the handler's own line")
+        poll(
+            lambda: any(str(line.get("event", "")).startswith("sync handler says") for line in worker.lines()),
+            30,
+            what="the handler's own line",
+        )
         assert worker.stop(signal.SIGTERM) == 0
     finally:
         worker.kill()

@@ -55,19 +55,31 @@ def test_a_forked_child_that_ignores_sigterm_does_not_outlive_worker_run(tmp_pat
     config = write_host_yaml(tmp_path, worker={"drainTimeout": "5s"})
     _put(tmp_path, "fork")
     pid_file = tmp_path / "leftover.pid"
-    env = {"RECORD_DB": str(tmp_path / "attempts.sqlite3"), "PID_FILE": str(pid_file),
-           "QUEUE_FILE": str(tmp_path / DEFAULT_SQLITE_PATH)}
+    env = {
+        "RECORD_DB": str(tmp_path / "attempts.sqlite3"),
+        "PID_FILE": str(pid_file),
+        "QUEUE_FILE": str(tmp_path / DEFAULT_SQLITE_PATH),
+    }
     worker = WorkerProcess(config, env, app=APP, args=("--burst",) if stopped_by == "burst" else ()).start()
     leftover = None
     try:
         poll(lambda: pid_file.exists() and pid_file.read_text(), 60, what="the handler to fork")
         leftover = int(pid_file.read_text())
         # The child really holds the queue file, and ignores SIGTERM: the supervisor must use SIGKILL.
-        poll(lambda: any(os.readlink(f"/proc/{leftover}/fd/{fd}") == str(tmp_path / DEFAULT_SQLITE_PATH)
-                         for fd in os.listdir(f"/proc/{leftover}/fd")), 10, what="the child to open the queue file")
+        poll(
+            lambda: any(
+                os.readlink(f"/proc/{leftover}/fd/{fd}") == str(tmp_path / DEFAULT_SQLITE_PATH)
+                for fd in os.listdir(f"/proc/{leftover}/fd")
+            ),
+            10,
+            what="the child to open the queue file",
+        )
         if stopped_by == "SIGTERM":
-            poll(lambda: [row for row in attempts(tmp_path / "attempts.sqlite3") if row["event"] == "done"], 30,
-                 what="the handler to return")
+            poll(
+                lambda: [row for row in attempts(tmp_path / "attempts.sqlite3") if row["event"] == "done"],
+                30,
+                what="the handler to return",
+            )
             worker.send_signal(signal.SIGTERM)
         assert worker.wait(30 + LEFTOVER_GRACE) == 0, worker.log_path.read_text()
         poll(lambda: _gone(leftover), GONE_WITHIN, what=f"the forked child {leftover} to be gone")

@@ -42,7 +42,11 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def config(tmp_path: Path, connection: str | None) -> HostConfig:
     return HostConfig(
-        base_dir=tmp_path, max_polling_interval=0.2, lease_duration=600, new_batch_threshold=8, drain_timeout=1,
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        lease_duration=600,
+        new_batch_threshold=8,
+        drain_timeout=1,
         connections={"AzureWebJobsStorage": connection} if connection else {},
     )
 
@@ -314,9 +318,7 @@ async def test_bad_input_fails_clearly_and_the_host_goes_on(config: HostConfig, 
     await queue.put(QUEUE, encode("{not json", "base64"))
     await put(queue, '{"ok": 1}', '{"ok": 2}')
     async with running(one_function(handler), replace(config, max_dequeue_count=2)) as host:
-        poisoned = await apoll(
-            lambda: _at_least(poison_of(queue), 3), 20, what="three bad messages in poison"
-        )
+        poisoned = await apoll(lambda: _at_least(poison_of(queue), 3), 20, what="three bad messages in poison")
     assert sorted(h["ok"] for h in handled) == [1, 2]
     assert "this is not base64!" in [p.content for p in poisoned]
     assert host.metrics.get("succeeded") == 2
@@ -437,8 +439,11 @@ async def test_cardinality_many_hands_the_batch_over_renews_every_lease_and_comp
     async def handler(msgs: list[QueueMessage]) -> None:
         batches.append(sorted(m.get_body().decode() for m in msgs))
         # Hold past two lease periods so that every message's lease must be renewed, twice.
-        await apoll(lambda: _ready(lambda: holder["host"].metrics.get("lease_renewals") >= 2 * len(msgs)), 20,
-                    what="every lease renewed twice")
+        await apoll(
+            lambda: _ready(lambda: holder["host"].metrics.get("lease_renewals") >= 2 * len(msgs)),
+            20,
+            what="every lease renewed twice",
+        )
         renewed.set()
         for m in msgs:
             if m.get_body() == b"bad-3":

@@ -70,8 +70,11 @@ def _handled_once(record_db: Path, count: int) -> dict[str, int] | None:
 
 
 def _env(folder: Path) -> dict[str, str]:
-    return {"RECORD_DB": str(folder / "attempts.sqlite3"), "REUSED_FILE": str(folder / "reused.txt"),
-            "FD_FILE": str(folder / "fd.txt")}
+    return {
+        "RECORD_DB": str(folder / "attempts.sqlite3"),
+        "REUSED_FILE": str(folder / "reused.txt"),
+        "FD_FILE": str(folder / "fd.txt"),
+    }
 
 
 def test_a_handler_closing_stderr_neither_stops_completion_nor_the_stop_signal(tmp_path: Path) -> None:
@@ -106,22 +109,23 @@ def test_a_handler_closing_stderr_neither_stops_completion_nor_the_stop_signal(t
 
 
 @pytest.mark.parametrize("sink", ["a full disk", "a reader gone"])
-def test_a_log_stream_that_refuses_lines_drops_and_counts_them_and_the_worker_goes_on(
-    tmp_path: Path, sink: str
-) -> None:
+def test_a_log_stream_that_refuses_lines_drops_and_counts_them_and_the_worker_goes_on(tmp_path: Path, sink: str) -> None:
     """A full disk under stderr (ENOSPC), or the reader of both stderr and stdout gone (EPIPE: a log collector that
     exited); the run's summary, on stdout, says so when stdout still works, and costs nothing when it does not."""
     port = free_port()
-    config = write_host_yaml(tmp_path, worker={"drainTimeout": f"{DRAIN}s", "httpPort": port,
-                                               "httpHost": "127.0.0.1"})
+    config = write_host_yaml(tmp_path, worker={"drainTimeout": f"{DRAIN}s", "httpPort": port, "httpHost": "127.0.0.1"})
     _put(tmp_path, *[f"message {n}" for n in range(4)])
     env = WorkerProcess(config, _env(tmp_path), app=APP).merged_env()
     summary = tmp_path / "summary.txt"
     with summary.open("wb") as stdout, open("/dev/full", "wb") as full:
         pipe = sink == "a reader gone"
-        proc = subprocess.Popen([sys.executable, "-m", "worker", "run", "--app", APP, "--config", str(config)],
-                                cwd=REPO, env=env, stdout=subprocess.PIPE if pipe else stdout,
-                                stderr=subprocess.PIPE if pipe else full)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker", "run", "--app", APP, "--config", str(config)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE if pipe else stdout,
+            stderr=subprocess.PIPE if pipe else full,
+        )
     for end in (proc.stdout, proc.stderr):  # the reader's ends close before the worker writes its first line
         if end is not None:
             end.close()

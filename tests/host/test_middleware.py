@@ -93,14 +93,23 @@ async def test_a_middleware_added_by_the_app_sees_every_hook(tmp_path: Path) -> 
     await queue.close()
 
     assert counter.functions == ["hooked"]
-    assert seen == {"ok": "from middleware", "fail": "from middleware", "poison": "from middleware",
-                    "slow": "from middleware"}
+    assert seen == {
+        "ok": "from middleware",
+        "fail": "from middleware",
+        "poison": "from middleware",
+        "slow": "from middleware",
+    }
     # ok deleted; fail retried, then poisoned; poison poisoned at once; slow past functionTimeout twice, the same.
-    assert sorted(counter.done) == sorted([
-        (encode("ok", "base64"), "deleted"), (encode("fail", "base64"), "retried"), (encode("fail", "base64"), "poisoned"),
-        (encode("poison", "base64"), "poisoned"), (encode("slow", "base64"), "retried"),
-        (encode("slow", "base64"), "poisoned"),
-    ])
+    assert sorted(counter.done) == sorted(
+        [
+            (encode("ok", "base64"), "deleted"),
+            (encode("fail", "base64"), "retried"),
+            (encode("fail", "base64"), "poisoned"),
+            (encode("poison", "base64"), "poisoned"),
+            (encode("slow", "base64"), "retried"),
+            (encode("slow", "base64"), "poisoned"),
+        ]
+    )
     calls = counter.calls
     assert calls["host_started"] == calls["host_stopped"] == 1
     assert calls["before_invocation"] == calls["after_invocation"] == len(counter.done)
@@ -124,8 +133,9 @@ async def test_middleware_named_in_host_yaml_is_loaded_and_can_fail_an_attempt(t
     def never(msg: QueueMessage) -> None:
         ran.append("ran")
 
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.1, max_dequeue_count=1,
-                        middleware=("tests.host.test_middleware:Refusing",))
+    config = HostConfig(
+        base_dir=tmp_path, max_polling_interval=0.1, max_dequeue_count=1, middleware=("tests.host.test_middleware:Refusing",)
+    )
     queue = open_backend(None, tmp_path)
     await queue.create_queue("refused")
     await queue.put("refused", encode("x", "base64"))
@@ -143,8 +153,11 @@ def test_middleware_that_cannot_be_loaded_and_unknown_function_sections_are_refu
 
     from worker.settings.config import FunctionOverrides
 
-    config = HostConfig(base_dir=tmp_path, middleware=("tests.host.test_middleware:Missing", "no_colon"),
-                        functions={"typo": FunctionOverrides({"max_concurrency": 1}, "host.yaml:7")})
+    config = HostConfig(
+        base_dir=tmp_path,
+        middleware=("tests.host.test_middleware:Missing", "no_colon"),
+        functions={"typo": FunctionOverrides({"max_concurrency": 1}, "host.yaml:7")},
+    )
     with pytest.raises(StartupRefused) as refused:
         preflight.check(app, config)  # `worker run` runs these checks once, before it builds the host
     problems = refused.value.problems

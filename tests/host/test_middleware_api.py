@@ -49,8 +49,7 @@ class Meddler(Middleware):
         self.kept: list[Any] = []
 
     def before_invocation(self, invocation: Invocation) -> None:
-        for attribute, value in (("started", True), ("options", None), ("kwargs", {}), ("id", "mine"),
-                                 ("made_up", 1)):
+        for attribute, value in (("started", True), ("options", None), ("kwargs", {}), ("id", "mine"), ("made_up", 1)):
             try:
                 setattr(invocation, attribute, value)
             except AttributeError:
@@ -87,8 +86,16 @@ async def test_the_invocation_a_hook_receives_cannot_be_assigned_to_and_its_scra
 
 def test_every_type_a_hook_receives_is_exported_from_worker() -> None:
     received: set[Any] = set()
-    for name in ("host_started", "receive_limit", "after_receive", "before_invocation", "after_invocation",
-                 "on_interrupt", "retry_delay", "after_completion"):
+    for name in (
+        "host_started",
+        "receive_limit",
+        "after_receive",
+        "before_invocation",
+        "after_invocation",
+        "on_interrupt",
+        "retry_delay",
+        "after_completion",
+    ):
         received |= set(typing.get_type_hints(getattr(Middleware, name)).values())
     # And what they hold: an invocation's deliveries, a finished message's parts.
     reached = {Invocation, Delivery, Finished}
@@ -102,8 +109,16 @@ def test_every_type_a_hook_receives_is_exported_from_worker() -> None:
                 types.add(found)
     assert {Invocation, Delivery, Finished, FunctionSpec, FunctionOptions, Result, Done, QueueMessage} <= types
     assert sorted(t.__name__ for t in types if getattr(worker, t.__name__, None) is not t) == []
-    assert [f.name for f in fields(Finished)] == ["function", "invocation_id", "backend", "queue", "raw", "lease",
-                                                  "options", "log"]
+    assert [f.name for f in fields(Finished)] == [
+        "function",
+        "invocation_id",
+        "backend",
+        "queue",
+        "raw",
+        "lease",
+        "options",
+        "log",
+    ]
 
 
 class OldStyle(Middleware):
@@ -152,7 +167,11 @@ async def test_a_middleware_written_against_the_older_names_still_runs_and_is_to
     await queue.close()
     assert old.seen == {"max_dequeue_count": 4, "job_tags": [], "binding_data": {}, "visibility_timeout": 7}
     assert [w.split(" is deprecated")[0] for w in old.warned] == [
-        "Invocation.config", "Invocation.job_tags", "Invocation.binding_data", "Finished.config"]
+        "Invocation.config",
+        "Invocation.job_tags",
+        "Invocation.binding_data",
+        "Finished.config",
+    ]
 
 
 async def _true(value: bool) -> bool | None:
@@ -187,7 +206,8 @@ def test_an_option_nothing_reads_is_refused_at_start_by_name_with_every_other_pr
     found = preflight.problems(app, config, environ={})
     assert [line for line in found if "option" in line] == [
         "function misspelt: option 'sparkk' is not one the host or its middleware reads (they read: "
-        "batching_window, channel, checkpoints, spark, tenant)"]
+        "batching_window, channel, checkpoints, spark, tenant)"
+    ]
     assert any("Missing" in line for line in found)  # listed together
     with pytest.raises(StartupRefused) as refused:
         Host(app, config)
@@ -215,7 +235,8 @@ async def test_a_middleware_reads_its_own_function_options_and_old_keywords_stil
 
 
 async def test_the_worked_example_of_docs_middleware_md_runs_as_written(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     page = (Path(__file__).resolve().parents[2] / "docs" / "middleware.md").read_text()
     [example, *_] = re.findall(r"```python\n(.*?)```", page, re.DOTALL)

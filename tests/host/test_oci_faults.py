@@ -44,8 +44,13 @@ async def test_a_delete_retried_after_another_consumer_took_the_message_is_a_los
     # Asked to wait past a call's budget, each renewal gives up at its first answer, and holds the lease's lock briefly.
     faults.fault("update_message", 503, "ServiceUnavailable", times=1000, retry_after=600)
     # One message in flight at most: the host does not take the message again itself once its lease has lapsed.
-    config = HostConfig(base_dir=tmp_path, drain_timeout=1, lease_duration=1, max_in_flight=1,
-                        connections={"AzureWebJobsStorage": connection})
+    config = HostConfig(
+        base_dir=tmp_path,
+        drain_timeout=1,
+        lease_duration=1,
+        max_in_flight=1,
+        connections={"AzureWebJobsStorage": connection},
+    )
     async with running(app, config) as host:
         await apoll(lambda: _true(host.metrics.get("received") == 1), 10, what="the host to take the message")
         [theirs] = await apoll(lambda: queue.receive(QUEUE, 1, 30, wait=2), 10, what="the message to come back")
@@ -71,8 +76,9 @@ async def test_a_renewal_refused_in_a_way_the_backend_cannot_read_loses_the_leas
 
     await queue.put(QUEUE, encode("renewals refused", "base64"))
     faults.fault("update_message", 409, "Conflict", times=1000)
-    config = HostConfig(base_dir=tmp_path, drain_timeout=1, lease_duration=1,
-                        connections={"AzureWebJobsStorage": connection})
+    config = HostConfig(
+        base_dir=tmp_path, drain_timeout=1, lease_duration=1, connections={"AzureWebJobsStorage": connection}
+    )
     async with running(app, config) as host:
         await apoll(lambda: _true(host.metrics.get("leases_lost") == 1), 5, what="the lease to be given up")
 
@@ -91,8 +97,9 @@ async def test_poison_service_holds_a_delivery_past_max_dequeue_count_back_befor
         raise RuntimeError("always fails")
 
     await queue.put(QUEUE, encode("poison", "base64"))
-    config = HostConfig(base_dir=tmp_path, drain_timeout=1, max_dequeue_count=1,
-                        connections={"AzureWebJobsStorage": connection})
+    config = HostConfig(
+        base_dir=tmp_path, drain_timeout=1, max_dequeue_count=1, connections={"AzureWebJobsStorage": connection}
+    )
     with captured_logs(monkeypatch, dispatcher) as logs:
         async with running(app, config):
             await apoll(lambda: queue.dead_letter_count(QUEUE), 10, what="the message in the dead-letter queue")  # type: ignore[attr-defined]

@@ -70,15 +70,28 @@ def start_worker(oci_server: OciTestServer, tmp_path: Path, queue_name: str) -> 
     """Start ``worker run`` signed in as a resource principal; it is killed at the end if still running."""
     started: list[WorkerProcess] = []
 
-    def start(rp_env: dict[str, str], *, port: int | None = None, auth: str = "resource_principal",
-              wrapper: tuple[str, ...] = (), admin_endpoint: bool = True) -> WorkerProcess:
+    def start(
+        rp_env: dict[str, str],
+        *,
+        port: int | None = None,
+        auth: str = "resource_principal",
+        wrapper: tuple[str, ...] = (),
+        admin_endpoint: bool = True,
+    ) -> WorkerProcess:
         """``admin_endpoint=False``: the connection leaves the admin endpoint to the SDK (from the region)."""
         host = oci_server.endpoint.partition("://")[2]
         admin = f"&adminEndpoint={oci_server.endpoint}" if admin_endpoint else ""
-        connection = (f"oci+http://{host}?compartment={oci_server.compartment_id}&auth={auth}"
-                      f"{admin}&longPoll=2")  # an idle worker waits out its poll at stop
-        env = {"AzureWebJobsStorage": connection, "RECORD_DB": str(tmp_path / "attempts.sqlite3"),
-               "TRIGGER_QUEUE": queue_name, "HANDLER_MODE": "ok", **rp_env}
+        connection = (
+            f"oci+http://{host}?compartment={oci_server.compartment_id}&auth={auth}"
+            f"{admin}&longPoll=2"
+        )  # an idle worker waits out its poll at stop
+        env = {
+            "AzureWebJobsStorage": connection,
+            "RECORD_DB": str(tmp_path / "attempts.sqlite3"),
+            "TRIGGER_QUEUE": queue_name,
+            "HANDLER_MODE": "ok",
+            **rp_env,
+        }
         config = write_host_yaml(tmp_path, worker={"drainTimeout": "2s", **({"httpPort": port} if port else {})})
         worker = WorkerProcess(config, env, wrapper=wrapper).start()
         started.append(worker)
@@ -93,8 +106,9 @@ def handled(tmp_path: Path) -> list[tuple[str, str]]:
     return [(r["message_id"], r["body"]) for r in attempts(tmp_path / "attempts.sqlite3") if r["event"] == "done"]
 
 
-async def handles_one_message(worker: WorkerProcess, queue: QueueBackend, queue_name: str, tmp_path: Path,
-                              text: str) -> None:
+async def handles_one_message(
+    worker: WorkerProcess, queue: QueueBackend, queue_name: str, tmp_path: Path, text: str
+) -> None:
     """The signed-in worker takes a message, its handler sees it, it is deleted, and the worker stops cleanly."""
     worker.wait_for_log("host started", timeout=20)
     message = await queue.put(queue_name, encode(text, "base64"))
@@ -172,8 +186,10 @@ async def _count_is(backend: QueueBackend, queue: str, count: int) -> bool:
 def _refused_at_a_cell(server: OciTestServer, text: str) -> bool:
     """Whether ``text`` says a sign-in was refused by one of the server's endpoints: the queue's own messages
     endpoint (another cell's, for half the queues) or the control plane's."""
-    return any(f"sign-in was refused by {endpoint} (resource principal): HTTP 401 NotAuthenticated" in text
-               for endpoint in {server.endpoint, *server.messages_endpoints})
+    return any(
+        f"sign-in was refused by {endpoint} (resource principal): HTTP 401 NotAuthenticated" in text
+        for endpoint in {server.endpoint, *server.messages_endpoints}
+    )
 
 
 def _refused_at_start(worker: WorkerProcess, oci_server: OciTestServer, who: str) -> None:
@@ -182,8 +198,10 @@ def _refused_at_start(worker: WorkerProcess, oci_server: OciTestServer, who: str
     log = worker.log_path.read_text()
     assert "Traceback" not in log, log
     [line] = [line for line in log.splitlines() if line.startswith("worker run: error:")]
-    assert any(f"sign-in was refused by {endpoint} ({who}): HTTP 401 NotAuthenticated" in line
-               for endpoint in {oci_server.endpoint, *oci_server.messages_endpoints}), line
+    assert any(
+        f"sign-in was refused by {endpoint} ({who}): HTTP 401 NotAuthenticated" in line
+        for endpoint in {oci_server.endpoint, *oci_server.messages_endpoints}
+    ), line
     assert "not issued by this server's token issuer" in line
     assert "ST$" not in log and "eyJ" not in log  # tokens are credentials: never logged
 
@@ -207,8 +225,10 @@ def _identity_stub(make: Callable[[], T], cannot: str) -> T:
 
 @pytest.fixture
 def proxymux(oci_server: OciTestServer, tmp_path: Path) -> Iterator[Proxymux]:
-    stub = _identity_stub(lambda: Proxymux(oci_server, tmp_path / "cluster-ca"),
-                          f"cannot listen on the proxymux port {Proxymux.PORT} of a loopback address")
+    stub = _identity_stub(
+        lambda: Proxymux(oci_server, tmp_path / "cluster-ca"),
+        f"cannot listen on the proxymux port {Proxymux.PORT} of a loopback address",
+    )
     yield stub
     stub.close()
 
@@ -221,8 +241,7 @@ def pod(proxymux: Proxymux, folder: Path) -> tuple[dict[str, str], tuple[str, ..
 
 
 async def test_a_worker_in_an_oke_pod_signs_in_with_its_workload_identity_and_handles_a_message(
-    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, queue_name: str, proxymux: Proxymux,
-    tmp_path: Path
+    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, queue_name: str, proxymux: Proxymux, tmp_path: Path
 ) -> None:
     env, wrapper = pod(proxymux, tmp_path / "pod-run")
     worker = start_worker(env, auth="oke_workload_identity", wrapper=wrapper)
@@ -239,8 +258,7 @@ async def test_an_oke_workload_token_from_another_issuer_ends_the_worker_with_on
 ) -> None:
     proxymux.valid = False
     env, wrapper = pod(proxymux, tmp_path / "pod-run")
-    _refused_at_start(start_worker(env, auth="oke_workload_identity", wrapper=wrapper), oci_server,
-                      "oke workload identity")
+    _refused_at_start(start_worker(env, auth="oke_workload_identity", wrapper=wrapper), oci_server, "oke workload identity")
 
 
 async def test_an_oke_pod_without_a_region_ends_the_worker_naming_the_variable_to_set(
@@ -276,8 +294,10 @@ async def test_a_service_account_token_the_proxymux_does_not_know_ends_the_worke
 
 @pytest.fixture
 def instance(oci_server: OciTestServer, tmp_path: Path) -> Iterator[InstanceIdentity]:
-    stub = _identity_stub(lambda: InstanceIdentity(oci_server, tmp_path / "auth-tls"),
-                          "cannot listen on port 443 of a loopback address for the auth service")
+    stub = _identity_stub(
+        lambda: InstanceIdentity(oci_server, tmp_path / "auth-tls"),
+        "cannot listen on port 443 of a loopback address for the auth service",
+    )
     yield stub
     stub.close()
 
@@ -293,15 +313,23 @@ def compute_instance(instance: InstanceIdentity, folder: Path) -> tuple[dict[str
 
 
 async def test_a_worker_on_a_compute_instance_signs_in_as_an_instance_principal_and_handles_a_message(
-    oci_server: OciTestServer, start_worker: Any, queue: QueueBackend, queue_name: str, instance: InstanceIdentity,
-    tmp_path: Path
+    oci_server: OciTestServer,
+    start_worker: Any,
+    queue: QueueBackend,
+    queue_name: str,
+    instance: InstanceIdentity,
+    tmp_path: Path,
 ) -> None:
     env, wrapper = compute_instance(instance, tmp_path / "instance")
     worker = start_worker(env, auth="instance_principal", wrapper=wrapper)
     await handles_one_message(worker, queue, queue_name, tmp_path, "signed as an instance")
     asked = {request.target for request in instance.metadata.requests}
-    assert asked == {"/opc/v2/instance/region", "/opc/v2/identity/cert.pem", "/opc/v2/identity/key.pem",
-                     "/opc/v2/identity/intermediate.pem"}, asked
+    assert asked == {
+        "/opc/v2/instance/region",
+        "/opc/v2/identity/cert.pem",
+        "/opc/v2/identity/key.pem",
+        "/opc/v2/identity/intermediate.pem",
+    }, asked
     assert {(r.method, r.target) for r in instance.federation.requests} == {("POST", "/v1/x509")}
     assert "Traceback" not in worker.log_path.read_text()
 

@@ -31,7 +31,9 @@ async def test_host_rides_out_a_storage_outage_and_resumes(tmp_path: Path) -> No
         handled.append(msg.get_body())
 
     config = HostConfig(
-        base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1,
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        drain_timeout=1,
         connections={"AzureWebJobsStorage": emulator.connection_string},
     )
     host = Host(app, config)

@@ -63,15 +63,23 @@ def connection(backend_kind: str, request: pytest.FixtureRequest) -> str | None:
 def config(tmp_path: Path, connection: str | None, backend_kind: str) -> HostConfig:
     """A host built in code, which does not check ``batchSize`` against the backend as ``worker run`` does: on SQS
     it is SQS's 10, or every receive of 16 would fail before it reached the service."""
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=60, drain_timeout=1,
-                        connections={"AzureWebJobsStorage": connection} if connection else {})
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_polling_interval=60,
+        drain_timeout=1,
+        connections={"AzureWebJobsStorage": connection} if connection else {},
+    )
     return replace(config, batch_size=SQS_LIMITS.max_batch) if backend_kind == "sqs" else config
 
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize("backend_kind", ["sqlite", "oci", "sqs"])
 async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_process_at_once(
-    config: HostConfig, queue: QueueBackend, receive_times: list[float], tmp_path: Path, connection: str | None,
+    config: HostConfig,
+    queue: QueueBackend,
+    receive_times: list[float],
+    tmp_path: Path,
+    connection: str | None,
     backend_kind: str,
 ) -> None:
     """After one empty receive, one receive waits the whole long poll (no polling meanwhile); another process's put
@@ -97,8 +105,13 @@ async def test_an_idle_worker_long_polls_and_takes_a_message_sent_by_another_pro
         config_file = tmp_path / "host.yaml"
         config_file.write_text("version: '1.0'\n", encoding="utf-8")
         sent = await asyncio.to_thread(
-            subprocess.run, [sys.executable, "-m", "worker", "send", QUEUE, "from another process",
-                             "--config", str(config_file)], env=env, cwd=REPO, capture_output=True, text=True)
+            subprocess.run,
+            [sys.executable, "-m", "worker", "send", QUEUE, "from another process", "--config", str(config_file)],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         sent_at = time.monotonic()
         assert sent.returncode == 0, sent.stderr
         await apoll(lambda: _true(bool(handled)), 10, what="the message to be handled")
@@ -156,8 +169,11 @@ async def test_a_second_sigterm_ends_an_oci_worker_waiting_for_its_long_poll_at_
     once, leaving that poll to the service (a message it takes waits out its lease, as after kill -9)."""
     backend = open_backend(oci_connection(oci_server), tmp_path)
     await backend.create_queue(QUEUE_SECOND_SIGNAL)
-    env = {"RECORD_DB": str(tmp_path / "attempts.sqlite3"), "TRIGGER_QUEUE": QUEUE_SECOND_SIGNAL,
-           "AzureWebJobsStorage": oci_connection(oci_server, long_poll=DEFAULT_LONG_POLL)}
+    env = {
+        "RECORD_DB": str(tmp_path / "attempts.sqlite3"),
+        "TRIGGER_QUEUE": QUEUE_SECOND_SIGNAL,
+        "AzureWebJobsStorage": oci_connection(oci_server, long_poll=DEFAULT_LONG_POLL),
+    }
     oci_server.set_delivery_limit(QUEUE_SECOND_SIGNAL, DELIVERY_LIMIT)
     worker = WorkerProcess(write_host_yaml(tmp_path), env).start()
     try:
@@ -276,8 +292,8 @@ async def test_stops_and_room_changes_while_messages_arrive_lose_none_and_dead_l
         host.request_stop()
         await put_batch(cycle)  # meets the polls the stop cancels
         await asyncio.wait_for(task, 60)
-    last = sent[-2 * PER_CYCLE:]
-    assert handled == Counter(sent[:-2 * PER_CYCLE])  # each once
+    last = sent[-2 * PER_CYCLE :]
+    assert handled == Counter(sent[: -2 * PER_CYCLE])  # each once
     left: list[str] = []
 
     async def take_left() -> bool:

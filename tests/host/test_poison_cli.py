@@ -32,14 +32,13 @@ async def test_poison_requeue_round_trip(tmp_path: Path, connection: str | None,
     properties = carried if queue.capabilities.message_properties else None
     await queue.create_queue(f"{QUEUE}-poison")
     for body in bodies:
-        await queue.put(f"{QUEUE}-poison", encode(body, "base64"), time_to_live=-1,
-                        properties=properties if body == "first" else None)
+        await queue.put(
+            f"{QUEUE}-poison", encode(body, "base64"), time_to_live=-1, properties=properties if body == "first" else None
+        )
 
     listed = as_json(await worker(tmp_path, connection, "poison", "list", QUEUE, "--json"))
     assert sorted(m["body"] for m in listed) == sorted(bodies)
-    assert as_json(await worker(tmp_path, connection, "stats", "--json")) == [
-        {"queue": QUEUE, "messages": 0, "poison": 3}
-    ]
+    assert as_json(await worker(tmp_path, connection, "stats", "--json")) == [{"queue": QUEUE, "messages": 0, "poison": 3}]
 
     moved = as_json(await worker(tmp_path, connection, "poison", "requeue", QUEUE, "--max", "2", "--json"))
     assert (moved["messages"], moved["before"]) == (2, 3)
@@ -50,14 +49,12 @@ async def test_poison_requeue_round_trip(tmp_path: Path, connection: str | None,
     assert sorted(m.content for m in back) == sorted(encode(b, "base64") for b in bodies)
     assert all(m.dequeue_count == 0 for m in back), "requeued messages start over"
     assert {m.content: dict(m.properties) for m in back} == {
-        encode(b, "base64"): (properties or {}) if b == "first" else {} for b in bodies}
-    assert as_json(await worker(tmp_path, connection, "stats", "--json")) == [
-        {"queue": QUEUE, "messages": 3, "poison": 0}
-    ]
+        encode(b, "base64"): (properties or {}) if b == "first" else {} for b in bodies
+    }
+    assert as_json(await worker(tmp_path, connection, "stats", "--json")) == [{"queue": QUEUE, "messages": 3, "poison": 0}]
 
 
-async def test_poison_purge_and_an_empty_poison_queue(tmp_path: Path, connection: str | None,
-                                                      queue: QueueBackend) -> None:
+async def test_poison_purge_and_an_empty_poison_queue(tmp_path: Path, connection: str | None, queue: QueueBackend) -> None:
     assert as_json(await worker(tmp_path, connection, "poison", "list", QUEUE, "--json")) == []
     await queue.create_queue(f"{QUEUE}-poison")
     await queue.put(f"{QUEUE}-poison", encode("doomed", "base64"))

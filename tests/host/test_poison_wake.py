@@ -24,8 +24,14 @@ from worker.settings.config import HostConfig
 def _receives(host: Host, function: str) -> float:
     """How many receives ``function``'s listener has made (the receive-duration histogram's count)."""
     family = host.metrics.receive_seconds.family()
-    return next((sample.value for sample in family.samples
-                 if sample.name.endswith("_count") and sample.labels.get("function") == function), 0)
+    return next(
+        (
+            sample.value
+            for sample in family.samples
+            if sample.name.endswith("_count") and sample.labels.get("function") == function
+        ),
+        0,
+    )
 
 
 async def _true(value: bool) -> bool:
@@ -34,8 +40,13 @@ async def _true(value: bool) -> bool:
 
 async def test_a_move_to_the_poison_queue_runs_the_poison_function_at_once(azurite: Azurite, tmp_path: Path) -> None:
     queue = f"wake-{uuid.uuid4().hex[:8]}"
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=60, max_dequeue_count=1, drain_timeout=1,
-                        connections={"AzureWebJobsStorage": azurite.connection_string})
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_polling_interval=60,
+        max_dequeue_count=1,
+        drain_timeout=1,
+        connections={"AzureWebJobsStorage": azurite.connection_string},
+    )
     host_ref: list[Host] = []
     moved_at: list[float] = []
     poison_ran_at: list[float] = []

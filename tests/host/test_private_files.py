@@ -67,8 +67,15 @@ async def test_the_queue_file_its_wal_and_shm_and_the_blob_folders_are_owner_onl
             worker = tmp_path / ".worker"
             blobs = worker / "blobs"
             # While the host and this backend hold the file open, SQLite keeps its -wal and -shm beside it.
-            found = modes(tmp_path, worker, *queue_files(worker / "queues.sqlite3"), blobs, blobs / "reports",
-                          blobs / "reports" / "daily", blobs / "reports" / "daily" / "order-1.txt")
+            found = modes(
+                tmp_path,
+                worker,
+                *queue_files(worker / "queues.sqlite3"),
+                blobs,
+                blobs / "reports",
+                blobs / "reports" / "daily",
+                blobs / "reports" / "daily" / "order-1.txt",
+            )
     finally:
         await queues.close()
 
@@ -94,7 +101,9 @@ async def test_every_folder_made_for_a_named_queue_file_is_owner_only(tmp_path: 
 
     state = tmp_path / "state"
     assert modes(tmp_path, state, state / "queues", state / "queues" / "orders.db") == {
-        "state": "700", "state/queues": "700", "state/queues/orders.db": "600",
+        "state": "700",
+        "state/queues": "700",
+        "state/queues/orders.db": "600",
     }
 
 
@@ -103,8 +112,15 @@ async def test_every_folder_made_for_a_named_queue_file_is_owner_only(tmp_path: 
 def test_worker_send_and_worker_run_make_owner_only_files(tmp_path: Path, record_db: Path) -> None:
     config = write_host_yaml(tmp_path)
     env = worker_environment(RECORD_DB=str(record_db))
-    sent = subprocess.run([sys.executable, "-m", "worker", "send", "work", "hello"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    sent = subprocess.run(
+        [sys.executable, "-m", "worker", "send", "work", "hello"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert sent.returncode == 0, sent.stderr
     worker = tmp_path / ".worker"
     assert modes(tmp_path, *worker.iterdir(), worker) == {".worker": "700", ".worker/queues.sqlite3": "600"}
@@ -117,8 +133,11 @@ def test_worker_send_and_worker_run_make_owner_only_files(tmp_path: Path, record
         assert running_worker.stop() == 0
     finally:
         running_worker.kill()
-    assert found == {".worker/queues.sqlite3": "600", ".worker/queues.sqlite3-wal": "600",
-                     ".worker/queues.sqlite3-shm": "600"}
+    assert found == {
+        ".worker/queues.sqlite3": "600",
+        ".worker/queues.sqlite3-wal": "600",
+        ".worker/queues.sqlite3-shm": "600",
+    }
 
 
 def test_files_and_folders_others_can_read_are_reported_at_start_and_still_run(tmp_path: Path) -> None:
@@ -132,29 +151,41 @@ def test_files_and_folders_others_can_read_are_reported_at_start_and_still_run(t
     queue_file.chmod(0o664)
     (worker / "blobs").chmod(0o702)
 
-    ran = run_cli(tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst",
-                  env={"RECORD_DB": str(record_db)})
+    ran = run_cli(
+        tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst", env={"RECORD_DB": str(record_db)}
+    )
 
     assert ran.returncode == 0, ran.stderr
     assert [row["event"] for row in attempts(record_db)] == ["start", "done"]  # reported, not refused
     lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
-    reported = [{key: line[key] for key in ("path", "mode", "access", "fix")}
-                for line in lines if line["event"] == "embedded queue or blob storage open to other users"]
+    reported = [
+        {key: line[key] for key in ("path", "mode", "access", "fix")}
+        for line in lines
+        if line["event"] == "embedded queue or blob storage open to other users"
+    ]
     assert all(line["level"] == "warning" for line in lines if line["event"].endswith("open to other users"))
     assert reported == [
-        {"path": str(worker), "mode": "0755", "access": "group can read, others can read",
-         "fix": f"chmod 700 {worker}"},
-        {"path": str(queue_file), "mode": "0664", "access": "group can read and write, others can read",
-         "fix": f"chmod 600 {queue_file}"},
-        {"path": str(worker / "blobs"), "mode": "0702", "access": "others can write",
-         "fix": f"chmod 700 {worker / 'blobs'}"},
+        {"path": str(worker), "mode": "0755", "access": "group can read, others can read", "fix": f"chmod 700 {worker}"},
+        {
+            "path": str(queue_file),
+            "mode": "0664",
+            "access": "group can read and write, others can read",
+            "fix": f"chmod 600 {queue_file}",
+        },
+        {
+            "path": str(worker / "blobs"),
+            "mode": "0702",
+            "access": "others can write",
+            "fix": f"chmod 700 {worker / 'blobs'}",
+        },
     ]
 
     for path in (worker, worker / "blobs"):
         path.chmod(0o700)
     queue_file.chmod(0o600)
-    again = run_cli(tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst",
-                    env={"RECORD_DB": str(record_db)})
+    again = run_cli(
+        tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst", env={"RECORD_DB": str(record_db)}
+    )
     assert again.returncode == 0, again.stderr
     assert "open to other users" not in again.stderr
 
@@ -165,8 +196,9 @@ def test_a_queue_file_that_cannot_be_created_is_refused_naming_it(tmp_path: Path
 
     assert ran.returncode == 2, ran.stderr
     # The notice of a new file comes first; then why it could not be made.
-    assert ran.stderr.strip().splitlines()[-1] == ("worker send: error: embedded queue file /proc/queues.sqlite3 "
-                                                   "cannot be created: No such file or directory")
+    assert ran.stderr.strip().splitlines()[-1] == (
+        "worker send: error: embedded queue file /proc/queues.sqlite3 cannot be created: No such file or directory"
+    )
 
 
 @pytest.mark.usefixtures("no_umask")
@@ -189,24 +221,33 @@ def test_settings_and_token_files_others_can_read_are_reported_at_start_and_stil
     (tmp_path / "token.txt").chmod(0o640)
     record_db = tmp_path / "attempts.sqlite3"
 
-    ran = run_cli(tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst",
-                  env={"RECORD_DB": str(record_db)})
+    ran = run_cli(
+        tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst", env={"RECORD_DB": str(record_db)}
+    )
 
     assert ran.returncode == 0, ran.stderr
     lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
-    reported = [{key: line[key] for key in ("level", "path", "mode", "access", "fix")}
-                for line in lines if line["event"] == "settings or token file open to other users"]
+    reported = [
+        {key: line[key] for key in ("level", "path", "mode", "access", "fix")}
+        for line in lines
+        if line["event"] == "settings or token file open to other users"
+    ]
     settings, token = tmp_path / "local.settings.json", tmp_path / "token.txt"
     assert reported == [
-        {"level": "warning", "path": str(settings), "mode": "0644", "access": "group can read, others can read",
-         "fix": f"chmod 600 {settings}"},
-        {"level": "warning", "path": str(token), "mode": "0640", "access": "group can read",
-         "fix": f"chmod 600 {token}"},
+        {
+            "level": "warning",
+            "path": str(settings),
+            "mode": "0644",
+            "access": "group can read, others can read",
+            "fix": f"chmod 600 {settings}",
+        },
+        {"level": "warning", "path": str(token), "mode": "0640", "access": "group can read", "fix": f"chmod 600 {token}"},
     ]
 
     settings.chmod(0o600)
     token.chmod(0o600)
-    again = run_cli(tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst",
-                    env={"RECORD_DB": str(record_db)})
+    again = run_cli(
+        tmp_path, "run", "--app", "tests.apps.recording:app", "--no-supervisor", "--burst", env={"RECORD_DB": str(record_db)}
+    )
     assert again.returncode == 0, again.stderr
     assert "open to other users" not in again.stderr

@@ -44,8 +44,9 @@ def start_worker(tmp_path: Path, record_db: Path, connection: str | None) -> Ite
     """Start workers on one host.yaml and the backend under test; every one still running at the end is killed."""
     started: list[WorkerProcess] = []
 
-    def start(name: str = "worker", mode: str = "ok", hold: float = 60, more_connection: str = "",
-              **settings: Any) -> WorkerProcess:
+    def start(
+        name: str = "worker", mode: str = "ok", hold: float = 60, more_connection: str = "", **settings: Any
+    ) -> WorkerProcess:
         """``more_connection`` is appended to the connection string (``&poison=host`` on OCI)."""
         config = write_host_yaml(tmp_path, settings.get("queues"), settings.get("worker"))
         env = {"RECORD_DB": str(record_db), "HANDLER_MODE": mode, "HOLD_SECONDS": str(hold), "TRIGGER_QUEUE": QUEUE}
@@ -155,9 +156,15 @@ async def test_failing_message_reaches_the_services_dead_letter_queue_after_its_
     # The poison commands work on the dead-letter queue: list counts, requeue is refused (the API cannot read it),
     # purge empties it.
     def poison(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "worker", "poison", *args, QUEUE, "--json"],
-                              env=worker.merged_env(), cwd=worker.config.parent, capture_output=True, text=True,
-                              timeout=60, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "worker", "poison", *args, QUEUE, "--json"],
+            env=worker.merged_env(),
+            cwd=worker.config.parent,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     listed = poison("list")
     assert listed.returncode == 0 and json.loads(listed.stdout)["messages"] == 1, listed.stderr
@@ -266,8 +273,9 @@ async def test_an_idle_oci_worker_with_the_default_long_poll_stops_within_docker
     handled, when the listener's next long poll has just begun with its whole wait ahead."""
     default = re.sub(r"&longPoll=\d+", "", connection)
     config = write_host_yaml(tmp_path)
-    worker = WorkerProcess(config, {"AzureWebJobsStorage": default, "RECORD_DB": str(record_db),
-                                    "TRIGGER_QUEUE": QUEUE, "HANDLER_MODE": "ok"}).start()
+    worker = WorkerProcess(
+        config, {"AzureWebJobsStorage": default, "RECORD_DB": str(record_db), "TRIGGER_QUEUE": QUEUE, "HANDLER_MODE": "ok"}
+    ).start()
     try:
         worker.wait_for_log("host started")
         await send(queue, "wakes the poll")

@@ -32,8 +32,9 @@ def _mount_namespaces() -> str | None:
     """Why a private read-only mount cannot be made here, or None."""
     if shutil.which("unshare") is None:
         return "no unshare command"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True,
-                           check=False)
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True, text=True, check=False
+    )
     return None if probe.returncode == 0 else f"no mount namespace for root: {probe.stderr.strip()}"
 
 
@@ -59,8 +60,12 @@ def read_only(target: Path) -> Iterator[list[str]]:
     [
         pytest.param(QUEUE_FILE, ("send", "jobs", "second"), "embedded queue file {file} is read-only", id="file"),
         pytest.param(QUEUE_FILE.parent, ("peek", "jobs"), "embedded queue file {file} is read-only", id="folder"),
-        pytest.param(Path("."), ("send", "jobs", "second"), "folder {app} of embedded queue file {file} is read-only",
-                     id="app-folder-without-a-file"),
+        pytest.param(
+            Path("."),
+            ("send", "jobs", "second"),
+            "folder {app} of embedded queue file {file} is read-only",
+            id="app-folder-without-a-file",
+        ),
     ],
 )
 def test_a_read_only_queue_file_or_folder_is_one_line_and_exit_2(
@@ -74,8 +79,15 @@ def test_a_read_only_queue_file_or_folder_is_one_line_and_exit_2(
         assert run_cli(app, "send", "jobs", "first").returncode == 0
 
     with read_only(app / read_only_part) as prefix:
-        ran = subprocess.run([*prefix, sys.executable, "-m", "worker", *command], cwd=app, env=worker_environment(),
-                             capture_output=True, text=True, timeout=60, check=False)
+        ran = subprocess.run(
+            [*prefix, sys.executable, "-m", "worker", *command],
+            cwd=app,
+            env=worker_environment(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     assert ran.returncode == 2, ran.stderr
     assert ran.stderr == f"worker {command[0]}: error: {expected.format(file=file, app=app)}\n"

@@ -56,13 +56,16 @@ async def test_an_outages_failed_receives_are_logged_once_then_counted_when_it_e
         await put_creating(sender, "outage", encode("after the outage", "base64"))
     finally:
         await sender.close()
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1,
-                        connections={"AzureWebJobsStorage": storage})
+    config = HostConfig(
+        base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, connections={"AzureWebJobsStorage": storage}
+    )
     with captured_logs(monkeypatch, listener_module) as logs:
         async with running(app, config):
             await apoll(lambda: _true(handled == ["after the outage"]), 30, what="the message after the outage")
     # At INFO: the first failure and the end, the failures between them counted (each a DEBUG line).
     said = [line for line in logs if line["event"].startswith("receive")]
     assert [(line["event"], line["log_level"]) for line in said] == [
-        ("receive failed; backing off", "error"), ("receives work again", "info")], said
+        ("receive failed; backing off", "error"),
+        ("receives work again", "info"),
+    ], said
     assert said[-1]["failed_receives"] == FAILURES

@@ -37,12 +37,17 @@ def backend_kind(request: pytest.FixtureRequest) -> str:
 
 def _start(tmp_path: Path, record_db: Path, connection: str | None, max_dequeue_count: int) -> WorkerProcess:
     config = tmp_path / "host.yaml"
-    config.write_text(yaml.safe_dump({
-        "version": "1.0",
-        "functionTimeout": "00:00:02",
-        "extensions": {"queues": {"maxPollingInterval": "200ms", "maxDequeueCount": max_dequeue_count}},
-        "functions": {"other": {"functionTimeout": "00:01:00"}},
-    }), encoding="utf-8")
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "version": "1.0",
+                "functionTimeout": "00:00:02",
+                "extensions": {"queues": {"maxPollingInterval": "200ms", "maxDequeueCount": max_dequeue_count}},
+                "functions": {"other": {"functionTimeout": "00:01:00"}},
+            }
+        ),
+        encoding="utf-8",
+    )
     env = {"RECORD_DB": str(record_db), "OVERRUN_DIR": str(tmp_path)}
     if connection is not None:
         env["AzureWebJobsStorage"] = connection

@@ -67,23 +67,24 @@ def bad(msg: QueueMessage) -> None:
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize("upgrade", sorted(UPGRADES))
-def test_an_upgraded_sdk_selects_the_public_calls_and_loses_nothing(upgrade: str, azurite: Azurite,
-                                                                     tmp_path: Path) -> None:
+def test_an_upgraded_sdk_selects_the_public_calls_and_loses_nothing(upgrade: str, azurite: Azurite, tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(UPGRADES[upgrade])
     app = tmp_path / "app"
     app.mkdir()
     (app / "function_app.py").write_text(APP)
-    (app / "host.yaml").write_text("version: '1.0'\nextensions:\n  queues:\n    maxDequeueCount: 1\n"
-                                   "    maxPollingInterval: 200ms\n")
+    (app / "host.yaml").write_text(
+        "version: '1.0'\nextensions:\n  queues:\n    maxDequeueCount: 1\n    maxPollingInterval: 200ms\n"
+    )
     proxy = FaultProxy(azurite.port).start()
     try:
         asyncio.run(_fill(proxy.connection_string))
         env = worker_environment(AzureWebJobsStorage=proxy.connection_string)
         env["PYTHONPATH"] = f"{site}:{env['PYTHONPATH']}"
-        done = subprocess.run([sys.executable, "-m", "worker", "run", "--burst"], cwd=app, env=env,
-                              capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [sys.executable, "-m", "worker", "run", "--burst"], cwd=app, env=env, capture_output=True, text=True, timeout=180
+        )
         operations = proxy.stats().operations
     finally:
         proxy.stop()

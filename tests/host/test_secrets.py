@@ -48,7 +48,10 @@ class LoggedWorker(WorkerProcess):
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "worker", "run", "--app", APP, "--config", str(self.config), *self.args],
-                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
             )
         return self
 
@@ -91,7 +94,9 @@ def workers() -> Iterator[list[LoggedWorker]]:
 def start(workers: list[LoggedWorker], tmp_path: Path, connection: str, *args: str) -> LoggedWorker:
     config = write_host_yaml(tmp_path)
     env = {
-        "RECORD_DB": str(tmp_path / "attempts.sqlite3"), "HANDLER_MODE": "ok", "TRIGGER_QUEUE": QUEUE,
+        "RECORD_DB": str(tmp_path / "attempts.sqlite3"),
+        "HANDLER_MODE": "ok",
+        "TRIGGER_QUEUE": QUEUE,
         "AzureWebJobsStorage": connection,
     }
     process = LoggedWorker(config, env, args=args).start()
@@ -114,7 +119,8 @@ async def test_key_stays_out_of_the_log_while_processing_and_through_a_storage_o
         try:
             sent = await sender.put(QUEUE, encode("needs the key to be read", "base64"))
             done = poll(
-                lambda: [r for r in attempts(tmp_path / "attempts.sqlite3") if r["event"] == "done"], 30,
+                lambda: [r for r in attempts(tmp_path / "attempts.sqlite3") if r["event"] == "done"],
+                30,
                 what="the handler to finish",
             )
             assert [(r["message_id"], r["body"]) for r in done] == [(sent.id, "needs the key to be read")]
@@ -166,12 +172,14 @@ async def test_worker_keeps_running_while_storage_is_unreachable_at_startup(
     worker.wait_for_log(STORAGE_RETRYING, 30)
     # A receive giving up (after the whole retry budget) and the next one failing again: the host carried on. The
     # outage's first failure is an error; the later ones are DEBUG lines.
-    poll(lambda: bool(worker.events(RECEIVE_FAILED_AGAIN)) or worker.proc is None or worker.proc.poll() is not None,
-         90, what="two receives to give up")
+    poll(
+        lambda: bool(worker.events(RECEIVE_FAILED_AGAIN)) or worker.proc is None or worker.proc.poll() is not None,
+        90,
+        what="two receives to give up",
+    )
     assert len(worker.events(RECEIVE_FAILED)) == 1
     assert worker.proc is not None and worker.proc.poll() is None, f"the worker exited:\n{worker.text()}"
 
     assert worker.stop(signal.SIGTERM) == 0
     assert worker.totals()["storage_errors"] >= 2
     assert_no_key(worker.text())
-

@@ -20,11 +20,31 @@ from tests.host.processes import worker_environment
 
 
 def imported_by_a_burst_run(tmp_path: Path, *options: str, **settings: str) -> set[str]:
-    env = worker_environment(AzureWebJobsStorage=f"sqlite:///{tmp_path / 'queues.sqlite3'}",
-                             RECORD_DB=str(tmp_path / "record.sqlite3"), **settings)
-    ran = subprocess.run([sys.executable, "-X", "importtime", "-m", "worker", "run", "--burst", *options,
-                          "--app", "tests.apps.recording:app"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120, check=False)
+    env = worker_environment(
+        AzureWebJobsStorage=f"sqlite:///{tmp_path / 'queues.sqlite3'}",
+        RECORD_DB=str(tmp_path / "record.sqlite3"),
+        **settings,
+    )
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "worker",
+            "run",
+            "--burst",
+            *options,
+            "--app",
+            "tests.apps.recording:app",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert ran.returncode == 0, ran.stderr
     return {line.rpartition("|")[2].strip() for line in ran.stderr.splitlines() if line.startswith("import time:")}
 
@@ -37,8 +57,9 @@ def test_a_worker_without_a_port_does_not_load_the_web_framework_and_one_with_a_
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    assert "aiohttp" in imported_by_a_burst_run(tmp_path, "--no-supervisor", WORKER__worker__httpPort=str(port),
-                                                WORKER__worker__httpHost="127.0.0.1")
+    assert "aiohttp" in imported_by_a_burst_run(
+        tmp_path, "--no-supervisor", WORKER__worker__httpPort=str(port), WORKER__worker__httpHost="127.0.0.1"
+    )
 
 
 @pytest.mark.subprocess

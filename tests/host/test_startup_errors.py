@@ -22,14 +22,22 @@ from tests.support import closed_port, free_port, get, poll
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _worker(folder: Path, *args: str, connection: str | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _worker(
+    folder: Path, *args: str, connection: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("WORKER__", "AzureWebJobs"))}, **(env or {})}
     env["PYTHONPATH"] = str(REPO)
     if connection is not None:
         env["AzureWebJobsStorage"] = connection
-    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.subprocess
@@ -103,8 +111,13 @@ def test_a_sign_in_that_fails_at_start_keeps_the_host_up_and_it_recovers_when_th
     http_port = free_port()
     worker = WorkerProcess(
         write_host_yaml(tmp_path, worker={"httpPort": http_port}),
-        {"AzureWebJobsStorage__queueServiceUri": emulator.queue_endpoint, "IDENTITY_ENDPOINT": token_endpoint.url,
-         "IDENTITY_HEADER": IDENTITY_HEADER, "SSL_CERT_FILE": str(cert), "RECORD_DB": str(tmp_path / "record.db")},
+        {
+            "AzureWebJobsStorage__queueServiceUri": emulator.queue_endpoint,
+            "IDENTITY_ENDPOINT": token_endpoint.url,
+            "IDENTITY_HEADER": IDENTITY_HEADER,
+            "SSL_CERT_FILE": str(cert),
+            "RECORD_DB": str(tmp_path / "record.db"),
+        },
     )
     try:
         worker.start()
@@ -120,11 +133,18 @@ def test_a_sign_in_that_fails_at_start_keeps_the_host_up_and_it_recovers_when_th
 
         token_endpoint.start()
         poll(lambda: get(http_port, "/readyz")[0] == 200, 90, what="/readyz once the identity works")
-        client = QueueClient(emulator.queue_endpoint, "work", credential={"account_name": ACCOUNT, "account_key": KEY},
-                             connection_verify=str(cert))
+        client = QueueClient(
+            emulator.queue_endpoint,
+            "work",
+            credential={"account_name": ACCOUNT, "account_key": KEY},
+            connection_verify=str(cert),
+        )
         client.send_message(base64.b64encode(b"after sign-in").decode())
-        poll(lambda: [row for row in attempts(tmp_path / "record.db") if row["event"] == "done"], 60,
-             what="the message to be handled")
+        poll(
+            lambda: [row for row in attempts(tmp_path / "record.db") if row["event"] == "done"],
+            60,
+            what="the message to be handled",
+        )
         assert worker.stop() == 0
     finally:
         worker.kill()
@@ -163,25 +183,48 @@ def test_oci_settings_and_queues_that_cannot_work_are_refused_at_start_each_name
     connection = oci_connection(oci_server)
     (tmp_path / "host.yaml").write_text("version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n", encoding="utf-8")
     missing = f"missing-{tmp_path.name[-8:]}"
-    result = _worker(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app", connection=connection,
-                     env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")})
+    result = _worker(
+        tmp_path,
+        "run",
+        "--burst",
+        "--app",
+        "tests.apps.recording:app",
+        connection=connection,
+        env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")},
+    )
     assert result.returncode == 2, result.stderr
-    assert ("function recorder, trigger queueTrigger (msg): extensions.queues.batchSize is 32, more than OCI Queue "
-            "takes: at most 20 messages a receive returns") in result.stderr, result.stderr
+    assert (
+        "function recorder, trigger queueTrigger (msg): extensions.queues.batchSize is 32, more than OCI Queue "
+        "takes: at most 20 messages a receive returns"
+    ) in result.stderr, result.stderr
 
     (tmp_path / "host.yaml").write_text("version: '2.0'\n", encoding="utf-8")
-    result = _worker(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app", connection=connection,
-                     env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")})
+    result = _worker(
+        tmp_path,
+        "run",
+        "--burst",
+        "--app",
+        "tests.apps.recording:app",
+        connection=connection,
+        env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")},
+    )
     assert result.returncode == 2, result.stderr
     assert f"queue {missing!r} does not exist" in result.stderr and "does not create queues" in result.stderr
 
-    admin = oci.queue.QueueAdminClient(oci.config.from_file(str(oci_server.config_file)),
-                                       service_endpoint=oci_server.endpoint)
+    admin = oci.queue.QueueAdminClient(
+        oci.config.from_file(str(oci_server.config_file)), service_endpoint=oci_server.endpoint
+    )
     assert admin.list_queues(compartment_id=oci_server.compartment_id, display_name=missing).data.items == []
-    admin.create_queue(oci.queue.models.CreateQueueDetails(display_name=missing,
-                                                           compartment_id=oci_server.compartment_id))
-    result = _worker(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app", connection=connection,
-                     env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")})
+    admin.create_queue(oci.queue.models.CreateQueueDetails(display_name=missing, compartment_id=oci_server.compartment_id))
+    result = _worker(
+        tmp_path,
+        "run",
+        "--burst",
+        "--app",
+        "tests.apps.recording:app",
+        connection=connection,
+        env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")},
+    )
     assert result.returncode == 2, result.stderr
     assert "has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0)" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr

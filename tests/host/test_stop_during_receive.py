@@ -60,8 +60,12 @@ async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         azurite: Azurite = request.getfixturevalue("azurite")
         proxy = FaultProxy(azurite.port, FaultRates(latency=(0.0, 0.0))).start()
         try:
-            yield Service(proxy.connection_string, lambda: proxy.inject(Fault.HOLD_AFTER, "receive"),
-                          proxy.let_through, lambda: proxy.stats().held == 1)
+            yield Service(
+                proxy.connection_string,
+                lambda: proxy.inject(Fault.HOLD_AFTER, "receive"),
+                proxy.let_through,
+                lambda: proxy.stats().held == 1,
+            )
         finally:
             proxy.stop()
         return
@@ -69,8 +73,11 @@ async def service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     other = sqlite3.connect(path, isolation_level=None)
     try:
         # Another process's write under way: the receive's take waits for it, and happens once it ends.
-        yield Service(f"{SQLITE_PREFIX}{path}", lambda: other.execute("BEGIN IMMEDIATE"),
-                      lambda: other.execute("ROLLBACK") if other.in_transaction else None)
+        yield Service(
+            f"{SQLITE_PREFIX}{path}",
+            lambda: other.execute("BEGIN IMMEDIATE"),
+            lambda: other.execute("ROLLBACK") if other.in_transaction else None,
+        )
     finally:
         other.close()
 
@@ -135,8 +142,14 @@ async def test_a_receive_cancelled_at_stop_after_the_service_took_its_messages_h
         app = WorkerApp()
         app.queue_trigger(arg_name="msg", queue_name=QUEUE, connection="Store")(handler)
         config = HostConfig(
-            base_dir=tmp_path, batch_size=BATCH, new_batch_threshold=2 * BATCH, max_in_flight=4 * BATCH,
-            lease_duration=LEASE, max_polling_interval=0.2, drain_timeout=5, connections={"Store": service.connection},
+            base_dir=tmp_path,
+            batch_size=BATCH,
+            new_batch_threshold=2 * BATCH,
+            max_in_flight=4 * BATCH,
+            lease_duration=LEASE,
+            max_polling_interval=0.2,
+            drain_timeout=5,
+            connections={"Store": service.connection},
         )
         seen = wrap_receives(monkeypatch, service)
         try:
@@ -145,8 +158,11 @@ async def test_a_receive_cancelled_at_stop_after_the_service_took_its_messages_h
                 async def further_receive_under_way() -> bool:
                     return len(handled) == BATCH and seen.further_started and service.answered()
 
-                await apoll(further_receive_under_way, DEADLINE, what="the first batch handled, and a further "
-                            "receive answered by the service and held")
+                await apoll(
+                    further_receive_under_way,
+                    DEADLINE,
+                    what="the first batch handled, and a further receive answered by the service and held",
+                )
                 host.request_stop()
                 seen.stop_requested.set()
                 await asyncio.wait_for(seen.further_cancelled.wait(), DEADLINE)

@@ -51,10 +51,10 @@ class Scenario:
         """Who the host heard a stop signal from ("direct", "the supervisor"); fails once the worker has exited."""
         assert self.worker.proc is not None
         if self.worker.proc.poll() is not None:
-            raise AssertionError(f"{self.name} exited with {self.worker.proc.returncode} while draining:\n"
-                                 f"{self.worker.log_path.read_text()}")
-        return [line.get("sender", "?") for line in self.worker.lines()
-                if line.get("event") == "signal received; draining"]
+            raise AssertionError(
+                f"{self.name} exited with {self.worker.proc.returncode} while draining:\n{self.worker.log_path.read_text()}"
+            )
+        return [line.get("sender", "?") for line in self.worker.lines() if line.get("event") == "signal received; draining"]
 
     def queued(self) -> int:
         async def count() -> int:
@@ -107,8 +107,13 @@ def scenarios(tmp_path: Path) -> Iterator[dict[str, Scenario]]:
         folder.mkdir()
         config = write_host_yaml(folder, worker={"drainTimeout": "60s"})
         asyncio.run(_put(folder, f"message of {name}"))
-        env = {"RECORD_DB": str(folder / "attempts.sqlite3"), "HANDLER_MODE": "gate", "HOLD_SECONDS": "60",
-               "GATE_FILE": str(folder / "gate"), "TRIGGER_QUEUE": QUEUE}
+        env = {
+            "RECORD_DB": str(folder / "attempts.sqlite3"),
+            "HANDLER_MODE": "gate",
+            "HOLD_SECONDS": "60",
+            "GATE_FILE": str(folder / "gate"),
+            "TRIGGER_QUEUE": QUEUE,
+        }
         worker = WorkerProcess(config, env, name=name, **options).start()  # type: ignore[arg-type]
         started[name] = Scenario(name, send, worker, folder)
     try:
@@ -191,9 +196,12 @@ def test_a_stop_signal_after_the_host_stopped_does_not_end_its_process_unless_it
 ) -> None:
     first, late, signum, hold_at = LATE_COPIES[case]
     held, gate = tmp_path / "held", tmp_path / "gate"
-    worker = WorkerProcess(write_host_yaml(tmp_path), {"HELD_FILE": str(held), "GATE_FILE": str(gate),
-                                                       "HOLD_AT": hold_at},
-                           app="tests.apps.held_exit:app", own_session=True).start()
+    worker = WorkerProcess(
+        write_host_yaml(tmp_path),
+        {"HELD_FILE": str(held), "GATE_FILE": str(gate), "HOLD_AT": hold_at},
+        app="tests.apps.held_exit:app",
+        own_session=True,
+    ).start()
     try:
         worker.wait_for_log("host started")
         pids = {"supervisor": worker.pid, "host": worker.host_pid}

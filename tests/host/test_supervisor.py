@@ -128,8 +128,13 @@ async def test_a_process_ended_by_its_handler_is_an_error_naming_its_code_and_wh
     """``os._exit(3)`` in a handler is no recycle, though 3 is the recycle's exit code: the supervisor says the
     process died, with its code and the messages it held, and worker run (one process) exits with that code."""
     config = write_host_yaml(tmp_path, worker={"drainTimeout": "5s"})
-    env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "60", "TRIGGER_QUEUE": QUEUE,
-           "GATE_FILE": str(tmp_path / "gate")}
+    env = {
+        "RECORD_DB": str(record_db),
+        "HANDLER_MODE": "hold",
+        "HOLD_SECONDS": "60",
+        "TRIGGER_QUEUE": QUEUE,
+        "GATE_FILE": str(tmp_path / "gate"),
+    }
     process = WorkerProcess(config, env).start()
     try:
         [started] = process.wait_for_events("worker process started", 1, 60)
@@ -138,8 +143,11 @@ async def test_a_process_ended_by_its_handler_is_an_error_naming_its_code_and_wh
         # The process says what it holds in the file its supervisor named; once that lists both, the handler exits.
         environ = Path(f"/proc/{started['pid']}/environ").read_bytes().split(b"\0")
         in_flight = Path(next(v for k, _, v in (e.decode().partition("=") for e in environ) if k == INFLIGHT_ENV))
-        await apoll(lambda: _true(in_flight.exists() and len(json.loads(in_flight.read_text())) == 2), 10,
-                    what="the process to say it holds both messages")
+        await apoll(
+            lambda: _true(in_flight.exists() and len(json.loads(in_flight.read_text())) == 2),
+            10,
+            what="the process to say it holds both messages",
+        )
         (tmp_path / "gate").touch()
         assert process.wait(30) == 3
     finally:
@@ -177,14 +185,17 @@ async def test_the_aggregate_listens_on_http_host_asks_for_the_token_and_hands_i
 ) -> None:
     (tmp_path / "token").write_text(TOKEN + "\n", encoding="utf-8")  # as a mounted Secret ends
     port = free_port()
-    process = supervised(mode="hold", hold=60, httpPort=port, httpHost="127.0.0.2", httpTokenFile="token",
-                         drainTimeout="1s")
+    process = supervised(mode="hold", hold=60, httpPort=port, httpHost="127.0.0.2", httpTokenFile="token", drainTimeout="1s")
     await _send(queue, *[f"m{i}" for i in range(4)])
     await apoll(lambda: _true(len({row["pid"] for row in attempts(record_db)}) == 2), 30, what="both processes busy")
     held = len(_rows(record_db, "start"))
 
     assert [fetch(port, path, host="127.0.0.2")[0] for path in ("/healthz", "/readyz", "/leases", "/metrics")] == [
-        200, 200, 401, 401]
+        200,
+        200,
+        401,
+        401,
+    ]
     status, _, body = fetch(port, "/leases", host="127.0.0.2", token=TOKEN)
     # Every process's leases: the supervisor asked each process with the token.
     assert status == 200 and {lease["process"] for lease in json.loads(body)} == {0, 1}, body
@@ -217,17 +228,20 @@ def test_a_port_in_use_stops_the_supervisor_with_one_line_and_exit_2(
     assert "Traceback" not in stderr and not _events(process, "worker process started"), stderr
 
 
-def test_every_process_starts_at_once_and_each_imports_the_app_once(
-    tmp_path: Path, connection: str | None
-) -> None:
+def test_every_process_starts_at_once_and_each_imports_the_app_once(tmp_path: Path, connection: str | None) -> None:
     # The app's import in process 0 waits until all three processes run (tests/apps/siblings.py): it loads only
     # because the others start before process 0 has loaded the app, rather than one start-up after it.
     imports = tmp_path / "imports"
     env = {"SIBLINGS_IMPORTS": str(imports), "SIBLINGS_EXPECTED": "3"}
     if connection is not None:
         env["AzureWebJobsStorage"] = connection
-    process = WorkerProcess(write_host_yaml(tmp_path), env, name="supervisor", app="tests.apps.siblings:app",
-                            args=("--processes", "3", "--burst"))
+    process = WorkerProcess(
+        write_host_yaml(tmp_path),
+        env,
+        name="supervisor",
+        app="tests.apps.siblings:app",
+        args=("--processes", "3", "--burst"),
+    )
     try:
         assert process.start().wait(90) == 0, process.log_path.read_text()
     finally:
@@ -245,8 +259,9 @@ def test_a_stop_before_process_0_loaded_the_app_ends_the_others_without_loading_
     env = {"SIBLINGS_IMPORTS": str(imports), "SIBLINGS_EXPECTED": "4", "SIBLINGS_WAIT": "120"}
     if connection is not None:
         env["AzureWebJobsStorage"] = connection
-    process = WorkerProcess(write_host_yaml(tmp_path), env, name="supervisor", app="tests.apps.siblings:app",
-                            args=("--processes", "3"))
+    process = WorkerProcess(
+        write_host_yaml(tmp_path), env, name="supervisor", app="tests.apps.siblings:app", args=("--processes", "3")
+    )
     try:
         process.start().wait_for_events("worker process started", 3, 60)
         poll(lambda: imports.exists() and imports.read_text(), 60, what="process 0 importing the app")

@@ -52,12 +52,13 @@ def fingerprint(public_key: rsa.RSAPublicKey) -> str:
     """The API key fingerprint as OCI computes it: MD5 of the DER public key, as colon-separated hex pairs."""
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     digest = hashlib.md5(der, usedforsecurity=False).hexdigest()
-    return ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+    return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
 
 
 def write_key(path: Path, key: rsa.RSAPrivateKey) -> Path:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     path.chmod(0o600)
     return path
 
@@ -84,9 +85,19 @@ def session_token(issuer: rsa.RSAPrivateKey, session_key: rsa.RSAPublicKey, *, l
     now = int(time.time())
     header = {"kid": "test-issuer", "alg": "RS256"}
     claims = {
-        "sub": RESOURCE, "iss": "authService.oracle.com", "aud": "oci", "ptype": "resource", "ttype": "res",
-        "res_id": RESOURCE, "res_type": "fnfunc", "res_tenant": TENANCY, "res_compartment": COMPARTMENT,
-        "tenant": TENANCY, "iat": now, "exp": now + int(lifetime), "jti": str(uuid.uuid4()),
+        "sub": RESOURCE,
+        "iss": "authService.oracle.com",
+        "aud": "oci",
+        "ptype": "resource",
+        "ttype": "res",
+        "res_id": RESOURCE,
+        "res_type": "fnfunc",
+        "res_tenant": TENANCY,
+        "res_compartment": COMPARTMENT,
+        "tenant": TENANCY,
+        "iat": now,
+        "exp": now + int(lifetime),
+        "jti": str(uuid.uuid4()),
         "jwk": json.dumps(_jwk(session_key, f"session-{uuid.uuid4().hex[:8]}"), separators=(",", ":")),
     }
     signed = ".".join(_base64url(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims))
@@ -96,8 +107,9 @@ def session_token(issuer: rsa.RSAPrivateKey, session_key: rsa.RSAPublicKey, *, l
 
 def write_config(path: Path, key_file: Path, key_fingerprint: str) -> Path:
     """An OCI SDK/CLI config file with one ``[DEFAULT]`` profile (read it with ``oci.config.from_file``)."""
-    path.write_text(f"[DEFAULT]\nuser={USER}\nfingerprint={key_fingerprint}\nkey_file={key_file}\n"
-                    f"tenancy={TENANCY}\nregion={REGION}\n")
+    path.write_text(
+        f"[DEFAULT]\nuser={USER}\nfingerprint={key_fingerprint}\nkey_file={key_file}\ntenancy={TENANCY}\nregion={REGION}\n"
+    )
     return path
 
 
@@ -150,12 +162,30 @@ class OciTestServer:
         """The server's ``--faults`` file: what :meth:`fault` scripts."""
         return self.workdir / "faults.json"
 
-    def fault(self, operation: str, status: int, code: str, *, times: int = 1, done: bool = False,
-              retry_after: float | None = None, message: str | None = None) -> None:
+    def fault(
+        self,
+        operation: str,
+        status: int,
+        code: str,
+        *,
+        times: int = 1,
+        done: bool = False,
+        retry_after: float | None = None,
+        message: str | None = None,
+    ) -> None:
         """Script the next ``times`` requests to ``operation`` (a route's name, e.g. ``put_messages``) to be answered
         ``status``/``code``, after doing the work when ``done``, with ``retry-after`` when given."""
-        self._add_fault({"operation": operation, "status": status, "code": code, "times": times, "done": done,
-                         "retryAfter": retry_after, "message": message})
+        self._add_fault(
+            {
+                "operation": operation,
+                "status": status,
+                "code": code,
+                "times": times,
+                "done": done,
+                "retryAfter": retry_after,
+                "message": message,
+            }
+        )
 
     def omit(self, operation: str, *fields: str, times: int = 1) -> None:
         """Script the next ``times`` answers to ``operation`` to come without ``fields`` of their JSON body."""
@@ -183,23 +213,55 @@ class OciTestServer:
         key = new_key()
         key_file = write_key(self.workdir / "oci_api_key.pem", key)
         public_file = self.workdir / "oci_api_key_public.pem"
-        public_file.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                              serialization.PublicFormat.SubjectPublicKeyInfo))
+        public_file.write_bytes(
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
         self._fingerprint = fingerprint(key.public_key())
         write_config(self.config_file, key_file, self._fingerprint)
         self._issuer = new_key()
         issuer_file = self.workdir / "token_issuer_public.pem"
-        issuer_file.write_bytes(self._issuer.public_key().public_bytes(serialization.Encoding.PEM,
-                                                                       serialization.PublicFormat.SubjectPublicKeyInfo))
+        issuer_file.write_bytes(
+            self._issuer.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
         with self.stderr_file.open("w") as stderr:  # a file, not a pipe: nothing has to drain it
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.oci.server", "--port", "0", "--public-key", str(public_file),
-                 "--tenancy", TENANCY, "--user", USER, "--fingerprint", self._fingerprint,
-                 "--token-issuer-key", str(issuer_file), "--ready-file", str(self.workdir / "ready"),
-                 "--stale-receipt", self.modes.stale_receipt, "--retention-bound", self.modes.retention_bound,
-                 "--put-answer", self.modes.put_answer, "--other-cell", self.modes.other_cell,
-                 "--hung-up-poll", self.modes.hung_up_poll, "--faults", str(self.faults_file)],
-                cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.oci.server",
+                    "--port",
+                    "0",
+                    "--public-key",
+                    str(public_file),
+                    "--tenancy",
+                    TENANCY,
+                    "--user",
+                    USER,
+                    "--fingerprint",
+                    self._fingerprint,
+                    "--token-issuer-key",
+                    str(issuer_file),
+                    "--ready-file",
+                    str(self.workdir / "ready"),
+                    "--stale-receipt",
+                    self.modes.stale_receipt,
+                    "--retention-bound",
+                    self.modes.retention_bound,
+                    "--put-answer",
+                    self.modes.put_answer,
+                    "--other-cell",
+                    self.modes.other_cell,
+                    "--hung-up-poll",
+                    self.modes.hung_up_poll,
+                    "--faults",
+                    str(self.faults_file),
+                ],
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
             )
         threading.Thread(target=self._read, daemon=True, name="oci-test-server-stdout").start()
         deadline = time.monotonic() + timeout
@@ -234,8 +296,7 @@ class OciTestServer:
         key_file = write_key(workdir / "wrong_oci_api_key.pem", new_key())
         return write_config(workdir / "wrong_key_config", key_file, self._fingerprint)
 
-    def session_token(self, session_key: rsa.RSAPublicKey, *, valid: bool = True,
-                      lifetime: float = TOKEN_LIFETIME) -> str:
+    def session_token(self, session_key: rsa.RSAPublicKey, *, valid: bool = True, lifetime: float = TOKEN_LIFETIME) -> str:
         """A session token for ``session_key`` from this server's issuer, or (``valid=False``) from another one."""
         if self._issuer is None:
             raise RuntimeError("the OCI test server is not started")
@@ -258,8 +319,10 @@ class OciTestServer:
         token_file = folder / "token"
         self.write_session_token(token_file)
         config = workdir / "session_config"
-        config.write_text(f"[{profile}]\nfingerprint={fingerprint(key.public_key())}\nkey_file={key_file}\n"
-                          f"tenancy={TENANCY}\nregion={REGION}\nsecurity_token_file={token_file}\n")
+        config.write_text(
+            f"[{profile}]\nfingerprint={fingerprint(key.public_key())}\nkey_file={key_file}\n"
+            f"tenancy={TENANCY}\nregion={REGION}\nsecurity_token_file={token_file}\n"
+        )
         return config
 
     def write_session_token(self, token_file: Path, *, valid: bool = True) -> None:
@@ -269,8 +332,9 @@ class OciTestServer:
         assert isinstance(key, rsa.RSAPrivateKey)
         token_file.write_text(self.session_token(key.public_key(), valid=valid))
 
-    def resource_principal_env(self, workdir: Path, *, valid: bool = True,
-                               lifetime: float = TOKEN_LIFETIME) -> dict[str, str]:
+    def resource_principal_env(
+        self, workdir: Path, *, valid: bool = True, lifetime: float = TOKEN_LIFETIME
+    ) -> dict[str, str]:
         """The environment of a resource principal (version 2.2) that signs in to this server.
 
         Writes a new session key (``rp_private.pem``) and a token for it (``rpst``) into ``workdir`` and returns
@@ -289,8 +353,9 @@ class OciTestServer:
         self.renew_resource_principal_token(env, valid=valid, lifetime=lifetime)
         return env
 
-    def renew_resource_principal_token(self, env: dict[str, str], *, valid: bool = True,
-                                       lifetime: float = TOKEN_LIFETIME) -> None:
+    def renew_resource_principal_token(
+        self, env: dict[str, str], *, valid: bool = True, lifetime: float = TOKEN_LIFETIME
+    ) -> None:
         """Replace the token of ``resource_principal_env``'s files with a new one for the same key, as the platform
         does before the old one expires (``valid=False``: from another issuer, a rotation gone wrong)."""
         key = serialization.load_pem_private_key(Path(env["OCI_RESOURCE_PRINCIPAL_PRIVATE_PEM"]).read_bytes(), None)
@@ -320,8 +385,9 @@ class OciTestServer:
         import oci
 
         admin = oci.queue.QueueAdminClient(oci.config.from_file(str(self.config_file)), service_endpoint=self.endpoint)
-        [found] = admin.list_queues(compartment_id=self.compartment_id, display_name=queue,
-                                    lifecycle_state="ACTIVE").data.items
+        [found] = admin.list_queues(
+            compartment_id=self.compartment_id, display_name=queue, lifecycle_state="ACTIVE"
+        ).data.items
         admin.update_queue(found.id, oci.queue.models.UpdateQueueDetails(dead_letter_queue_delivery_count=limit))
 
     def allow_large_messages(self, queue: str) -> None:
@@ -329,10 +395,12 @@ class OciTestServer:
         import oci
 
         admin = oci.queue.QueueAdminClient(oci.config.from_file(str(self.config_file)), service_endpoint=self.endpoint)
-        [found] = admin.list_queues(compartment_id=self.compartment_id, display_name=queue,
-                                    lifecycle_state="ACTIVE").data.items
-        admin.update_queue(found.id, oci.queue.models.UpdateQueueDetails(
-            capabilities=[oci.queue.models.LargeMessagesCapabilityDetails()]))
+        [found] = admin.list_queues(
+            compartment_id=self.compartment_id, display_name=queue, lifecycle_state="ACTIVE"
+        ).data.items
+        admin.update_queue(
+            found.id, oci.queue.models.UpdateQueueDetails(capabilities=[oci.queue.models.LargeMessagesCapabilityDetails()])
+        )
 
     def __enter__(self) -> OciTestServer:
         return self.start()

@@ -239,8 +239,9 @@ class Faults:
 def fault_error(entry: dict[str, Any]) -> ApiError:
     """The answer a scripted fault gives."""
     headers = {"retry-after": str(entry["retryAfter"])} if entry.get("retryAfter") is not None else {}
-    return ApiError(int(entry["status"]), str(entry["code"]), entry.get("message") or f"scripted fault {entry['id']}",
-                    headers)
+    return ApiError(
+        int(entry["status"]), str(entry["code"]), entry.get("message") or f"scripted fault {entry['id']}", headers
+    )
 
 
 STALE_RECEIPT_ANSWERS = ("400", "404")
@@ -278,8 +279,11 @@ def not_found(what: str) -> ApiError:
 
 
 def not_authenticated(why: str) -> ApiError:
-    return ApiError(401, "NotAuthenticated", f"The required information to complete authentication was not provided "
-                                             f"or was incorrect: {why}")
+    return ApiError(
+        401,
+        "NotAuthenticated",
+        f"The required information to complete authentication was not provided or was incorrect: {why}",
+    )
 
 
 def timestamp(epoch: float) -> str:
@@ -389,8 +393,12 @@ class Message:
     def to_json(self) -> dict[str, Any]:
         """The ``GetMessage`` model."""
         out: dict[str, Any] = {
-            "id": self.id, "content": self.content, "receipt": self.receipt, "deliveryCount": self.delivery_count,
-            "visibleAfter": timestamp(self.visible_after), "expireAfter": timestamp(self.expire_after),
+            "id": self.id,
+            "content": self.content,
+            "receipt": self.receipt,
+            "deliveryCount": self.delivery_count,
+            "visibleAfter": timestamp(self.visible_after),
+            "expireAfter": timestamp(self.expire_after),
             "createdAt": timestamp(self.created_at),
         }
         if self.metadata is not None:
@@ -428,18 +436,26 @@ class Queue:
     def summary_json(self) -> dict[str, Any]:
         """The ``QueueSummary`` model (ListQueues)."""
         return {
-            "id": self.id, "displayName": self.display_name, "compartmentId": self.compartment_id,
-            "timeCreated": timestamp(self.time_created), "timeUpdated": timestamp(self.time_updated),
-            "lifecycleState": self.lifecycle_state, "messagesEndpoint": self.messages_endpoint,
-            "freeformTags": self.freeform_tags, "definedTags": self.defined_tags, "systemTags": {},
+            "id": self.id,
+            "displayName": self.display_name,
+            "compartmentId": self.compartment_id,
+            "timeCreated": timestamp(self.time_created),
+            "timeUpdated": timestamp(self.time_updated),
+            "lifecycleState": self.lifecycle_state,
+            "messagesEndpoint": self.messages_endpoint,
+            "freeformTags": self.freeform_tags,
+            "definedTags": self.defined_tags,
+            "systemTags": {},
             "capabilities": self.capabilities,
         }
 
     def to_json(self) -> dict[str, Any]:
         """The ``Queue`` model (GetQueue)."""
         out = self.summary_json() | {
-            "retentionInSeconds": self.retention, "visibilityInSeconds": self.visibility,
-            "timeoutInSeconds": self.timeout, "deadLetterQueueDeliveryCount": self.dlq_delivery_count,
+            "retentionInSeconds": self.retention,
+            "visibilityInSeconds": self.visibility,
+            "timeoutInSeconds": self.timeout,
+            "deadLetterQueueDeliveryCount": self.dlq_delivery_count,
             "channelConsumptionLimit": self.channel_consumption_limit,
             "capabilities": [{"type": kind} for kind in self.capabilities],
         }
@@ -459,11 +475,21 @@ class WorkRequest:
     def to_json(self) -> dict[str, Any]:
         """The ``WorkRequest`` model: always finished, since every operation here completes at once."""
         return {
-            "id": self.id, "operationType": self.operation_type, "status": "SUCCEEDED",
-            "compartmentId": self.queue.compartment_id, "percentComplete": 100.0,
-            "resources": [{"entityType": "queue", "actionType": self.action_type, "identifier": self.queue.id,
-                           "entityUri": f"/{API_VERSION}/queues/{self.queue.id}"}],
-            "timeAccepted": timestamp(self.time), "timeStarted": timestamp(self.time),
+            "id": self.id,
+            "operationType": self.operation_type,
+            "status": "SUCCEEDED",
+            "compartmentId": self.queue.compartment_id,
+            "percentComplete": 100.0,
+            "resources": [
+                {
+                    "entityType": "queue",
+                    "actionType": self.action_type,
+                    "identifier": self.queue.id,
+                    "entityUri": f"/{API_VERSION}/queues/{self.queue.id}",
+                }
+            ],
+            "timeAccepted": timestamp(self.time),
+            "timeStarted": timestamp(self.time),
             "timeFinished": timestamp(self.time),
         }
 
@@ -471,8 +497,11 @@ class WorkRequest:
 def stats(messages: list[Message], now: float) -> dict[str, int]:
     """The ``Stats`` model: visible (deliverable now) and in-flight (delivered, not yet visible again) messages."""
     visible = sum(1 for message in messages if message.visible_after <= now)
-    return {"visibleMessages": visible, "inFlightMessages": len(messages) - visible,
-            "sizeInBytes": sum(message.size for message in messages)}
+    return {
+        "visibleMessages": visible,
+        "inFlightMessages": len(messages) - visible,
+        "sizeInBytes": sum(message.size for message in messages),
+    }
 
 
 def one_channel(ready: list[Message]) -> list[Message]:
@@ -518,19 +547,30 @@ class QueueService:
         assert display_name is not None and compartment_id is not None
         now = time.time()
         queue = Queue(
-            id=new_ocid("queue"), display_name=display_name, compartment_id=compartment_id,
-            time_created=now, time_updated=now,
+            id=new_ocid("queue"),
+            display_name=display_name,
+            compartment_id=compartment_id,
+            time_created=now,
+            time_updated=now,
             retention=int_value(body.get("retentionInSeconds"), "retentionInSeconds", RETENTION, DEFAULT_RETENTION),
-            visibility=int_value(body.get("visibilityInSeconds"), "visibilityInSeconds", VISIBILITY,
-                                 DEFAULT_VISIBILITY),
+            visibility=int_value(body.get("visibilityInSeconds"), "visibilityInSeconds", VISIBILITY, DEFAULT_VISIBILITY),
             timeout=int_value(body.get("timeoutInSeconds"), "timeoutInSeconds", TIMEOUT, DEFAULT_TIMEOUT),
-            dlq_delivery_count=int_value(body.get("deadLetterQueueDeliveryCount"), "deadLetterQueueDeliveryCount",
-                                         DLQ_DELIVERY_COUNT, DEFAULT_DLQ_DELIVERY_COUNT),
-            channel_consumption_limit=int_value(body.get("channelConsumptionLimit"), "channelConsumptionLimit",
-                                                CHANNEL_CONSUMPTION_LIMIT, DEFAULT_CHANNEL_CONSUMPTION_LIMIT),
+            dlq_delivery_count=int_value(
+                body.get("deadLetterQueueDeliveryCount"),
+                "deadLetterQueueDeliveryCount",
+                DLQ_DELIVERY_COUNT,
+                DEFAULT_DLQ_DELIVERY_COUNT,
+            ),
+            channel_consumption_limit=int_value(
+                body.get("channelConsumptionLimit"),
+                "channelConsumptionLimit",
+                CHANNEL_CONSUMPTION_LIMIT,
+                DEFAULT_CHANNEL_CONSUMPTION_LIMIT,
+            ),
             custom_encryption_key_id=str_value(body, "customEncryptionKeyId"),
             capabilities=self._capabilities(body.get("capabilities")),
-            freeform_tags=self._tags(body, "freeformTags"), defined_tags=self._tags(body, "definedTags"),
+            freeform_tags=self._tags(body, "freeformTags"),
+            defined_tags=self._tags(body, "definedTags"),
             messages_endpoint="",
         )
         with self._lock:
@@ -555,13 +595,21 @@ class QueueService:
         order = query.get("sortOrder", "DESC" if sort_by == "timeCreated" else "ASC")
         if order not in ("ASC", "DESC"):
             raise invalid("sortOrder must be ASC or DESC")
-        filters = {"compartmentId": "compartment_id", "displayName": "display_name", "lifecycleState":
-                   "lifecycle_state", "id": "id"}
+        filters = {
+            "compartmentId": "compartment_id",
+            "displayName": "display_name",
+            "lifecycleState": "lifecycle_state",
+            "id": "id",
+        }
         with self._lock:
-            queues = [queue for queue in self._queues.values()
-                      if all(query[name] == getattr(queue, attr) for name, attr in filters.items() if name in query)]
-            queues.sort(key=lambda q: q.time_created if sort_by == "timeCreated" else q.display_name,
-                        reverse=order == "DESC")
+            queues = [
+                queue
+                for queue in self._queues.values()
+                if all(query[name] == getattr(queue, attr) for name, attr in filters.items() if name in query)
+            ]
+            queues.sort(
+                key=lambda q: q.time_created if sort_by == "timeCreated" else q.display_name, reverse=order == "DESC"
+            )
             items, headers = page(queues, query)
             return Reply(200, {"items": [queue.summary_json() for queue in items]}, headers)
 
@@ -570,10 +618,12 @@ class QueueService:
         changes: dict[str, Any] = {}
         if "displayName" in body:
             changes["display_name"] = str_value(body, "displayName", required=True)
-        for name, attr, bounds in (("visibilityInSeconds", "visibility", VISIBILITY),
-                                   ("timeoutInSeconds", "timeout", TIMEOUT),
-                                   ("deadLetterQueueDeliveryCount", "dlq_delivery_count", DLQ_DELIVERY_COUNT),
-                                   ("channelConsumptionLimit", "channel_consumption_limit", CHANNEL_CONSUMPTION_LIMIT)):
+        for name, attr, bounds in (
+            ("visibilityInSeconds", "visibility", VISIBILITY),
+            ("timeoutInSeconds", "timeout", TIMEOUT),
+            ("deadLetterQueueDeliveryCount", "dlq_delivery_count", DLQ_DELIVERY_COUNT),
+            ("channelConsumptionLimit", "channel_consumption_limit", CHANNEL_CONSUMPTION_LIMIT),
+        ):
             if body.get(name) is not None:
                 changes[attr] = int_value(body[name], name, bounds)
         if "customEncryptionKeyId" in body:  # documented: an empty string removes the key
@@ -647,8 +697,11 @@ class QueueService:
             while True:
                 now = time.time()
                 self._sweep(queue, now)
-                ready = [m for m in queue.messages.values()
-                         if m.visible_after <= now and (channel is None or m.channel_id == channel)]
+                ready = [
+                    m
+                    for m in queue.messages.values()
+                    if m.visible_after <= now and (channel is None or m.channel_id == channel)
+                ]
                 left = deadline - time.monotonic()
                 if request.gone() and self.modes.hung_up_poll == "withhold":  # nobody would read the answer
                     ready = []
@@ -676,13 +729,19 @@ class QueueService:
             checked = [self._checked_entry(entry, f"messages[{i}]", queue) for i, entry in enumerate(entries)]
             total = sum(size for _, size, _ in checked)
             if total > MAX_PUT_BYTES:
-                raise invalid(f"the messages of one request may have at most {MAX_PUT_BYTES} bytes of content, "
-                              f"not {total}")
+                raise invalid(f"the messages of one request may have at most {MAX_PUT_BYTES} bytes of content, not {total}")
             now = time.time()
             put = []
             for content, size, metadata in checked:
-                message = Message(id=self._next_message_id, content=content, size=size, metadata=metadata,
-                                  created_at=now, expire_after=now + queue.retention, visible_after=now)
+                message = Message(
+                    id=self._next_message_id,
+                    content=content,
+                    size=size,
+                    metadata=metadata,
+                    created_at=now,
+                    expire_after=now + queue.retention,
+                    visible_after=now,
+                )
                 self._next_message_id += 1
                 queue.messages[message.id] = message
                 put.append({"id": message.id, "expireAfter": timestamp(message.expire_after)})
@@ -701,8 +760,12 @@ class QueueService:
         entries = entries_of(request.body, "entries")
         with self._lock:
             queue = self._served(request)
-            return Reply(200, self._batch(entries, lambda entry: self._update(
-                queue, entry.get("receipt"), entry.get("visibilityInSeconds"))))
+            return Reply(
+                200,
+                self._batch(
+                    entries, lambda entry: self._update(queue, entry.get("receipt"), entry.get("visibilityInSeconds"))
+                ),
+            )
 
     def delete_message(self, request: Request) -> Reply:
         reject_consumer_group(request.query.get("consumerGroupId"))
@@ -782,8 +845,9 @@ class QueueService:
             for message in [m for m in store.values() if m.expire_after <= now]:
                 del store[message.id]
         if queue.dlq_delivery_count > 0:
-            for message in [m for m in queue.messages.values()
-                            if m.visible_after <= now and m.delivery_count >= queue.dlq_delivery_count]:
+            for message in [
+                m for m in queue.messages.values() if m.visible_after <= now and m.delivery_count >= queue.dlq_delivery_count
+            ]:
                 del queue.messages[message.id]
                 message.receipt = None
                 queue.dlq[message.id] = message
@@ -820,8 +884,10 @@ class QueueService:
         now = time.time()
         if now + seconds > message.expire_after:
             if self.modes.retention_bound == "refuse":
-                raise invalid(f"visibilityInSeconds {seconds} goes past the message's retention: it expires in "
-                              f"{message.expire_after - now:.3f} s")
+                raise invalid(
+                    f"visibilityInSeconds {seconds} goes past the message's retention: it expires in "
+                    f"{message.expire_after - now:.3f} s"
+                )
             message.visible_after = message.expire_after  # clamp: visible (and so gone) at its expiry
         else:
             message.visible_after = now + seconds
@@ -855,16 +921,18 @@ class QueueService:
         assert content is not None
         size = len(content.encode())
         if size > queue.max_content_bytes:
-            raise invalid(f"{name}.content has {size} bytes; a message of this queue may have at most "
-                          f"{queue.max_content_bytes}")
+            raise invalid(
+                f"{name}.content has {size} bytes; a message of this queue may have at most {queue.max_content_bytes}"
+            )
         metadata = entry.get("metadata")
         if metadata is None:
             return content, size, None
         metadata = json_object(metadata, f"{name}.metadata")
         channel = str_value(metadata, "channelId", required=True)
         properties = metadata.get("customProperties")
-        if properties is not None and not (isinstance(properties, dict)
-                                           and all(isinstance(v, str) for v in properties.values())):
+        if properties is not None and not (
+            isinstance(properties, dict) and all(isinstance(v, str) for v in properties.values())
+        ):
             raise invalid(f"{name}.metadata.customProperties must map strings to strings")
         return content, size, {"channelId": channel, **({"customProperties": properties} if properties else {})}
 
@@ -899,8 +967,13 @@ class SignatureVerifier:
     docstring). Any failure is 401 NotAuthenticated, as the service answers.
     """
 
-    def __init__(self, key_id: str | None, public_key: rsa.RSAPublicKey | None,
-                 token_issuer: rsa.RSAPublicKey | None = None, always: tuple[str, ...] = SIGNED_ALWAYS) -> None:
+    def __init__(
+        self,
+        key_id: str | None,
+        public_key: rsa.RSAPublicKey | None,
+        token_issuer: rsa.RSAPublicKey | None = None,
+        always: tuple[str, ...] = SIGNED_ALWAYS,
+    ) -> None:
         #: The one key that is not a session token's (None: session tokens only, as the auth service's stubs take).
         self.key_id = key_id
         self.public_key = public_key
@@ -921,7 +994,7 @@ class SignatureVerifier:
             raise not_authenticated(f"signature version {params['version']} is not 1")
         key_id = params.get("keyId") or ""
         if key_id.startswith(SESSION_TOKEN_PREFIX):
-            public_key, whose = self.session_key(key_id[len(SESSION_TOKEN_PREFIX):]), "the key of the session token"
+            public_key, whose = self.session_key(key_id[len(SESSION_TOKEN_PREFIX) :]), "the key of the session token"
         elif key_id == self.key_id and self.public_key is not None:
             public_key, whose = self.public_key, "the API key"
         else:
@@ -967,8 +1040,9 @@ class SignatureVerifier:
         if header.get("alg") != "RS256":
             raise not_authenticated(f"the session token's algorithm {header.get('alg')!r} is not RS256")
         try:
-            self.token_issuer.verify(signature, f"{header_part}.{claims_part}".encode("ascii"), padding.PKCS1v15(),
-                                     hashes.SHA256())
+            self.token_issuer.verify(
+                signature, f"{header_part}.{claims_part}".encode("ascii"), padding.PKCS1v15(), hashes.SHA256()
+            )
         except InvalidSignature:
             raise not_authenticated("the session token was not issued by this server's token issuer") from None
         expires = claims.get("exp")
@@ -995,8 +1069,9 @@ class SignatureVerifier:
             sent = sent.replace(tzinfo=UTC)
         skew = abs(time.time() - sent.timestamp())
         if skew > MAX_CLOCK_SKEW:
-            raise not_authenticated(f"the date header is {skew:.0f} s from the server's clock (at most "
-                                    f"{MAX_CLOCK_SKEW:.0f} s are allowed)")
+            raise not_authenticated(
+                f"the date header is {skew:.0f} s from the server's clock (at most {MAX_CLOCK_SKEW:.0f} s are allowed)"
+            )
 
 
 def _base64url(text: str) -> bytes:
@@ -1008,23 +1083,26 @@ def _base64url(text: str) -> bytes:
 
 _ID = "[^/]+"
 #: (method, path after /20210201, operation). The path parameters' names are the SDK's.
-ROUTES: list[tuple[str, re.Pattern[str], str]] = [(method, re.compile(path), operation) for method, path, operation in [
-    ("POST", "/queues", "create_queue"),
-    ("GET", "/queues", "list_queues"),
-    ("GET", f"/queues/(?P<queueId>{_ID})", "get_queue"),
-    ("PUT", f"/queues/(?P<queueId>{_ID})", "update_queue"),
-    ("DELETE", f"/queues/(?P<queueId>{_ID})", "delete_queue"),
-    ("POST", f"/queues/(?P<queueId>{_ID})/actions/purge", "purge_queue"),
-    ("GET", f"/workRequests/(?P<workRequestId>{_ID})", "get_work_request"),
-    ("GET", f"/queues/(?P<queueId>{_ID})/messages", "get_messages"),
-    ("POST", f"/queues/(?P<queueId>{_ID})/messages", "put_messages"),
-    ("POST", f"/queues/(?P<queueId>{_ID})/messages/actions/updateMessages", "update_messages"),
-    ("POST", f"/queues/(?P<queueId>{_ID})/messages/actions/deleteMessages", "delete_messages"),
-    ("PUT", f"/queues/(?P<queueId>{_ID})/messages/(?P<messageReceipt>{_ID})", "update_message"),
-    ("DELETE", f"/queues/(?P<queueId>{_ID})/messages/(?P<messageReceipt>{_ID})", "delete_message"),
-    ("GET", f"/queues/(?P<queueId>{_ID})/stats", "get_stats"),
-    ("GET", f"/queues/(?P<queueId>{_ID})/channels", "list_channels"),
-]]
+ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    (method, re.compile(path), operation)
+    for method, path, operation in [
+        ("POST", "/queues", "create_queue"),
+        ("GET", "/queues", "list_queues"),
+        ("GET", f"/queues/(?P<queueId>{_ID})", "get_queue"),
+        ("PUT", f"/queues/(?P<queueId>{_ID})", "update_queue"),
+        ("DELETE", f"/queues/(?P<queueId>{_ID})", "delete_queue"),
+        ("POST", f"/queues/(?P<queueId>{_ID})/actions/purge", "purge_queue"),
+        ("GET", f"/workRequests/(?P<workRequestId>{_ID})", "get_work_request"),
+        ("GET", f"/queues/(?P<queueId>{_ID})/messages", "get_messages"),
+        ("POST", f"/queues/(?P<queueId>{_ID})/messages", "put_messages"),
+        ("POST", f"/queues/(?P<queueId>{_ID})/messages/actions/updateMessages", "update_messages"),
+        ("POST", f"/queues/(?P<queueId>{_ID})/messages/actions/deleteMessages", "delete_messages"),
+        ("PUT", f"/queues/(?P<queueId>{_ID})/messages/(?P<messageReceipt>{_ID})", "update_message"),
+        ("DELETE", f"/queues/(?P<queueId>{_ID})/messages/(?P<messageReceipt>{_ID})", "delete_message"),
+        ("GET", f"/queues/(?P<queueId>{_ID})/stats", "get_stats"),
+        ("GET", f"/queues/(?P<queueId>{_ID})/channels", "list_channels"),
+    ]
+]
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -1099,7 +1177,7 @@ class Handler(BaseHTTPRequestHandler):
         prefix = f"/{API_VERSION}"
         if not url.path.startswith(prefix + "/"):
             raise ApiError(404, "NotFound", f"there is no operation at {url.path} (API version {API_VERSION})")
-        path = url.path[len(prefix):]
+        path = url.path[len(prefix) :]
         known_path = False
         for method, pattern, operation in ROUTES:
             match = pattern.fullmatch(path)
@@ -1119,10 +1197,10 @@ class Handler(BaseHTTPRequestHandler):
             if fault is not None and not fault.get("done") and not fault.get("omit"):
                 raise fault_error(fault)
             reply: Reply = getattr(self.server.service, operation)(
-                Request(params, query, parsed, self._gone, self.server.endpoint))
+                Request(params, query, parsed, self._gone, self.server.endpoint)
+            )
             if fault is not None and fault.get("omit"):
-                return Reply(reply.status, {k: v for k, v in reply.body.items() if k not in fault["omit"]},
-                             reply.headers)
+                return Reply(reply.status, {k: v for k, v in reply.body.items() if k not in fault["omit"]}, reply.headers)
             if fault is not None:
                 raise fault_error(fault)
             return reply
@@ -1158,26 +1236,48 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tenancy", required=True, help="tenancy OCID of the API key")
     parser.add_argument("--user", required=True, help="user OCID of the API key")
     parser.add_argument("--fingerprint", required=True, help="fingerprint of the API key")
-    parser.add_argument("--token-issuer-key", type=Path,
-                        help="PEM file of the public key whose session tokens (keyId ST$<token>) are accepted")
+    parser.add_argument(
+        "--token-issuer-key",
+        type=Path,
+        help="PEM file of the public key whose session tokens (keyId ST$<token>) are accepted",
+    )
     parser.add_argument("--ready-file", type=Path, help="write the endpoint here once the server listens")
     defaults = Modes()
-    parser.add_argument("--stale-receipt", choices=STALE_RECEIPT_ANSWERS, default=defaults.stale_receipt,
-                        help="the answer to a receipt that no longer names a current delivery: 400 InvalidParameter "
-                             "or 404 NotAuthorizedOrNotFound")
-    parser.add_argument("--retention-bound", choices=RETENTION_BOUNDS, default=defaults.retention_bound,
-                        help="an update whose visibility would end after the message expires: refused (400) or "
-                             "cut short at the expiry")
-    parser.add_argument("--put-answer", choices=PUT_ANSWERS, default=defaults.put_answer,
-                        help="after storing a PutMessages: send the answer, or close or reset the connection instead")
-    parser.add_argument("--other-cell", choices=OTHER_CELL_ANSWERS, default=defaults.other_cell,
-                        help="a data-plane request for a queue at another cell's listener: 404 NotAuthorizedOrNotFound, "
-                             "or served as at the queue's own")
-    parser.add_argument("--hung-up-poll", choices=HUNG_UP_POLLS, default=defaults.hung_up_poll,
-                        help="a long poll whose client hung up before a message came: deliver to it all the same, "
-                             "or withhold")
-    parser.add_argument("--faults", type=Path,
-                        help="a JSON file of scripted faults, read again when it changes (see the module's docstring)")
+    parser.add_argument(
+        "--stale-receipt",
+        choices=STALE_RECEIPT_ANSWERS,
+        default=defaults.stale_receipt,
+        help="the answer to a receipt that no longer names a current delivery: 400 InvalidParameter "
+        "or 404 NotAuthorizedOrNotFound",
+    )
+    parser.add_argument(
+        "--retention-bound",
+        choices=RETENTION_BOUNDS,
+        default=defaults.retention_bound,
+        help="an update whose visibility would end after the message expires: refused (400) or cut short at the expiry",
+    )
+    parser.add_argument(
+        "--put-answer",
+        choices=PUT_ANSWERS,
+        default=defaults.put_answer,
+        help="after storing a PutMessages: send the answer, or close or reset the connection instead",
+    )
+    parser.add_argument(
+        "--other-cell",
+        choices=OTHER_CELL_ANSWERS,
+        default=defaults.other_cell,
+        help="a data-plane request for a queue at another cell's listener: 404 NotAuthorizedOrNotFound, "
+        "or served as at the queue's own",
+    )
+    parser.add_argument(
+        "--hung-up-poll",
+        choices=HUNG_UP_POLLS,
+        default=defaults.hung_up_poll,
+        help="a long poll whose client hung up before a message came: deliver to it all the same, or withhold",
+    )
+    parser.add_argument(
+        "--faults", type=Path, help="a JSON file of scripted faults, read again when it changes (see the module's docstring)"
+    )
     args = parser.parse_args(argv)
     public_key = serialization.load_pem_public_key(args.public_key.read_bytes())
     if not isinstance(public_key, rsa.RSAPublicKey):
@@ -1190,9 +1290,10 @@ def main(argv: list[str] | None = None) -> None:
     verifier = SignatureVerifier(f"{args.tenancy}/{args.user}/{args.fingerprint}", public_key, issuer)
     faults = Faults(args.faults)
     servers = [Server(args.port if cell == 0 else 0, verifier, faults) for cell in range(CELLS)]
-    service = QueueService([server.endpoint for server in servers],
-                           Modes(args.stale_receipt, args.retention_bound, args.put_answer, args.other_cell,
-                                 args.hung_up_poll))
+    service = QueueService(
+        [server.endpoint for server in servers],
+        Modes(args.stale_receipt, args.retention_bound, args.put_answer, args.other_cell, args.hung_up_poll),
+    )
     for server in servers:
         server.service = service
     server, *others = servers

@@ -81,8 +81,9 @@ def error_answer(error: ApiError) -> Answer:
 class Stub:
     """An HTTP server (HTTPS with ``tls``) in this process's threads, answering every request with ``answer``."""
 
-    def __init__(self, answer: Callable[[Request], Answer], server: ThreadingHTTPServer,
-                 tls: TlsIdentity | None = None) -> None:
+    def __init__(
+        self, answer: Callable[[Request], Answer], server: ThreadingHTTPServer, tls: TlsIdentity | None = None
+    ) -> None:
         self.answer = answer
         self.requests: list[Request] = []
         self.server = server
@@ -114,8 +115,9 @@ class Stub:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(tls.cert_file, tls.key_file)
             server.socket = context.wrap_socket(server.socket, server_side=True)
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
-                                        name=f"stub-{self.host}:{self.port}")
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True, name=f"stub-{self.host}:{self.port}"
+        )
         self._thread.start()
 
     @property
@@ -160,17 +162,34 @@ def bind_loopback(port: int, attempts: int = 50) -> ThreadingHTTPServer:
 
 
 def _name(common_name: str, *units: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name),
-                      *(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit) for unit in units)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            *(x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, unit) for unit in units),
+        ]
+    )
 
 
-def _certificate(subject: x509.Name, key: rsa.RSAPrivateKey, issuer: x509.Name, issuer_key: rsa.RSAPrivateKey, *,
-                 ca: bool, names: list[x509.GeneralName] | None = None) -> x509.Certificate:
+def _certificate(
+    subject: x509.Name,
+    key: rsa.RSAPrivateKey,
+    issuer: x509.Name,
+    issuer_key: rsa.RSAPrivateKey,
+    *,
+    ca: bool,
+    names: list[x509.GeneralName] | None = None,
+) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-               .not_valid_after(now + datetime.timedelta(days=1))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if names:
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
@@ -181,8 +200,9 @@ def pem(certificate: x509.Certificate) -> bytes:
 
 
 def key_pem(key: rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
 
 
 def armourless(data: bytes) -> str:
@@ -232,6 +252,7 @@ def _public_key(armoured: Any) -> rsa.RSAPublicKey:
 
 def signed_jwt(claims: dict[str, Any], key: rsa.RSAPrivateKey) -> str:
     """A JWT signed RS256 by ``key``."""
+
     def part(value: bytes) -> str:
         return base64.urlsafe_b64encode(value).rstrip(b"=").decode()
 
@@ -260,10 +281,17 @@ class Proxymux:
         cluster_key = new_key()
         now = int(time.time())
         #: A projected service account token's claims (the SDK reads ``exp`` only, refusing an expired token).
-        self.service_account_token = signed_jwt({
-            "iss": "https://kubernetes.default.svc.cluster.local", "aud": ["https://kubernetes.default.svc"],
-            "sub": "system:serviceaccount:queues:worker", "iat": now, "nbf": now, "exp": now + 3600,
-        }, cluster_key)
+        self.service_account_token = signed_jwt(
+            {
+                "iss": "https://kubernetes.default.svc.cluster.local",
+                "aud": ["https://kubernetes.default.svc"],
+                "sub": "system:serviceaccount:queues:worker",
+                "iat": now,
+                "nbf": now,
+                "exp": now + 3600,
+            },
+            cluster_key,
+        )
         server = bind_loopback(self.PORT)
         host = str(server.server_address[0])
         self.tls = TlsIdentity.make(folder, [x509.IPAddress(ipaddress.ip_address(host))])
@@ -282,7 +310,7 @@ class Proxymux:
                 raise ValueError(f"the body is {body!r}")
             key = _public_key(body["podKey"])
         except ValueError as exc:
-            return bad_request(f"the body is not {{\"podKey\": <RSA public key>}}: {exc}")
+            return bad_request(f'the body is not {{"podKey": <RSA public key>}}: {exc}')
         token = json.dumps({"token": "ST$" + self.issuer.session_token(key, valid=self.valid)})
         return 200, "application/json", base64.b64encode(token.encode())
 
@@ -329,8 +357,11 @@ class ParentResource:
             return error_answer(ApiError(404, "NotFound", f"no {request.method} {request.target} here"))
         try:
             body = request.json()
-            if not isinstance(body, dict) or set(body) != {"resourcePrincipalToken", "servicePrincipalSessionToken",
-                                                           "sessionPublicKey"}:
+            if not isinstance(body, dict) or set(body) != {
+                "resourcePrincipalToken",
+                "servicePrincipalSessionToken",
+                "sessionPublicKey",
+            }:
                 raise ValueError(f"the body's fields are {sorted(body) if isinstance(body, dict) else body!r}")
             key = _public_key(body["sessionPublicKey"])
         except ValueError as exc:
@@ -368,12 +399,22 @@ class InstanceIdentity:
         intermediate_name = _name("test PKI intermediate")
         self.intermediate = _certificate(intermediate_name, intermediate_key, root_name, root_key, ca=True)
         self.leaf = _certificate(
-            _name(INSTANCE, "opc-certtype:instance", f"opc-compartment:{COMPARTMENT}", f"opc-instance:{INSTANCE}",
-                  f"opc-tenant:{TENANCY}"),
-            self.leaf_key, intermediate_name, intermediate_key, ca=False)
+            _name(
+                INSTANCE,
+                "opc-certtype:instance",
+                f"opc-compartment:{COMPARTMENT}",
+                f"opc-instance:{INSTANCE}",
+                f"opc-tenant:{TENANCY}",
+            ),
+            self.leaf_key,
+            intermediate_name,
+            intermediate_key,
+            ca=False,
+        )
         fingerprint = ":".join(f"{b:02X}" for b in self.leaf.fingerprint(hashes.SHA1()))  # noqa: S303 - OCI's keyId
-        self.federation_verifier = SignatureVerifier(f"{TENANCY}/fed-x509/{fingerprint}", self.leaf.public_key(),
-                                                     always=("date", "(request-target)"))
+        self.federation_verifier = SignatureVerifier(
+            f"{TENANCY}/fed-x509/{fingerprint}", self.leaf.public_key(), always=("date", "(request-target)")
+        )
         self.metadata = Stub(self.metadata_answer, ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler))
         server = bind_loopback(443)
         self.tls = TlsIdentity.make(folder, [x509.DNSName(AUTH_HOST)])
@@ -411,8 +452,10 @@ class InstanceIdentity:
             key = _public_key(body["publicKey"])
         except ValueError as exc:
             return bad_request(f"not an X.509 federation request: {exc}")
-        if (body["certificate"], body["intermediateCertificates"]) != (armourless(pem(self.leaf)),
-                                                                      [armourless(pem(self.intermediate))]):
+        if (body["certificate"], body["intermediateCertificates"]) != (
+            armourless(pem(self.leaf)),
+            [armourless(pem(self.intermediate))],
+        ):
             return unauthenticated("the certificates are not this instance's")
         return json_answer({"token": self.issuer.session_token(key, valid=self.valid)})
 
@@ -428,8 +471,9 @@ def in_mount_namespace(binds: dict[str, Path]) -> tuple[str, ...]:
 
     ``unshare`` execs the shell and the shell execs the program, so the program keeps the pid it was started with.
     """
-    mounts = " && ".join(f"mount --bind {shlex.quote(str(source))} {shlex.quote(target)}"
-                         for target, source in binds.items())
+    mounts = " && ".join(
+        f"mount --bind {shlex.quote(str(source))} {shlex.quote(target)}" for target, source in binds.items()
+    )
     return ("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", f'{mounts} && exec "$@"', "sh")
 
 
@@ -437,8 +481,9 @@ def mount_namespaces_refused() -> str | None:
     """Why this process may not run a program in a mount namespace of its own (it needs root), or None."""
     with tempfile.TemporaryDirectory() as folder:
         try:
-            done = subprocess.run([*in_mount_namespace({folder: Path(folder)}), "true"], capture_output=True,
-                                  text=True, timeout=30)
+            done = subprocess.run(
+                [*in_mount_namespace({folder: Path(folder)}), "true"], capture_output=True, text=True, timeout=30
+            )
         except FileNotFoundError:
             return "unshare is not installed"
     return None if done.returncode == 0 else f"unshare --mount failed: {done.stderr.strip()}"

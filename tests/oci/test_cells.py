@@ -31,8 +31,7 @@ def endpoint_of(server: OciTestServer, queue: str) -> str:
     return str(found.messages_endpoint)
 
 
-async def test_messages_flow_to_queues_in_both_cells(oci_server: OciTestServer, tmp_path: Path,
-                                                     queue_name: str) -> None:
+async def test_messages_flow_to_queues_in_both_cells(oci_server: OciTestServer, tmp_path: Path, queue_name: str) -> None:
     assert oci_server.modes.other_cell == "404"
     queues = [f"{queue_name}-1", f"{queue_name}-2"]
     backend = open_backend(oci_connection(oci_server), tmp_path)
@@ -51,8 +50,9 @@ async def test_messages_flow_to_queues_in_both_cells(oci_server: OciTestServer, 
         await backend.close()
 
 
-async def test_a_queue_that_moved_is_found_at_its_new_endpoint(moving: OciTestServer, tmp_path: Path,
-                                                               queue_name: str) -> None:
+async def test_a_queue_that_moved_is_found_at_its_new_endpoint(
+    moving: OciTestServer, tmp_path: Path, queue_name: str
+) -> None:
     retries: list[str] = []
     backend = open_backend(oci_connection(moving), tmp_path, on_retry=retries.append)
     try:

@@ -49,8 +49,7 @@ def retries() -> list[str]:
 
 
 @pytest.fixture
-async def backend(server: OciTestServer, tmp_path: Path, queue_name: str, retries: list[str]
-                  ) -> AsyncIterator[QueueBackend]:
+async def backend(server: OciTestServer, tmp_path: Path, queue_name: str, retries: list[str]) -> AsyncIterator[QueueBackend]:
     async with oci_queue(server, tmp_path, queue_name, on_retry=retries.append) as opened:
         yield opened
         server.clear_faults()
@@ -112,10 +111,13 @@ async def test_worker_send_to_a_throttled_queue_succeeds(
     (tmp_path / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
     server.fault("put_messages", 429, "TooManyRequests")
     sent = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "worker", "send", queue_name, "throttled once",
-                         "--config", str(tmp_path / "host.yaml")],
-        env={"PYTHONPATH": str(REPO), "AzureWebJobsStorage": oci_connection(server)}, cwd=REPO,
-        capture_output=True, text=True)
+        subprocess.run,
+        [sys.executable, "-m", "worker", "send", queue_name, "throttled once", "--config", str(tmp_path / "host.yaml")],
+        env={"PYTHONPATH": str(REPO), "AzureWebJobsStorage": oci_connection(server)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert sent.returncode == 0, sent.stderr
     assert await backend.approximate_count(queue_name) == 1
 
@@ -190,7 +192,8 @@ async def test_a_release_at_stop_that_partly_fails_is_logged_as_such(
     assert len(got) == 2
     await apoll(lambda: other.receive(queue_name, 1, 30, wait=2), 10, what="one message to come back")
     queue_id, _ = await backend._call(  # type: ignore[attr-defined]
-        lambda: backend._on_queue(queue_name, lambda client, queue_id: (queue_id, None)), queue_name)  # type: ignore[attr-defined]
+        lambda: backend._on_queue(queue_name, lambda client, queue_id: (queue_id, None)), queue_name
+    )  # type: ignore[attr-defined]
     sdk_messages = [type("Taken", (), {"id": m.id, "receipt": m.pop_receipt})() for m in got]
     with captured_logs(monkeypatch, oci_queues) as logs:
         backend._release((queue_id, sdk_messages))  # type: ignore[attr-defined]
@@ -203,11 +206,13 @@ async def test_a_queue_not_found_names_the_region_when_the_endpoint_is_in_anothe
     server: OciTestServer, tmp_path: Path
 ) -> None:
     elsewhere = oci_connection(server).replace(
-        server.endpoint.removeprefix("http://"), "cell-1.queue.messaging.eu-frankfurt-1.oci.oraclecloud.com", 1)
+        server.endpoint.removeprefix("http://"), "cell-1.queue.messaging.eu-frankfurt-1.oci.oraclecloud.com", 1
+    )
     backend = open_backend(elsewhere, tmp_path)
     try:
-        with pytest.raises(QueueNotFound, match="messages endpoint is in region eu-frankfurt-1, but the sign-in's "
-                                                "region is us-ashburn-1"):
+        with pytest.raises(
+            QueueNotFound, match="messages endpoint is in region eu-frankfurt-1, but the sign-in's region is us-ashburn-1"
+        ):
             await backend.approximate_count("nowhere-here")
     finally:
         await backend.close()

@@ -61,8 +61,7 @@ async def test_a_put_whose_answer_is_lost_is_stored_once_and_the_caller_is_told(
     assert await queue.approximate_count(queue_name) == 1
 
 
-async def test_a_put_that_could_not_connect_is_tried_again(stopping: OciTestServer, tmp_path: Path,
-                                                           queue_name: str) -> None:
+async def test_a_put_that_could_not_connect_is_tried_again(stopping: OciTestServer, tmp_path: Path, queue_name: str) -> None:
     """Refused: nothing was sent, so every attempt is made; what is left is "unreachable", not "may be stored"."""
     retries: list[str] = []
     backend = open_backend(oci_connection(stopping), tmp_path, on_retry=retries.append)
@@ -95,8 +94,7 @@ async def test_a_queue_output_whose_put_may_have_been_stored_is_logged_as_sent_a
     async def forward(msg: QueueMessage, out: Out[str]) -> None:
         out.set("forwarded")
 
-    config = HostConfig(base_dir=tmp_path, drain_timeout=1,
-                        connections={"AzureWebJobsStorage": oci_connection(hanging_up)})
+    config = HostConfig(base_dir=tmp_path, drain_timeout=1, connections={"AzureWebJobsStorage": oci_connection(hanging_up)})
     with captured_logs(monkeypatch, bindings) as logs:
         async with running(app, config):
             await apoll(lambda: _at_least(queue, outputs, 2), 15, what="the output sent again by the retry")

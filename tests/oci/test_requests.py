@@ -30,8 +30,14 @@ from worker.backends.registry import open_backend
 
 API_PREFIX = "/20210201"
 #: Swagger's scalar types and the JSON values that may carry them.
-SCALARS: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,),
-                                        "datetime": (str,), "object": (object,)}
+SCALARS: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "datetime": (str,),
+    "object": (object,),
+}
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,9 @@ def sdk_operations(module: Any) -> list[Operation]:
             for key, value in zip(values["query_params"].keys, values["query_params"].values, strict=True):
                 argument = ast.literal_eval(value.args[0]) if isinstance(value, ast.Call) else None
                 query[ast.literal_eval(key)] = types.get(argument, "str")
-        operations.append(Operation(node.name, ast.literal_eval(values["method"]),
-                                    ast.literal_eval(values["resource_path"]), query, body))
+        operations.append(
+            Operation(node.name, ast.literal_eval(values["method"]), ast.literal_eval(values["resource_path"]), query, body)
+        )
     return operations
 
 
@@ -93,8 +100,9 @@ def check_value(value: Any, kind: str, where: str) -> None:
         for key, item in value.items():
             check_value(item, item_kind, f"{where}.{key}")
     elif kind in SCALARS:
-        assert isinstance(value, SCALARS[kind]) and not (kind != "bool" and isinstance(value, bool)), \
+        assert isinstance(value, SCALARS[kind]) and not (kind != "bool" and isinstance(value, bool)), (
             f"{where}: {kind}, not {value!r}"
+        )
     else:
         model = getattr(oci.queue.models, kind)()
         assert isinstance(value, dict), f"{where}: a {kind} object, not {value!r}"
@@ -109,7 +117,7 @@ def check_request(method: str, url: str, body: bytes | str | None) -> Operation:
     """The SDK operation ``method url`` is, once its path, query and body are what that operation sends."""
     parts = urlsplit(url)
     assert parts.path.startswith(API_PREFIX + "/"), f"{method} {parts.path}: not under {API_PREFIX}"
-    path = parts.path[len(API_PREFIX):]
+    path = parts.path[len(API_PREFIX) :]
     [operation] = [op for op in OPERATIONS if op.matches(method, path)] or [None]
     assert operation is not None, f"{method} {path}: no operation of the SDK has this method and path"
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
@@ -162,19 +170,37 @@ async def test_every_request_the_backend_sends_is_defined_by_the_sdk(
     finally:
         await backend.close()
     names = {check_request(*request).name for request in sent}
-    assert names >= {"create_queue", "list_queues", "get_work_request", "get_queue", "put_messages", "get_messages",
-                     "update_message", "delete_message", "get_stats", "purge_queue", "delete_queue"}, names
+    assert names >= {
+        "create_queue",
+        "list_queues",
+        "get_work_request",
+        "get_queue",
+        "put_messages",
+        "get_messages",
+        "update_message",
+        "delete_message",
+        "get_stats",
+        "purge_queue",
+        "delete_queue",
+    }, names
 
 
-@pytest.mark.parametrize(("method", "url", "body", "wrong"), [
-    ("POST", f"http://h{API_PREFIX}/queues/q/messages", {"messages": [{"content": "x", "channel": "eu"}]},
-     "PutMessagesDetails.messages[0]: PutMessagesDetailsEntry has no field channel"),
-    ("POST", f"http://h{API_PREFIX}/queues/q/messages", {"messages": [{"content": 1}]}, "content: str, not 1"),
-    ("PUT", f"http://h{API_PREFIX}/queues/q/messages/r", {"visibility_in_seconds": 5}, "no field visibility_in_seconds"),
-    ("GET", f"http://h{API_PREFIX}/queues/q/messages?visibility=5", None, "no query parameter visibility"),
-    ("GET", f"http://h{API_PREFIX}/queues/q/messages?limit=all", None, "limit is an int"),
-    ("GET", f"http://h{API_PREFIX}/queues/q/message", None, "no operation of the SDK has this method and path"),
-])
+@pytest.mark.parametrize(
+    ("method", "url", "body", "wrong"),
+    [
+        (
+            "POST",
+            f"http://h{API_PREFIX}/queues/q/messages",
+            {"messages": [{"content": "x", "channel": "eu"}]},
+            "PutMessagesDetails.messages[0]: PutMessagesDetailsEntry has no field channel",
+        ),
+        ("POST", f"http://h{API_PREFIX}/queues/q/messages", {"messages": [{"content": 1}]}, "content: str, not 1"),
+        ("PUT", f"http://h{API_PREFIX}/queues/q/messages/r", {"visibility_in_seconds": 5}, "no field visibility_in_seconds"),
+        ("GET", f"http://h{API_PREFIX}/queues/q/messages?visibility=5", None, "no query parameter visibility"),
+        ("GET", f"http://h{API_PREFIX}/queues/q/messages?limit=all", None, "limit is an int"),
+        ("GET", f"http://h{API_PREFIX}/queues/q/message", None, "no operation of the SDK has this method and path"),
+    ],
+)
 def test_a_request_the_sdk_does_not_define_is_caught(method: str, url: str, body: Any, wrong: str) -> None:
     with pytest.raises(AssertionError, match=re.escape(wrong)):
         check_request(method, url, None if body is None else json.dumps(body))

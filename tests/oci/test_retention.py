@@ -33,10 +33,14 @@ async def test_a_lease_is_renewed_up_to_the_end_of_the_retention_and_no_further(
     oci_server: OciTestServer, tmp_path: Path, queue_name: str
 ) -> None:
     assert oci_server.modes.retention_bound == "refuse"
-    admin = oci.queue.QueueAdminClient(oci.config.from_file(str(oci_server.config_file)),
-                                       service_endpoint=oci_server.endpoint)
-    admin.create_queue(oci.queue.models.CreateQueueDetails(
-        display_name=queue_name, compartment_id=oci_server.compartment_id, retention_in_seconds=RETENTION))
+    admin = oci.queue.QueueAdminClient(
+        oci.config.from_file(str(oci_server.config_file)), service_endpoint=oci_server.endpoint
+    )
+    admin.create_queue(
+        oci.queue.models.CreateQueueDetails(
+            display_name=queue_name, compartment_id=oci_server.compartment_id, retention_in_seconds=RETENTION
+        )
+    )
     holder = open_backend(oci_connection(oci_server), tmp_path)
     other = open_backend(oci_connection(oci_server), tmp_path)
     metrics = Metrics()

@@ -62,8 +62,12 @@ def stale(server: OciTestServer) -> tuple[int, str]:
 
 
 def client_options(server: OciTestServer, **extra: Any) -> dict[str, Any]:
-    return {"service_endpoint": server.endpoint, "retry_strategy": oci.retry.NoneRetryStrategy(),
-            "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy(), **extra}
+    return {
+        "service_endpoint": server.endpoint,
+        "retry_strategy": oci.retry.NoneRetryStrategy(),
+        "circuit_breaker_strategy": oci.circuit_breaker.NoCircuitBreakerStrategy(),
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +88,7 @@ def messages_client(server: OciTestServer, config: dict[str, Any], queue_id: str
 
 def create_queue(admin: QueueAdminClient, server: OciTestServer, name: str, **settings: Any) -> str:
     """Create a queue and follow its work request to the queue's OCID, as a real client has to."""
-    response = admin.create_queue(CreateQueueDetails(display_name=name, compartment_id=server.compartment_id,
-                                                     **settings))
+    response = admin.create_queue(CreateQueueDetails(display_name=name, compartment_id=server.compartment_id, **settings))
     assert response.status == 202
     work_request = admin.get_work_request(response.headers["opc-work-request-id"]).data
     assert work_request.status == "SUCCEEDED"
@@ -158,8 +161,9 @@ def test_queues_are_listed_by_display_name_and_compartment(admin: QueueAdminClie
 def test_update_queue_changes_what_later_requests_default_to(
     admin: QueueAdminClient, client: QueueClient, queue_id: str
 ) -> None:
-    response = admin.update_queue(queue_id, UpdateQueueDetails(visibility_in_seconds=120,
-                                                               dead_letter_queue_delivery_count=5))
+    response = admin.update_queue(
+        queue_id, UpdateQueueDetails(visibility_in_seconds=120, dead_letter_queue_delivery_count=5)
+    )
     assert response.status == 202
     assert admin.get_work_request(response.headers["opc-work-request-id"]).data.status == "SUCCEEDED"
     queue = admin.get_queue(queue_id).data
@@ -185,8 +189,9 @@ def test_a_deleted_queue_is_gone_for_the_data_plane(admin: QueueAdminClient, cli
 
 def test_a_long_poll_on_a_deleted_queue_ends(admin: QueueAdminClient, client: QueueClient, queue_id: str) -> None:
     errors: list[oci.exceptions.ServiceError] = []
-    poller = threading.Thread(target=lambda: errors.append(service_error(client.get_messages, queue_id,
-                                                                         timeout_in_seconds=10)))
+    poller = threading.Thread(
+        target=lambda: errors.append(service_error(client.get_messages, queue_id, timeout_in_seconds=10))
+    )
     poller.start()
     poller.join(0.3)
     assert poller.is_alive(), "the poll on an empty queue did not wait"
@@ -225,17 +230,28 @@ def test_batches_report_each_entry(client: QueueClient, queue_id: str) -> None:
     assert [m.id for m in received] == [ids[2]]
     bogus = "bm90LWEtcmVjZWlwdA"
 
-    update = client.update_messages(queue_id, UpdateMessagesDetails(entries=[
-        UpdateMessagesDetailsEntry(receipt=received[0].receipt, visibility_in_seconds=120),
-        UpdateMessagesDetailsEntry(receipt=bogus, visibility_in_seconds=120),
-    ])).data
+    update = client.update_messages(
+        queue_id,
+        UpdateMessagesDetails(
+            entries=[
+                UpdateMessagesDetailsEntry(receipt=received[0].receipt, visibility_in_seconds=120),
+                UpdateMessagesDetailsEntry(receipt=bogus, visibility_in_seconds=120),
+            ]
+        ),
+    ).data
     assert (update.client_failures, update.server_failures) == (1, 0)
     assert update.entries[0].id == ids[2] and update.entries[0].error_code is None
     assert update.entries[1].error_code == 400 and update.entries[1].error_message
 
-    delete = client.delete_messages(queue_id, DeleteMessagesDetails(entries=[
-        DeleteMessagesDetailsEntry(receipt=received[0].receipt), DeleteMessagesDetailsEntry(receipt=bogus),
-    ])).data
+    delete = client.delete_messages(
+        queue_id,
+        DeleteMessagesDetails(
+            entries=[
+                DeleteMessagesDetailsEntry(receipt=received[0].receipt),
+                DeleteMessagesDetailsEntry(receipt=bogus),
+            ]
+        ),
+    ).data
     assert (delete.client_failures, delete.server_failures) == (1, 0)
     assert delete.entries[0].error_code is None and delete.entries[1].error_code == 400
     stats = client.get_stats(queue_id).data.queue
@@ -362,8 +378,10 @@ def test_purge_normal_dlq_and_both(admin: QueueAdminClient, config: dict[str, An
 
     def counts() -> tuple[int, int]:
         stats = client.get_stats(queue_id).data
-        return (stats.queue.visible_messages + stats.queue.in_flight_messages,
-                stats.dlq.visible_messages + stats.dlq.in_flight_messages)
+        return (
+            stats.queue.visible_messages + stats.queue.in_flight_messages,
+            stats.dlq.visible_messages + stats.dlq.in_flight_messages,
+        )
 
     def purge(kind: str) -> None:
         response = admin.purge_queue(queue_id, PurgeQueueDetails(purge_type=kind))
@@ -396,9 +414,10 @@ def test_receipts_that_do_not_name_a_current_delivery(
     put(client, queue_id, "x")
     [message] = get(client, queue_id, visibility_in_seconds=60)
     client.delete_message(queue_id, message.receipt)
-    errors = [service_error(client.delete_message, queue_id, message.receipt),
-              service_error(client.update_message, queue_id, message.receipt,
-                            UpdateMessageDetails(visibility_in_seconds=5))]
+    errors = [
+        service_error(client.delete_message, queue_id, message.receipt),
+        service_error(client.update_message, queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=5)),
+    ]
     assert [(error.status, error.code) for error in errors] == [STALE_ANSWERS[mode]] * 2
     assert not any("receipt" in error.message.lower() for error in errors if error.status == 400)
     error = service_error(client.delete_message, queue_id, "not-a-receipt")
@@ -425,11 +444,14 @@ def test_an_update_past_the_retention_is_refused_or_clamped(
     assert kept.visible_after.timestamp() < expires
     if mode == "refuse":
         client.update_message(queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=0))
-        error = service_error(client.update_message, queue_id, message.receipt,
-                              UpdateMessageDetails(visibility_in_seconds=120))
+        error = service_error(
+            client.update_message, queue_id, message.receipt, UpdateMessageDetails(visibility_in_seconds=120)
+        )
         assert (error.status, error.code) == (400, "InvalidParameter")
-        batch = client.update_messages(queue_id, UpdateMessagesDetails(entries=[
-            UpdateMessagesDetailsEntry(receipt=message.receipt, visibility_in_seconds=120)])).data
+        batch = client.update_messages(
+            queue_id,
+            UpdateMessagesDetails(entries=[UpdateMessagesDetailsEntry(receipt=message.receipt, visibility_in_seconds=120)]),
+        ).data
         assert batch.entries[0].error_code == 400
         assert [m.id for m in get(client, queue_id)] == [message.id], "a refused update hid the message"
     else:
@@ -438,16 +460,24 @@ def test_an_update_past_the_retention_is_refused_or_clamped(
 
 
 def test_an_unknown_queue_is_not_found(admin: QueueAdminClient, client: QueueClient) -> None:
-    for error in (service_error(client.get_messages, NO_SUCH_QUEUE, timeout_in_seconds=0),
-                  service_error(admin.get_queue, NO_SUCH_QUEUE),
-                  service_error(client.get_stats, NO_SUCH_QUEUE)):
+    for error in (
+        service_error(client.get_messages, NO_SUCH_QUEUE, timeout_in_seconds=0),
+        service_error(admin.get_queue, NO_SUCH_QUEUE),
+        service_error(client.get_stats, NO_SUCH_QUEUE),
+    ):
         assert (error.status, error.code) == (404, "NotAuthorizedOrNotFound")
         assert error.request_id
 
 
-@pytest.mark.parametrize("options", [
-    {"limit": 21}, {"limit": 0}, {"visibility_in_seconds": 43201}, {"timeout_in_seconds": 31},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"limit": 21},
+        {"limit": 0},
+        {"visibility_in_seconds": 43201},
+        {"timeout_in_seconds": 31},
+    ],
+)
 def test_get_messages_parameters_out_of_range(client: QueueClient, queue_id: str, options: dict[str, int]) -> None:
     error = service_error(client.get_messages, queue_id, **options)
     assert (error.status, error.code) == (400, "InvalidParameter")
@@ -469,8 +499,10 @@ def test_a_request_signed_with_another_key_is_not_authenticated(server: OciTestS
     wrong = oci.config.from_file(str(server.wrong_key_config(tmp_path)))
     error = service_error(QueueClient(wrong, **client_options(server)).get_stats, NO_SUCH_QUEUE)
     assert (error.status, error.code) == (401, "NotAuthenticated")
-    error = service_error(QueueAdminClient(wrong, **client_options(server)).create_queue,
-                          CreateQueueDetails(display_name="never", compartment_id=server.compartment_id))
+    error = service_error(
+        QueueAdminClient(wrong, **client_options(server)).create_queue,
+        CreateQueueDetails(display_name="never", compartment_id=server.compartment_id),
+    )
     assert (error.status, error.code) == (401, "NotAuthenticated")
 
 
@@ -493,13 +525,14 @@ class _StaleDate(oci.signer.Signer):
 def test_requests_without_a_valid_signature_are_refused(
     server: OciTestServer, config: dict[str, Any], queue_id: str, signer: str
 ) -> None:
-    signers = {"unsigned": _Unsigned(),
-               "stale date": _StaleDate(config["tenancy"], config["user"], config["fingerprint"], config["key_file"])}
+    signers = {
+        "unsigned": _Unsigned(),
+        "stale date": _StaleDate(config["tenancy"], config["user"], config["fingerprint"], config["key_file"]),
+    }
     client = QueueClient(config, **client_options(server, signer=signers[signer]))
     error = service_error(client.get_stats, queue_id)
     assert (error.status, error.code) == (401, "NotAuthenticated")
-    error = service_error(client.put_messages, queue_id, PutMessagesDetails(
-        messages=[PutMessagesDetailsEntry(content="x")]))
+    error = service_error(client.put_messages, queue_id, PutMessagesDetails(messages=[PutMessagesDetailsEntry(content="x")]))
     assert (error.status, error.code) == (401, "NotAuthenticated")
 
 
@@ -511,8 +544,10 @@ def resource_principal_clients(server: OciTestServer, messages_endpoint: str) ->
     the data-plane one at ``messages_endpoint``."""
     signer = oci.auth.signers.get_resource_principals_signer()
     config = {"region": signer.region}
-    return (QueueAdminClient(config, **client_options(server, signer=signer)),
-            QueueClient(config, **client_options(server, service_endpoint=messages_endpoint, signer=signer)))
+    return (
+        QueueAdminClient(config, **client_options(server, signer=signer)),
+        QueueClient(config, **client_options(server, service_endpoint=messages_endpoint, signer=signer)),
+    )
 
 
 def test_a_resource_principal_lists_queues_and_puts_and_gets_messages(
@@ -523,7 +558,10 @@ def test_a_resource_principal_lists_queues_and_puts_and_gets_messages(
     signer = oci.auth.signers.get_resource_principals_signer()
     assert isinstance(signer, oci.auth.signers.EphemeralResourcePrincipalSigner)
     assert (signer.region, signer.tenancy_id, signer.compartment_id) == (
-        "us-ashburn-1", "ocid1.tenancy.oc1..test", server.compartment_id)
+        "us-ashburn-1",
+        "ocid1.tenancy.oc1..test",
+        server.compartment_id,
+    )
     assert signer.api_key.startswith("ST$")  # the keyId: the token itself
 
     admin, client = resource_principal_clients(server, messages_endpoint)
@@ -545,8 +583,7 @@ def test_a_session_token_from_another_issuer_is_not_authenticated(
     error = service_error(admin.list_queues, compartment_id=server.compartment_id)
     assert (error.status, error.code) == (401, "NotAuthenticated")
     assert "not issued by this server's token issuer" in error.message
-    error = service_error(client.put_messages, queue_id, PutMessagesDetails(
-        messages=[PutMessagesDetailsEntry(content="x")]))
+    error = service_error(client.put_messages, queue_id, PutMessagesDetails(messages=[PutMessagesDetailsEntry(content="x")]))
     assert (error.status, error.code) == (401, "NotAuthenticated")
 
 
@@ -559,11 +596,11 @@ def test_an_expired_token_or_a_signature_by_another_key_is_not_authenticated(
         token, signing_key = server.session_token(session_key.public_key(), lifetime=-60), session_key
     else:
         token = server.session_token(session_key.public_key())
-    pem = signing_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption()).decode()
+    pem = signing_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
     # Token and key as contents rather than paths: the signer's other mode, the same requests.
-    signer = oci.auth.signers.EphemeralResourcePrincipalSigner(session_token=token, private_key=pem,
-                                                               region="us-ashburn-1")
+    signer = oci.auth.signers.EphemeralResourcePrincipalSigner(session_token=token, private_key=pem, region="us-ashburn-1")
     client = QueueClient({"region": signer.region}, **client_options(server, signer=signer))
     error = service_error(client.get_stats, queue_id)
     assert (error.status, error.code) == (401, "NotAuthenticated")

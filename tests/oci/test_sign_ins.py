@@ -19,8 +19,10 @@ from worker.backends.registry import open_backend
 
 
 def connection(server: OciTestServer, query: str) -> str:
-    return (f"oci+http://{server.endpoint.split('://', 1)[1]}?compartment={server.compartment_id}"
-            f"&adminEndpoint={server.endpoint}&{query}")
+    return (
+        f"oci+http://{server.endpoint.split('://', 1)[1]}?compartment={server.compartment_id}"
+        f"&adminEndpoint={server.endpoint}&{query}"
+    )
 
 
 async def test_a_session_profile_as_oci_session_authenticate_writes_it_signs_in_and_follows_a_refresh(
@@ -66,8 +68,12 @@ async def test_a_session_profile_read_as_an_api_key_says_which_sign_in_it_needs(
 #: "Invalid endpoint host: endpoint must not contain path, query, or fragment". So only a URL without a path signs in.
 RPT_PATHS = [
     "/",
-    pytest.param("/resourcePrincipalToken/ocid1.parent.oc1.iad.test", marks=pytest.mark.xfail(
-        strict=True, raises=QueueError, reason="the oci SDK refuses an RPT URL with a path (its endpoint check)")),
+    pytest.param(
+        "/resourcePrincipalToken/ocid1.parent.oc1.iad.test",
+        marks=pytest.mark.xfail(
+            strict=True, raises=QueueError, reason="the oci SDK refuses an RPT URL with a path (its endpoint check)"
+        ),
+    ),
 ]
 
 
@@ -79,8 +85,9 @@ def parent_resource(oci_server: OciTestServer, request: pytest.FixtureRequest) -
     stub.close()
 
 
-def resource_principal_v3_env(oci_server: OciTestServer, parent: ParentResource, workdir: Path, *,
-                              leaf_valid: bool = True) -> dict[str, str]:
+def resource_principal_v3_env(
+    oci_server: OciTestServer, parent: ParentResource, workdir: Path, *, leaf_valid: bool = True
+) -> dict[str, str]:
     """The environment of a resource principal of version 3.0: a version 2.2 leaf resource (its session token and
     key in files), and its parent's token URL and session token endpoint, as ``get_resource_principals_signer()``
     reads them (``oci/auth/signers/resource_principals_signer.py``)."""
@@ -114,7 +121,9 @@ async def test_a_resource_principal_of_version_3_signs_with_its_parents_session_
         [got] = await backend.receive(queue, 1, 30)
         assert got.content == "signed as the parent"
         assert [(r.method, r.target) for r in parent_resource.stub.requests] == [
-            ("GET", parent_resource.rpt_path), ("POST", ParentResource.RPST_PATH)]
+            ("GET", parent_resource.rpt_path),
+            ("POST", ParentResource.RPST_PATH),
+        ]
         assert all(r.headers["authorization"].count('keyId="ST$') == 1 for r in parent_resource.stub.requests)
     finally:
         await backend.close()
@@ -140,8 +149,11 @@ async def test_a_resource_principal_of_version_3_whose_leaf_token_is_foreign_is_
         monkeypatch.setenv(name, value)
     backend = open_backend(connection(oci_server, "auth=resource_principal"), tmp_path)
     try:
-        with pytest.raises(QueueError, match="cannot sign in to OCI Queue as a resource principal: ServiceError: .*"
-                                             "not issued by this server's token issuer"):
+        with pytest.raises(
+            QueueError,
+            match="cannot sign in to OCI Queue as a resource principal: ServiceError: .*"
+            "not issued by this server's token issuer",
+        ):
             await backend.approximate_count("any")
     finally:
         await backend.close()

@@ -76,8 +76,15 @@ async def test_worker_send_checks_the_size_the_connection_allows(
     body = "y" * (220 * 1024)  # stored as base64: about 293 KiB
 
     def send(connection: str) -> Ran:
-        return run_cli(tmp_path, "send", queue_name, body, "--config", str(tmp_path / "host.yaml"),
-                       env={"AzureWebJobsStorage": connection})
+        return run_cli(
+            tmp_path,
+            "send",
+            queue_name,
+            body,
+            "--config",
+            str(tmp_path / "host.yaml"),
+            env={"AzureWebJobsStorage": connection},
+        )
 
     refused = await asyncio.to_thread(send, oci_connection(server))
     assert refused.returncode != 0 and "the limit is 262144 bytes" in refused.stderr, refused

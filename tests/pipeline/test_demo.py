@@ -27,15 +27,28 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(420)]
 
 
 def worker(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=project, env=process_env(PYTHONPATH=str(REPO)),
-                          capture_output=True, text=True, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=project,
+        env=process_env(PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def demo(project: Path, master: str, **env: str) -> subprocess.CompletedProcess[str]:
     """The demo on a small data set: two files, one of them CSV and one JSON lines, and the missing one."""
-    return subprocess.run([sys.executable, "-m", "functions.demo", "--master", master, "--size-mb", "0.1",
-                           "--files", "2"], cwd=project, env=process_env(PYTHONPATH=str(REPO), **env),
-                          capture_output=True, text=True, timeout=360, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "functions.demo", "--master", master, "--size-mb", "0.1", "--files", "2"],
+        cwd=project,
+        env=process_env(PYTHONPATH=str(REPO), **env),
+        capture_output=True,
+        text=True,
+        timeout=360,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -83,8 +96,10 @@ def test_the_demo_runs_on_a_standalone_cluster_started_and_stopped_by_worker_spa
     finally:
         stopped = worker(project, "spark", "stop")
     assert stopped.returncode == 0, stopped.stderr
-    assert [line.split()[:3] for line in stopped.stdout.splitlines()] == [["stopped", "the", "worker"],
-                                                                        ["stopped", "the", "master"]]
+    assert [line.split()[:3] for line in stopped.stdout.splitlines()] == [
+        ["stopped", "the", "worker"],
+        ["stopped", "the", "master"],
+    ]
     assert refuses_connections(url)
     assert worker(project, "spark", "status").stdout.startswith("no Spark servers started from")
 

@@ -54,13 +54,18 @@ async def test_a_writer_paused_under_the_lock_past_its_lease_publishes_nothing_a
     await queues.create_queue("writes")
     await queues.put("writes", encode(json.dumps({"write": 1}), "base64"))
     connect, _ = master_and_conf("connect", request)
-    paused = WorkerProcess(host_yaml(tmp_path, connect), process_env(FENCED_FOLDER=str(tmp_path)), name="paused",
-                           app="tests.apps.fenced_writer:app").start()
+    paused = WorkerProcess(
+        host_yaml(tmp_path, connect),
+        process_env(FENCED_FOLDER=str(tmp_path)),
+        name="paused",
+        app="tests.apps.fenced_writer:app",
+    ).start()
     monkeypatch.setenv("FENCED_FOLDER", str(tmp_path))
     monkeypatch.setenv("PIPELINE_LOCK_WAIT", "1s")
     monkeypatch.delenv("AzureWebJobsStorage", raising=False)
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, max_dequeue_count=20, lease_duration=30,
-                        drain_timeout=5)
+    config = HostConfig(
+        base_dir=tmp_path, max_polling_interval=0.2, max_dequeue_count=20, lease_duration=30, drain_timeout=5
+    )
     other = Host(app, config, middleware=[spark_sessions.middleware(*master_and_conf("local", request))])
     running = None
     try:

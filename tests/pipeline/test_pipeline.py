@@ -50,7 +50,11 @@ async def send_paths(queues: QueueBackend, *paths: str) -> None:
 
 @pytest.mark.parametrize("where", ["local", "cluster", "connect"])
 async def test_end_to_end_counts_match_the_generated_data_and_unreadable_input_is_poisoned(
-    tmp_path: Path, host_yaml: Path, queues: QueueBackend, where: str, request: pytest.FixtureRequest,
+    tmp_path: Path,
+    host_yaml: Path,
+    queues: QueueBackend,
+    where: str,
+    request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On local Spark as ``make run`` runs it: a ``worker run --burst`` process that starts its own session from
@@ -91,9 +95,22 @@ async def run_worker_process(host_yaml: Path, warehouse: Path) -> None:
     env = process_env(PYTHONPATH=str(REPO), PIPELINE_WAREHOUSE=str(warehouse))
     run = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "worker", "run", "--app", "functions.function_app:app", "--config", str(host_yaml),
-         "--burst"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "worker",
+            "run",
+            "--app",
+            "functions.function_app:app",
+            "--config",
+            str(host_yaml),
+            "--burst",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
@@ -102,7 +119,11 @@ async def run_worker_process(host_yaml: Path, warehouse: Path) -> None:
 
 
 async def test_the_same_ingest_message_twice_gives_identical_tables(
-    tmp_path: Path, host_yaml: Path, queues: QueueBackend, monkeypatch: pytest.MonkeyPatch, spark_sessions: SparkSessions,
+    tmp_path: Path,
+    host_yaml: Path,
+    queues: QueueBackend,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_sessions: SparkSessions,
     request: pytest.FixtureRequest,
 ) -> None:
     manifest = data.generate(tmp_path / "landing", size_bytes=20_000, files=1, days=1)
@@ -129,8 +150,13 @@ async def test_the_same_ingest_message_twice_gives_identical_tables(
 
 @pytest.mark.parametrize("where", ["local", "cluster"])
 async def test_steps_before_their_input_have_nothing_to_do_and_a_first_file_with_no_valid_row_wedges_nothing(
-    tmp_path: Path, host_yaml: Path, queues: QueueBackend, monkeypatch: pytest.MonkeyPatch, spark_sessions: SparkSessions,
-    request: pytest.FixtureRequest, where: str,
+    tmp_path: Path,
+    host_yaml: Path,
+    queues: QueueBackend,
+    monkeypatch: pytest.MonkeyPatch,
+    spark_sessions: SparkSessions,
+    request: pytest.FixtureRequest,
+    where: str,
 ) -> None:
     """An aggregate and a report sent before any table exists succeed at once, doing nothing (not five immediate
     failures and poison). Then a file with no valid row is ingested on its own before a good one: the empty ``events``
@@ -139,9 +165,15 @@ async def test_steps_before_their_input_have_nothing_to_do_and_a_first_file_with
     warehouse = tmp_path / "warehouse"
     monkeypatch.setenv("PIPELINE_WAREHOUSE", str(warehouse))
     monkeypatch.delenv("AzureWebJobsStorage", raising=False)
-    host_yaml.write_text(host_yaml.read_text(encoding="utf-8") + "functions:\n" + "".join(
-        f"  {step}:\n    maxConcurrency: 1\n" + ("    batchSize: 1\n" if step == "ingest" else "")
-        for step in ("ingest", "aggregate", "report")), encoding="utf-8")  # one file per ingest, in order
+    host_yaml.write_text(
+        host_yaml.read_text(encoding="utf-8")
+        + "functions:\n"
+        + "".join(
+            f"  {step}:\n    maxConcurrency: 1\n" + ("    batchSize: 1\n" if step == "ingest" else "")
+            for step in ("ingest", "aggregate", "report")
+        ),
+        encoding="utf-8",
+    )  # one file per ingest, in order
     config = load_config(host_yaml, environ={})
     spark = spark_sessions.middleware(*master_and_conf(where, request))
     for step in ("aggregate", "report"):
@@ -156,8 +188,9 @@ async def test_steps_before_their_input_have_nothing_to_do_and_a_first_file_with
 
     no_valid_row = tmp_path / "landing" / "2026-11-16" / "part-0900.csv"
     manifest = data.generate(tmp_path / "landing", size_bytes=20_000, files=1, days=1, seed=7)
-    no_valid_row.write_text(",".join(data.COLUMNS) + "\n###,truncated\n"
-                            "e-1,o-1,c-1,SKU-001,three,9.99,DE,2026-11-16T10:00:00\n", encoding="utf-8")
+    no_valid_row.write_text(
+        ",".join(data.COLUMNS) + "\n###,truncated\ne-1,o-1,c-1,SKU-001,three,9.99,DE,2026-11-16T10:00:00\n", encoding="utf-8"
+    )
     await send_paths(queues, str(no_valid_row), *manifest.files)
     host = Host(app, config, burst=True, middleware=[spark])
     await asyncio.wait_for(host.run(), 300)
@@ -208,7 +241,8 @@ def test_files_of_one_day_ingested_apart_both_stay_and_a_repeat_changes_nothing(
     assert version is not None
     folders = [folder for folder in version.iterdir() if folder.is_dir()]
     assert sorted(folder.name for folder in folders) == sorted(
-        {f"event_date={json.loads(row)['event_date']}" for row in both})  # the landing day, and late events' days
+        {f"event_date={json.loads(row)['event_date']}" for row in both}
+    )  # the landing day, and late events' days
     assert [len(list(folder.glob("*.parquet"))) for folder in folders] == [1] * len(folders)
 
 
@@ -246,5 +280,6 @@ class PublishedTables:
 
 
 def _events(session: Any, warehouse: Path) -> list[str]:
-    return sorted(json.dumps(row.asDict(), default=str, sort_keys=True)
-                  for row in tables.read(session, warehouse / "events").collect())
+    return sorted(
+        json.dumps(row.asDict(), default=str, sort_keys=True) for row in tables.read(session, warehouse / "events").collect()
+    )

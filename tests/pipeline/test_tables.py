@@ -94,7 +94,10 @@ def test_a_write_replaces_the_days_it_writes_and_keeps_the_others(tmp_path: Path
 
     rows = tables.read(spark, table).groupBy("day", "version").count().collect()
     assert sorted((r["day"], r["version"], r["count"]) for r in rows) == [
-        (0, "first", 2), (1, "first", 2), (2, "second", 2), (3, "second", 2)
+        (0, "first", 2),
+        (1, "first", 2),
+        (2, "second", 2),
+        (3, "second", 2),
     ]
 
 
@@ -114,7 +117,8 @@ def test_two_writes_of_different_days_at_once_both_stay_in_the_table(tmp_path: P
 
     rows = tables.read(spark, table).groupBy("day", "version").count().collect()
     assert sorted((r["day"], r["version"]) for r in rows) == [
-        *((day, "first-half") for day in range(3)), *((day, "second-half") for day in range(3, 6))
+        *((day, "first-half") for day in range(3)),
+        *((day, "second-half") for day in range(3, 6)),
     ]
 
 
@@ -143,8 +147,9 @@ def test_a_write_that_fails_leaves_the_table_as_it_was(tmp_path: Path, spark: Sp
     first = tables.publish(table, partial(daily, spark, "first", 6), ["day"])
 
     def failing() -> DataFrame:  # the job fails in its last task, after the others have written their files
-        return daily(spark, "second", 12).selectExpr("IF(day < 5, version, raise_error('no such SKU')) AS version",
-                                                     "rows", "day")
+        return daily(spark, "second", 12).selectExpr(
+            "IF(day < 5, version, raise_error('no such SKU')) AS version", "rows", "day"
+        )
 
     with pytest.raises(Exception, match="no such SKU"):
         tables.publish(table, failing, ["day"])

@@ -82,8 +82,14 @@ class Fault(enum.StrEnum):
     @property
     def forwards(self) -> bool:
         """True when Azurite does the operation although the client may not learn it."""
-        return self in (Fault.LATENCY, Fault.ERROR_AFTER, Fault.DROP_AFTER, Fault.RESET_AFTER, Fault.TRUNCATE_AFTER,
-                        Fault.HOLD_AFTER)
+        return self in (
+            Fault.LATENCY,
+            Fault.ERROR_AFTER,
+            Fault.DROP_AFTER,
+            Fault.RESET_AFTER,
+            Fault.TRUNCATE_AFTER,
+            Fault.HOLD_AFTER,
+        )
 
     @property
     def fails(self) -> bool:
@@ -95,8 +101,14 @@ class Fault(enum.StrEnum):
 #: protocol error, not a transient one, and does not retry it (test_faultproxy.py shows it), so it is injected only
 #: where asked for.
 DEFAULT_KINDS = (
-    Fault.ERROR_500, Fault.ERROR_503, Fault.LATENCY, Fault.DROP, Fault.RESET,
-    Fault.ERROR_AFTER, Fault.DROP_AFTER, Fault.RESET_AFTER,
+    Fault.ERROR_500,
+    Fault.ERROR_503,
+    Fault.LATENCY,
+    Fault.DROP,
+    Fault.RESET,
+    Fault.ERROR_AFTER,
+    Fault.DROP_AFTER,
+    Fault.RESET_AFTER,
 )
 
 
@@ -140,8 +152,11 @@ def operation_of(method: str, target: str) -> str:
 
 #: Azure's wording for the two errors the proxy makes up, in the service's XML error format.
 _ERRORS = {
-    500: ("Internal Server Error", "InternalError",
-          "Server encountered an internal error. Please try again after some time."),
+    500: (
+        "Internal Server Error",
+        "InternalError",
+        "Server encountered an internal error. Please try again after some time.",
+    ),
     503: ("Server Unavailable", "ServerBusy", "The server is busy."),
 }
 #: Headers that describe one hop, not the message: never copied across the proxy.
@@ -291,8 +306,15 @@ class FaultProxy:
         """A copy of the counters, consistent at one instant."""
         with self._lock:
             s = self._stats
-            return ProxyStats(s.requests, s.forwarded, s.upstream_errors, Counter(s.faults), Counter(s.by_operation),
-                              Counter(s.operations), s.held)
+            return ProxyStats(
+                s.requests,
+                s.forwarded,
+                s.upstream_errors,
+                Counter(s.faults),
+                Counter(s.by_operation),
+                Counter(s.operations),
+                s.held,
+            )
 
     # -- the proxy's own loop ----------------------------------------------------------------------------------
 
@@ -317,7 +339,9 @@ class FaultProxy:
         # Enough pooled connections to Azurite for every request the worker may have in flight at once.
         connector = aiohttp.TCPConnector(limit=256, force_close=False)
         self._session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, timeout=aiohttp.ClientTimeout(total=60),
+            connector=connector,
+            auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=60),
             skip_auto_headers=("User-Agent", "Content-Type", "Accept", "Accept-Encoding"),
         )
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -416,8 +440,10 @@ class FaultProxy:
             with self._lock:
                 self._stats.upstream_errors += 1
             reason = f"Azurite unreachable: {type(exc).__name__}".encode()
-            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n"
-                         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(reason), reason))
+            writer.write(
+                b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(reason), reason)
+            )
             await writer.drain()
             return False
         if fault is Fault.HOLD_AFTER and not self._let_all_through:
@@ -456,7 +482,11 @@ class FaultProxy:
         headers = [(k, v) for k, v in request.headers if k.lower() not in _HOP_BY_HOP]
         url = yarl.URL(self.upstream + request.target, encoded=True)  # as signed: no re-quoting of the query
         async with self._session.request(
-            request.method, url, headers=headers, data=request.body or None, allow_redirects=False,
+            request.method,
+            url,
+            headers=headers,
+            data=request.body or None,
+            allow_redirects=False,
         ) as response:
             body = await response.read()
             lines = [f"HTTP/1.1 {response.status} {response.reason or ''}"]

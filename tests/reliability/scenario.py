@@ -43,10 +43,12 @@ POISON = f"{QUEUE}-poison"
 APP = "tests.apps.unique:app"
 
 #: Log events by which the worker says a delivery's lease is no longer its own (counted in leases_lost).
-LEASE_LOST_EVENTS = frozenset({
-    "lease lost; the message now belongs to another receiver",  # a renewal found the receipt stale or the message gone
-    "message changed hands before completion",  # the delete (or release) did
-})
+LEASE_LOST_EVENTS = frozenset(
+    {
+        "lease lost; the message now belongs to another receiver",  # a renewal found the receipt stale or the message gone
+        "message changed hands before completion",  # the delete (or release) did
+    }
+)
 #: The worker gave up completing a handled message (an error that is not transient; transient ones are retried while the
 #: lease is kept): the message comes back when the lease ends.
 DELETE_GAVE_UP_EVENT = "completion failed; the message returns when its lease ends"
@@ -214,13 +216,19 @@ async def run_scenario(settings: Settings, workdir: Path) -> FaultRun:
         await direct.create_queue(QUEUE)
         config = write_host_yaml(
             workdir,
-            queues={"batchSize": settings.batch_size, "maxDequeueCount": settings.max_dequeue_count,
-                    "visibilityTimeout": "0s"},
+            queues={
+                "batchSize": settings.batch_size,
+                "maxDequeueCount": settings.max_dequeue_count,
+                "visibilityTimeout": "0s",
+            },
             worker={"leaseDuration": settings.lease, "drainTimeout": "10s"},
         )
         env = {
-            "AzureWebJobsStorage": proxy.connection_string, "RECORD_DB": str(record_db), "TRIGGER_QUEUE": QUEUE,
-            "SLOW_EVERY": str(settings.slow_every), "SLOW_SECONDS": str(settings.slow_seconds),
+            "AzureWebJobsStorage": proxy.connection_string,
+            "RECORD_DB": str(record_db),
+            "TRIGGER_QUEUE": QUEUE,
+            "SLOW_EVERY": str(settings.slow_every),
+            "SLOW_SECONDS": str(settings.slow_seconds),
         }
         worker_started = time.monotonic()
         # It starts (imports, ~1 s) while the queue fills.
@@ -235,8 +243,12 @@ async def run_scenario(settings: Settings, workdir: Path) -> FaultRun:
             return handled >= settings.messages and await direct.approximate_count(QUEUE) == 0
 
         remaining = settings.timeout - (time.monotonic() - worker_started)
-        await apoll(all_handled, max(remaining, 1), interval=0.25,
-                    what=f"{settings.messages} messages to be handled and the queue to empty")
+        await apoll(
+            all_handled,
+            max(remaining, 1),
+            interval=0.25,
+            what=f"{settings.messages} messages to be handled and the queue to empty",
+        )
         handling = time.monotonic() - worker_started
         exit_code = worker.stop(signal.SIGTERM, timeout=30)
         return FaultRun(
@@ -298,8 +310,10 @@ def figures(run: FaultRun) -> dict[str, Any]:
 
 
 def format_figures(run: FaultRun) -> str:
-    lines = [f"{len(run.sent)} messages, {run.settings.fault_rate:.0%} of storage calls faulted, "
-             f"lease {run.settings.lease}, seed {run.settings.seed}"]
+    lines = [
+        f"{len(run.sent)} messages, {run.settings.fault_rate:.0%} of storage calls faulted, "
+        f"lease {run.settings.lease}, seed {run.settings.seed}"
+    ]
     for name, value in figures(run).items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
@@ -381,6 +395,8 @@ def problems(run: FaultRun) -> list[str]:
         wrong = {k: f"{actual[k]} (expected {expected[k]})" for k in actual if actual[k] != expected[k]}
         found.append(f"worker counters do not match the outcomes: {wrong}")
     if run.totals.get("storage_retries", 0) != run.proxy.failed:
-        found.append(f"the worker counted {run.totals.get('storage_retries', 0)} retried storage failures; "
-                     f"the proxy failed {run.proxy.failed} calls")
+        found.append(
+            f"the worker counted {run.totals.get('storage_retries', 0)} retried storage failures; "
+            f"the proxy failed {run.proxy.failed} calls"
+        )
     return found

@@ -108,8 +108,12 @@ BAD = [
     Bad("JSON: cut-off array", _b64("[1, 2"), "not valid JSON", MAX_DEQUEUE),
     Bad("JSON: plain text", _b64("hello"), "not valid JSON", MAX_DEQUEUE),
     Bad("empty body", "", "body is empty, not JSON", MAX_DEQUEUE),
-    Bad("blocks past functionTimeout", _b64(json.dumps({"kind": "block", "seconds": BLOCK_SECONDS})),
-        "functionTimeout of 1s exceeded", MAX_DEQUEUE),
+    Bad(
+        "blocks past functionTimeout",
+        _b64(json.dumps({"kind": "block", "seconds": BLOCK_SECONDS})),
+        "functionTimeout of 1s exceeded",
+        MAX_DEQUEUE,
+    ),
 ]
 BLOCKER = BAD[-1]
 
@@ -128,9 +132,14 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     """``python -m worker ARGS`` from the repository, with an environment that cannot point it elsewhere."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("WORKER__") and k != "AzureWebJobsStorage"}
     return subprocess.run(
-        [sys.executable, "-m", "worker", *args], cwd=REPO,
+        [sys.executable, "-m", "worker", *args],
+        cwd=REPO,
         env={**clean, "PYTHONPATH": str(REPO), "PYTHONUTF8": "1", **(env or {})},
-        capture_output=True, text=True, encoding="utf-8", timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        check=False,
     )
 
 
@@ -268,8 +277,13 @@ async def test_bad_messages_end_in_poison_with_their_reason_while_every_good_one
     # functionTimeout of 1 s, a loaded machine can hold a good handler past it: that attempt failed by its timeout
     # (logged, and retried like any failure), so the message is handled once more, and only then.
     done_ids = Counter(r["message_id"] for r in records if r["event"] == "done")
-    timed_out_good = Counter(line["message_id"] for line in lines if line.get("event") == "message failed; it will be "
-                             "retried" and line["message_id"] in good_ids and BLOCKER.reason in line["reason"])
+    timed_out_good = Counter(
+        line["message_id"]
+        for line in lines
+        if line.get("event") == "message failed; it will be retried"
+        and line["message_id"] in good_ids
+        and BLOCKER.reason in line["reason"]
+    )
     assert done_ids == Counter(good_ids.keys()) + timed_out_good, "a good message was not handled exactly once"
     assert not [r for r in records if b"refused" in r["body"] or b'"pad"' in r["body"]]
 
@@ -292,8 +306,10 @@ async def test_bad_messages_end_in_poison_with_their_reason_while_every_good_one
     sent = len(good_ids) + len(bad_ids)
     completed = sum(1 for i in done_ids if i in good_ids)
     lost = sent - completed - len(poisoned)
-    print(f"\nbad input: sent {sent} ({len(good_ids)} good, {len(bad_ids)} bad), completed {completed}, "
-          f"poisoned {len(poisoned)}, lost {lost}; refused by worker send: {len(refused)} (none sent)")
+    print(
+        f"\nbad input: sent {sent} ({len(good_ids)} good, {len(bad_ids)} bad), completed {completed}, "
+        f"poisoned {len(poisoned)}, lost {lost}; refused by worker send: {len(refused)} (none sent)"
+    )
     for bad in BAD:
         print(f"  {bad.kind:<28} handler calls {bad.attempts}  reason: {moved[_id_of(bad_ids, bad)]['reason'][:90]}")
     assert lost == 0
@@ -326,24 +342,70 @@ def _host_yaml(queues: str = "", worker: str = "", top: str = "") -> str:
 @pytest.mark.parametrize(
     ("text", "env", "key", "where", "problem"),
     [
-        pytest.param(_host_yaml(queues="    maxDequeueCount: 0\n"), {}, "extensions.queues.maxDequeueCount",
-                     "maxDequeueCount: 0", "must be between 1 and 10000, got 0", id="queues-out-of-range"),
-        pytest.param(_host_yaml(queues="    maxPollingInterval: 50ms\n"), {}, "extensions.queues.maxPollingInterval",
-                     "maxPollingInterval: 50ms", "must be between 0.1s and 1d, got 0.05s", id="polling-too-short"),
-        pytest.param(_host_yaml(worker="  handlerThreads: 2000\n"), {}, "worker.handlerThreads",
-                     "handlerThreads: 2000", "must be between 1 and 1024, got 2000", id="worker-out-of-range"),
-        pytest.param(_host_yaml(top='functionTimeout: "00:00:00"\n'), {}, "functionTimeout",
-                     "functionTimeout:", "must be between 1s and", id="timeout-zero"),
-        pytest.param(_host_yaml(worker='  leaseRenewalFraction: "half"\n'), {}, "worker.leaseRenewalFraction",
-                     "leaseRenewalFraction", "expected a number, got 'half'", id="wrong-type"),
-        pytest.param(_host_yaml(worker="  handlerthreads: 4\n"), {}, "worker.handlerthreads",
-                     "handlerthreads: 4", "unknown key; did you mean worker.handlerThreads? (known keys:",
-                     id="unknown-key"),
-        pytest.param(_host_yaml(top="extension:\n  queues:\n    batchSize: 4\n"), {}, "extension.queues.batchSize",
-                     "batchSize: 4", "unknown key", id="unknown-section"),
-        pytest.param(_host_yaml(), {"WORKER__worker__handlerThreads": "0"}, "worker.handlerThreads",
-                     "environment WORKER__worker__handlerThreads", "must be between 1 and 1024, got 0",
-                     id="environment-out-of-range"),
+        pytest.param(
+            _host_yaml(queues="    maxDequeueCount: 0\n"),
+            {},
+            "extensions.queues.maxDequeueCount",
+            "maxDequeueCount: 0",
+            "must be between 1 and 10000, got 0",
+            id="queues-out-of-range",
+        ),
+        pytest.param(
+            _host_yaml(queues="    maxPollingInterval: 50ms\n"),
+            {},
+            "extensions.queues.maxPollingInterval",
+            "maxPollingInterval: 50ms",
+            "must be between 0.1s and 1d, got 0.05s",
+            id="polling-too-short",
+        ),
+        pytest.param(
+            _host_yaml(worker="  handlerThreads: 2000\n"),
+            {},
+            "worker.handlerThreads",
+            "handlerThreads: 2000",
+            "must be between 1 and 1024, got 2000",
+            id="worker-out-of-range",
+        ),
+        pytest.param(
+            _host_yaml(top='functionTimeout: "00:00:00"\n'),
+            {},
+            "functionTimeout",
+            "functionTimeout:",
+            "must be between 1s and",
+            id="timeout-zero",
+        ),
+        pytest.param(
+            _host_yaml(worker='  leaseRenewalFraction: "half"\n'),
+            {},
+            "worker.leaseRenewalFraction",
+            "leaseRenewalFraction",
+            "expected a number, got 'half'",
+            id="wrong-type",
+        ),
+        pytest.param(
+            _host_yaml(worker="  handlerthreads: 4\n"),
+            {},
+            "worker.handlerthreads",
+            "handlerthreads: 4",
+            "unknown key; did you mean worker.handlerThreads? (known keys:",
+            id="unknown-key",
+        ),
+        pytest.param(
+            _host_yaml(top="extension:\n  queues:\n    batchSize: 4\n"),
+            {},
+            "extension.queues.batchSize",
+            "batchSize: 4",
+            "unknown key",
+            id="unknown-section",
+        ),
+        pytest.param(
+            _host_yaml(),
+            {"WORKER__worker__handlerThreads": "0"},
+            "worker.handlerThreads",
+            "environment WORKER__worker__handlerThreads",
+            "must be between 1 and 1024, got 0",
+            id="environment-out-of-range",
+        ),
     ],
 )
 def test_bad_setting_stops_worker_run_naming_the_key_and_the_line(
@@ -371,11 +433,17 @@ def test_bad_setting_stops_worker_run_naming_the_key_and_the_line(
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        pytest.param("import queueworker_no_such_dependency\n",
-                     "ModuleNotFoundError: No module named 'queueworker_no_such_dependency'", id="missing-dependency"),
+        pytest.param(
+            "import queueworker_no_such_dependency\n",
+            "ModuleNotFoundError: No module named 'queueworker_no_such_dependency'",
+            id="missing-dependency",
+        ),
         pytest.param("from worker import WorkerApp\n\napp = WorkerApp(\n", "SyntaxError: ", id="syntax-error"),
-        pytest.param('raise RuntimeError("STORAGE_ACCOUNT is not set")\n', "RuntimeError: STORAGE_ACCOUNT is not set",
-                     id="raises-at-import"),
+        pytest.param(
+            'raise RuntimeError("STORAGE_ACCOUNT is not set")\n',
+            "RuntimeError: STORAGE_ACCOUNT is not set",
+            id="raises-at-import",
+        ),
     ],
 )
 def test_app_module_that_does_not_import_stops_worker_run_naming_module_and_error(
@@ -402,14 +470,11 @@ def test_app_module_that_does_not_import_stops_worker_run_naming_module_and_erro
     assert not (tmp_path / ".worker").exists()
 
 
-
 # -- a body that is not UTF-8 on worker send's command line -------------------------------------------------------
 
 
 @pytest.mark.parametrize("encoding", ["base64", "none"])
-async def test_send_of_an_argument_that_is_not_utf8_sends_its_bytes_or_fails_clearly(
-    tmp_path: Path, encoding: str
-) -> None:
+async def test_send_of_an_argument_that_is_not_utf8_sends_its_bytes_or_fails_clearly(tmp_path: Path, encoding: str) -> None:
     """Shell bytes that are not UTF-8 reach Python's argv as surrogate escapes.
 
     base64 carries any bytes, so the exact bytes are sent; ``none`` stores text,

@@ -36,18 +36,23 @@ async def test_no_message_is_ever_handled_by_two_workers_at_once(tmp_path: Path,
     sender = open_backend(connection, tmp_path)
     await sender.create_queue(queue)
     await asyncio.gather(*(sender.put(queue, encode(f"m{i}", "base64")) for i in range(MESSAGES)))
-    config = write_host_yaml(tmp_path, queues={"batchSize": THREADS, "newBatchThreshold": 0},
-                             worker={"leaseDuration": LEASE, "handlerThreads": THREADS, "maxInFlight": THREADS})
+    config = write_host_yaml(
+        tmp_path,
+        queues={"batchSize": THREADS, "newBatchThreshold": 0},
+        worker={"leaseDuration": LEASE, "handlerThreads": THREADS, "maxInFlight": THREADS},
+    )
     env = {"RECORD_DB": str(record_db), "TRIGGER_QUEUE": queue, "HOLD_SECONDS": str(HOLD_SECONDS)}
     if connection is not None:
         env["AzureWebJobsStorage"] = connection
-    workers = [WorkerProcess(config, env, name=f"worker{i}", app="tests.apps.exclusive:app").start()
-               for i in range(WORKERS)]
+    workers = [WorkerProcess(config, env, name=f"worker{i}", app="tests.apps.exclusive:app").start() for i in range(WORKERS)]
     try:
         for worker in workers:
             worker.wait_for_log("host started")
-        poll(lambda: len(rows(record_db, "SELECT DISTINCT message_id FROM finished")) >= MESSAGES, 120,
-             what="every message to be handled")
+        poll(
+            lambda: len(rows(record_db, "SELECT DISTINCT message_id FROM finished")) >= MESSAGES,
+            120,
+            what="every message to be handled",
+        )
 
         async def emptied() -> bool:
             return await sender.approximate_count(queue) == 0
@@ -66,9 +71,11 @@ async def test_no_message_is_ever_handled_by_two_workers_at_once(tmp_path: Path,
     finished = rows(record_db, "SELECT message_id, pid, event FROM finished")
     by_worker = sorted(sum(1 for r in finished if r[1] == w.host_pid) for w in workers)
     renewals = sum(t.get("lease_renewals", 0) for t in totals)
-    print(f"\ncompeting workers: sent {MESSAGES}, handled {len(finished)} (per worker {by_worker}), "
-          f"overlaps {len(overlaps)}, leases lost {sum(t.get('leases_lost', 0) for t in totals)}, "
-          f"renewals {renewals}, lost {MESSAGES - len({r[0] for r in finished})}")
+    print(
+        f"\ncompeting workers: sent {MESSAGES}, handled {len(finished)} (per worker {by_worker}), "
+        f"overlaps {len(overlaps)}, leases lost {sum(t.get('leases_lost', 0) for t in totals)}, "
+        f"renewals {renewals}, lost {MESSAGES - len({r[0] for r in finished})}"
+    )
     assert overlaps == [], f"handled by two workers at once: {overlaps}"
     assert sorted(r[2] for r in finished) == ["done"] * MESSAGES, "a handler was cancelled or a message ran twice"
     assert sum(t["succeeded"] for t in totals) == MESSAGES

@@ -45,10 +45,16 @@ async def test_kill_9_at_random_while_1000_messages_flow_loses_nothing(tmp_path:
     # Four handler threads a process: fast enough to be done in seconds, slow enough that the other process
     # cannot run through the whole queue while one restarts (with sixteen it sometimes did, and the kill
     # plan ran out of messages under a loaded machine).
-    config = write_host_yaml(tmp_path, queues={"maxDequeueCount": 3},
-                             worker={"leaseDuration": "2s", "drainTimeout": "5s", "handlerThreads": 4})
-    env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "0.05", "TRIGGER_QUEUE": QUEUE,
-           "FAIL_PREFIX": "fail"}
+    config = write_host_yaml(
+        tmp_path, queues={"maxDequeueCount": 3}, worker={"leaseDuration": "2s", "drainTimeout": "5s", "handlerThreads": 4}
+    )
+    env = {
+        "RECORD_DB": str(record_db),
+        "HANDLER_MODE": "hold",
+        "HOLD_SECONDS": "0.05",
+        "TRIGGER_QUEUE": QUEUE,
+        "FAIL_PREFIX": "fail",
+    }
     incarnations = [0, 0]
     workers = [WorkerProcess(config, env, name=f"w{slot}-0").start() for slot in range(2)]
     every: list[WorkerProcess] = list(workers)
@@ -83,9 +89,11 @@ async def test_kill_9_at_random_while_1000_messages_flow_loses_nothing(tmp_path:
     sent = {body(i) for i in range(MESSAGES)}
     lost = sent - set(handled) - set(poison)
     completed = set(handled) - set(poison)
-    print(f"\ncrash loop: sent {MESSAGES}, {KILLS} kill -9s over {len(every)} processes; completed {len(completed)}, "
-          f"poisoned {len(set(poison))} ({len(poison) - len(set(poison))} copied twice), "
-          f"run again after a crash {sum(n - 1 for n in handled.values())}, lost {len(lost)}")
+    print(
+        f"\ncrash loop: sent {MESSAGES}, {KILLS} kill -9s over {len(every)} processes; completed {len(completed)}, "
+        f"poisoned {len(set(poison))} ({len(poison) - len(set(poison))} copied twice), "
+        f"run again after a crash {sum(n - 1 for n in handled.values())}, lost {len(lost)}"
+    )
     assert not lost, f"lost: {sorted(lost)[:10]}"
     assert len(every) == 2 + KILLS, "fewer kills than planned: the messages ran out first"
     assert {b for b in sent if b.startswith("fail")} <= set(poison), "a message that always fails was not poisoned"

@@ -87,8 +87,14 @@ async def test_requests_signed_for_the_proxy_address_are_accepted_by_azurite(
     stats = proxy.stats()
     assert stats.requests == stats.forwarded == 8 and not stats.faults and proxied.retries == []
     assert dict(stats.operations) == {
-        "create_queue": 1, "put": 1, "peek": 1, "receive": 1, "update": 1,
-        "queue_metadata": 1, "list_queues": 1, "delete": 1,
+        "create_queue": 1,
+        "put": 1,
+        "peek": 1,
+        "receive": 1,
+        "update": 1,
+        "queue_metadata": 1,
+        "list_queues": 1,
+        "delete": 1,
     }
 
 
@@ -215,8 +221,9 @@ async def test_a_put_that_could_not_connect_is_tried_again(tmp_path: Path, queue
         placeholder.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{placeholder.getsockname()[1]}/{ACCOUNT}"
         retries: list[str] = []
-        backend = open_backend(f"AccountName={ACCOUNT};AccountKey={KEY};QueueEndpoint={endpoint}", tmp_path,
-                               on_retry=retries.append)
+        backend = open_backend(
+            f"AccountName={ACCOUNT};AccountKey={KEY};QueueEndpoint={endpoint}", tmp_path, on_retry=retries.append
+        )
         try:
             with pytest.raises(TransientError, match="connection refused") as caught:
                 await backend.put(queue_name, "never sent")
@@ -226,9 +233,16 @@ async def test_a_put_that_could_not_connect_is_tried_again(tmp_path: Path, queue
     assert len(retries) == RETRY_ATTEMPTS, f"every attempt is made and reported: {retries}"
 
 
-@pytest.mark.parametrize(("kind", "stale"), [
-    (Fault.RESET, False), (Fault.ERROR_503, False), (Fault.ERROR_AFTER, True), (Fault.RESET_AFTER, True),
-], ids=str)
+@pytest.mark.parametrize(
+    ("kind", "stale"),
+    [
+        (Fault.RESET, False),
+        (Fault.ERROR_503, False),
+        (Fault.ERROR_AFTER, True),
+        (Fault.RESET_AFTER, True),
+    ],
+    ids=str,
+)
 async def test_an_update_whose_answer_is_lost_leaves_the_worker_a_stale_receipt(
     kind: Fault, stale: bool, proxy: FaultProxy, proxied: ProxiedBackend, direct: QueueBackend, queue_name: str
 ) -> None:
@@ -343,7 +357,9 @@ async def test_the_proxy_runs_as_a_process_of_its_own_for_the_benchmarks(azurite
     """bench/throughput.py --latency-ms starts it so; it must forward, delay, and stop cleanly on SIGTERM."""
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.reliability.faultproxy", str(azurite.port), "--latency-ms", "200"],
-        cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert process.stdout is not None

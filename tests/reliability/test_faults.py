@@ -127,13 +127,19 @@ async def test_a_delete_that_went_through_before_storage_failed_is_a_success_not
     async def record(msg: QueueMessage) -> None:
         handled.append(msg.id)
 
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, lease_duration=10, drain_timeout=1,
-                        connections={"AzureWebJobsStorage": proxy.connection_string})
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        lease_duration=10,
+        drain_timeout=1,
+        connections={"AzureWebJobsStorage": proxy.connection_string},
+    )
     direct = open_backend(azurite.connection_string, tmp_path)
     try:
         await direct.create_queue(queue_name)
         sent = await direct.put(queue_name, "aGFuZGxlIG9uY2U=")  # base64 of "handle once"
         async with running(app, config) as host:
+
             async def settled() -> bool:
                 return host.metrics.get("succeeded") + host.metrics.get("leases_lost") > 0
 

@@ -45,8 +45,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of DISK_SIZE mounted for this test, unmounted after it."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(disk)],
-                             capture_output=True, text=True, check=False)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(disk)], capture_output=True, text=True, check=False
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
     try:
@@ -90,9 +91,7 @@ def done(record_db: Path) -> set[str]:
     return {row["message_id"] for row in attempts(record_db) if row["event"] == "done"}
 
 
-async def test_a_full_disk_holds_receives_back_until_finished_messages_are_settled(
-    tmp_path: Path, small_disk: Path
-) -> None:
+async def test_a_full_disk_holds_receives_back_until_finished_messages_are_settled(tmp_path: Path, small_disk: Path) -> None:
     queue_file = small_disk / "queues.sqlite3"
     connection = f"{SQLITE_PREFIX}{queue_file}"
     record_db = tmp_path / "attempts.sqlite3"
@@ -103,10 +102,18 @@ async def test_a_full_disk_holds_receives_back_until_finished_messages_are_settl
     # Leases of 2 s, so that they end while the disk is full; handlers of 1 s, so that some finish meanwhile. With
     # half the messages in flight the listener has room, and long-polls the emptied queue: only the hold-back
     # keeps it from taking the finished messages whose leases end.
-    config = write_host_yaml(tmp_path, {"batchSize": 8, "newBatchThreshold": 16},
-                             {"httpPort": port, "handlerThreads": 8, "leaseDuration": "2s", "drainTimeout": "5s"})
-    env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "1", "TRIGGER_QUEUE": QUEUE,
-           "AzureWebJobsStorage": connection}
+    config = write_host_yaml(
+        tmp_path,
+        {"batchSize": 8, "newBatchThreshold": 16},
+        {"httpPort": port, "handlerThreads": 8, "leaseDuration": "2s", "drainTimeout": "5s"},
+    )
+    env = {
+        "RECORD_DB": str(record_db),
+        "HANDLER_MODE": "hold",
+        "HOLD_SECONDS": "1",
+        "TRIGGER_QUEUE": QUEUE,
+        "AzureWebJobsStorage": connection,
+    }
     worker = WorkerProcess(config, env).start()
     try:
         worker.wait_for_log("host started")
@@ -118,8 +125,12 @@ async def test_a_full_disk_holds_receives_back_until_finished_messages_are_settl
         status, body = poll(lambda: (r := get(port, "/readyz"))[0] == 503 and r, 30, what="/readyz to hold back")
         assert any(p.startswith("receives held back:") and "disk is full" in p for p in json.loads(body)["problems"])
         # Past the leases of messages that finished and could not be deleted: now they are visible to a receive.
-        poll(lambda: 0 < len(unsettled := done(record_db) & in_queue(queue_file)) == lapsed(queue_file, unsettled),
-             30, interval=0.2, what="the leases of the finished messages to end")
+        poll(
+            lambda: 0 < len(unsettled := done(record_db) & in_queue(queue_file)) == lapsed(queue_file, unsettled),
+            30,
+            interval=0.2,
+            what="the leases of the finished messages to end",
+        )
         # And then the disk stays full for 40 more failed storage calls (renewals every 0.25 s, completions every 2 s).
         failures = storage_errors(port)
         poll(lambda: storage_errors(port) >= failures + 40, 30, interval=0.2, what="40 more failed storage calls")
@@ -137,7 +148,7 @@ async def test_a_full_disk_holds_receives_back_until_finished_messages_are_settl
     # No receive while held back, but the long poll already waiting when the trouble began (it wakes when the first
     # lease ends, and its take fails on the full disk).
     after_hold = [line.get("event") for line in worker.lines()]
-    after_hold = after_hold[after_hold.index(HOLDING):after_hold.index(RESUMING)]
+    after_hold = after_hold[after_hold.index(HOLDING) : after_hold.index(RESUMING)]
     assert after_hold.count("receive failed; backing off") <= 1, after_hold
     # Every message handled once, and settled: handled = deleted + still leased + released, the last two none.
     starts = Counter(row["message_id"] for row in attempts(record_db) if row["event"] == "start")

@@ -660,15 +660,31 @@ class EmbeddedQueueMachine(QueueMachine):
                 ops.append(Op("receive", n=min(arg, BATCH) or 1, visibility=LONG))
             else:
                 lease = current[arg % len(current)]
-                ops.append(Op("delete", lease=lease) if call == "delete" else
-                           Op("update", lease=lease, visibility=0 if call == "release" else LONG))
+                ops.append(
+                    Op("delete", lease=lease)
+                    if call == "delete"
+                    else Op("update", lease=lease, visibility=0 if call == "release" else LONG)
+                )
         self.perform(*ops)
 
-    @rule(call=st.sampled_from([
-        "receive 0", "receive 33", "receive -1", "receive visibility 0", "receive visibility 7d+1",
-        "peek 0", "peek 33", "put visibility 7d+1", "put ttl 0", "put visibility = ttl", "put 64 KiB + 1",
-        "update visibility 7d+1",
-    ]))
+    @rule(
+        call=st.sampled_from(
+            [
+                "receive 0",
+                "receive 33",
+                "receive -1",
+                "receive visibility 0",
+                "receive visibility 7d+1",
+                "peek 0",
+                "peek 33",
+                "put visibility 7d+1",
+                "put ttl 0",
+                "put visibility = ttl",
+                "put 64 KiB + 1",
+                "update visibility 7d+1",
+            ]
+        )
+    )
     def out_of_range(self, call: str) -> None:
         """Arguments the service refuses: the same error from both, and no change (the invariants check that)."""
         b, m, q = self.backend, self.model, self.queue
@@ -688,7 +704,8 @@ class EmbeddedQueueMachine(QueueMachine):
             ),
             "put ttl 0": (lambda: b.put(q, "x", time_to_live=0), lambda: m.put("-", "x", 0, 0)),
             "put visibility = ttl": (
-                lambda: b.put(q, "x", visibility_timeout=LONG, time_to_live=LONG), lambda: m.put("-", "x", LONG, LONG),
+                lambda: b.put(q, "x", visibility_timeout=LONG, time_to_live=LONG),
+                lambda: m.put("-", "x", LONG, LONG),
             ),
             "put 64 KiB + 1": (lambda: b.put(q, too_big), lambda: m.put("-", too_big, 0, None)),
             "update visibility 7d+1": (
@@ -770,8 +787,13 @@ def model_settings(examples: int, steps: int) -> settings:
     "explain" phase reruns it (both would double the time a failing run takes, already minutes).
     """
     return settings(
-        max_examples=examples, stateful_step_count=steps, deadline=None, derandomize=True, database=None,
-        report_multiple_bugs=False, phases=[phase for phase in Phase if phase is not Phase.explain],
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        report_multiple_bugs=False,
+        phases=[phase for phase in Phase if phase is not Phase.explain],
     )
 
 

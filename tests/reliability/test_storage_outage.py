@@ -47,11 +47,17 @@ async def test_worker_rides_out_a_30_second_outage_and_completes_every_message_o
     # A receive under way as storage stops may have hidden its messages with no answer reaching the worker; they
     # come back when that lease ends. A 2-minute lease brings them back within the wait below, and still outlasts
     # the outage for the messages the worker holds (renewed at half their lease, so 60 s are always left).
-    config = write_host_yaml(tmp_path, worker={"httpPort": port, "handlerThreads": 8, "drainTimeout": "5s",
-                                               "leaseDuration": f"{LEASE_SECONDS}s"})
+    config = write_host_yaml(
+        tmp_path, worker={"httpPort": port, "handlerThreads": 8, "drainTimeout": "5s", "leaseDuration": f"{LEASE_SECONDS}s"}
+    )
     # Each handler takes 0.3 s, so that messages are in flight and more are waiting when storage goes away.
-    env = {"RECORD_DB": str(record_db), "HANDLER_MODE": "hold", "HOLD_SECONDS": "0.3", "TRIGGER_QUEUE": QUEUE,
-           "AzureWebJobsStorage": azurite.connection_string}
+    env = {
+        "RECORD_DB": str(record_db),
+        "HANDLER_MODE": "hold",
+        "HOLD_SECONDS": "0.3",
+        "TRIGGER_QUEUE": QUEUE,
+        "AzureWebJobsStorage": azurite.connection_string,
+    }
     worker = WorkerProcess(config, env).start()
     try:
         worker.wait_for_log("host started")
@@ -61,9 +67,14 @@ async def test_worker_rides_out_a_30_second_outage_and_completes_every_message_o
         azurite.stop()
         went_down = time.monotonic()
         # Its storage check is cached for a few seconds: the first 503 may name only the receives held back.
-        poll(lambda: (r := get(port, "/readyz"))[0] == 503
-             and any("storage unreachable" in p for p in json.loads(r[1])["problems"]), 20,
-             what="/readyz to report the storage unreachable")
+        poll(
+            lambda: (
+                (r := get(port, "/readyz"))[0] == 503
+                and any("storage unreachable" in p for p in json.loads(r[1])["problems"])
+            ),
+            20,
+            what="/readyz to report the storage unreachable",
+        )
         # Through the rest of the outage the process stays up and healthy (checked once a second, not slept).
         while (left := OUTAGE_SECONDS - (time.monotonic() - went_down)) > 0:
             assert worker.proc is not None and worker.proc.poll() is None, worker.log_path.read_text()
@@ -91,10 +102,12 @@ async def test_worker_rides_out_a_30_second_outage_and_completes_every_message_o
     handled = Counter(row["body"] for row in attempts(record_db) if row["event"] == "done")
     duplicated = sum(n - 1 for n in handled.values())
     lost = MESSAGES - len(handled)
-    print(f"\nstorage outage of {OUTAGE_SECONDS} s: sent {MESSAGES}, handled {len(handled)}, "
-          f"duplicated {duplicated} (leases lost {totals.get('leases_lost', 0)}), lost {lost}; "
-          f"handled before storage returned {handled_during_outage}, storage errors {totals.get('storage_errors', 0)}, "
-          f"retried calls {totals.get('storage_retries', 0)}")
+    print(
+        f"\nstorage outage of {OUTAGE_SECONDS} s: sent {MESSAGES}, handled {len(handled)}, "
+        f"duplicated {duplicated} (leases lost {totals.get('leases_lost', 0)}), lost {lost}; "
+        f"handled before storage returned {handled_during_outage}, storage errors {totals.get('storage_errors', 0)}, "
+        f"retried calls {totals.get('storage_retries', 0)}"
+    )
     assert set(handled) == {f"m{i}" for i in range(MESSAGES)}
     assert duplicated == totals.get("leases_lost", 0) == 0, "a message ran twice though no lease was lost"
     assert totals["succeeded"] == MESSAGES

@@ -42,8 +42,9 @@ class StandaloneCluster:
         self.web_ui: str | None = None
 
     def start(self, timeout: float = 120) -> StandaloneCluster:
-        master, _ = spark_cluster.start_cluster(self.folder, port=self.port, cores=self.cores, memory=self.memory,
-                                                timeout=timeout)
+        master, _ = spark_cluster.start_cluster(
+            self.folder, port=self.port, cores=self.cores, memory=self.memory, timeout=timeout
+        )
         self.web_ui = master.web_ui
         return self
 
@@ -81,8 +82,12 @@ class ConnectServer:
 
     def start(self, timeout: float = 120) -> ConnectServer:
         self._server = spark_cluster.start_connect(
-            self.folder, port=self.port, master="local[2]", name="queueworker-tests",
-            env={"PYTHONPATH": str(REPO)}, timeout=timeout,
+            self.folder,
+            port=self.port,
+            master="local[2]",
+            name="queueworker-tests",
+            env={"PYTHONPATH": str(REPO)},
+            timeout=timeout,
         )
         self.web_ui = self._server.web_ui
         return self

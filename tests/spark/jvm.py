@@ -39,7 +39,7 @@ BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 #: The job the archive is made from: SQL, a shuffle, Parquet and JSON, and Python on executors (RDD and UDF).
-JOB = '''
+JOB = """
 import sys
 from pyspark.sql import SparkSession, functions as F
 spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
@@ -51,7 +51,7 @@ spark.read.json(spark.sparkContext.parallelize(['{"a": 1}'])).collect()
 spark.sparkContext.parallelize(range(100), 2).map(lambda n: n * 2).sum()
 spark.createDataFrame([(1, "a")], "n int, s string").select(F.udf(lambda s: s.upper())("s")).collect()
 spark.stop()
-'''
+"""
 
 
 def spark_home() -> Path:
@@ -85,10 +85,18 @@ def make(path: Path) -> None:
         with tempfile.TemporaryDirectory(prefix="spark-archive-") as folder:
             script = Path(folder) / "job.py"
             script.write_text(JOB, encoding="utf-8")
-            env = os.environ | {"PYSPARK_PYTHON": sys.executable,
-                                "SPARK_SUBMIT_OPTS": f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=off"}
-            done = subprocess.run([str(spark_home() / "bin" / "spark-submit"), str(script), f"{folder}/table"],
-                                  env=env, capture_output=True, text=True, check=False, timeout=600)
+            env = os.environ | {
+                "PYSPARK_PYTHON": sys.executable,
+                "SPARK_SUBMIT_OPTS": f"{BASE_OPTIONS} -XX:ArchiveClassesAtExit={partial} -Xlog:cds=off",
+            }
+            done = subprocess.run(
+                [str(spark_home() / "bin" / "spark-submit"), str(script), f"{folder}/table"],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=600,
+            )
         if done.returncode != 0 or not partial.is_file():
             raise SystemExit(f"the Spark class archive was not made (exit {done.returncode}):\n{done.stderr[-3000:]}")
         os.replace(partial, path)  # whole or not at all: a JVM starting meanwhile finds no archive, not half of one

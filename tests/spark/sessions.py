@@ -54,8 +54,11 @@ def master_and_conf(where: str, request: pytest.FixtureRequest) -> tuple[str, di
     if where == "connect":  # the UI is the server's, not the session's to set
         return request.getfixturevalue("spark_connect").url, {"spark.sql.shuffle.partitions": "2"}
     return request.getfixturevalue("spark_cluster").url, conf | {
-        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1", "spark.executor.memory": "512m",
-        "spark.cores.max": "2", "spark.executorEnv.PYTHONPATH": str(REPO),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executor.memory": "512m",
+        "spark.cores.max": "2",
+        "spark.executorEnv.PYTHONPATH": str(REPO),
         "spark.executor.extraJavaOptions": jvm.options(),
     }
 

@@ -33,23 +33,45 @@ def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(
     """``python3`` on PATH here is the system's, without the worker's packages: the workers must not use it."""
     entry = Path(sys.executable).parent / "worker"
     assert entry.is_file(), entry
-    (tmp_path / "host.yaml").write_text(yaml.safe_dump({
-        "version": "1.0",
-        "extensions": {"queues": {"maxPollingInterval": "200ms", "maxDequeueCount": 1}},
-        "connections": {"AzureWebJobsStorage": "sqlite:///queues.db"},
-        "spark": _spark_section(where, request),
-    }), encoding="utf-8")
+    (tmp_path / "host.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "version": "1.0",
+                "extensions": {"queues": {"maxPollingInterval": "200ms", "maxDequeueCount": 1}},
+                "connections": {"AzureWebJobsStorage": "sqlite:///queues.db"},
+                "spark": _spark_section(where, request),
+            }
+        ),
+        encoding="utf-8",
+    )
     result_file = tmp_path / "result.json"
-    env = {k: v for k, v in process_env().items()
-           if not k.startswith(("AzureWebJobs", "PYSPARK_", "VIRTUAL_ENV")) and k != "PYTHONPATH"}
+    env = {
+        k: v
+        for k, v in process_env().items()
+        if not k.startswith(("AzureWebJobs", "PYSPARK_", "VIRTUAL_ENV")) and k != "PYTHONPATH"
+    }
     env.update({"PATH": "/usr/bin:/bin", "RESULT_FILE": str(result_file)})
     config = str(tmp_path / "host.yaml")
 
-    sent = subprocess.run([str(entry), "send", "spark-udf", "100", "--config", config], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+    sent = subprocess.run(
+        [str(entry), "send", "spark-udf", "100", "--config", config],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert sent.returncode == 0, sent.stderr
-    run = subprocess.run([str(entry), "run", "--burst", "--app", "tests.apps.spark_udf:app", "--config", config],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    run = subprocess.run(
+        [str(entry), "run", "--burst", "--app", "tests.apps.spark_udf:app", "--config", config],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ModuleNotFoundError" not in run.stderr
@@ -61,7 +83,9 @@ def test_a_job_mapping_a_function_of_the_app_completes_without_the_venv_on_path(
     assert "CANNOT_MODIFY_CONFIG" not in run.stderr
     lines = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     if where != "connect":  # on Connect the server's interpreter runs them
-        assert any(line["event"] == "Spark's Python workers use this interpreter" and line["python"] == sys.executable
-                   for line in lines)
+        assert any(
+            line["event"] == "Spark's Python workers use this interpreter" and line["python"] == sys.executable
+            for line in lines
+        )
     master = yaml.safe_load((tmp_path / "host.yaml").read_text())["spark"]["master"]
     assert any(line["event"] == "starting Spark" and line["master"] == master for line in lines)

@@ -272,22 +272,21 @@ async def test_a_connect_server_that_does_not_answer_does_not_hold_up_other_leas
             with paused_server.paused():
                 # The host finds its lease lost and interrupts the tag: a call that hangs.
                 await _steal(queue, seen["msg"])
-                await apoll(lambda: _true(host.metrics.get("leases_lost", "crunch") == 1), 20,
-                            what="the lost lease")
+                await apoll(lambda: _true(host.metrics.get("leases_lost", "crunch") == 1), 20, what="the lost lease")
                 renewed = host.metrics.get("lease_renewals", "patient")
-                await apoll(lambda: _true(host.metrics.get("lease_renewals", "patient") >= renewed + 4), 30,
-                            what="four more renewals of the other message while the server is stopped")
+                await apoll(
+                    lambda: _true(host.metrics.get("lease_renewals", "patient") >= renewed + 4),
+                    30,
+                    what="four more renewals of the other message while the server is stopped",
+                )
                 assert host.metrics.get("leases_lost", "patient") == 0
-            await apoll(lambda: _true("error" in seen), 60,
-                        what="the Spark job to be cancelled once the server answers")
+            await apoll(lambda: _true("error" in seen), 60, what="the Spark job to be cancelled once the server answers")
             assert "cancel" in seen["error"].lower(), seen["error"]
             # A job the interrupt could not reach is found on the server and cancelled within a second of showing
             # (the host watches ten seconds after the handler returned): the bound leaves room for a loaded machine.
-            await apoll(lambda: _true(paused_server.idle()), 30,
-                        what="no job of the interrupted query left on the server")
+            await apoll(lambda: _true(paused_server.idle()), 30, what="no job of the interrupted query left on the server")
             let_go.set()
-            await apoll(lambda: _true(host.metrics.get("succeeded", "patient") == 1), 20,
-                        what="the other message done")
+            await apoll(lambda: _true(host.metrics.get("succeeded", "patient") == 1), 20, what="the other message done")
         finally:
             let_go.set()
             host.request_stop()
@@ -316,7 +315,11 @@ def test_spark_log_stays_out_of_the_worker_log(tmp_path: Path) -> None:
     assert send.returncode == 0
     run = subprocess.run(
         [*worker, "run", "--app", "tests.apps.spark_count:app", "--config", str(config), "--burst"],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=300,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "result").read_text() == "1000"
@@ -338,8 +341,6 @@ def _is_json(line: str) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
-
-
 
 
 def test_jobs_an_interrupt_missed_are_found_by_their_tag_and_cancelled_through_the_web_ui(

@@ -41,30 +41,54 @@ def test_a_spark_functions_first_message_after_a_cold_start_is_not_timed_out_by_
     than functionTimeout: the order and the outcome are checked there, the start's length only where Spark's JVM is
     the worker's own."""
     master, conf = master_and_conf(where, request)
-    (tmp_path / "host.yaml").write_text(yaml.safe_dump({
-        "version": "1.0",
-        "extensions": {"queues": {"maxPollingInterval": "00:01:00", "maxDequeueCount": 1}},
-        "functions": {"total": {"functionTimeout": f"00:00:{FUNCTION_TIMEOUT:02.0f}"}},
-        "connections": {"AzureWebJobsStorage": "sqlite:///queues.db"},
-        "spark": {"master": master, "conf": conf},
-    }), encoding="utf-8")
+    (tmp_path / "host.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "version": "1.0",
+                "extensions": {"queues": {"maxPollingInterval": "00:01:00", "maxDequeueCount": 1}},
+                "functions": {"total": {"functionTimeout": f"00:00:{FUNCTION_TIMEOUT:02.0f}"}},
+                "connections": {"AzureWebJobsStorage": "sqlite:///queues.db"},
+                "spark": {"master": master, "conf": conf},
+            }
+        ),
+        encoding="utf-8",
+    )
     result_file = tmp_path / "result.jsonl"
     env = process_env(RESULT_FILE=str(result_file), PYTHONPATH=str(REPO))
     config = str(tmp_path / "host.yaml")
     worker = [sys.executable, "-m", "worker"]
     for queue, body in (("spark-ready", "sum"), ("plain-ready", "no Spark here")):
-        sent = subprocess.run([*worker, "send", queue, body, "--config", config], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=60, check=False)
+        sent = subprocess.run(
+            [*worker, "send", queue, body, "--config", config],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert sent.returncode == 0, sent.stderr
 
-    run = subprocess.run([*worker, "run", "--burst", "--app", "tests.apps.spark_ready:app", "--config", config],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    run = subprocess.run(
+        [*worker, "run", "--burst", "--app", "tests.apps.spark_ready:app", "--config", config],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
     assert run.returncode == 0, run.stderr[-3000:]
     lines = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
     stopped = next(line for line in lines if line["event"] == "host stopped")
     assert {key: stopped[key] for key in ("succeeded", "failed", "retried", "released", "poisoned")} == {
-        "succeeded": 2, "failed": 0, "retried": 0, "released": 0, "poisoned": 0}, run.stderr[-3000:]
+        "succeeded": 2,
+        "failed": 0,
+        "retried": 0,
+        "released": 0,
+        "poisoned": 0,
+    }, run.stderr[-3000:]
     assert asyncio.run(_counts(tmp_path)) == {"spark-ready": 0, "plain-ready": 0, "spark-ready-poison": 0}
     records = [json.loads(line) for line in result_file.read_text().splitlines()]
     assert [(r["function"], r["dequeue_count"]) for r in records] == [("plain", 1), ("total", 1)]

@@ -57,8 +57,9 @@ def summing_app(provider: SparkProvider, seen: dict[str, Any]) -> WorkerApp:
         began_while, before = provider.problem(), provider.starts
         session = spark.session()
         result = session.range(0, 100, numPartitions=2).selectExpr("sum(id)").collect()[0][0]
-        seen.setdefault("runs", []).append({"began_while": began_while, "starts_before": before,
-                                            "starts_after": provider.starts, "sum": result})
+        seen.setdefault("runs", []).append(
+            {"began_while": began_while, "starts_before": before, "starts_after": provider.starts, "sum": result}
+        )
         if not provider.remote:
             seen.setdefault("applications", []).append(session.sparkContext.applicationId)
 
@@ -122,8 +123,7 @@ async def test_a_session_that_died_is_made_again_for_the_next_invocation(
     which stops the driver's SparkContext. Connect: the server is stopped and another started on its port. Each time
     the next message's handler gets a new session and succeeds, at its first attempt."""
     server = ConnectServer(tmp_path / "connect").start() if where == "connect" else None
-    master, conf = master_and_conf(where, request) if server is None else (
-        server.url, {"spark.sql.shuffle.partitions": "2"})
+    master, conf = master_and_conf(where, request) if server is None else (server.url, {"spark.sql.shuffle.partitions": "2"})
     seen: dict[str, Any] = {}
     config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=5, max_dequeue_count=1)
     try:
@@ -149,8 +149,11 @@ async def test_a_session_that_died_is_made_again_for_the_next_invocation(
                     server = ConnectServer(tmp_path / "connect-again", port=server.port).start()
 
                 await queue.put(QUEUE, encode("second", "base64"))
-                await apoll(lambda: _true(host.metrics.get("succeeded", "total") + host.metrics.get("failed") >= 2),
-                            180, what="the second message to be done")
+                await apoll(
+                    lambda: _true(host.metrics.get("succeeded", "total") + host.metrics.get("failed") >= 2),
+                    180,
+                    what="the second message to be done",
+                )
             finally:
                 host.request_stop()
                 await asyncio.wait_for(task, 120)
@@ -186,8 +189,10 @@ async def test_a_connect_server_that_answers_nothing_fails_the_start_within_its_
                 task = asyncio.create_task(host.run())
                 try:
                     status, problems = await apoll(lambda: _failed_to_start(port), 60, what="the start to fail")
-                    assert (status, problems) == (503, [
-                        "Spark did not start: Spark did not answer in 4 s (making the session and its warm-up job)"])
+                    assert (status, problems) == (
+                        503,
+                        ["Spark did not start: Spark did not answer in 4 s (making the session and its warm-up job)"],
+                    )
                     await apoll(lambda: _true(not _threads("spark-start")), 10, what="the start thread to end")
                     assert host.metrics.get("received", "total") == 0
                     assert await queue.approximate_count(QUEUE) == 1

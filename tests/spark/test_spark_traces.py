@@ -18,7 +18,10 @@ QUEUE = "spark-traced"
 
 
 async def test_an_invocations_span_names_the_spark_job_tags_its_handler_ran_under(
-    tmp_path: Path, otlp_receiver: Receiver, spark_sessions: SparkSessions, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    otlp_receiver: Receiver,
+    spark_sessions: SparkSessions,
+    monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
@@ -45,6 +48,7 @@ async def test_an_invocations_span_names_the_spark_job_tags_its_handler_ran_unde
         await backend.put(queue, encode(b"go", "base64"))
     await backend.close()
     async with running(app, HostConfig(base_dir=tmp_path, max_polling_interval=0.2)):
+
         async def both_spans() -> list[Received] | None:  # polled on the loop the host runs on
             got = otlp_receiver.received()
             return got if {"process spark-traced", "process no-spark"} <= {s.name for s in got} else None

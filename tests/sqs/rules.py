@@ -61,13 +61,22 @@ DELETED_RECENTLY_BODY = {
 MAX_VISIBILITY = 43200
 #: Strict mode's answers to a superseded receipt handle on a visibility change: (query code, JSON shape, message).
 STALE_ANSWERS = {
-    "InvalidParameterValue": ("InvalidParameterValue", "InvalidParameterValue",
-                              "Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not exist "
-                              "or is not available for visibility timeout change."),
-    "MessageNotInflight": ("AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight",
-                           "The message referred to isn't in flight."),
-    "ReceiptHandleIsInvalid": ("ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid",
-                               'The input receipt handle "{handle}" is not a valid receipt handle.'),
+    "InvalidParameterValue": (
+        "InvalidParameterValue",
+        "InvalidParameterValue",
+        "Value {handle} for parameter ReceiptHandle is invalid. Reason: Message does not exist "
+        "or is not available for visibility timeout change.",
+    ),
+    "MessageNotInflight": (
+        "AWS.SimpleQueueService.MessageNotInflight",
+        "MessageNotInflight",
+        "The message referred to isn't in flight.",
+    ),
+    "ReceiptHandleIsInvalid": (
+        "ReceiptHandleIsInvalid",
+        "ReceiptHandleIsInvalid",
+        'The input receipt handle "{handle}" is not a valid receipt handle.',
+    ),
 }
 #: Request headers not passed on to moto: the connection's own, which the proxy makes afresh.
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length"})
@@ -80,9 +89,17 @@ class SqsRules:
     sent (a refusal retried would show as several CreateQueue).
     """
 
-    def __init__(self, upstream: str, recreate_after: float = RECREATE_AFTER, *, strict: bool = False,
-                 stale_code: str = "InvalidParameterValue", cap: float = MAX_VISIBILITY,
-                 first_received_ago: float = 0, over_limit: int = 0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        recreate_after: float = RECREATE_AFTER,
+        *,
+        strict: bool = False,
+        stale_code: str = "InvalidParameterValue",
+        cap: float = MAX_VISIBILITY,
+        first_received_ago: float = 0,
+        over_limit: int = 0,
+    ) -> None:
         self.upstream = urlsplit(upstream)
         self.recreate_after = recreate_after
         self.strict = strict
@@ -129,16 +146,29 @@ class SqsRules:
                     return
                 headers_in = list(self.headers.items())
                 if operation == "ReceiveMessage" and rules._held_back():
-                    self._answer(403, [("Content-Type", "application/x-amz-json-1.0"),
-                                       ("x-amzn-RequestId", str(uuid.uuid4())),
-                                       ("x-amzn-query-error", "OverLimit;Sender")],
-                                 json.dumps({"__type": "com.amazonaws.sqs#OverLimit",
-                                             "message": "Too many messages in flight."}).encode())
+                    self._answer(
+                        403,
+                        [
+                            ("Content-Type", "application/x-amz-json-1.0"),
+                            ("x-amzn-RequestId", str(uuid.uuid4())),
+                            ("x-amzn-query-error", "OverLimit;Sender"),
+                        ],
+                        json.dumps(
+                            {"__type": "com.amazonaws.sqs#OverLimit", "message": "Too many messages in flight."}
+                        ).encode(),
+                    )
                     return
-                if rules.strict and operation in ("ChangeMessageVisibility", "ChangeMessageVisibilityBatch",
-                                                  "DeleteMessage", "DeleteMessageBatch"):
-                    self._answer(*rules._strictly(operation, body, lambda sent: rules._forward(
-                        self.command, self.path, headers_in, sent)))
+                if rules.strict and operation in (
+                    "ChangeMessageVisibility",
+                    "ChangeMessageVisibilityBatch",
+                    "DeleteMessage",
+                    "DeleteMessageBatch",
+                ):
+                    self._answer(
+                        *rules._strictly(
+                            operation, body, lambda sent: rules._forward(self.command, self.path, headers_in, sent)
+                        )
+                    )
                     return
                 status, headers, answer = rules._forward(self.command, self.path, headers_in, body)
                 if operation == "DeleteQueue" and status == 200:
@@ -182,8 +212,11 @@ class SqsRules:
             deleted = self._deleted.get(name)
         if deleted is None or time.monotonic() - deleted >= self.recreate_after:
             return None
-        headers = [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-RequestId", str(uuid.uuid4())),
-                   ("x-amzn-query-error", f"{DELETED_RECENTLY_CODE};Sender")]
+        headers = [
+            ("Content-Type", "application/x-amz-json-1.0"),
+            ("x-amzn-RequestId", str(uuid.uuid4())),
+            ("x-amzn-query-error", f"{DELETED_RECENTLY_CODE};Sender"),
+        ]
         return DELETED_RECENTLY_STATUS, headers, json.dumps(DELETED_RECENTLY_BODY).encode()
 
     def _held_back(self) -> bool:
@@ -227,9 +260,12 @@ class SqsRules:
             return code, shape, text.format(handle=handle)
         if visibility is not None and time.monotonic() - received + visibility > self.cap:
             self.answered.append((operation, message_id, "past the maximum"))
-            return ("InvalidParameterValue", "InvalidParameterValue",
-                    f"Value {visibility} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout "
-                    f"for the message is beyond the limit [{self.cap:g} seconds]")
+            return (
+                "InvalidParameterValue",
+                "InvalidParameterValue",
+                f"Value {visibility} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout "
+                f"for the message is beyond the limit [{self.cap:g} seconds]",
+            )
         return None
 
     def _superseded_delete(self, operation: str, handle: str) -> bool:
@@ -241,9 +277,9 @@ class SqsRules:
             self.answered.append((operation, message_id, "succeeded without deleting"))
         return superseded
 
-    def _strictly(self, operation: str, body: bytes,
-                  forward: Callable[[bytes], tuple[int, list[tuple[str, str]], bytes]]
-                  ) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _strictly(
+        self, operation: str, body: bytes, forward: Callable[[bytes], tuple[int, list[tuple[str, str]], bytes]]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         """A visibility change or delete, alone or in a batch, as strict mode answers it."""
         request = json.loads(body or b"{}")
         json_headers = [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-RequestId", str(uuid.uuid4()))]
@@ -255,16 +291,20 @@ class SqsRules:
             if refused is None:
                 return forward(body)
             code, shape, text = refused
-            return 400, [*json_headers, ("x-amzn-query-error", f"{code};Sender")], json.dumps(
-                {"__type": f"com.amazonaws.sqs#{shape}", "message": text}).encode()
+            return (
+                400,
+                [*json_headers, ("x-amzn-query-error", f"{code};Sender")],
+                json.dumps({"__type": f"com.amazonaws.sqs#{shape}", "message": text}).encode(),
+            )
         failed, done, passed = [], [], []
         for entry in request.get("Entries", []):
             if operation == "DeleteMessageBatch":
                 if self._superseded_delete(operation, entry["ReceiptHandle"]):
                     done.append({"Id": entry["Id"]})
                     continue
-            elif (refused := self._refused_entry(operation, entry["ReceiptHandle"],
-                                                 int(entry.get("VisibilityTimeout", 0)))) is not None:
+            elif (
+                refused := self._refused_entry(operation, entry["ReceiptHandle"], int(entry.get("VisibilityTimeout", 0)))
+            ) is not None:
                 failed.append({"Id": entry["Id"], "SenderFault": True, "Code": refused[0], "Message": refused[2]})
                 continue
             passed.append(entry)
@@ -282,13 +322,13 @@ class SqsRules:
         with self._lock:
             self._deleted[url.rstrip("/").rsplit("/", 1)[-1]] = time.monotonic()
 
-    def _forward(self, method: str, path: str, headers: list[tuple[str, str]],
-                 body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+    def _forward(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
         """The request as sent, to moto; its answer as moto gave it. A long poll holds this thread for its wait."""
         upstream = http.client.HTTPConnection(self.upstream.hostname or "127.0.0.1", self.upstream.port, timeout=60)
         try:
-            upstream.request(method, path, body=body,
-                             headers={k: v for k, v in headers if k.lower() not in HOP_BY_HOP})
+            upstream.request(method, path, body=body, headers={k: v for k, v in headers if k.lower() not in HOP_BY_HOP})
             answer = upstream.getresponse()
             return answer.status, answer.getheaders(), answer.read()
         finally:

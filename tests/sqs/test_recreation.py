@@ -78,9 +78,14 @@ async def test_a_host_started_inside_the_refusal_starts_and_creates_its_trigger_
     async def take(msg: QueueMessage) -> None:
         handled.append(msg.get_body().decode())
 
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.5, drain_timeout=1, message_encoding="none",
-                        batch_size=10,
-                        connections={"AzureWebJobsStorage": rules.connection(REGION, long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_polling_interval=0.5,
+        drain_timeout=1,
+        message_encoding="none",
+        batch_size=10,
+        connections={"AzureWebJobsStorage": rules.connection(REGION, long_poll=1)},
+    )
 
     async def put() -> bool:
         try:
@@ -118,10 +123,16 @@ async def test_a_poison_message_bound_for_a_poison_queue_deleted_just_before_lan
         runs.append(msg.get_body().decode())
         raise RuntimeError("always fails")
 
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.5, drain_timeout=1, message_encoding="none",
-                        batch_size=10,
-                        max_dequeue_count=1, lease_duration=60,
-                        connections={"AzureWebJobsStorage": rules.connection(REGION, long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_polling_interval=0.5,
+        drain_timeout=1,
+        message_encoding="none",
+        batch_size=10,
+        max_dequeue_count=1,
+        lease_duration=60,
+        connections={"AzureWebJobsStorage": rules.connection(REGION, long_poll=1)},
+    )
 
     async def poisoned() -> list[str]:
         try:

@@ -74,8 +74,7 @@ async def test_a_fifo_group_is_handed_out_one_message_at_a_time_in_order(sqs: Sq
         seen.append(head.content)
         assert head.pop_receipt is not None
         await sqs.delete(fifo, head.id, head.pop_receipt)
-        got = await apoll(lambda: sqs.receive(fifo, 10, 30), 10, what="the group's next message") if len(seen) < 3 \
-            else []
+        got = await apoll(lambda: sqs.receive(fifo, 10, 30), 10, what="the group's next message") if len(seen) < 3 else []
     assert seen == ["g0", "g1", "g2"]
 
 
@@ -96,9 +95,11 @@ async def _with_redrive(sqs: SqsBackend, queue: str, max_receives: int) -> None:
     await sqs.create_queue(f"{queue}-dlq")
     arn = (await sqs.queue_attributes(f"{queue}-dlq"))["QueueArn"]
     client = sqs.client()
-    await asyncio.to_thread(client.set_queue_attributes, QueueUrl=client.get_queue_url(QueueName=queue)["QueueUrl"],
-                            Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn,
-                                                                     "maxReceiveCount": max_receives})})
+    await asyncio.to_thread(
+        client.set_queue_attributes,
+        QueueUrl=client.get_queue_url(QueueName=queue)["QueueUrl"],
+        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": max_receives})},
+    )
 
 
 async def test_poison_and_a_queues_redrive_policy_that_disagree_are_refused_at_start(
@@ -116,7 +117,8 @@ async def test_poison_and_a_queues_redrive_policy_that_disagree_are_refused_at_s
         assert await host_poison.poison_problem(f"{queue_name}-plain", 3) is None
         assert "has no redrive policy" in (await service_poison.poison_problem(f"{queue_name}-plain", 3) or "")
         assert "moves a message after 3 receives, but maxDequeueCount is 5" in (
-            await service_poison.poison_problem(queue_name, 5) or "")
+            await service_poison.poison_problem(queue_name, 5) or ""
+        )
         assert await service_poison.poison_problem(queue_name, 3) is None
     finally:
         await host_poison.close()
@@ -133,8 +135,11 @@ async def test_without_poison_in_the_connection_each_queue_says_where_its_poison
     for queue, redrive in ((queue_name, True), (f"{queue_name}-plain", False)):
         assert await sqs.poison_problem(queue, 5) is None
         assert sqs.dead_letters_for(queue) is redrive
-        assert policy_for(sqs, queue).unreadable(queue) is not None if redrive else \
-            policy_for(sqs, queue).where(queue) == f"{queue_name}-plain-poison"
+        assert (
+            policy_for(sqs, queue).unreadable(queue) is not None
+            if redrive
+            else policy_for(sqs, queue).where(queue) == f"{queue_name}-plain-poison"
+        )
 
 
 async def test_a_host_on_a_queue_with_a_redrive_policy_leaves_poison_to_it_by_default(
@@ -155,8 +160,13 @@ async def test_a_host_on_a_queue_with_a_redrive_policy_leaves_poison_to_it_by_de
         if body == "bad":
             raise RuntimeError("always fails")
 
-    config = HostConfig(base_dir=tmp_path, max_dequeue_count=2, drain_timeout=1, message_encoding="none",
-                        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_dequeue_count=2,
+        drain_timeout=1,
+        message_encoding="none",
+        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)},
+    )
     async with running(app, config):
         await apoll(lambda: _count(sqs, f"{queue_name}-dlq"), 30, interval=0.2, what="the dead-letter queue to hold it")
     assert runs == {"ok": 1, "bad": 2}
@@ -184,9 +194,16 @@ async def test_a_host_on_sqs_deletes_holds_a_long_handler_and_poisons(
         if body == "bad":
             raise RuntimeError("always fails")
 
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, lease_duration=1, max_dequeue_count=2,
-                        drain_timeout=1, connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)},
-                        message_encoding="none", batch_size=10)
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        lease_duration=1,
+        max_dequeue_count=2,
+        drain_timeout=1,
+        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)},
+        message_encoding="none",
+        batch_size=10,
+    )
     for body in ("ok", "slow", "bad"):
         await sqs.put(queue_name, body)
     async with running(app, config) as host:
@@ -194,8 +211,12 @@ async def test_a_host_on_sqs_deletes_holds_a_long_handler_and_poisons(
         poison = f"{queue_name}-poison"
 
         async def settled() -> bool:
-            return runs.get("slow") == 1 and runs.get("ok") == 1 and await _count(sqs, poison) == 1 \
+            return (
+                runs.get("slow") == 1
+                and runs.get("ok") == 1
+                and await _count(sqs, poison) == 1
                 and await sqs.approximate_count(queue_name) == 0
+            )
 
         await apoll(settled, 20, interval=0.2, what="ok and slow handled, bad poisoned")
     assert runs == {"ok": 1, "slow": 1, "bad": 2}, "the slow message came back while its handler ran"
@@ -227,9 +248,11 @@ async def test_renewals_and_deletes_made_together_go_in_batches_and_each_reads_i
     assert all(r.pop_receipt == m.pop_receipt for r, m in zip(renewed, taken, strict=True))
     assert "ChangeMessageVisibilityBatch" in requests and len(requests) < 20, requests
     requests.clear()
-    results = await asyncio.gather(*(sqs.delete(queue_name, m.id, m.pop_receipt or "") for m in taken),
-                                   sqs.delete(queue_name, "never-received", "not-a-receipt-handle"),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(sqs.delete(queue_name, m.id, m.pop_receipt or "") for m in taken),
+        sqs.delete(queue_name, "never-received", "not-a-receipt-handle"),
+        return_exceptions=True,
+    )
     assert results[:20] == [None] * 20
     assert isinstance(results[20], MessageNotFound), results[20]
     assert "DeleteMessageBatch" in requests and len(requests) < 21, requests
@@ -262,8 +285,12 @@ async def test_a_host_built_in_code_refuses_a_batch_larger_than_sqs_returns(moto
     async def handler(msg: QueueMessage) -> None:
         raise AssertionError("never runs")
 
-    config = HostConfig(base_dir=tmp_path, connections={"AzureWebJobsStorage": moto_server.connection()},
-                        batch_size=32, lease_duration=13 * 3600)
+    config = HostConfig(
+        base_dir=tmp_path,
+        connections={"AzureWebJobsStorage": moto_server.connection()},
+        batch_size=32,
+        lease_duration=13 * 3600,
+    )
     with pytest.raises(StartupRefused) as refused:
         await asyncio.wait_for(Host(app, config, burst=True).run(), 60)
     assert [line.partition(" is ")[0] for line in refused.value.problems] == [
@@ -290,16 +317,21 @@ async def test_a_plain_app_with_default_settings_handles_its_messages_in_batches
     async def orders(msg: QueueMessage) -> None:
         handled.add(msg.get_body().decode())
 
-    config = HostConfig(base_dir=tmp_path, message_encoding="none", drain_timeout=1,
-                        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        message_encoding="none",
+        drain_timeout=1,
+        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)},
+    )
     with captured_logs(monkeypatch, host_module) as logs:
         async with running(app, config):
             await apoll(lambda: _done(handled, 25), 30, interval=0.1, what="every message handled")
     assert handled == {f"m{n}" for n in range(25)}
     [line] = [entry for entry in logs if entry["event"] == "settings not given take the backend's limit"]
     assert line["log_level"] == "info" and line["function"] == "orders"
-    assert line["settings"] == ["extensions.queues.batchSize 16 -> 10 (Amazon SQS: at most 10 messages a receive "
-                                "returns)"], line
+    assert line["settings"] == [
+        "extensions.queues.batchSize 16 -> 10 (Amazon SQS: at most 10 messages a receive returns)"
+    ], line
 
 
 async def test_an_output_larger_than_sqs_takes_poisons_its_message_at_once_naming_the_limit(
@@ -319,8 +351,12 @@ async def test_an_output_larger_than_sqs_takes_poisons_its_message_at_once_namin
         attempts.append(msg.dequeue_count)
         out.set("x" * (1024 * 1024 + 1))
 
-    config = HostConfig(base_dir=tmp_path, drain_timeout=1, message_encoding="none",
-                        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        drain_timeout=1,
+        message_encoding="none",
+        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)},
+    )
     with captured_logs(monkeypatch, bindings) as logs:
         async with running(app, config):
             await apoll(lambda: _count(sqs, f"{queue_name}-poison"), 20, interval=0.1, what="the message poisoned")
@@ -342,8 +378,13 @@ async def test_a_batching_window_gathers_receives_until_batch_size_or_the_window
     async def handler(msgs: list[QueueMessage]) -> None:
         batches.append((asyncio.get_running_loop().time(), [m.get_body().decode() for m in msgs]))
 
-    config = HostConfig(base_dir=tmp_path, drain_timeout=1, message_encoding="none", batch_size=4,
-                        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        drain_timeout=1,
+        message_encoding="none",
+        batch_size=4,
+        connections={"AzureWebJobsStorage": moto_server.connection(long_poll=1)},
+    )
     async with running(app, config):
         await sqs.put(queue_name, "first")
         await asyncio.sleep(0.5)  # the second comes half a second later: within the window, not within one receive

@@ -48,21 +48,18 @@ def _steal(sqs: SqsBackend, strict: SqsRules, queue: str, message_ids: list[str]
     thread: a blocking botocore client of its own, through the proxy)."""
     import botocore.session
 
-    client: Any = botocore.session.get_session().create_client("sqs", region_name=REGION,
-                                                              endpoint_url=strict.endpoint)
+    client: Any = botocore.session.get_session().create_client("sqs", region_name=REGION, endpoint_url=strict.endpoint)
     url = client.get_queue_url(QueueName=queue)["QueueUrl"]
     for message_id in message_ids:
         client.change_message_visibility(QueueUrl=url, ReceiptHandle=strict.latest(message_id), VisibilityTimeout=0)
     taken: set[str] = set()
     while not taken >= set(message_ids):
-        answer = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600,
-                                        WaitTimeSeconds=1)
+        answer = client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=600, WaitTimeSeconds=1)
         taken |= {m["MessageId"] for m in answer.get("Messages", [])}
     client.close()
 
 
-@pytest.mark.parametrize("strict", [{"stale_code": code} for code in STALE_ANSWERS], indirect=True,
-                         ids=list(STALE_ANSWERS))
+@pytest.mark.parametrize("strict", [{"stale_code": code} for code in STALE_ANSWERS], indirect=True, ids=list(STALE_ANSWERS))
 @pytest.mark.parametrize("together", [1, 3], ids=["single", "batch"])
 async def test_a_renewal_after_another_receive_is_a_lost_lease_and_no_later_delete_succeeds(
     strict: SqsRules, sqs: SqsBackend, queue_name: str, together: int
@@ -76,15 +73,17 @@ async def test_a_renewal_after_another_receive_is_a_lost_lease_and_no_later_dele
     await asyncio.to_thread(_steal, sqs, strict, queue_name, [m.id for m in held])
     strict.requests.clear()
 
-    renewed = await asyncio.gather(*(sqs.update(queue_name, m.id, m.pop_receipt or "", 30) for m in held),
-                                   return_exceptions=True)
+    renewed = await asyncio.gather(
+        *(sqs.update(queue_name, m.id, m.pop_receipt or "", 30) for m in held), return_exceptions=True
+    )
     assert all(isinstance(r, MessageNotFound) for r in renewed), renewed
     sent = "ChangeMessageVisibility" if together == 1 else "ChangeMessageVisibilityBatch"
     assert strict.requests == [sent], strict.requests
     assert [what for _, _, what in strict.answered] == ["superseded"] * together
 
-    deleted = await asyncio.gather(*(sqs.delete(queue_name, m.id, m.pop_receipt or "") for m in held),
-                                   return_exceptions=True)
+    deleted = await asyncio.gather(
+        *(sqs.delete(queue_name, m.id, m.pop_receipt or "") for m in held), return_exceptions=True
+    )
     assert all(isinstance(r, PopReceiptMismatch) for r in deleted), deleted
     assert strict.requests == [sent], "a delete with a lost handle was sent, which SQS would answer as done"
     assert await sqs.approximate_count(queue_name) == together  # the other consumer's still
@@ -123,21 +122,34 @@ async def test_a_host_whose_message_another_consumer_received_loses_the_lease_an
 
     # One message in flight at most: while the handler holds it, the host receives nothing, so the other consumer,
     # not this host, is the one that receives the message again.
-    config = HostConfig(base_dir=tmp_path, lease_duration=2, drain_timeout=1, message_encoding="none", max_in_flight=1,
-                        connections={"AzureWebJobsStorage": strict.connection(REGION, long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        lease_duration=2,
+        drain_timeout=1,
+        message_encoding="none",
+        max_in_flight=1,
+        connections={"AzureWebJobsStorage": strict.connection(REGION, long_poll=1)},
+    )
     async with running(app, config) as host:
         assert isinstance(host, Host)
         await asyncio.wait_for(started.wait(), 20)
         await asyncio.to_thread(_steal, sqs, strict, queue_name, [message_id])
         await apoll(lambda: _metric(host, "leases_lost"), 10, interval=0.1, what="the lease to be lost")
         lost.set()
-        await apoll(lambda: _metric(host, "completions_skipped", "succeeded", "failed", "leases_lost"), 10,
-                    interval=0.1, what="the invocation to end")
+        await apoll(
+            lambda: _metric(host, "completions_skipped", "succeeded", "failed", "leases_lost"),
+            10,
+            interval=0.1,
+            what="the invocation to end",
+        )
         assert host.metrics.get("storage_errors") == 0
         assert host.metrics.get("succeeded") == 0
     assert not {"DeleteMessage", "DeleteMessageBatch"} & set(strict.requests), strict.requests
-    assert ("ChangeMessageVisibility", message_id, "superseded") in strict.answered or \
-        ("ChangeMessageVisibilityBatch", message_id, "superseded") in strict.answered
+    assert ("ChangeMessageVisibility", message_id, "superseded") in strict.answered or (
+        "ChangeMessageVisibilityBatch",
+        message_id,
+        "superseded",
+    ) in strict.answered
 
 
 async def _metric(host: Host, *names: str) -> bool:
@@ -160,8 +172,13 @@ async def test_a_message_first_received_over_twelve_hours_ago_is_renewed_from_it
         runs.append(msg.dequeue_count)
         await asyncio.sleep(3)  # the work: three leases long
 
-    config = HostConfig(base_dir=tmp_path, lease_duration=1, drain_timeout=1, message_encoding="none",
-                        connections={"AzureWebJobsStorage": strict.connection(REGION, long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        lease_duration=1,
+        drain_timeout=1,
+        message_encoding="none",
+        connections={"AzureWebJobsStorage": strict.connection(REGION, long_poll=1)},
+    )
     async with running(app, config) as host:
         await apoll(lambda: _metric(host, "succeeded"), 20, interval=0.1, what="the message handled")
         assert (host.metrics.get("leases_lost"), host.metrics.get("storage_errors")) == (0, 0)
@@ -179,8 +196,12 @@ async def test_a_renewal_refused_at_the_maximum_loses_the_lease_without_a_storag
     await sqs.put(queue_name, "m")
     [held] = await sqs.receive(queue_name, 1, 2)
     assert held.pop_receipt is not None
-    await apoll(lambda: _refused(sqs, queue_name, held.id, held.pop_receipt or ""), 10, interval=0.5,
-                what="the renewal to be refused at the maximum")
+    await apoll(
+        lambda: _refused(sqs, queue_name, held.id, held.pop_receipt or ""),
+        10,
+        interval=0.5,
+        what="the renewal to be refused at the maximum",
+    )
     assert [what for _, _, what in strict.answered] == ["past the maximum"]
     with pytest.raises(LeaseGone):
         await sqs.delete(queue_name, held.id, held.pop_receipt)
@@ -194,7 +215,6 @@ async def _refused(sqs: SqsBackend, queue: str, message_id: str, handle: str) ->
         assert "12-hour visibility maximum" in str(exc), exc
         return True
     return False
-
 
 
 @pytest.mark.parametrize("strict", [{"over_limit": 2}], indirect=True)
@@ -214,8 +234,13 @@ async def test_a_receive_held_back_by_over_limit_is_a_warning_and_the_worker_rec
     async def handler(msg: QueueMessage) -> None:
         handled.set()
 
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, drain_timeout=1, message_encoding="none",
-                        connections={"AzureWebJobsStorage": strict.connection(REGION, long_poll=1)})
+    config = HostConfig(
+        base_dir=tmp_path,
+        max_polling_interval=0.2,
+        drain_timeout=1,
+        message_encoding="none",
+        connections={"AzureWebJobsStorage": strict.connection(REGION, long_poll=1)},
+    )
     with captured_logs(monkeypatch, listener_module) as logs:
         async with running(app, config) as host:
             await asyncio.wait_for(handled.wait(), 30)

@@ -26,9 +26,13 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from tests.support import poll
 
 #: The span kinds by their protobuf number, named as the SDK's ``SpanKind``.
-KINDS = {ProtoSpan.SPAN_KIND_INTERNAL: "INTERNAL", ProtoSpan.SPAN_KIND_SERVER: "SERVER",
-         ProtoSpan.SPAN_KIND_CLIENT: "CLIENT", ProtoSpan.SPAN_KIND_PRODUCER: "PRODUCER",
-         ProtoSpan.SPAN_KIND_CONSUMER: "CONSUMER"}
+KINDS = {
+    ProtoSpan.SPAN_KIND_INTERNAL: "INTERNAL",
+    ProtoSpan.SPAN_KIND_SERVER: "SERVER",
+    ProtoSpan.SPAN_KIND_CLIENT: "CLIENT",
+    ProtoSpan.SPAN_KIND_PRODUCER: "PRODUCER",
+    ProtoSpan.SPAN_KIND_CONSUMER: "CONSUMER",
+}
 #: Status codes by number, named as the SDK's ``StatusCode``.
 STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
 
@@ -72,15 +76,21 @@ def decode(body: bytes) -> list[Received]:
         resource = _attributes(resource_spans.resource.attributes)
         for scope_spans in resource_spans.scope_spans:
             for span in scope_spans.spans:
-                found.append(Received(
-                    name=span.name, kind=KINDS[span.kind], trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
-                    parent_id=span.parent_span_id.hex(),
-                    links=tuple((link.trace_id.hex(), link.span_id.hex()) for link in span.links),
-                    attributes=_attributes(span.attributes),
-                    status=(STATUS[span.status.code], span.status.message),
-                    events=tuple((event.name, _attributes(event.attributes)) for event in span.events),
-                    resource=resource, scope=scope_spans.scope.name,
-                ))
+                found.append(
+                    Received(
+                        name=span.name,
+                        kind=KINDS[span.kind],
+                        trace_id=span.trace_id.hex(),
+                        span_id=span.span_id.hex(),
+                        parent_id=span.parent_span_id.hex(),
+                        links=tuple((link.trace_id.hex(), link.span_id.hex()) for link in span.links),
+                        attributes=_attributes(span.attributes),
+                        status=(STATUS[span.status.code], span.status.message),
+                        events=tuple((event.name, _attributes(event.attributes)) for event in span.events),
+                        resource=resource,
+                        scope=scope_spans.scope.name,
+                    )
+                )
     return found
 
 
@@ -137,12 +147,10 @@ class Receiver:
         with self._lock:
             return list(self.spans)
 
-    def wait_for(self, enough: Callable[[list[Received]], bool], timeout: float = 30,
-                 what: str = "spans") -> list[Received]:
+    def wait_for(self, enough: Callable[[list[Received]], bool], timeout: float = 30, what: str = "spans") -> list[Received]:
         """Every span received, once ``enough`` says they suffice; fails with what came at the deadline."""
         try:
-            return poll(lambda: (spans if enough(spans := self.received()) else None), timeout, what=what)
+            return poll(lambda: spans if enough(spans := self.received()) else None, timeout, what=what)
         except AssertionError as exc:
             names = sorted(f"{s.kind} {s.name}" for s in self.received())
             raise AssertionError(f"{exc}; received: {names}") from None
-

@@ -22,8 +22,12 @@ from worker.settings.config import HostConfig
 
 @pytest.mark.parametrize("backend_kind", ["sqlite", "azurite", "oci", "sqs"])
 async def test_the_consumer_continues_the_producers_trace_where_the_message_can_carry_it(
-    tmp_path: Path, connection: str | None, queue_name: str, otlp_receiver: Receiver,
-    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
+    tmp_path: Path,
+    connection: str | None,
+    queue_name: str,
+    otlp_receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
@@ -48,8 +52,9 @@ async def test_the_consumer_continues_the_producers_trace_where_the_message_can_
         got = otlp_receiver.received()
         return got if any(s.name == f"process {queue_name}" for s in got) else None
 
-    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2,
-                        connections={"AzureWebJobsStorage": connection} if connection else {})
+    config = HostConfig(
+        base_dir=tmp_path, max_polling_interval=0.2, connections={"AzureWebJobsStorage": connection} if connection else {}
+    )
     # A host built in code does not check batchSize against the backend as worker run does (SQS takes 10).
     config = replace(config, batch_size=min(config.batch_size, backend.limits.max_batch))
     async with running(app, config):

@@ -41,7 +41,12 @@ async def test_an_undecodable_message_is_a_failed_span_with_its_poisoning(
     assert ran == []
     assert (span.kind, span.parent_id) == ("CONSUMER", "")
     assert span.status[0] == "ERROR" and "not valid base64" in span.status[1]
-    assert {key: span.attributes[key] for key in ("messaging.message.id", "worker.outcome", "worker.completion",
-                                                  "messaging.operation.type")} == {
-        "messaging.message.id": put.id, "worker.outcome": "poison", "worker.completion": "poisoned",
-        "messaging.operation.type": "process"}
+    assert {
+        key: span.attributes[key]
+        for key in ("messaging.message.id", "worker.outcome", "worker.completion", "messaging.operation.type")
+    } == {
+        "messaging.message.id": put.id,
+        "worker.outcome": "poison",
+        "worker.completion": "poisoned",
+        "messaging.operation.type": "process",
+    }

@@ -20,10 +20,28 @@ def test_public_api_exports_app_message_and_out() -> None:
     assert PublicApp is WorkerApp
     assert QueueMessage.__module__ == "worker.message"
     # The types middleware hooks receive are public too, so that a middleware imports nothing from the runtime.
-    assert set(worker.__all__) == {"Context", "InputStream", "InvocationFailed", "Middleware", "Out", "Poison",
-                                   "QueueMessage", "WorkerApp", "Invocation", "FunctionSpec", "Result", "Outcome",
-                                   "Finished", "Done", "CheckpointFailed", "Delivery", "FunctionOptions", "Lease",
-                                   "RawMessage", "QueueBackend"}
+    assert set(worker.__all__) == {
+        "Context",
+        "InputStream",
+        "InvocationFailed",
+        "Middleware",
+        "Out",
+        "Poison",
+        "QueueMessage",
+        "WorkerApp",
+        "Invocation",
+        "FunctionSpec",
+        "Result",
+        "Outcome",
+        "Finished",
+        "Done",
+        "CheckpointFailed",
+        "Delivery",
+        "FunctionOptions",
+        "Lease",
+        "RawMessage",
+        "QueueBackend",
+    }
     assert all(getattr(worker, name).__module__.split(".")[1] not in {"runtime", "ops"} for name in worker.__all__)
 
 
@@ -89,7 +107,10 @@ def test_trigger_parameter_annotated_str_or_bytes_gets_the_body_kind() -> None:
         pass
 
     assert {s.name: s.trigger_kind for s in app.functions} == {
-        "text": "str", "raw": "bytes", "whole": "object", "batch": "object",
+        "text": "str",
+        "raw": "bytes",
+        "whole": "object",
+        "batch": "object",
     }
 
 
@@ -111,13 +132,16 @@ def test_checkpoints_are_declared_on_the_trigger_and_need_the_message_itself() -
         pass
 
     assert {s.name: s.extra("checkpoints", False) for s in app.functions} == {"chunked": True, "batch": True, "plain": False}
+
     @app.queue_trigger(arg_name="msg", queue_name="texts", checkpoints=True)
     def text(msg: str) -> None:
         pass
 
     [problem] = app.problems
-    assert "function text: queue_trigger: checkpoints=True needs the QueueMessage itself as 'msg' (it is annotated str" \
+    assert (
+        "function text: queue_trigger: checkpoints=True needs the QueueMessage itself as 'msg' (it is annotated str"
         in problem
+    )
     assert "text" not in {s.name for s in app.functions}
 
 
@@ -156,8 +180,7 @@ def test_blob_bindings_are_refused_on_batches_and_need_a_container() -> None:
 
     assert len(app.problems) == 2
     assert "function batch: queue_trigger: blob bindings need cardinality 'one'" in app.problems[0]
-    assert "function single: blob_input 'x': blob path 'no-container' must look like 'container/blob'" \
-        in app.problems[1]
+    assert "function single: blob_input 'x': blob path 'no-container' must look like 'container/blob'" in app.problems[1]
     assert app.functions == []  # neither runs without what it declared
 
 
@@ -311,7 +334,9 @@ def test_every_decorator_used_wrongly_is_kept_and_the_rest_still_register() -> N
 
     problems = app.problems
     assert [p.split(":")[0] for p in problems] == [
-        "function no_such_parameter", "function bad_cardinality", "function no_output_parameter",
+        "function no_such_parameter",
+        "function bad_cardinality",
+        "function no_output_parameter",
         "function bad_retry",
     ]
     assert "queue_output 'out': has no parameter 'out'" in problems[2]

@@ -34,19 +34,32 @@ from worker.backends.azure.messages import MessageRequests, fast_path_problem, r
 
 #: Azurite's well-known development account (public; the emulator's documentation prints it).
 DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UdGSmDTNvmqIn+yKxDuQ/HkqT9Xwm7f5fkxLh+A=="
-KEYED = (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};"
-         "QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;")
+KEYED = (
+    f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};"
+    "QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1;"
+)
 SAS_URL = "https://account.queue.core.windows.net/orders?sv=2024-08-04&ss=q&sig=a%2Bb%2Fc%3D&se=2030-01-01T00%3A00%3A00Z"
-CLIENTS = pytest.mark.parametrize("make", [
-    lambda: QueueClient.from_connection_string(KEYED, "orders"),
-    lambda: QueueClient.from_queue_url(SAS_URL),
-], ids=["shared key", "SAS URL"])
+CLIENTS = pytest.mark.parametrize(
+    "make",
+    [
+        lambda: QueueClient.from_connection_string(KEYED, "orders"),
+        lambda: QueueClient.from_queue_url(SAS_URL),
+    ],
+    ids=["shared key", "SAS URL"],
+)
 
 IDS = ["7d3c59a8-3f5e-4f0b-9c1e-0c2b5f0e8a11", "id with space", "a+b/c=d?e&f#g%h~i", "ünïcode-✓"]
 RECEIPTS = ["AgAAAAMAAAAAAAAA+/==", "AQAAAL0ZJ%2Fw=", "plain", "space and ~tilde"]
 #: Message texts as they travel in the answer's XML: escapes, CDATA, blanks, an empty text and markup-like text.
-CONTENTS = ['{"n": 1}', "a &amp; &lt;b&gt; &quot;c&quot; &apos;d&apos;", "<![CDATA[<x/> & y]]>", "  \n\t ", "",
-            "ünïcode ✓ 𝄞", "line\r\nbreaks"]
+CONTENTS = [
+    '{"n": 1}',
+    "a &amp; &lt;b&gt; &quot;c&quot; &apos;d&apos;",
+    "<![CDATA[<x/> & y]]>",
+    "  \n\t ",
+    "",
+    "ünïcode ✓ 𝄞",
+    "line\r\nbreaks",
+]
 
 
 def sdk_request(client: QueueClient, request: HttpRequest) -> tuple[str, str, dict[str, str]]:
@@ -69,7 +82,8 @@ def test_the_delete_request_is_the_one_the_sdk_builds(make) -> None:  # type: ig
             # Copied from a template, it is in every other part what HttpRequest() makes, with headers of its own.
             made = HttpRequest(ours.method, ours.url, headers=dict(ours.headers))
             assert {k: v for k, v in vars(ours).items() if k != "headers"} == {
-                k: v for k, v in vars(made).items() if k != "headers"}
+                k: v for k, v in vars(made).items() if k != "headers"
+            }
             assert type(ours.headers) is type(made.headers)
             assert ours.headers is not requests.delete_request(message_id, receipt).headers
 
@@ -81,8 +95,7 @@ def test_the_receive_request_is_the_one_the_sdk_builds(make) -> None:  # type: i
     version = client._client._config.version
     for count, visibility in [(1, 1), (32, 600), (16, 604800)]:
         ours = requests.receive_request(count, visibility)
-        sdk = build_queue_receive_messages_request(number_of_messages=count, visibility_timeout=visibility,
-                                                   version=version)
+        sdk = build_queue_receive_messages_request(number_of_messages=count, visibility_timeout=visibility, version=version)
         assert (ours.method, ours.url, dict(ours.headers)) == sdk_request(client, sdk)
 
 
@@ -90,20 +103,36 @@ def answer(*messages: str) -> str:
     return f'<?xml version="1.0" encoding="utf-8"?><QueueMessagesList>{"".join(messages)}</QueueMessagesList>'
 
 
-def element(content: str | None = '{"n": 1}', *, count: str | None = "1",
-            expires: str | None = "Sat, 05 Dec 2026 23:21:12 GMT", inserted: str | None = "Sat, 28 Nov 2026 23:21:12 GMT",
-            visible: str | None = "Sat, 28 Nov 2026 23:31:12 GMT") -> str:
-    fields = [("MessageId", str(uuid.uuid4())), ("InsertionTime", inserted), ("ExpirationTime", expires),
-              ("PopReceipt", "AgAAAAMAAAAAAAAA+/=="), ("TimeNextVisible", visible), ("DequeueCount", count),
-              ("MessageText", content)]
-    return "<QueueMessage>" + "".join(f"<{tag}>{value}</{tag}>" for tag, value in fields if value is not None) + \
-        "</QueueMessage>"
+def element(
+    content: str | None = '{"n": 1}',
+    *,
+    count: str | None = "1",
+    expires: str | None = "Sat, 05 Dec 2026 23:21:12 GMT",
+    inserted: str | None = "Sat, 28 Nov 2026 23:21:12 GMT",
+    visible: str | None = "Sat, 28 Nov 2026 23:31:12 GMT",
+) -> str:
+    fields = [
+        ("MessageId", str(uuid.uuid4())),
+        ("InsertionTime", inserted),
+        ("ExpirationTime", expires),
+        ("PopReceipt", "AgAAAAMAAAAAAAAA+/=="),
+        ("TimeNextVisible", visible),
+        ("DequeueCount", count),
+        ("MessageText", content),
+    ]
+    return (
+        "<QueueMessage>"
+        + "".join(f"<{tag}>{value}</{tag}>" for tag, value in fields if value is not None)
+        + "</QueueMessage>"
+    )
 
 
 def sdk_read(text: str) -> list:  # type: ignore[type-arg]
     """What the backend made of the same answer through the SDK: its model, its QueueMessage, then ``sdk_raw``."""
-    return [sdk_raw(SdkMessage._from_generated(m))
-            for m in _deserialize_xml(generated_models.ReceivedMessages, text).items_property or []]
+    return [
+        sdk_raw(SdkMessage._from_generated(m))
+        for m in _deserialize_xml(generated_models.ReceivedMessages, text).items_property or []
+    ]
 
 
 def test_an_answer_reads_value_for_value_as_through_the_sdk() -> None:
@@ -144,7 +173,10 @@ async def test_a_good_receive_leases_the_message_and_a_refused_one_raises_what_t
         with pytest.raises(HttpResponseError) as ours:
             await requests.receive(1, 30)
         assert (type(ours.value), ours.value.status_code, ours.value.error_code) == (
-            type(sdk.value), sdk.value.status_code, sdk.value.error_code)
+            type(sdk.value),
+            sdk.value.status_code,
+            sdk.value.error_code,
+        )
         assert ours.value.error_code == "QueueNotFound"
 
         await client.create_queue()
@@ -155,8 +187,7 @@ async def test_a_good_receive_leases_the_message_and_a_refused_one_raises_what_t
         got = await requests.receive(32, 120)
         assert [m.content for m in got] == texts
         assert all(m.dequeue_count == 1 for m in got)
-        assert all(before + timedelta(seconds=118) <= m.time_next_visible <= before + timedelta(seconds=125)
-                   for m in got)  # type: ignore[operator]
+        assert all(before + timedelta(seconds=118) <= m.time_next_visible <= before + timedelta(seconds=125) for m in got)  # type: ignore[operator]
         assert await requests.receive(32, 120) == []  # leased: nothing is visible
         for message in got:  # each receipt is the lease's own: the SDK's delete accepts it
             await client.delete_message(message.id, message.pop_receipt)
@@ -196,8 +227,13 @@ async def test_each_request_carries_an_id_of_its_own_shaped_as_the_sdks_and_stor
     sent: list[tuple[str, str, str | None]] = []
 
     def hook(response) -> None:  # type: ignore[no-untyped-def]
-        sent.append((response.http_request.method, response.http_request.headers["x-ms-client-request-id"],
-                     response.http_response.headers.get("x-ms-client-request-id")))
+        sent.append(
+            (
+                response.http_request.method,
+                response.http_request.headers["x-ms-client-request-id"],
+                response.http_response.headers.get("x-ms-client-request-id"),
+            )
+        )
 
     name = f"request-ids-{uuid.uuid4().hex[:12]}"
     async with QueueClient.from_connection_string(azurite.connection_string, name, raw_response_hook=hook) as client:
@@ -219,8 +255,11 @@ async def test_each_request_carries_an_id_of_its_own_shaped_as_the_sdks_and_stor
     assert uuid.UUID(sent[3][1]).version == 1  # the SDK's own call still names its request as it does
 
 
-@pytest.mark.parametrize("client", [SimpleNamespace(), SimpleNamespace(_client=SimpleNamespace(_client=None))],
-                         ids=["no generated client", "no pipeline client"])
+@pytest.mark.parametrize(
+    "client",
+    [SimpleNamespace(), SimpleNamespace(_client=SimpleNamespace(_client=None))],
+    ids=["no generated client", "no pipeline client"],
+)
 def test_an_sdk_laid_out_otherwise_fails_the_fast_paths_self_check_naming_its_version(client: object) -> None:
     """What a future SDK that moved the private attributes looks like: the self-check says why, and raises nothing."""
     problem = fast_path_problem(client)  # type: ignore[arg-type]
@@ -234,9 +273,12 @@ def test_the_installed_sdk_passes_the_fast_paths_self_check() -> None:
 def test_a_request_whose_url_ignores_the_copied_state_fails_the_self_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """An azure-core whose HttpRequest keeps ``url`` behind a property: every copied delete would name the queue's
     messages without an id (Clear Messages). The self-check sees the path, and the public calls are used."""
-    monkeypatch.setattr(HttpRequest, "url", property(lambda self: self.__dict__.get("_url", ""),
-                                                     lambda self, value: self.__dict__.__setitem__("_url", value)),
-                        raising=False)
+    monkeypatch.setattr(
+        HttpRequest,
+        "url",
+        property(lambda self: self.__dict__.get("_url", ""), lambda self, value: self.__dict__.__setitem__("_url", value)),
+        raising=False,
+    )
     problem = fast_path_problem(QueueClient.from_connection_string(KEYED, "orders"))
     assert problem is not None and "DELETE request's path is '/devstoreaccount1/orders/messages/'" in problem
 
@@ -247,26 +289,33 @@ def test_a_moved_process_storage_error_fails_the_self_check(monkeypatch: pytest.
     assert problem is not None and "process_storage_error is gone" in problem
 
 
-@pytest.mark.parametrize(("method", "url", "refused"), [
-    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages", "without a message id"),
-    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/", "without a message id"),
-    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages?sv=1&sig=x", "without a message id"),
-    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc", "without its pop receipt"),
-    ("PUT", "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc?popreceipt=&visibilitytimeout=0",
-     "without its pop receipt"),
-    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc?popreceipt=AgA%2B", None),
-    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/messages", None),  # Delete Queue of a queue named "messages"
-    ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders", None),  # Delete Queue
-    ("GET", "http://127.0.0.1:1/devstoreaccount1/orders/messages?numofmessages=1", None),
-    ("POST", "http://127.0.0.1:1/devstoreaccount1/orders/messages", None),  # Put Message
-])
+@pytest.mark.parametrize(
+    ("method", "url", "refused"),
+    [
+        ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages", "without a message id"),
+        ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/", "without a message id"),
+        ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages?sv=1&sig=x", "without a message id"),
+        ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc", "without its pop receipt"),
+        (
+            "PUT",
+            "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc?popreceipt=&visibilitytimeout=0",
+            "without its pop receipt",
+        ),
+        ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders/messages/abc?popreceipt=AgA%2B", None),
+        ("DELETE", "http://127.0.0.1:1/devstoreaccount1/messages", None),  # Delete Queue of a queue named "messages"
+        ("DELETE", "http://127.0.0.1:1/devstoreaccount1/orders", None),  # Delete Queue
+        ("GET", "http://127.0.0.1:1/devstoreaccount1/orders/messages?numofmessages=1", None),
+        ("POST", "http://127.0.0.1:1/devstoreaccount1/orders/messages", None),  # Put Message
+    ],
+)
 def test_the_transport_refuses_a_message_request_without_its_id_or_receipt(
-    method: str, url: str, refused: str | None,
+    method: str,
+    url: str,
+    refused: str | None,
 ) -> None:
     problem = unsettled("devstoreaccount1", method, url)
     assert (problem is None) if refused is None else (problem is not None and refused in problem)
-    assert unsettled("", method, url.replace("/devstoreaccount1", "")) == (
-        None if problem is None else problem)
+    assert unsettled("", method, url.replace("/devstoreaccount1", "")) == (None if problem is None else problem)
 
 
 async def test_a_clear_messages_request_never_leaves_the_process(tmp_path: object) -> None:
@@ -278,8 +327,11 @@ async def test_a_clear_messages_request_never_leaves_the_process(tmp_path: objec
 
     with closed_port() as port:
         endpoint = f"http://127.0.0.1:{port}/devstoreaccount1"
-        backend = AzureBackend(parse_connection_string(
-            f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};QueueEndpoint={endpoint};"))
+        backend = AzureBackend(
+            parse_connection_string(
+                f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};QueueEndpoint={endpoint};"
+            )
+        )
         client = backend._queue("orders")
         try:
             with pytest.raises(InvalidArgument, match="without a message id was refused"):

@@ -57,8 +57,7 @@ def test_the_limits_differ_by_service() -> None:
 
 
 def test_batch_size_32_on_oci_is_refused_naming_the_function_and_the_limit(tmp_path: Path) -> None:
-    found = _problems(tmp_path, "version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n",
-                      connection=OCI_CONNECTION)
+    found = _problems(tmp_path, "version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n", connection=OCI_CONNECTION)
     assert found == [
         "function orders, trigger queueTrigger (msg): extensions.queues.batchSize is 32, more than OCI Queue takes: "
         "at most 20 messages a receive returns"
@@ -66,8 +65,12 @@ def test_batch_size_32_on_oci_is_refused_naming_the_function_and_the_limit(tmp_p
 
 
 def test_the_same_settings_run_on_azure(tmp_path: Path) -> None:
-    assert _problems(tmp_path, "version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n",
-                     connection="UseDevelopmentStorage=true") == []
+    assert (
+        _problems(
+            tmp_path, "version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n", connection="UseDevelopmentStorage=true"
+        )
+        == []
+    )
 
 
 def test_a_function_section_is_named_with_its_line_and_every_problem_is_listed(tmp_path: Path) -> None:
@@ -102,15 +105,15 @@ def test_names_azure_takes_are_accepted(tmp_path: Path, queue: str) -> None:
 
 
 @pytest.mark.parametrize("length", [57, 60, 63])
-def test_a_trigger_queue_whose_poison_queue_the_service_refuses_is_refused_at_start(tmp_path: Path,
-                                                                                    length: int) -> None:
+def test_a_trigger_queue_whose_poison_queue_the_service_refuses_is_refused_at_start(tmp_path: Path, length: int) -> None:
     queue = "a" * length
     for connection in (None, "UseDevelopmentStorage=true"):
         assert _problems(tmp_path, "version: '2.0'\n", queue=queue, connection=connection) == [
             f"function orders, trigger queueTrigger (msg): its poison queue: queue name '{queue}-poison' is not "
             f"valid: use 3-63 lowercase letters, digits and single hyphens, starting and ending with a letter or "
             f"digit ({'embedded queue' if connection is None else 'Azure Storage'}), so the trigger queue's name "
-            f"must leave room for '-poison' ({length} characters now)"]
+            f"must leave room for '-poison' ({length} characters now)"
+        ]
 
 
 def test_on_oci_the_poison_queue_name_counts_only_where_the_host_keeps_poison(tmp_path: Path) -> None:
@@ -120,25 +123,27 @@ def test_on_oci_the_poison_queue_name_counts_only_where_the_host_keeps_poison(tm
     assert f"its poison queue: queue name '{queue}-poison' is not valid" in found
 
 
-@pytest.mark.parametrize(("suffix", "problem"), [
-    ("", "compartment=<compartment OCID> is missing"),
-    ("?compartment=c&auth=password", "auth must be one of api_key, security_token, instance_principal"),
-    ("?compartment=c&poison=never", "poison must be one of service, host"),
-    ("?compartment=c&region=x", "unknown keys region"),
-    ("?compartment=c&longPoll=31", "longPoll must be whole seconds from 0 to 30, got '31'"),
-    ("?compartment=c&longPoll=2.5", "longPoll must be whole seconds from 0 to 30, got '2.5'"),
-    ("?compartment=c&longPoll=-1", "longPoll must be whole seconds from 0 to 30, got '-1'"),
-    ("?compartment=c&maxMessageBytes=0", "maxMessageBytes must be a whole number of bytes, at least 1, got '0'"),
-    ("?compartment=c&maxMessageBytes=256KiB", "maxMessageBytes must be a whole number of bytes, at least 1"),
-])
+@pytest.mark.parametrize(
+    ("suffix", "problem"),
+    [
+        ("", "compartment=<compartment OCID> is missing"),
+        ("?compartment=c&auth=password", "auth must be one of api_key, security_token, instance_principal"),
+        ("?compartment=c&poison=never", "poison must be one of service, host"),
+        ("?compartment=c&region=x", "unknown keys region"),
+        ("?compartment=c&longPoll=31", "longPoll must be whole seconds from 0 to 30, got '31'"),
+        ("?compartment=c&longPoll=2.5", "longPoll must be whole seconds from 0 to 30, got '2.5'"),
+        ("?compartment=c&longPoll=-1", "longPoll must be whole seconds from 0 to 30, got '-1'"),
+        ("?compartment=c&maxMessageBytes=0", "maxMessageBytes must be a whole number of bytes, at least 1, got '0'"),
+        ("?compartment=c&maxMessageBytes=256KiB", "maxMessageBytes must be a whole number of bytes, at least 1"),
+    ],
+)
 def test_a_wrong_oci_connection_is_refused_naming_the_key(tmp_path: Path, suffix: str, problem: str) -> None:
     found = _problems(tmp_path, "version: '2.0'\n", connection="oci://cell-1.example.com" + suffix)
     assert len(found) == 1 and problem in found[0], found
 
 
 @pytest.mark.parametrize(("query", "seconds"), [("", 5.0), ("&longPoll=2", 2.0), ("&longPoll=0", 0.0)])
-def test_an_oci_long_poll_is_5_s_unless_the_connection_says(tmp_path: Path, query: str,
-                                                                          seconds: float) -> None:
+def test_an_oci_long_poll_is_5_s_unless_the_connection_says(tmp_path: Path, query: str, seconds: float) -> None:
     """The receive's wait at the service, and with it how long an idle worker takes to stop (0: it polls)."""
     backend = open_backend(f"oci+http://127.0.0.1:1?compartment=c{query}", tmp_path)
     assert backend.limits.long_poll == seconds
@@ -198,13 +203,17 @@ def test_defaults_past_a_services_limit_start_on_every_backend(tmp_path: Path, c
     assert _problems(tmp_path, "version: '2.0'\n", connection=connection) == []
 
 
-@pytest.mark.parametrize(("host_yaml", "environ", "key"), [
-    ("version: '2.0'\nextensions:\n  queues:\n    batchSize: 16\n", {}, "extensions.queues.batchSize"),
-    ("version: '2.0'\n", {"WORKER__extensions__queues__batchSize": "16"}, "extensions.queues.batchSize"),
-    ("version: '2.0'\nfunctions:\n  orders:\n    batchSize: 16\n", {}, "functions.orders.batchSize"),
-])
-def test_the_same_value_given_by_the_user_is_refused(tmp_path: Path, host_yaml: str, environ: dict[str, str],
-                                                     key: str) -> None:
+@pytest.mark.parametrize(
+    ("host_yaml", "environ", "key"),
+    [
+        ("version: '2.0'\nextensions:\n  queues:\n    batchSize: 16\n", {}, "extensions.queues.batchSize"),
+        ("version: '2.0'\n", {"WORKER__extensions__queues__batchSize": "16"}, "extensions.queues.batchSize"),
+        ("version: '2.0'\nfunctions:\n  orders:\n    batchSize: 16\n", {}, "functions.orders.batchSize"),
+    ],
+)
+def test_the_same_value_given_by_the_user_is_refused(
+    tmp_path: Path, host_yaml: str, environ: dict[str, str], key: str
+) -> None:
     """Only a value the user gave is refused, wherever it was given, even when it equals the default."""
     (tmp_path / "host.yaml").write_text(host_yaml, encoding="utf-8")
     config = replace(load_config(tmp_path / "host.yaml", environ=environ), connections={"Jobs": "sqs://?region=us-east-1"})

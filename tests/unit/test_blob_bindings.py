@@ -32,8 +32,14 @@ def test_an_input_as_text_or_bytes_and_a_missing_blob_as_none() -> None:
 
 @pytest.mark.parametrize(
     ("value", "stored"),
-    [("héllo", "héllo".encode()), (b"\x00\xff", b"\x00\xff"), (bytearray(b"ab"), b"ab"), (io.BytesIO(b"file"), b"file"),
-     (io.StringIO("text file"), b"text file"), (None, None)],
+    [
+        ("héllo", "héllo".encode()),
+        (b"\x00\xff", b"\x00\xff"),
+        (bytearray(b"ab"), b"ab"),
+        (io.BytesIO(b"file"), b"file"),
+        (io.StringIO("text file"), b"text file"),
+        (None, None),
+    ],
 )
 def test_an_output_takes_what_the_python_worker_blob_converter_takes(value: object, stored: bytes | None) -> None:
     assert content(value) == stored

@@ -120,8 +120,10 @@ def test_peek_and_poison_list_say_so_when_there_is_nothing_to_show(app_dir: Path
     ok(app_dir, "send", "empty-poison", "x")
     ok(app_dir, "poison", "purge", "empty")  # empty-poison is there, and empty
 
-    assert ok(app_dir, "peek", "later") == "queue later has no visible messages; it holds about 1 that are " \
-                                           "invisible now (leased by a worker, or sent with a delay)\n"
+    assert (
+        ok(app_dir, "peek", "later") == "queue later has no visible messages; it holds about 1 that are "
+        "invisible now (leased by a worker, or sent with a delay)\n"
+    )
     assert ok(app_dir, "peek", "empty-poison") == "queue empty-poison is empty\n"
     assert ok(app_dir, "poison", "list", "empty") == "queue empty-poison is empty\n"
     assert ok(app_dir, "poison", "list", "later") == "no poison messages of later (later-poison was never needed)\n"
@@ -195,7 +197,8 @@ def test_run_refuses_a_trigger_queue_whose_poison_queue_the_service_refuses(tmp_
     (tmp_path / "long_queue_app.py").write_text(
         "from worker import WorkerApp\n\napp = WorkerApp()\n\n\n"
         f"@app.queue_trigger(arg_name='msg', queue_name='{queue}')\ndef orders(msg: str) -> None:\n    pass\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     (tmp_path / "host.yaml").write_text("version: '1.0'\n", encoding="utf-8")
 
     result = worker(tmp_path, "run", "--no-supervisor", "--burst", "--app", "long_queue_app:app")
@@ -228,9 +231,15 @@ TTLS = "a duration of at least 1s, such as 30s, 10m, 2h, 1d or hh:mm:ss, or -1 (
 @pytest.mark.parametrize(
     ("option", "value", "accepted"),
     [
-        ("--delay", "soon", DELAYS), ("--delay", "10 minutes", DELAYS), ("--delay", "-5s", DELAYS),
-        ("--delay", "8d", DELAYS), ("--delay", "7.00:00:01", DELAYS),
-        ("--ttl", "0", TTLS), ("--ttl", "0s", TTLS), ("--ttl", "500ms", TTLS), ("--ttl", "abc", TTLS),
+        ("--delay", "soon", DELAYS),
+        ("--delay", "10 minutes", DELAYS),
+        ("--delay", "-5s", DELAYS),
+        ("--delay", "8d", DELAYS),
+        ("--delay", "7.00:00:01", DELAYS),
+        ("--ttl", "0", TTLS),
+        ("--ttl", "0s", TTLS),
+        ("--ttl", "500ms", TTLS),
+        ("--ttl", "abc", TTLS),
         ("--ttl", "-2", TTLS),
     ],
 )
@@ -240,8 +249,10 @@ def test_a_bad_delay_or_ttl_is_one_line_exit_2_and_makes_nothing(
     result = worker(app_dir, "send", f"{option}={value}", "later", "x")
 
     assert result.returncode == 2
-    assert result.stderr == f"worker send: error: argument {option}: expected {accepted}, got {value!r} " \
-                            "(see worker send --help)\n"
+    assert (
+        result.stderr == f"worker send: error: argument {option}: expected {accepted}, got {value!r} "
+        "(see worker send --help)\n"
+    )
     assert not (app_dir / QUEUE_FILE).exists()
 
 
@@ -260,16 +271,29 @@ def test_the_longest_delay_and_the_shortest_ttl_are_taken(app_dir: Path) -> None
     ok(app_dir, "send", "--ttl", "1s", "--delay", "0s", "brief", "y")
 
     assert json.loads(ok(app_dir, "queues", "--json")) == [
-        {"name": "brief", "approximateMessageCount": 1}, {"name": "later", "approximateMessageCount": 1}]
+        {"name": "brief", "approximateMessageCount": 1},
+        {"name": "later", "approximateMessageCount": 1},
+    ]
     assert peek_json(app_dir, "later") == []
 
 
 @pytest.mark.parametrize(
     ("command", "limits"),
     [
-        (("send",), ["as stored", "48 KiB under base64", "OCI Queue: messages up to 256 KiB, 20 a receive",
-                     "Amazon SQS: messages up to 1 MiB, 10 a receive", "0s to 7d", "shorter than --ttl",
-                     "1s or more", "-1 never expires", "default 7d"]),
+        (
+            ("send",),
+            [
+                "as stored",
+                "48 KiB under base64",
+                "OCI Queue: messages up to 256 KiB, 20 a receive",
+                "Amazon SQS: messages up to 1 MiB, 10 a receive",
+                "0s to 7d",
+                "shorter than --ttl",
+                "1s or more",
+                "-1 never expires",
+                "default 7d",
+            ],
+        ),
         (("peek",), ["1 to what one receive of the backend returns (32 on"]),
         (("poison",), ["N at least 1", "(32 on"]),
     ],
@@ -307,12 +331,16 @@ def test_malformed_host_yaml_exits_2_naming_key_and_line(tmp_path: Path, text: s
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("name", "text"), [
-    ("host.yaml", "[" * 600), ("host.yaml", "functionTimeout: " + "[" * 600 + "]" * 600),
-    ("host.json", "[" * 5000), ("local.settings.json", "[" * 5000),
-])
-def test_a_settings_file_nested_past_the_recursion_limit_is_one_line_exit_2(tmp_path: Path, name: str,
-                                                                            text: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("host.yaml", "[" * 600),
+        ("host.yaml", "functionTimeout: " + "[" * 600 + "]" * 600),
+        ("host.json", "[" * 5000),
+        ("local.settings.json", "[" * 5000),
+    ],
+)
+def test_a_settings_file_nested_past_the_recursion_limit_is_one_line_exit_2(tmp_path: Path, name: str, text: str) -> None:
     """Past Python's recursion limit whatever the depth (600 levels of YAML reach it: PyYAML's scanner takes
     seconds for thousands, quadratically)."""
     (tmp_path / name).write_text(text, encoding="utf-8")
@@ -320,9 +348,12 @@ def test_a_settings_file_nested_past_the_recursion_limit_is_one_line_exit_2(tmp_
     result = worker(tmp_path, "queues")
 
     assert result.returncode == 2
-    assert result.stderr == f"worker queues: error: {tmp_path / name}: " + \
-        ("" if name == "local.settings.json" else "(syntax): ") + "nested too deeply to read: settings nest a few " \
+    assert (
+        result.stderr
+        == f"worker queues: error: {tmp_path / name}: " + ("" if name == "local.settings.json" else "(syntax): ")
+        + "nested too deeply to read: settings nest a few "
         "levels at most\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -341,8 +372,9 @@ def test_run_with_a_bad_app_exits_2(tmp_path: Path, app: str, expected: str) -> 
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args", [("queues",), ("stats", "--json"), ("peek", "orders"), ("poison", "list", "orders")],
-                         ids=lambda a: a[0])
+@pytest.mark.parametrize(
+    "args", [("queues",), ("stats", "--json"), ("peek", "orders"), ("poison", "list", "orders")], ids=lambda a: a[0]
+)
 def test_a_command_that_only_looks_makes_no_queue_file(tmp_path: Path, args: tuple[str, ...]) -> None:
     """Looking where nothing was sent says so and leaves no empty file behind (before, one appeared, often in the
     wrong folder: a second queue file the worker never reads)."""
@@ -361,7 +393,8 @@ def test_send_warns_when_the_app_reads_the_queue_through_another_connection(tmp_
         "def orders(msg: str) -> None: ...\n\n\n"
         '@app.queue_trigger(arg_name="msg", queue_name="%AUDIT_QUEUE%")\n'
         "def audit(msg: str) -> None: ...\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     (tmp_path / "host.json").write_text('{"version": "2.0"}', encoding="utf-8")
     orders_store = f"sqlite:///{tmp_path / 'orders.sqlite3'}"
 
@@ -370,8 +403,7 @@ def test_send_warns_when_the_app_reads_the_queue_through_another_connection(tmp_
     assert "reads queue 'orders' through connection 2OrdersStorage, not AzureWebJobsStorage" in sent.stderr
     assert "--connection 2OrdersStorage" in sent.stderr
 
-    right = run_cli(tmp_path, "send", "orders", "x", "--connection", "2OrdersStorage",
-                    env={"2OrdersStorage": orders_store})
+    right = run_cli(tmp_path, "send", "orders", "x", "--connection", "2OrdersStorage", env={"2OrdersStorage": orders_store})
     assert right.returncode == 0 and "warning" not in right.stderr, right.stderr
     # The default connection, read through the default: no warning; a queue no function reads: none either.
     audit = run_cli(tmp_path, "send", "audit-log", "x", env={"AUDIT_QUEUE": "audit-log"})
@@ -383,13 +415,17 @@ def test_send_warns_when_the_app_reads_the_queue_through_another_connection(tmp_
 def test_the_queues_a_v1_app_reads_are_found_from_its_function_json_files(tmp_path: Path) -> None:
     from worker.compat.discovery import queue_readers
 
-    for name, binding in (("Orders", {"type": "QueueTrigger", "queueName": "orders", "connection": "Store"}),
-                          ("Audit", {"type": "queueTrigger", "queueName": "%Q%"}),
-                          ("Hello", {"type": "httpTrigger"})):
+    for name, binding in (
+        ("Orders", {"type": "QueueTrigger", "queueName": "orders", "connection": "Store"}),
+        ("Audit", {"type": "queueTrigger", "queueName": "%Q%"}),
+        ("Hello", {"type": "httpTrigger"}),
+    ):
         (tmp_path / name).mkdir()
         (tmp_path / name / "function.json").write_text(
-            json.dumps({"bindings": [{**binding, "direction": "in", "name": "msg"}]}), encoding="utf-8")
+            json.dumps({"bindings": [{**binding, "direction": "in", "name": "msg"}]}), encoding="utf-8"
+        )
     assert queue_readers(tmp_path, {"Q": "audit"}) == {"orders": {"Store"}, "audit": {None}}
+
 
 def test_send_help_states_each_backends_size_and_batch_limits(tmp_path: Path) -> None:
     """Read from the backends' own limits, so the help never drifts from what is refused."""

@@ -127,8 +127,26 @@ def test_parse_duration_accepts(text: str | float, seconds: float) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "5", "ten seconds", "10 minutes", "30sec", "5y", "--5s", "00:05", "0:0:1", "1:02:03:04", "00:00:xx",
-     "1e3", "s", True, False, None, [30], {"s": 30}],
+    [
+        "",
+        "5",
+        "ten seconds",
+        "10 minutes",
+        "30sec",
+        "5y",
+        "--5s",
+        "00:05",
+        "0:0:1",
+        "1:02:03:04",
+        "00:00:xx",
+        "1e3",
+        "s",
+        True,
+        False,
+        None,
+        [30],
+        {"s": 30},
+    ],
 )
 def test_parse_duration_rejects(text: Any) -> None:
     with pytest.raises(ValueError, match="expected a duration"):
@@ -157,10 +175,15 @@ def test_duration_settings_read_every_form_from_the_file(tmp_path: Path) -> None
     assert config.drain_timeout == 45.0
 
 
-@pytest.mark.parametrize(("value", "problem"), [
-    ('"-00:05:00"', "must be between 1s and 70d, got -5m"), ('"-30s"', "must be between 1s and 70d, got -30s"),
-    ('"71.00:00:00"', "must be between 1s and 70d, got 71d"), ("0", "must be between 1s and 70d, got 0s"),
-])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ('"-00:05:00"', "must be between 1s and 70d, got -5m"),
+        ('"-30s"', "must be between 1s and 70d, got -30s"),
+        ('"71.00:00:00"', "must be between 1s and 70d, got 71d"),
+        ("0", "must be between 1s and 70d, got 0s"),
+    ],
+)
 def test_a_function_timeout_out_of_range_is_reported_as_out_of_range(tmp_path: Path, value: str, problem: str) -> None:
     """Well written, but too long or not positive: the range, in the units the settings use, not "expected a
     duration like"."""
@@ -170,15 +193,19 @@ def test_a_function_timeout_out_of_range_is_reported_as_out_of_range(tmp_path: P
     assert str(caught.value) == f"{path}:1: functionTimeout: {problem}"
 
 
-@pytest.mark.parametrize(("text", "key", "guess"), [
-    ("worker:\n  handlerthreads: 4\n", "worker.handlerthreads", "worker.handlerThreads"),
-    ("extension:\n  queues:\n    batchSize: 4\n", "extension.queues.batchSize", "extensions.queues.batchSize"),
-    ("fuctions:\n  resize:\n    batchSize: 4\n", "fuctions.resize.batchSize", "functions.resize.batchSize"),
-    ("functions:\n  resize:\n    maxDequeCount: 4\n", "functions.resize.maxDequeCount", "maxDequeueCount"),
-    ("worker:\n  bogus: 1\n", "worker.bogus", None),
-])
-def test_an_unknown_key_says_what_it_likely_misspells_and_every_known_key(tmp_path: Path, text: str, key: str,
-                                                                          guess: str | None) -> None:
+@pytest.mark.parametrize(
+    ("text", "key", "guess"),
+    [
+        ("worker:\n  handlerthreads: 4\n", "worker.handlerthreads", "worker.handlerThreads"),
+        ("extension:\n  queues:\n    batchSize: 4\n", "extension.queues.batchSize", "extensions.queues.batchSize"),
+        ("fuctions:\n  resize:\n    batchSize: 4\n", "fuctions.resize.batchSize", "functions.resize.batchSize"),
+        ("functions:\n  resize:\n    maxDequeCount: 4\n", "functions.resize.maxDequeCount", "maxDequeueCount"),
+        ("worker:\n  bogus: 1\n", "worker.bogus", None),
+    ],
+)
+def test_an_unknown_key_says_what_it_likely_misspells_and_every_known_key(
+    tmp_path: Path, text: str, key: str, guess: str | None
+) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(write(tmp_path, text), environ=NO_ENV)
     assert caught.value.key == key
@@ -240,16 +267,23 @@ def test_environment_unknown_key_names_the_key_and_the_variable() -> None:
 
 
 def test_functions_app_settings_override_host_json_and_the_hosts_own_override_them(tmp_path: Path) -> None:
-    path = write(tmp_path, '{"extensions": {"queues": {"maxDequeueCount": 5, "batchSize": 8}},'
-                           ' "logging": {"logLevel": {"default": "Information"}}}', name="host.json")
-    config = load_config(path, environ={
-        "AzureFunctionsJobHost__extensions__queues__maxDequeueCount": "1",
-        "AZUREFUNCTIONSJOBHOST__Extensions__Queues__BatchSize": "2",  # any case, as .NET's configuration reads it
-        "AzureFunctionsJobHost__extensions__queues__visibilityTimeout": "00:00:10",
-        "AzureFunctionsJobHost__logging__logLevel__Host.Aggregator": "Trace",
-        "AzureFunctionsJobHost__functionTimeout": "00:02:00",
-        "WORKER__extensions__queues__batchSize": "4",  # the host's own wins over Functions'
-    })
+    path = write(
+        tmp_path,
+        '{"extensions": {"queues": {"maxDequeueCount": 5, "batchSize": 8}},'
+        ' "logging": {"logLevel": {"default": "Information"}}}',
+        name="host.json",
+    )
+    config = load_config(
+        path,
+        environ={
+            "AzureFunctionsJobHost__extensions__queues__maxDequeueCount": "1",
+            "AZUREFUNCTIONSJOBHOST__Extensions__Queues__BatchSize": "2",  # any case, as .NET's configuration reads it
+            "AzureFunctionsJobHost__extensions__queues__visibilityTimeout": "00:00:10",
+            "AzureFunctionsJobHost__logging__logLevel__Host.Aggregator": "Trace",
+            "AzureFunctionsJobHost__functionTimeout": "00:02:00",
+            "WORKER__extensions__queues__batchSize": "4",  # the host's own wins over Functions'
+        },
+    )
     assert (config.max_dequeue_count, config.batch_size, config.visibility_timeout) == (1, 4, 10.0)
     assert config.function_timeout == 120.0
     assert config.log_levels == {"default": "Information", "Host.Aggregator": "Trace"}
@@ -257,10 +291,14 @@ def test_functions_app_settings_override_host_json_and_the_hosts_own_override_th
 
 
 def test_functions_app_settings_for_keys_the_host_does_not_use_are_listed_as_ignored() -> None:
-    config = load_config(None, environ={"AzureFunctionsJobHost__extensionBundle__id": "Microsoft.Azure.Functions",
-                                        "AzureFunctionsJobHost__functions__0": "resize",
-                                        "AzureFunctionsJobHost__logging__applicationInsights__samplingSettings__"
-                                        "isEnabled": "false"})
+    config = load_config(
+        None,
+        environ={
+            "AzureFunctionsJobHost__extensionBundle__id": "Microsoft.Azure.Functions",
+            "AzureFunctionsJobHost__functions__0": "resize",
+            "AzureFunctionsJobHost__logging__applicationInsights__samplingSettings__isEnabled": "false",
+        },
+    )
     assert config.ignored_keys == ("extensionBundle", "functions", "logging.applicationInsights")
 
 
@@ -315,12 +353,12 @@ extensions:
         pytest.param("    batchsize: 4\n", "extensions.queues.batchsize", "unknown key", id="typo"),
         pytest.param("    maxDequeueCount: 0\n", "extensions.queues.maxDequeueCount", "between 1", id="dequeue-0"),
         pytest.param(
-            "    visibilityTimeout: soon\n", "extensions.queues.visibilityTimeout", "expected a duration",
+            "    visibilityTimeout: soon\n",
+            "extensions.queues.visibilityTimeout",
+            "expected a duration",
             id="bad-duration",
         ),
-        pytest.param(
-            "    messageEncoding: utf8\n", "extensions.queues.messageEncoding", "base64, none", id="encoding"
-        ),
+        pytest.param("    messageEncoding: utf8\n", "extensions.queues.messageEncoding", "base64, none", id="encoding"),
         pytest.param("    visibilityTimeout: 8d\n", "extensions.queues.visibilityTimeout", "between", id="vis-8d"),
         pytest.param("    visibilityTimeout: .nan\n", "extensions.queues.visibilityTimeout", "got NaN", id="vis-nan"),
     ],
@@ -339,14 +377,20 @@ def test_error_names_the_dotted_key_and_its_line(tmp_path: Path, body: str, key:
         pytest.param("version: '1.0'\nbatchSize: 4\n", "batchSize", 2, id="unknown-top-level"),
         pytest.param(
             "version: '1.0'\nextensions:\n  queues:\n    batchSize: 8\n  queue:\n    batchSize: 8\n",
-            "extensions.queue.batchSize", 6, id="unknown-section",
+            "extensions.queue.batchSize",
+            6,
+            id="unknown-section",
         ),
         pytest.param("worker:\n  drainTimeout: 10s\n  leaseDuration: 0\n", "worker.leaseDuration", 3, id="lease-0"),
         pytest.param("functionTimeout: '00:00:00'\n", "functionTimeout", 1, id="timeout-0"),
         pytest.param("functionTimeout: forever\n", "functionTimeout", 1, id="timeout-text"),
         pytest.param("# copied\nversion: [2]\n", "version", 2, id="version-not-text"),
-        pytest.param("worker:\n  httpAllowedHosts: [ok.example, 'no such']\n", "worker.httpAllowedHosts", 2,
-                     id="allowed-host-not-a-name"),
+        pytest.param(
+            "worker:\n  httpAllowedHosts: [ok.example, 'no such']\n",
+            "worker.httpAllowedHosts",
+            2,
+            id="allowed-host-not-a-name",
+        ),
         pytest.param("worker:\n  httpOpenData: yes please\n", "worker.httpOpenData", 2, id="open-data-not-boolean"),
     ],
 )
@@ -364,9 +408,7 @@ def test_error_names_key_and_line_outside_queues(tmp_path: Path, text: str, key:
         pytest.param("version: '1.0'\nextensions:\n  queues: [1]\n", "extensions.queues", 3, id="queues-list"),
     ],
 )
-def test_a_section_given_a_value_is_a_type_error_not_an_unknown_key(
-    tmp_path: Path, text: str, key: str, line: int
-) -> None:
+def test_a_section_given_a_value_is_a_type_error_not_an_unknown_key(tmp_path: Path, text: str, key: str, line: int) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ=NO_ENV)
@@ -471,7 +513,9 @@ def test_host_json_error_names_the_line(tmp_path: Path) -> None:
 
 
 def test_host_json_with_comments_and_trailing_commas_loads_as_functions_reads_it(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         {
           // host.json templates carry comments; Functions' reader takes them
           "version": "2.0",
@@ -485,30 +529,39 @@ def test_host_json_with_comments_and_trailing_commas_loads_as_functions_reads_it
           },
           "connections": { "Orders": "sqlite:///orders.db?x=//not-a-comment/*nor-this*/" },
         }
-        """, "host.json")
+        """,
+        "host.json",
+    )
     config = load_config(path, environ=NO_ENV)
     assert (config.batch_size, config.max_dequeue_count) == (8, 3)
     assert config.connections == {"Orders": "sqlite:///orders.db?x=//not-a-comment/*nor-this*/"}
 
 
 def test_host_json_error_after_a_comment_still_names_its_line(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         {
           /* a comment
              of three lines */
           "extensions": { "queues": { "batchSize": 64 } }
         }
-        """, "host.json")
+        """,
+        "host.json",
+    )
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ=NO_ENV)
     assert_names_key_and_line(caught.value, "extensions.queues.batchSize", f"{path}:4")
 
 
-@pytest.mark.parametrize(("text", "line", "column"), [
-    ("{\n  'version': '2.0'\n}\n", 2, 3),  # single quotes: YAML would have taken them
-    ('{\n  "version": "2.0"\n  "functionTimeout": "00:05:00"\n}\n', 3, 3),  # a missing comma
-    ('{\n  "version": 2.0, /* never closed\n}\n', 2, 19),
-])
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        ("{\n  'version': '2.0'\n}\n", 2, 3),  # single quotes: YAML would have taken them
+        ('{\n  "version": "2.0"\n  "functionTimeout": "00:05:00"\n}\n', 3, 3),  # a missing comma
+        ('{\n  "version": 2.0, /* never closed\n}\n', 2, 19),
+    ],
+)
 def test_host_json_that_is_not_json_is_refused_with_line_and_column(
     tmp_path: Path, text: str, line: int, column: int
 ) -> None:
@@ -591,7 +644,9 @@ def test_section_with_every_key_commented_out_is_empty(tmp_path: Path) -> None:
 
 def test_every_problem_in_the_file_and_the_environment_is_listed_at_once(tmp_path: Path) -> None:
     """One run shows all there is to fix: each problem with its key and file:line (or variable), in file order."""
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         version: "1.0"
         functionTimeout: "abc"
         extensions:
@@ -603,15 +658,20 @@ def test_every_problem_in_the_file_and_the_environment_is_listed_at_once(tmp_pat
           resize:
             maxDequeueCount: 0
             nope: 1
-    """)
+    """,
+    )
     with pytest.raises(ConfigError) as caught:
         load_config(path, {"WORKER__worker__drainTimeout": "soon"})
     lines = str(caught.value).splitlines()
     assert lines[0] == "6 problems in the settings:"
     # The file's keys, the environment's, then the functions: sections (read once the global values are known).
     assert [line.split(": ")[1] for line in lines[1:]] == [
-        "functionTimeout", "extensions.queues.batchSize", "worker.bogus", "worker.drainTimeout",
-        "functions.resize.maxDequeueCount", "functions.resize.nope",
+        "functionTimeout",
+        "extensions.queues.batchSize",
+        "worker.bogus",
+        "worker.drainTimeout",
+        "functions.resize.maxDequeueCount",
+        "functions.resize.nope",
     ]
     assert lines[1].startswith(f"  {path}:2: ") and lines[4].startswith("  environment WORKER__worker__drainTimeout")
 

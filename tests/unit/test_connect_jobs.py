@@ -85,8 +85,7 @@ def test_a_web_ui_that_does_not_answer_at_first_is_asked_again_and_the_left_job_
 ) -> None:
     monkeypatch.setattr(connect_jobs, "REQUEST_SECONDS", 0.5)
 
-    killed = cancel_left_jobs(ConnectWebUi(f"http://127.0.0.1:{ui.server_address[1]}"), SESSION, TAG, watch=0.5,
-                              give_up=20)
+    killed = cancel_left_jobs(ConnectWebUi(f"http://127.0.0.1:{ui.server_address[1]}"), SESSION, TAG, watch=0.5, give_up=20)
 
     assert killed == [7]
     assert ui.killed == [7] and not ui.running
@@ -101,8 +100,9 @@ def test_jobs_whose_tags_have_another_form_are_found_by_the_invocations_tag_afte
     ui.tags = [f"SparkConnect_OperationTag_{SESSION}:{TAG}"]
     dependencies._once.cache_clear()
     with captured_logs(monkeypatch, dependencies) as logs:
-        killed = cancel_left_jobs(ConnectWebUi(f"http://127.0.0.1:{ui.server_address[1]}"), SESSION, TAG, watch=0.5,
-                                  give_up=20)
+        killed = cancel_left_jobs(
+            ConnectWebUi(f"http://127.0.0.1:{ui.server_address[1]}"), SESSION, TAG, watch=0.5, give_up=20
+        )
 
     assert sorted(killed) == [7, 8, 9] and not ui.running
     warnings = [line for line in logs if line.get("dependency") == "pyspark"]

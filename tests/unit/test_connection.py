@@ -113,7 +113,9 @@ def test_other_endpoints_are_ignored() -> None:
 
 @pytest.mark.parametrize("prefix", ["", "?"])
 def test_sas_with_queue_endpoint(prefix: str) -> None:
-    parsed = parse_connection_string(f"QueueEndpoint=https://myacct.queue.core.windows.net;SharedAccessSignature={prefix}{SAS}")
+    parsed = parse_connection_string(
+        f"QueueEndpoint=https://myacct.queue.core.windows.net;SharedAccessSignature={prefix}{SAS}"
+    )
     assert parsed.queue_endpoint == "https://myacct.queue.core.windows.net"
     assert parsed.sas_token == SAS, "the SAS keeps its own '=' and '&' and loses a leading '?'"
     assert parsed.account_key is None
@@ -146,8 +148,9 @@ def test_sas_with_account_name_builds_the_endpoint() -> None:
         pytest.param("DefaultEndpointsProtocol=https;EndpointSuffix=core.windows.net", id="no-account"),
         pytest.param(f"QueueEndpoint=https://q.example/acct?{SAS};SharedAccessSignature={SAS}", id="sas-twice"),
         pytest.param(f"BlobEndpoint=https://b.example/acct?{SAS};SharedAccessSignature={SAS}", id="sas-twice-blob"),
-        pytest.param(f"QueueEndpoint=https://me:{SIG}@q.example/acct;AccountName=acct;AccountKey={KEY}",
-                     id="key-and-password-in-url"),
+        pytest.param(
+            f"QueueEndpoint=https://me:{SIG}@q.example/acct;AccountName=acct;AccountKey={KEY}", id="key-and-password-in-url"
+        ),
     ],
 )
 def test_unusable_strings_raise_without_the_secret(text: str) -> None:
@@ -285,13 +288,17 @@ def test_open_backend_refuses_malformed_strings_without_echoing_them(tmp_path: P
 NOT_BASE64 = "not-base64!!secret"
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    (f"AccountName=myacct;AccountKey={NOT_BASE64}", "AccountKey is not base64"),
-    (f"AccountName=myacct;AccountKey={KEY};QueueEndpoint=ftp://host/myacct", "QueueEndpoint must be an http://"),
-    (f"AccountName=myacct;AccountKey={KEY};BlobEndpoint=myacct.blob", "BlobEndpoint must be an http://"),
-    (f"AccountName=myacct;AccountKey={KEY};DefaultEndpointsProtocol=tcp", "QueueEndpoint must be an http://"),
-    ("QueueEndpoint=https://;Credential=managedidentity", "QueueEndpoint must be an http://"),
-], ids=["key-not-base64", "ftp-endpoint", "no-scheme", "bad-protocol", "no-host"])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (f"AccountName=myacct;AccountKey={NOT_BASE64}", "AccountKey is not base64"),
+        (f"AccountName=myacct;AccountKey={KEY};QueueEndpoint=ftp://host/myacct", "QueueEndpoint must be an http://"),
+        (f"AccountName=myacct;AccountKey={KEY};BlobEndpoint=myacct.blob", "BlobEndpoint must be an http://"),
+        (f"AccountName=myacct;AccountKey={KEY};DefaultEndpointsProtocol=tcp", "QueueEndpoint must be an http://"),
+        ("QueueEndpoint=https://;Credential=managedidentity", "QueueEndpoint must be an http://"),
+    ],
+    ids=["key-not-base64", "ftp-endpoint", "no-scheme", "bad-protocol", "no-host"],
+)
 def test_a_connection_string_that_can_never_work_is_refused_without_its_secret(text: str, problem: str) -> None:
     with pytest.raises(ConnectionStringError) as caught:
         parse_connection_string(text)
@@ -301,10 +308,18 @@ def test_a_connection_string_that_can_never_work_is_refused_without_its_secret(t
 
 def test_worker_run_refuses_a_key_that_is_not_base64_at_start(tmp_path: Path) -> None:
     """Before: accepted, then every request failed to sign and the host retried for ever as if storage were down."""
-    connection = f"DefaultEndpointsProtocol=http;AccountName=myacct;AccountKey={NOT_BASE64};" \
-                 "QueueEndpoint=http://127.0.0.1:9/myacct"
-    ran = run_cli(tmp_path, "run", "--no-supervisor", "--burst", "--app", "tests.apps.recording:app",
-                  env={"AzureWebJobsStorage": connection, "RECORD_DB": str(tmp_path / "r.db")})
+    connection = (
+        f"DefaultEndpointsProtocol=http;AccountName=myacct;AccountKey={NOT_BASE64};QueueEndpoint=http://127.0.0.1:9/myacct"
+    )
+    ran = run_cli(
+        tmp_path,
+        "run",
+        "--no-supervisor",
+        "--burst",
+        "--app",
+        "tests.apps.recording:app",
+        env={"AzureWebJobsStorage": connection, "RECORD_DB": str(tmp_path / "r.db")},
+    )
     assert ran.returncode == 2, ran.stderr
     assert "connection AzureWebJobsStorage: connection string's AccountKey is not base64" in ran.stderr
     assert_no_secret(ran.stderr + ran.stdout, NOT_BASE64)
@@ -312,9 +327,18 @@ def test_worker_run_refuses_a_key_that_is_not_base64_at_start(tmp_path: Path) ->
 
 def test_worker_run_refuses_an_identity_connection_over_http_in_one_line(tmp_path: Path) -> None:
     """Before: a ValueError traceback from the SDK ("Token credential is only supported with HTTPS") at the first call."""
-    ran = run_cli(tmp_path, "run", "--no-supervisor", "--burst", "--app", "tests.apps.recording:app",
-                  env={"AzureWebJobsStorage__queueServiceUri": "http://127.0.0.1:10001/devstoreaccount1",
-                       "RECORD_DB": str(tmp_path / "r.db")})
+    ran = run_cli(
+        tmp_path,
+        "run",
+        "--no-supervisor",
+        "--burst",
+        "--app",
+        "tests.apps.recording:app",
+        env={
+            "AzureWebJobsStorage__queueServiceUri": "http://127.0.0.1:10001/devstoreaccount1",
+            "RECORD_DB": str(tmp_path / "r.db"),
+        },
+    )
     assert ran.returncode == 2, ran.stderr
     [line] = [line for line in ran.stderr.splitlines() if "identity-based connection" in line]
     assert "http://127.0.0.1:10001/devstoreaccount1" in line and "https://" in line
@@ -325,5 +349,7 @@ def test_worker_run_refuses_an_identity_connection_over_http_in_one_line(tmp_pat
 def test_a_sas_in_the_endpoint_and_in_shared_access_signature_is_refused_in_one_line() -> None:
     with pytest.raises(ConnectionStringError) as caught:
         parse_connection_string(f"QueueEndpoint=https://q.example/acct?{SAS};SharedAccessSignature={SAS}")
-    assert str(caught.value) == ("connection string has a SAS both in SharedAccessSignature and in its QueueEndpoint "
-                                 "URL; give it in one place (SharedAccessSignature)")
+    assert str(caught.value) == (
+        "connection string has a SAS both in SharedAccessSignature and in its QueueEndpoint "
+        "URL; give it in one place (SharedAccessSignature)"
+    )

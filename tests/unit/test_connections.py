@@ -10,10 +10,20 @@ from worker.settings.connections import ConnectionSettingError, MissingConnectio
 KEY_STRING = "AccountName=acct;AccountKey=a2V5"
 
 
-def q(name: str | None, environ: dict[str, str] | None = None, connections: dict[str, str] | None = None,
-      service: str = "queue", embedded_default: bool = False):  # type: ignore[no-untyped-def]
-    return resolve(name, service, environ=environ or {}, connections=connections or {},  # type: ignore[arg-type]
-                   embedded_default=embedded_default)
+def q(
+    name: str | None,
+    environ: dict[str, str] | None = None,
+    connections: dict[str, str] | None = None,
+    service: str = "queue",
+    embedded_default: bool = False,
+):  # type: ignore[no-untyped-def]
+    return resolve(
+        name,
+        service,
+        environ=environ or {},
+        connections=connections or {},  # type: ignore[arg-type]
+        embedded_default=embedded_default,
+    )
 
 
 def test_the_prefixed_name_is_looked_up_before_the_plain_one() -> None:
@@ -50,8 +60,11 @@ def test_a_value_anywhere_comes_before_an_identity_section() -> None:
         ({"Orders__accountName": "acct"}, "queue", "https://acct.queue.core.windows.net"),
         ({"Orders__accountName": "acct"}, "blob", "https://acct.blob.core.windows.net"),
         ({"orders__QUEUESERVICEURI": "https://q.example/acct"}, "queue", "https://q.example/acct"),
-        ({"Orders__queueServiceUri": "https://q.example/acct", "Orders__accountName": "other"}, "queue",
-         "https://q.example/acct"),
+        (
+            {"Orders__queueServiceUri": "https://q.example/acct", "Orders__accountName": "other"},
+            "queue",
+            "https://q.example/acct",
+        ),
     ],
 )
 def test_identity_sections_give_the_endpoint_of_the_service(settings: dict[str, str], service: str, endpoint: str) -> None:

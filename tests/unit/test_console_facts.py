@@ -18,12 +18,16 @@ from worker.settings.sections import Section
 def test_differences_name_the_changed_settings_and_keep_secrets_out() -> None:
     secret = "DefaultEndpointsProtocol=https;AccountName=a;AccountKey=c2VjcmV0"
     config = dataclasses.replace(
-        HostConfig(), lease_duration=30.0, http_port=8080,
+        HostConfig(),
+        lease_duration=30.0,
+        http_port=8080,
         connections={"Orders": secret},
-        sections={"spark": Section("spark", {"master": "spark://cluster:7077",
-                                             "conf": {"spark.hadoop.fs.s3a.secret.key": "hush"}})},
+        sections={
+            "spark": Section("spark", {"master": "spark://cluster:7077", "conf": {"spark.hadoop.fs.s3a.secret.key": "hush"}})
+        },
         retry=parse_retry({"strategy": "fixedDelay", "maxRetryCount": 3, "delayInterval": "00:00:05"}, parse_duration),
-        base_dir=Path("/elsewhere"), source=Path("/elsewhere/host.yaml"),
+        base_dir=Path("/elsewhere"),
+        source=Path("/elsewhere/host.yaml"),
     )
     found = config.differences()
     assert found["worker.leaseDuration"] == "30"

@@ -9,8 +9,16 @@ from worker.runtime.console.recorder import percentile
 
 
 def sample(received: int, depth: float | None = 0) -> dict[str, float | None]:
-    return {"depth": depth, "inFlight": 1, "received": received, "succeeded": received, "failed": 0, "poisoned": 0,
-            "p50": 5.0, "p95": 9.0}
+    return {
+        "depth": depth,
+        "inFlight": 1,
+        "received": received,
+        "succeeded": received,
+        "failed": 0,
+        "poisoned": 0,
+        "p50": 5.0,
+        "p95": 9.0,
+    }
 
 
 def test_the_ring_keeps_the_last_hour_in_the_memory_it_started_with() -> None:

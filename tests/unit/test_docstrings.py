@@ -28,7 +28,8 @@ def dotted(package: Path) -> str:
 def children(package: Path) -> set[str]:
     """The package's own modules and subpackages, by name."""
     return {p.stem for p in package.glob("*.py") if p.stem != "__init__"} | {
-        p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+        p.name for p in package.iterdir() if (p / "__init__.py").is_file()
+    }
 
 
 def exists(name: str) -> bool:
@@ -46,8 +47,11 @@ def test_every_module_a_package_docstring_names_exists(package: Path) -> None:
     text, here = docstring(package), dotted(package)
     named = [here + ref if ref.startswith(".") else ref for ref in MOD_REFERENCE.findall(text)]
     # A file named with its folder (``tests/tiers.py``) is not one of the package's modules.
-    named += [f"{here}.{token.removesuffix('.py')}" for token in BACKTICKED.findall(text)
-              if token.endswith(".py") and "/" not in token]
+    named += [
+        f"{here}.{token.removesuffix('.py')}"
+        for token in BACKTICKED.findall(text)
+        if token.endswith(".py") and "/" not in token
+    ]
     # An attribute of a module (:mod:`worker.x.y` where y is a function) is named by its module.
     assert [name for name in named if not exists(name) and not exists(name.rpartition(".")[0])] == []
 
@@ -56,6 +60,8 @@ def test_every_module_a_package_docstring_names_exists(package: Path) -> None:
 def test_every_module_of_a_package_is_named_in_its_docstring(package: Path) -> None:
     text, here = docstring(package), dotted(package)
     named = {ref.removeprefix(".").removeprefix(here + ".").split(".")[0] for ref in MOD_REFERENCE.findall(text)}
-    named |= {token.removesuffix(".py").removesuffix("/").removeprefix(here + ".").split(".")[0]
-              for token in BACKTICKED.findall(text)}
+    named |= {
+        token.removesuffix(".py").removesuffix("/").removeprefix(here + ".").split(".")[0]
+        for token in BACKTICKED.findall(text)
+    }
     assert sorted(children(package) - named) == []

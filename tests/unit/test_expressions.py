@@ -14,8 +14,15 @@ INSERTED = datetime(2026, 11, 24, 9, 5, 7, 123000, tzinfo=UTC)
 
 
 def message(body: bytes) -> QueueMessage:
-    return QueueMessage(id="m-1", body=body, dequeue_count=2, insertion_time=INSERTED, expiration_time=None,
-                        time_next_visible=datetime(2026, 11, 24, 9, 15, tzinfo=UTC), pop_receipt="r-9")
+    return QueueMessage(
+        id="m-1",
+        body=body,
+        dequeue_count=2,
+        insertion_time=INSERTED,
+        expiration_time=None,
+        time_next_visible=datetime(2026, 11, 24, 9, 15, tzinfo=UTC),
+        pop_receipt="r-9",
+    )
 
 
 def test_message_metadata_and_the_body() -> None:
@@ -35,8 +42,9 @@ def test_json_body_properties_nested_and_typed() -> None:
     assert resolve("{order.id}-{order.region}-{n}", data) == "17-eu-2.5"
 
 
-@pytest.mark.parametrize(("body", "shown"), [(b'{"name": null}', "null"), (b'{"name": true}', "true"),
-                                             (b'{"name": false}', "false")])
+@pytest.mark.parametrize(
+    ("body", "shown"), [(b'{"name": null}', "null"), (b'{"name": true}', "true"), (b'{"name": false}', "false")]
+)
 def test_a_null_or_a_boolean_is_no_name(body: bytes, shown: str) -> None:
     """Not None.txt or True.txt, which no one meant: the message cannot name a blob (it goes to poison at once)."""
     with pytest.raises(ExpressionError, match=rf"\{{name\}} is {shown}, not a name"):

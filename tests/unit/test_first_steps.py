@@ -23,16 +23,21 @@ pytestmark = pytest.mark.subprocess
 
 
 def worker(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "worker", *args], cwd=folder, env=worker_environment(),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=folder,
+        env=worker_environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_init_makes_a_folder_that_send_and_run_burst_use_at_once(tmp_path: Path) -> None:
     made = worker(tmp_path, "init", "app")
     assert made.returncode == 0, made.stderr
     folder = tmp_path / "app"
-    assert sorted(p.name for p in folder.iterdir()) == [".gitignore", "function_app.py", "host.json",
-                                                        "local.settings.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [".gitignore", "function_app.py", "host.json", "local.settings.json"]
     assert "worker send hello world && worker run --burst" in made.stdout
 
     sent = worker(folder, "send", scaffold.QUEUE, "world")
@@ -42,8 +47,10 @@ def test_init_makes_a_folder_that_send_and_run_burst_use_at_once(tmp_path: Path)
     assert ran.returncode == 0, ran.stderr
     lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
     assert {"event": "hello, world"}.items() <= next(line for line in lines if line["event"].startswith("hello")).items()
-    assert any(line["event"] == "queue storage opened" and str(folder / ".worker" / "queues.sqlite3") in line["storage"]
-               for line in lines)
+    assert any(
+        line["event"] == "queue storage opened" and str(folder / ".worker" / "queues.sqlite3") in line["storage"]
+        for line in lines
+    )
     assert ".worker/" in (folder / ".gitignore").read_text(encoding="utf-8").splitlines()
 
 
@@ -61,7 +68,9 @@ def test_a_first_app_naming_an_unset_azurewebjobsstorage_is_told_what_to_do(tmp_
     (tmp_path / "function_app.py").write_text(
         "from worker import WorkerApp\napp = WorkerApp()\n"
         "@app.queue_trigger(arg_name='msg', queue_name='images', connection='AzureWebJobsStorage')\n"
-        "def resize(msg) -> None: ...\n", encoding="utf-8")
+        "def resize(msg) -> None: ...\n",
+        encoding="utf-8",
+    )
 
     ran = worker(tmp_path, "run", "--burst")
 
@@ -73,8 +82,10 @@ def test_a_first_app_naming_an_unset_azurewebjobsstorage_is_told_what_to_do(tmp_
 def completions(script: Path, *words: str) -> list[str]:
     """What bash offers after ``words`` (the last is the word being completed), with ``script`` sourced."""
     words_array = " ".join(f"'{word}'" for word in words)
-    program = (f"source {script}; COMP_WORDS=({words_array}); COMP_CWORD={len(words) - 1}; "
-               "_worker_complete; printf '%s\\n' \"${COMPREPLY[@]}\"")
+    program = (
+        f"source {script}; COMP_WORDS=({words_array}); COMP_CWORD={len(words) - 1}; "
+        "_worker_complete; printf '%s\\n' \"${COMPREPLY[@]}\""
+    )
     done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30, check=True)
     return done.stdout.split()
 
@@ -89,8 +100,9 @@ def test_completion_scripts_come_from_the_parser_and_register_for_worker(tmp_pat
         assert written.stdout.splitlines()[2] == "autoload -U +X bashcompinit && bashcompinit"
         return
 
-    registered = subprocess.run(["bash", "-c", f"source {script} && complete -p worker"], capture_output=True,
-                                text=True, timeout=30)
+    registered = subprocess.run(
+        ["bash", "-c", f"source {script} && complete -p worker"], capture_output=True, text=True, timeout=30
+    )
     assert registered.stdout.strip() == "complete -o default -F _worker_complete worker", registered.stderr
     assert {"run", "send", "init", "completion", "spark"} <= set(completions(script, "worker", ""))
     assert completions(script, "worker", "spark", "st") == ["start-cluster", "start-connect", "status", "stop"]
@@ -104,12 +116,15 @@ def test_a_hello_app_neither_lists_nor_imports_spark(tmp_path: Path) -> None:
     assert worker(tmp_path, "init", "app").returncode == 0
     folder = tmp_path / "app"
     app = folder / "function_app.py"
-    app.write_text(app.read_text(encoding="utf-8").replace(
-        '    logging.info("hello, %s", msg.get_body().decode())',
-        '    import sys\n'
-        '    spark = {"pyspark", "worker.spark", "worker.middleware.spark"}\n'
-        '    open("seen.json", "w").write(__import__("json").dumps(sorted(spark & set(sys.modules))))'),
-        encoding="utf-8")
+    app.write_text(
+        app.read_text(encoding="utf-8").replace(
+            '    logging.info("hello, %s", msg.get_body().decode())',
+            "    import sys\n"
+            '    spark = {"pyspark", "worker.spark", "worker.middleware.spark"}\n'
+            '    open("seen.json", "w").write(__import__("json").dumps(sorted(spark & set(sys.modules))))',
+        ),
+        encoding="utf-8",
+    )
     assert worker(folder, "send", scaffold.QUEUE, "world").returncode == 0
 
     ran = worker(folder, "run", "--burst")
@@ -125,8 +140,10 @@ def test_an_app_that_imports_worker_spark_still_gets_the_spark_middleware(tmp_pa
     assert worker(tmp_path, "init", "app").returncode == 0
     folder = tmp_path / "app"
     app = folder / "function_app.py"
-    app.write_text(app.read_text(encoding="utf-8").replace("import logging\n", "import logging\nfrom worker import spark\n"),
-                   encoding="utf-8")
+    app.write_text(
+        app.read_text(encoding="utf-8").replace("import logging\n", "import logging\nfrom worker import spark\n"),
+        encoding="utf-8",
+    )
 
     ran = worker(folder, "run", "--burst")
 
@@ -153,9 +170,14 @@ def test_run_http_port_serves_the_console_and_its_start_line_says_where_and_how_
             ports.append(s.getsockname()[1])
     setting, flag = ports
 
-    ran = subprocess.run([sys.executable, "-m", "worker", "run", "--burst", "--http-port", str(flag), "--http-host",
-                          "127.0.0.1"], cwd=folder, env=worker_environment(WORKER__worker__httpPort=str(setting)),
-                         capture_output=True, text=True, timeout=60)
+    ran = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--burst", "--http-port", str(flag), "--http-host", "127.0.0.1"],
+        cwd=folder,
+        env=worker_environment(WORKER__worker__httpPort=str(setting)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
     assert ran.returncode == 0, ran.stderr
     lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
@@ -171,8 +193,7 @@ def test_with_several_processes_only_the_supervisors_console_is_announced(tmp_pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
 
-    ran = worker(tmp_path / "app", "run", "--burst", "--processes", "2", "--http-port", str(port), "--http-host",
-                 "0.0.0.0")
+    ran = worker(tmp_path / "app", "run", "--burst", "--processes", "2", "--http-port", str(port), "--http-host", "0.0.0.0")
 
     assert ran.returncode == 0, ran.stderr
     lines = [json.loads(line) for line in ran.stderr.splitlines() if line.startswith("{")]
@@ -201,12 +222,24 @@ def test_poison_list_shows_why_a_message_failed_and_after_how_many_attempts(tmp_
     assert worker(tmp_path, "init", "app").returncode == 0
     folder = tmp_path / "app"
     app = folder / "function_app.py"
-    app.write_text(app.read_text(encoding="utf-8").replace(
-        '    logging.info("hello, %s", msg.get_body().decode())',
-        '    raise ValueError(f"no greeting for {msg.get_body().decode()}")'), encoding="utf-8")
-    (folder / "host.json").write_text(json.dumps({"version": "2.0", "extensions": {"queues": {
-        "maxDequeueCount": 2, "visibilityTimeout": "00:00:00", "maxPollingInterval": "00:00:00.200"}}}),
-        encoding="utf-8")
+    app.write_text(
+        app.read_text(encoding="utf-8").replace(
+            '    logging.info("hello, %s", msg.get_body().decode())',
+            '    raise ValueError(f"no greeting for {msg.get_body().decode()}")',
+        ),
+        encoding="utf-8",
+    )
+    (folder / "host.json").write_text(
+        json.dumps(
+            {
+                "version": "2.0",
+                "extensions": {
+                    "queues": {"maxDequeueCount": 2, "visibilityTimeout": "00:00:00", "maxPollingInterval": "00:00:00.200"}
+                },
+            }
+        ),
+        encoding="utf-8",
+    )
     assert worker(folder, "send", scaffold.QUEUE, "world").returncode == 0
     assert worker(folder, "run", "--burst").returncode == 0
 
@@ -229,8 +262,13 @@ def test_poison_list_shows_why_a_message_failed_and_after_how_many_attempts(tmp_
 def test_run_burst_warns_of_messages_on_queues_no_function_reads(tmp_path: Path) -> None:
     assert worker(tmp_path, "init", "app").returncode == 0
     folder = tmp_path / "app"
-    for queue, body in (("helo", "world"), ("helo", "again"), (scaffold.QUEUE, "world"), ("other", "x"),
-                        (f"{scaffold.QUEUE}-poison", "old")):  # a poison queue is meant to hold messages: not named
+    for queue, body in (
+        ("helo", "world"),
+        ("helo", "again"),
+        (scaffold.QUEUE, "world"),
+        ("other", "x"),
+        (f"{scaffold.QUEUE}-poison", "old"),
+    ):  # a poison queue is meant to hold messages: not named
         assert worker(folder, "send", queue, body).returncode == 0
 
     ran = worker(folder, "run", "--burst")
@@ -246,8 +284,11 @@ def test_help_lists_init_first_and_says_where_the_docs_are(tmp_path: Path) -> No
     shown = worker(tmp_path, "--help")
 
     assert shown.returncode == 0, shown.stderr
-    commands = [line.split()[0] for line in shown.stdout.split("COMMAND\n")[1].split("\n\n")[0].splitlines()
-                if line.startswith("    ") and not line.startswith("      ")]
+    commands = [
+        line.split()[0]
+        for line in shown.stdout.split("COMMAND\n")[1].split("\n\n")[0].splitlines()
+        if line.startswith("    ") and not line.startswith("      ")
+    ]
     assert commands[:2] == ["init", "run"]
     epilog = " ".join(shown.stdout.split())
     assert "worker init hello && cd hello && worker send hello world && worker run --burst" in epilog

@@ -62,15 +62,16 @@ def test_the_token_file_is_read_beside_host_yaml_without_its_last_newline(tmp_pa
     assert token is not None and token.accepts(f"Bearer {TOKEN}")
 
 
-@pytest.mark.parametrize(("file_text", "environ", "problem"), [
-    (None, {}, "cannot read .*token: No such file"),
-    ("\n", {}, "is empty"),
-    ("two words\n", {}, "characters a header cannot carry"),
-    (TOKEN, {TOKEN_ENV: TOKEN}, f"both it and {TOKEN_ENV} are set"),
-])
-def test_an_unusable_token_is_refused(
-    tmp_path: Path, file_text: str | None, environ: dict[str, str], problem: str
-) -> None:
+@pytest.mark.parametrize(
+    ("file_text", "environ", "problem"),
+    [
+        (None, {}, "cannot read .*token: No such file"),
+        ("\n", {}, "is empty"),
+        ("two words\n", {}, "characters a header cannot carry"),
+        (TOKEN, {TOKEN_ENV: TOKEN}, f"both it and {TOKEN_ENV} are set"),
+    ],
+)
+def test_an_unusable_token_is_refused(tmp_path: Path, file_text: str | None, environ: dict[str, str], problem: str) -> None:
     if file_text is not None:
         (tmp_path / "token").write_text(file_text, encoding="utf-8")
     config = load_config(config_in(tmp_path, "worker:\n  httpTokenFile: token\n"), environ={})
@@ -84,16 +85,19 @@ def test_an_empty_token_in_the_environment_is_refused() -> None:
         http_token(load_config(None, environ={}), {TOKEN_ENV: " "})
 
 
-@pytest.mark.parametrize(("header", "accepted"), [
-    (f"Bearer {TOKEN}", True),
-    (f"bearer {TOKEN}", True),
-    (f"Basic {TOKEN}", False),
-    (f"Bearer {TOKEN[:-3]}", False),
-    (f"Bearer {TOKEN}x", False),
-    ("Bearer", False),
-    ("Bearer é", False),
-    (None, False),
-])
+@pytest.mark.parametrize(
+    ("header", "accepted"),
+    [
+        (f"Bearer {TOKEN}", True),
+        (f"bearer {TOKEN}", True),
+        (f"Basic {TOKEN}", False),
+        (f"Bearer {TOKEN[:-3]}", False),
+        (f"Bearer {TOKEN}x", False),
+        ("Bearer", False),
+        ("Bearer é", False),
+        (None, False),
+    ],
+)
 def test_accepts_only_its_own_token_as_a_bearer(header: str | None, accepted: bool) -> None:
     token = http_token(load_config(None, environ={}), {TOKEN_ENV: TOKEN})
     assert token is not None and token.accepts(header) is accepted
@@ -105,7 +109,8 @@ def test_a_short_token_is_refused_in_one_line_that_says_how_to_make_one(token: s
         http_token(load_config(None, environ={}), {TOKEN_ENV: token})
     assert str(error.value) == (
         f"{TOKEN_ENV}: the token in environment {TOKEN_ENV} has {len(token)} character{'s' * (len(token) > 1)}, fewer "
-        f"than {MIN_LENGTH}; make one with {MAKE_ONE}")
+        f"than {MIN_LENGTH}; make one with {MAKE_ONE}"
+    )
     assert "\n" not in str(error.value)
 
 
@@ -126,4 +131,3 @@ def test_a_short_token_with_characters_a_header_cannot_carry_is_refused_for_both
         f"the token in file {tmp_path / 'token'} has 9 characters",
         f"the token in file {tmp_path / 'token'} holds characters a header cannot carry as they are",
     ]
-

@@ -21,8 +21,14 @@ def test_an_absolute_path_and_a_file_uri_are_checked_on_this_machine(tmp_path: P
     assert unreadable((tmp_path / "gone.csv").as_uri()) == f"landed file {(tmp_path / 'gone.csv').as_uri()} does not exist"
 
 
-@pytest.mark.parametrize("uri", ["abfss://landing@acct.dfs.core.windows.net/2026-11-19/part-0.csv",
-                                 "s3a://bucket/landing/2026-11-19/part-1.jsonl", "hdfs://nn:8020/l/part-2.json"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "abfss://landing@acct.dfs.core.windows.net/2026-11-19/part-0.csv",
+        "s3a://bucket/landing/2026-11-19/part-1.jsonl",
+        "hdfs://nn:8020/l/part-2.json",
+    ],
+)
 def test_other_uris_pass_to_spark_untouched(uri: str) -> None:
     assert local_path(uri) is None
     assert unreadable(uri) is None

@@ -40,8 +40,9 @@ def test_fields_a_handler_passes_with_extra_are_in_its_json_line() -> None:
     stream = Writes()
     try:
         configure_logging("INFO", json_lines=True, stream=stream)
-        logging.getLogger("orders").info("order placed", extra={"order_id": 7, "customer": "contoso",
-                                                                 "link": "https://a.example/x?sig=SECRET"})
+        logging.getLogger("orders").info(
+            "order placed", extra={"order_id": 7, "customer": "contoso", "link": "https://a.example/x?sig=SECRET"}
+        )
     finally:
         configure_logging("INFO", json_lines=False)
     [line] = [json.loads(call) for call in stream.calls]

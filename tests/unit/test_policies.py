@@ -30,7 +30,9 @@ def _load(tmp_path: Path, text: str, environ: dict[str, str] | None = None) -> H
 
 
 def test_a_function_section_overrides_the_global_settings_for_that_function_only(tmp_path: Path) -> None:
-    config = _load(tmp_path, """
+    config = _load(
+        tmp_path,
+        """
 extensions:
   queues:
     maxDequeueCount: 3
@@ -42,10 +44,17 @@ functions:
     maxConcurrency: 2
     functionTimeout: 00:00:30
     retry: {strategy: exponentialBackoff, minimumInterval: 1s, maximumInterval: 00:00:04}
-""", {"WORKER__functions__resize__leaseDuration": "2m", "WORKER__functions__other__maxPollingInterval": "5s"})
+""",
+        {"WORKER__functions__resize__leaseDuration": "2m", "WORKER__functions__other__maxPollingInterval": "5s"},
+    )
     resize = config.for_function("resize")
-    assert (resize.max_dequeue_count, resize.batch_size, resize.max_concurrency, resize.function_timeout,
-            resize.lease_duration) == (4, 2, 2, 30.0, 120.0)
+    assert (
+        resize.max_dequeue_count,
+        resize.batch_size,
+        resize.max_concurrency,
+        resize.function_timeout,
+        resize.lease_duration,
+    ) == (4, 2, 2, 30.0, 120.0)
     assert resize.retry == RetryPolicy("exponentialBackoff", 1.0, 4.0)
     assert resize.new_batch_threshold == 1 * (os.cpu_count() or 1)  # derived from its own batchSize
     assert config.for_function("other").max_polling_interval == 5.0
@@ -57,31 +66,43 @@ functions:
 
 
 def test_retry_precedence_host_yaml_function_then_code_then_global(tmp_path: Path) -> None:
-    config = _load(tmp_path, """
+    config = _load(
+        tmp_path,
+        """
 retry: {strategy: fixedDelay, delayInterval: 00:00:09}
 functions:
   pinned:
     retry: {strategy: fixedDelay, delayInterval: 1s}
-""")
+""",
+    )
     code = RetryPolicy("fixedDelay", 5.0, 5.0)
     assert config.for_function("pinned", code).retry == RetryPolicy("fixedDelay", 1.0, 1.0)
     assert config.for_function("coded", code).retry == code
     assert config.for_function("plain").retry == RetryPolicy("fixedDelay", 9.0, 9.0)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("functions:\n  a:\n    bogus: 1\n", "host.yaml:3: functions.a.bogus: unknown key (a function may set"),
-    ("functions:\n  a:\n    batchSize: 40\n", "host.yaml:3: functions.a.batchSize: must be between 1 and 32, got 40"),
-    ("functions:\n  a:\n    maxConcurrency: 0\n", "host.yaml:3: functions.a.maxConcurrency: must be between 1"),
-    ("functions:\n  a: 3\n", "host.yaml:2: functions.a: expected a mapping of settings, got 3"),
-    ("functions:\n  a:\n    retry: {strategy: linear}\n",
-     "host.yaml:3: functions.a.retry: strategy must be fixedDelay or exponentialBackoff, got 'linear'"),
-    ("retry: {strategy: fixedDelay}\n", "host.yaml:1: retry: fixedDelay needs delayInterval"),
-    ("retry: {strategy: exponentialBackoff, minimumInterval: 5s, maximumInterval: 1s}\n",
-     "retry: maximumInterval (1s) is shorter than minimumInterval (5s)"),
-    ("retry: {strategy: fixedDelay, delayInterval: 1s, minimumInterval: 1s}\n",
-     "retry: fixedDelay takes delayInterval, maxRetryCount; unknown: minimumInterval"),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("functions:\n  a:\n    bogus: 1\n", "host.yaml:3: functions.a.bogus: unknown key (a function may set"),
+        ("functions:\n  a:\n    batchSize: 40\n", "host.yaml:3: functions.a.batchSize: must be between 1 and 32, got 40"),
+        ("functions:\n  a:\n    maxConcurrency: 0\n", "host.yaml:3: functions.a.maxConcurrency: must be between 1"),
+        ("functions:\n  a: 3\n", "host.yaml:2: functions.a: expected a mapping of settings, got 3"),
+        (
+            "functions:\n  a:\n    retry: {strategy: linear}\n",
+            "host.yaml:3: functions.a.retry: strategy must be fixedDelay or exponentialBackoff, got 'linear'",
+        ),
+        ("retry: {strategy: fixedDelay}\n", "host.yaml:1: retry: fixedDelay needs delayInterval"),
+        (
+            "retry: {strategy: exponentialBackoff, minimumInterval: 5s, maximumInterval: 1s}\n",
+            "retry: maximumInterval (1s) is shorter than minimumInterval (5s)",
+        ),
+        (
+            "retry: {strategy: fixedDelay, delayInterval: 1s, minimumInterval: 1s}\n",
+            "retry: fixedDelay takes delayInterval, maxRetryCount; unknown: minimumInterval",
+        ),
+    ],
+)
 def test_bad_function_sections_and_retry_policies_are_refused_with_file_and_line(
     tmp_path: Path, text: str, expected: str
 ) -> None:
@@ -108,8 +129,15 @@ def test_host_json_retry_is_not_applied_as_in_functions_and_host_yaml_retry_is(t
 
 
 def test_exponential_backoff_doubles_up_to_the_maximum_and_jitters_within_twenty_percent() -> None:
-    policy = parse_retry({"strategy": "exponential_backoff", "minimum_interval": "00:00:01",
-                          "maximum_interval": "00:00:04", "max_retry_count": "3"}, parse_duration)
+    policy = parse_retry(
+        {
+            "strategy": "exponential_backoff",
+            "minimum_interval": "00:00:01",
+            "maximum_interval": "00:00:04",
+            "max_retry_count": "3",
+        },
+        parse_duration,
+    )
     exact = [policy.delay(n, lambda _low, _high: 1.0) for n in range(1, 6)]
     assert exact == [1.0, 2.0, 4.0, 4.0, 4.0]
     assert policy.delay(3, lambda low, _high: low) == pytest.approx(3.2)
@@ -212,24 +240,34 @@ def test_middleware_chain_runs_before_hooks_in_order_and_after_hooks_in_reverse(
 
 def test_a_message_dequeued_more_than_max_dequeue_count_is_poison_before_it_runs() -> None:
     def raw(count: int) -> RawMessage:
-        return RawMessage(id="m", content="", dequeue_count=count, insertion_time=datetime.now(UTC),
-                          expiration_time=None, time_next_visible=None, pop_receipt="r")
+        return RawMessage(
+            id="m",
+            content="",
+            dequeue_count=count,
+            insertion_time=datetime.now(UTC),
+            expiration_time=None,
+            time_next_visible=None,
+            pop_receipt="r",
+        )
 
     assert verdict.admitted(raw(3), 3) is None
     assert verdict.admitted(raw(4), 3) == Result(Outcome.POISON, "dequeue count 4 is over maxDequeueCount 3")
 
 
-@pytest.mark.parametrize(("queue", "dequeue_count", "outcome", "expected"), [
-    ("q", 1, Outcome.SUCCEEDED, Verdict.DELETE),
-    ("q", 5, Outcome.SUCCEEDED, Verdict.DELETE),
-    ("q", 5, Outcome.RELEASE, Verdict.RELEASE),
-    ("q", 1, Outcome.FAILED, Verdict.RETRY),
-    ("q", 3, Outcome.FAILED, Verdict.POISON),  # the last attempt
-    ("q", 1, Outcome.POISON, Verdict.POISON),  # asked for, or no attempt could succeed
-    ("q-poison", 3, Outcome.FAILED, Verdict.LEAVE),  # a poison queue has no poison queue
-    ("q-poison", 1, Outcome.POISON, Verdict.LEAVE),
-    ("q-poison", 1, Outcome.SUCCEEDED, Verdict.DELETE),
-])
+@pytest.mark.parametrize(
+    ("queue", "dequeue_count", "outcome", "expected"),
+    [
+        ("q", 1, Outcome.SUCCEEDED, Verdict.DELETE),
+        ("q", 5, Outcome.SUCCEEDED, Verdict.DELETE),
+        ("q", 5, Outcome.RELEASE, Verdict.RELEASE),
+        ("q", 1, Outcome.FAILED, Verdict.RETRY),
+        ("q", 3, Outcome.FAILED, Verdict.POISON),  # the last attempt
+        ("q", 1, Outcome.POISON, Verdict.POISON),  # asked for, or no attempt could succeed
+        ("q-poison", 3, Outcome.FAILED, Verdict.LEAVE),  # a poison queue has no poison queue
+        ("q-poison", 1, Outcome.POISON, Verdict.LEAVE),
+        ("q-poison", 1, Outcome.SUCCEEDED, Verdict.DELETE),
+    ],
+)
 def test_one_place_says_what_an_attempt_comes_to(
     queue: str, dequeue_count: int, outcome: Outcome, expected: Verdict
 ) -> None:

@@ -156,10 +156,16 @@ async def test_without_aiohttps_retry_switch_the_transport_sends_as_aiohttp_does
 def oci_client() -> Any:
     """A real OCI Queue client, signed with a key made here, whose service is a port nothing listens on."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption()).decode()
-    config = {"user": "ocid1.user.oc1..test", "tenancy": "ocid1.tenancy.oc1..test", "fingerprint": ":".join(["ab"] * 16),
-              "key_content": pem, "region": "us-ashburn-1"}
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    config = {
+        "user": "ocid1.user.oc1..test",
+        "tenancy": "ocid1.tenancy.oc1..test",
+        "fingerprint": ":".join(["ab"] * 16),
+        "key_content": pem,
+        "region": "us-ashburn-1",
+    }
     signer = oci.signer.Signer(config["tenancy"], config["user"], config["fingerprint"], None, private_key_content=pem)
     return oci.queue.QueueClient(config, service_endpoint="http://127.0.0.1:1", **client_kwargs(signer, 5))
 
@@ -258,8 +264,9 @@ def test_an_azure_functions_without_its_private_abcs_loads_apps_the_same_after_o
     monkeypatch.setitem(sys.modules, "azure.functions._abc", None)
     assert not functions.register_private_contexts()
     assert not functions.register_private_contexts()
-    assert said(warnings) == [("azure-functions", "azure.functions._abc: import of azure.functions._abc halted; "
-                                                  "None in sys.modules")]
+    assert said(warnings) == [
+        ("azure-functions", "azure.functions._abc: import of azure.functions._abc halted; None in sys.modules")
+    ]
 
 
 # -- PySpark's private parts (worker/middleware/spark.py): refused at start ------------------------------------------
@@ -277,18 +284,27 @@ def test_worker_run_refuses_a_pyspark_without_its_private_parts_in_one_line(
 
     monkeypatch.delattr(SparkContext, "_gateway")
     # A second problem, so that the command ends at the check whatever it finds about Spark.
-    ran = run_cli(tmp_path, "run", "--no-supervisor", "--app", "tests.apps.spark_first:started",
-                  env={"FUNCTIONS_WORKER_RUNTIME": "node"})
+    ran = run_cli(
+        tmp_path,
+        "run",
+        "--no-supervisor",
+        "--app",
+        "tests.apps.spark_first:started",
+        env={"FUNCTIONS_WORKER_RUNTIME": "node"},
+    )
     assert ran.returncode == 2, ran.stderr
     lines = [line for line in ran.stderr.splitlines() if "pyspark" in line]
     assert len(lines) == 1, ran.stderr
-    assert (f"spark: pyspark {version('pyspark')} is not as this worker expects (SparkContext._gateway); install "
-            "the pyspark of constraints.txt") in lines[0]
+    assert (
+        f"spark: pyspark {version('pyspark')} is not as this worker expects (SparkContext._gateway); install "
+        "the pyspark of constraints.txt"
+    ) in lines[0]
     assert "Traceback" not in ran.stderr
 
 
-def test_a_connect_session_is_refused_without_the_connect_clients_release(monkeypatch: pytest.MonkeyPatch,
-                                                                           tmp_path: Path) -> None:
+def test_a_connect_session_is_refused_without_the_connect_clients_release(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from pyspark.sql.connect.client import SparkConnectClient
 
     monkeypatch.delattr(SparkConnectClient, "set_retry_policies")
@@ -300,8 +316,7 @@ def test_a_connect_session_is_refused_without_the_connect_clients_release(monkey
     assert spark.start_problem([], [local], HostConfig(base_dir=tmp_path)) is None
 
 
-def test_a_host_that_asks_for_no_spark_is_not_refused_for_pyspark(monkeypatch: pytest.MonkeyPatch,
-                                                                   tmp_path: Path) -> None:
+def test_a_host_that_asks_for_no_spark_is_not_refused_for_pyspark(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from pyspark import SparkContext
 
     monkeypatch.delattr(SparkContext, "_gateway")
@@ -333,9 +348,11 @@ def test_a_python_whose_argparse_moved_them_gets_one_line_instead_of_a_script(
     monkeypatch.setattr(completion, part, "_renamed_in_this_python")  # a Python whose argparse renamed it
     ran = run_cli(tmp_path, "completion", "bash")
     assert (ran.returncode, ran.stdout) == (2, "")
-    assert ran.stderr == (f"worker completion: error: Python {platform.python_version()}'s argparse has no "
-                          f"{completion._ACTIONS} or {completion._SUBPARSERS}, which the "
-                          "completion script is written from\n")
+    assert ran.stderr == (
+        f"worker completion: error: Python {platform.python_version()}'s argparse has no "
+        f"{completion._ACTIONS} or {completion._SUBPARSERS}, which the "
+        "completion script is written from\n"
+    )
 
 
 # -- ARCHITECTURE.md's table ------------------------------------------------------------------------------------------
@@ -363,12 +380,19 @@ def test_every_module_that_imports_a_dependencys_private_module_has_a_row() -> N
     importing = set()
     for path in (ROOT / "worker").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                     if isinstance(node, ast.ImportFrom) and node.level == 0 else
-                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
-            if any(part.startswith("_") and not part.startswith("__")
-                   for name in names if name.split(".")[0] not in ("worker", "__future__")
-                   for part in name.split(".")[1:]):
+            names = (
+                [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            if any(
+                part.startswith("_") and not part.startswith("__")
+                for name in names
+                if name.split(".")[0] not in ("worker", "__future__")
+                for part in name.split(".")[1:]
+            ):
                 importing.add(str(path.relative_to(ROOT / "worker")))
     assert importing, "the scan finds the imports it is meant to find"
     assert importing <= {where.strip("`") for where, *_ in table()}

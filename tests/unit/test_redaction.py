@@ -199,22 +199,30 @@ PEM = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAcanaryKeyMaterial\n-----
         (BOTOCORE_REQUEST, [SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE]),
         (f"Signature:\n{SIGNATURE}", [SIGNATURE]),  # botocore.auth's own line
         (f"x-amz-security-token:{SESSION_TOKEN}\nx-amz-target:AmazonSQS.GetQueueUrl", [SESSION_TOKEN]),  # canonical
-        (f"GET /queue?X-Amz-Credential={ACCESS_KEY_ID}%2F20261206&X-Amz-Security-Token={SESSION_TOKEN}"
-         f"&X-Amz-Signature={SIGNATURE}", [SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE]),
-        (f"aws_access_key_id = AKIACANARY0KEYID7XYZ\naws_session_token={SESSION_TOKEN}",
-         ["AKIACANARY0KEYID7XYZ", SESSION_TOKEN]),
+        (
+            f"GET /queue?X-Amz-Credential={ACCESS_KEY_ID}%2F20261206&X-Amz-Security-Token={SESSION_TOKEN}"
+            f"&X-Amz-Signature={SIGNATURE}",
+            [SESSION_TOKEN, ACCESS_KEY_ID, SIGNATURE],
+        ),
+        (
+            f"aws_access_key_id = AKIACANARY0KEYID7XYZ\naws_session_token={SESSION_TOKEN}",
+            ["AKIACANARY0KEYID7XYZ", SESSION_TOKEN],
+        ),
         ("Authorization: Bearer canary-endpoint-token-0123456789\r\nHost: x", ["canary-endpoint-token-0123456789"]),
         ("sc://spark.example.com:443/;token=CanarySparkToken;user_id=me", ["CanarySparkToken"]),
-        ("QueueEndpoint=https://me:CanaryPassw0rd@queue.example/acct;AccountName=acct",
-         ["CanaryPassw0rd"]),
+        ("QueueEndpoint=https://me:CanaryPassw0rd@queue.example/acct;AccountName=acct", ["CanaryPassw0rd"]),
         (f"key_content={PEM}", ["MIIEpAIBAAKCAQEAcanaryKeyMaterial"]),
         (repr({"key_content": PEM, "pass_phrase": "CanaryPhrase"}), ["MIIEpAIBAAKCAQEAcanaryKeyMaterial", "CanaryPhrase"]),
         ('{"password": "CanaryPassw0rd", "user": "me"}', ["CanaryPassw0rd"]),
-        ("grant_type=refresh_token&refresh_token=CanaryRefresh&client_secret=CanaryClientSecret",
-         ["CanaryRefresh", "CanaryClientSecret"]),
+        (
+            "grant_type=refresh_token&refresh_token=CanaryRefresh&client_secret=CanaryClientSecret",
+            ["CanaryRefresh", "CanaryClientSecret"],
+        ),
         (f"{PEM[:60]}", ["MIIEpAIBAAKCAQEAcanary"]),
-        ("session token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjYW5hcnkifQ.CanaryJwtSignature_-0 expired",
-         ["eyJzdWIiOiJjYW5hcnkifQ", "CanaryJwtSignature_-0"]),
+        (
+            "session token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjYW5hcnkifQ.CanaryJwtSignature_-0 expired",
+            ["eyJzdWIiOiJjYW5hcnkifQ", "CanaryJwtSignature_-0"],
+        ),
     ],
 )
 def test_redact_hides_every_shape_of_secret(text: str, secrets: list[str]) -> None:
@@ -261,8 +269,11 @@ def test_the_environment_secrets_are_remembered(monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.parametrize("sdk", QUIET_SDKS)
-@pytest.mark.parametrize("settings", [{"level": "DEBUG"}, {"level": None, "categories": {"default": "Debug"}}],
-                         ids=["--log-level DEBUG", "host.json default Debug"])
+@pytest.mark.parametrize(
+    "settings",
+    [{"level": "DEBUG"}, {"level": None, "categories": {"default": "Debug"}}],
+    ids=["--log-level DEBUG", "host.json default Debug"],
+)
 def test_sdk_loggers_are_held_at_warning_at_debug(sdk: str, settings: dict[str, object]) -> None:
     stream = io.StringIO()
     configure_logging(json_lines=True, stream=stream, **settings)  # type: ignore[arg-type]

@@ -37,14 +37,17 @@ def test_the_host_settings_name_no_spark_and_spark_reads_its_section_from_the_fi
 ) -> None:
     assert not [item.name for item in fields(HostConfig) if "spark" in item.name]
     path = tmp_path / "host.yaml"
-    path.write_text("spark:\n  master: local[2]\n  conf:\n    spark.sql.shuffle.partitions: 4\n"
-                    "    spark.ui.enabled: false\n  startTimeout: 2m\n", encoding="utf-8")
-    config = load_config(path, environ={"WORKER__spark__master": "sc://connect:15002",
-                                        "WORKER__spark__conf__spark.executor.memory": "2g"})
+    path.write_text(
+        "spark:\n  master: local[2]\n  conf:\n    spark.sql.shuffle.partitions: 4\n"
+        "    spark.ui.enabled: false\n  startTimeout: 2m\n",
+        encoding="utf-8",
+    )
+    config = load_config(
+        path, environ={"WORKER__spark__master": "sc://connect:15002", "WORKER__spark__conf__spark.executor.memory": "2g"}
+    )
     spark = from_config(config)
     assert spark.master == "sc://connect:15002"  # the environment wins, as for every setting
-    assert spark.conf == {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false",
-                          "spark.executor.memory": "2g"}
+    assert spark.conf == {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false", "spark.executor.memory": "2g"}
     assert (spark.start_timeout, spark.check_timeout, spark.app_name) == (120.0, 30.0, "queueworker")
     assert spark.log_file == tmp_path / ".worker" / "spark.log"
     assert config.sections["spark"].where("master") == "environment WORKER__spark__master"
@@ -57,10 +60,13 @@ def test_a_wrong_spark_setting_and_a_section_nothing_reads_are_refused_at_start_
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "host.yaml"
-    path.write_text("worker:\n  middleware: [nowhere:Missing]\n"
-                    "spark:\n  master: yarnn\n  conf: [a, b]\n  startTimeout: 0s\n  webUi: localhost:4040\n"
-                    "  mastr: local[1]\n"
-                    "Spark:\n  master: local[1]\n", encoding="utf-8")
+    path.write_text(
+        "worker:\n  middleware: [nowhere:Missing]\n"
+        "spark:\n  master: yarnn\n  conf: [a, b]\n  startTimeout: 0s\n  webUi: localhost:4040\n"
+        "  mastr: local[1]\n"
+        "Spark:\n  master: local[1]\n",
+        encoding="utf-8",
+    )
     config = load_config(path, environ={"WORKER__spark__checkTimeout": "2h"})  # the loader leaves them to Spark
     found = preflight.problems(app_with(), config, environ={})
     assert found[0].startswith("worker.middleware 'nowhere:Missing': cannot be loaded")
@@ -93,9 +99,11 @@ def test_a_section_is_accepted_once_a_middleware_declares_it_and_checked_by_its_
     config = load_config(path, environ={})
     assert preflight.problems(app_with(), config, environ={}) == [
         f"{path}:1: tenants: unknown section (top-level keys read: connections, extensions, functionTimeout, "
-        "functions, logging, retry, spark, version, worker)"]
+        "functions, logging, retry, spark, version, worker)"
+    ]
     assert preflight.problems(app_with(Tenants()), config, environ={}) == [
-        f"{path}:2: tenants.default: expected text, got 7"]
+        f"{path}:2: tenants.default: expected text, got 7"
+    ]
 
 
 def test_a_misspelt_host_section_is_still_refused_as_the_host_key_it_misspells(tmp_path: Path) -> None:

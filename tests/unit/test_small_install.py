@@ -38,19 +38,29 @@ def test_a_queue_command_on_oci_without_the_sdk_says_how_to_install_it(tmp_path:
     ran = run_cli(tmp_path, *command, env={"AzureWebJobsStorage": OCI_CONNECTION})
 
     assert ran.returncode == 2, ran.stderr
-    assert ran.stderr.strip() == (f"worker {command[0]}: error: connection AzureWebJobsStorage: OCI Queue needs the OCI "
-                                  f"SDK, which is not installed: {INSTALL}")
+    assert ran.stderr.strip() == (
+        f"worker {command[0]}: error: connection AzureWebJobsStorage: OCI Queue needs the OCI "
+        f"SDK, which is not installed: {INSTALL}"
+    )
 
 
 @pytest.mark.usefixtures("no_oci_sdk")
 def test_worker_run_on_oci_without_the_sdk_is_refused_with_every_other_problem(tmp_path: Path) -> None:
-    ran = run_cli(tmp_path, "run", "--no-supervisor", "--app", "tests.apps.recording:app",
-                  env={"AzureWebJobsStorage": OCI_CONNECTION, "FUNCTIONS_WORKER_RUNTIME": "node"})
+    ran = run_cli(
+        tmp_path,
+        "run",
+        "--no-supervisor",
+        "--app",
+        "tests.apps.recording:app",
+        env={"AzureWebJobsStorage": OCI_CONNECTION, "FUNCTIONS_WORKER_RUNTIME": "node"},
+    )
 
     assert ran.returncode == 2, ran.stderr
     assert "FUNCTIONS_WORKER_RUNTIME is 'node'" in ran.stderr
-    assert (f"function recorder, trigger queueTrigger (msg): connection AzureWebJobsStorage: OCI Queue needs the OCI "
-            f"SDK, which is not installed: {INSTALL}") in ran.stderr
+    assert (
+        f"function recorder, trigger queueTrigger (msg): connection AzureWebJobsStorage: OCI Queue needs the OCI "
+        f"SDK, which is not installed: {INSTALL}"
+    ) in ran.stderr
 
 
 def test_worker_version_is_the_packages(tmp_path: Path) -> None:
@@ -65,8 +75,9 @@ def test_worker_version_is_the_packages(tmp_path: Path) -> None:
 EXTRAS = {
     "oci": lambda name: name.startswith("worker.backends.oci.") and name != "worker.backends.oci.connection",
     # SQS connection strings, FIFO ids and batching are read without botocore; the errors and the backend need it.
-    "botocore": lambda name: name in ("worker.backends.sqs.errors", "worker.backends.sqs.queues",
-                                     "worker.backends.sqs.urls"),
+    "botocore": lambda name: (
+        name in ("worker.backends.sqs.errors", "worker.backends.sqs.queues", "worker.backends.sqs.urls")
+    ),
     "opentelemetry": lambda name: name in ("worker.observability.otel", "worker.middleware.tracing"),
 }
 
@@ -76,23 +87,35 @@ EXTRAS = {
 def test_no_module_of_the_core_imports_an_extras_sdk(sdk: str) -> None:
     """Every module but the extra's own, imported in a fresh interpreter, leaves the SDK unimported."""
     core = sorted(name for name in MODULES if name != "worker.__main__" and not EXTRAS[sdk](name))  # main runs
-    script = ("import importlib, json, sys\n"
-              f"for name in {core!r}:\n"
-              "    importlib.import_module(name)\n"
-              f"print(json.dumps(sorted(m for m in sys.modules if m == {sdk!r} or m.startswith({sdk + '.'!r}))))\n")
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {core!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m == {sdk!r} or m.startswith({sdk + '.'!r}))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
     assert "worker.backends.registry" in core and "worker.ops.cli" in core and "worker.runtime.host" in core
 
 
-def test_a_queue_command_on_sqs_without_botocore_says_how_to_install_it(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_queue_command_on_sqs_without_botocore_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "botocore", None)
     ran = run_cli(tmp_path, "send", "orders", "hello", env={"AzureWebJobsStorage": "sqs://?region=us-east-1"})
 
     assert ran.returncode == 2, ran.stderr
-    assert ran.stderr.strip() == ("worker send: error: connection AzureWebJobsStorage: Amazon SQS needs botocore, "
-                                  "which is not installed: pip install 'queueworker[sqs]'")
+    assert ran.stderr.strip() == (
+        "worker send: error: connection AzureWebJobsStorage: Amazon SQS needs botocore, "
+        "which is not installed: pip install 'queueworker[sqs]'"
+    )

@@ -25,23 +25,28 @@ def test_with_nothing_started_status_and_stop_say_so_and_leave_no_folder(project
 
     assert ran.returncode == 0, ran.stderr
     state = project / ".worker" / "spark"
-    expected = {"status": f"no Spark servers started from {state} are running\n",
-                "stop": f"nothing to stop: no Spark servers started from {state} are running\n"}
+    expected = {
+        "status": f"no Spark servers started from {state} are running\n",
+        "stop": f"nothing to stop: no Spark servers started from {state} are running\n",
+    }
     assert ran.stdout == expected[action]
     assert not (project / ".worker").exists()
 
 
-@pytest.mark.parametrize(("args", "option", "expected"), [
-    (["start-cluster", "--host", "0.0.0.0"], "--host", "an address of this machine that clients reach it at"),
-    (["start-connect", "--host", "::"], "--host", "an address of this machine that clients reach it at"),
-    (["start-cluster", "--host", "not a host"], "--host", "an address to listen on"),
-    (["start-cluster", "--port", "0"], "--port", "a port from 1 to 65535"),
-    (["start-connect", "--port", "70000"], "--port", "a port from 1 to 65535"),
-    (["start-cluster", "--cores", "0"], "--cores", "a number of at least 1"),
-    (["start-cluster", "--memory", "lots"], "--memory", "an amount such as 512m or 4g"),
-    (["start-connect", "--timeout", "0s"], "--timeout", "a duration from 1s to 1h"),
-    (["stop", "--timeout", "2h"], "--timeout", "a duration from 1s to 1h"),
-])
+@pytest.mark.parametrize(
+    ("args", "option", "expected"),
+    [
+        (["start-cluster", "--host", "0.0.0.0"], "--host", "an address of this machine that clients reach it at"),
+        (["start-connect", "--host", "::"], "--host", "an address of this machine that clients reach it at"),
+        (["start-cluster", "--host", "not a host"], "--host", "an address to listen on"),
+        (["start-cluster", "--port", "0"], "--port", "a port from 1 to 65535"),
+        (["start-connect", "--port", "70000"], "--port", "a port from 1 to 65535"),
+        (["start-cluster", "--cores", "0"], "--cores", "a number of at least 1"),
+        (["start-cluster", "--memory", "lots"], "--memory", "an amount such as 512m or 4g"),
+        (["start-connect", "--timeout", "0s"], "--timeout", "a duration from 1s to 1h"),
+        (["stop", "--timeout", "2h"], "--timeout", "a duration from 1s to 1h"),
+    ],
+)
 def test_a_bad_argument_is_one_line_naming_it_and_starts_nothing(
     project: Path, args: list[str], option: str, expected: str
 ) -> None:

@@ -36,8 +36,12 @@ def refuses(port: int) -> bool:
 @pytest.mark.subprocess
 @pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads threads from /proc")
 def test_a_server_whose_leader_thread_exited_first_counts_as_running_until_its_port_is_closed(tmp_path: Path) -> None:
-    process = subprocess.Popen([sys.executable, "-c", LEADER_GONE_FIRST, spark_cluster.MAIN_CLASS["connect"]],
-                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", LEADER_GONE_FIRST, spark_cluster.MAIN_CLASS["connect"]],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert process.stdout is not None
         port = int(process.stdout.readline())

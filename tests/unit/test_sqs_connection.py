@@ -12,8 +12,9 @@ from worker.runtime.poison import is_poison_queue, poison_queue, source_queue
 
 def test_a_region_or_a_region_and_an_endpoint_name_the_service() -> None:
     assert parse_sqs_connection("sqs://?region=us-east-1") == SqsConnection(region="us-east-1")
-    assert parse_sqs_connection("sqs://?region=eu-west-1&endpoint=http://127.0.0.1:5000&profile=dev&poison=service") \
-        == SqsConnection(region="eu-west-1", endpoint="http://127.0.0.1:5000", profile="dev", poison="service")
+    assert parse_sqs_connection(
+        "sqs://?region=eu-west-1&endpoint=http://127.0.0.1:5000&profile=dev&poison=service"
+    ) == SqsConnection(region="eu-west-1", endpoint="http://127.0.0.1:5000", profile="dev", poison="service")
 
 
 def test_every_wrong_key_is_named_at_once() -> None:

@@ -74,7 +74,9 @@ def test_every_module_belongs_to_a_layer() -> None:
 def test_no_module_imports_from_a_layer_above_its_own() -> None:
     upward = sorted(
         f"{name} (layer {LAYERS[layer_of(name)][0]}) imports {target} (layer {LAYERS[layer_of(target)][0]})"
-        for name, targets in GRAPH.items() for target in targets if layer_of(target) > layer_of(name)
+        for name, targets in GRAPH.items()
+        for target in targets
+        if layer_of(target) > layer_of(name)
     )
     assert upward == []
 
@@ -89,7 +91,7 @@ def test_there_is_no_import_cycle() -> None:
         path.append(name)
         for target in sorted(GRAPH[name]):
             if state.get(target) == 1:
-                cycles.append(path[path.index(target):] + [target])
+                cycles.append(path[path.index(target) :] + [target])
             elif target not in state:
                 visit(target)
         path.pop()

@@ -30,16 +30,24 @@ def refuse() -> NoReturn:
 
 def lease(seconds_left: float, message_id: str = "m") -> Lease:
     """A lease a host holds (its clock counts) with ``seconds_left`` before it runs out."""
-    taken = Lease(backend=None, queue="q", message_id=message_id, pop_receipt="r",
-                  expires_at=time.monotonic() + seconds_left)
+    taken = Lease(
+        backend=None, queue="q", message_id=message_id, pop_receipt="r", expires_at=time.monotonic() + seconds_left
+    )
     taken.keeper = object()  # type: ignore[assignment]  # only whether a keeper holds it matters here
     return taken
 
 
 def held(lease: Lease) -> QueueMessage:
     """The message a handler gets under ``lease``."""
-    return QueueMessage(id=lease.message_id, body=b"{}", dequeue_count=1, insertion_time=None, expiration_time=None,
-                        time_next_visible=None, lease=lease)
+    return QueueMessage(
+        id=lease.message_id,
+        body=b"{}",
+        dequeue_count=1,
+        insertion_time=None,
+        expiration_time=None,
+        time_next_visible=None,
+        lease=lease,
+    )
 
 
 @pytest.fixture
@@ -84,8 +92,9 @@ def test_a_waiting_writer_whose_message_is_lost_stops_waiting_at_once(held_lock:
     taken.lost.set()  # what the lease scheduler does when a renewal finds the message taken
     started = time.monotonic()
     with pytest.raises(tables.StaleWriter, match="lease lost: .* m-1"):
-        tables.publish(held_lock, refuse, ["day"],
-                       tables.Writer(HeldMessages([held(taken)]), lock_wait=timedelta(minutes=5)))
+        tables.publish(
+            held_lock, refuse, ["day"], tables.Writer(HeldMessages([held(taken)]), lock_wait=timedelta(minutes=5))
+        )
     assert time.monotonic() - started < 5
 
 
@@ -97,8 +106,9 @@ def test_a_message_is_held_until_its_lease_is_lost_cancelled_or_run_out_by_the_c
     lost.lost.set()
     cancelled.cancelled.set()
     assert not held(lost).holds_lease() and not held(cancelled).holds_lease()
-    detached = QueueMessage(id="m", body=b"", dequeue_count=1, insertion_time=None, expiration_time=None,
-                            time_next_visible=None)
+    detached = QueueMessage(
+        id="m", body=b"", dequeue_count=1, insertion_time=None, expiration_time=None, time_next_visible=None
+    )
     assert detached.holds_lease(), "a message built outside a host has no lease to lose"
 
 
@@ -106,8 +116,15 @@ def test_the_next_write_removes_leftovers_at_once_and_retired_versions_after_the
     """Even a write that then fails: the removal comes first, under the lock. A version of a table written before
     versions were marked (committed, no schema) is kept for the grace from its folder's time, as it was then."""
     table = tmp_path / "daily_sales"
-    names = ("current", "leftover", "committed-leftover", "retired-now", "retired-long-ago", "unmarked-now",
-             "unmarked-long-ago")
+    names = (
+        "current",
+        "leftover",
+        "committed-leftover",
+        "retired-now",
+        "retired-long-ago",
+        "unmarked-now",
+        "unmarked-long-ago",
+    )
     versions = {name: table / f"v-{name}" for name in names}
     for folder in versions.values():
         folder.mkdir(parents=True)

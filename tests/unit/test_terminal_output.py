@@ -29,8 +29,11 @@ UNSAFE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
         pytest.param("a\nb\tc\x00", r"a\nb\tc\x00", id="c0"),
         pytest.param("del\x7f csi\x9b2J nel\x85", r"del\x7f csi\x9b2J nel\x85", id="del-and-c1"),
         pytest.param("bytes \udcff\udcfe", r"bytes \udcff\udcfe", id="lone-surrogates"),
-        pytest.param("w\u00f6rld \u2713 \u65e5\u672c \\x1b {\"a\": 1}", "w\u00f6rld \u2713 \u65e5\u672c \\x1b {\"a\": 1}",
-                     id="printable-unicode-kept"),
+        pytest.param(
+            'w\u00f6rld \u2713 \u65e5\u672c \\x1b {"a": 1}',
+            'w\u00f6rld \u2713 \u65e5\u672c \\x1b {"a": 1}',
+            id="printable-unicode-kept",
+        ),
     ],
 )
 def test_printable_writes_out_control_characters_and_keeps_the_rest(text: str, shown: str) -> None:

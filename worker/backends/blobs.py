@@ -80,7 +80,7 @@ def locate_in(url: str, base: str) -> tuple[str, str] | None:
     prefix = root.path.rstrip("/") + "/"
     if not parts.path.startswith(prefix):
         return None
-    container, _, path = parts.path[len(prefix):].partition("/")
+    container, _, path = parts.path[len(prefix) :].partition("/")
     return unquote(container), unquote(path)
 
 

@@ -32,13 +32,19 @@ def causes(exc: BaseException) -> list[BaseException]:
         if current is None or any(current is s for s in seen):
             continue
         seen.append(current)
-        pending.extend([getattr(current, "inner_exception", None), getattr(current, "os_error", None),
-                        current.__cause__, current.__context__])
+        pending.extend(
+            [
+                getattr(current, "inner_exception", None),
+                getattr(current, "os_error", None),
+                current.__cause__,
+                current.__context__,
+            ]
+        )
     return seen
 
 
 def network_cause(exc: BaseException) -> str | None:
-    """"connection refused", "name not resolved", "TLS ...", "connection reset"; None if none of these is a cause."""
+    """ "connection refused", "name not resolved", "TLS ...", "connection reset"; None if none of these is a cause."""
     for cause in causes(exc):
         if isinstance(cause, ConnectionRefusedError):
             return "connection refused"

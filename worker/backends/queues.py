@@ -392,8 +392,10 @@ def check_target(operation: str, queue: str, message_id: str, pop_receipt: str) 
     if not (message_id and isinstance(message_id, str)):
         raise InvalidArgument(f"a {operation} in queue {queue!r} without its message id was refused before it was sent")
     if not (pop_receipt and isinstance(pop_receipt, str)):
-        raise InvalidArgument(f"a {operation} of message {message_id} in queue {queue!r} without its pop receipt was "
-                              "refused before it was sent")
+        raise InvalidArgument(
+            f"a {operation} of message {message_id} in queue {queue!r} without its pop receipt was "
+            "refused before it was sent"
+        )
 
 
 def check_no_properties(properties: Mapping[str, str] | None, service: str) -> None:

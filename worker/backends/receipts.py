@@ -71,10 +71,10 @@ class Receipts:
                 f"message {message_id} in queue {queue!r} has no delivery with this receipt (it is message {owner}'s)"
             )
         if (why := self._lost.get(receipt)) is not None:  # never read as a delete an earlier attempt made
-            raise PopReceiptMismatch(f"receipt for message {message_id} in queue {queue!r} is no longer current: "
-                                     f"{why}")
+            raise PopReceiptMismatch(f"receipt for message {message_id} in queue {queue!r} is no longer current: {why}")
         if self.replaced(queue, message_id, receipt):
-            raise PopReceiptMismatch(f"receipt for message {message_id} in queue {queue!r} is stale: it was "
-                                     "delivered again since")
+            raise PopReceiptMismatch(
+                f"receipt for message {message_id} in queue {queue!r} is stale: it was delivered again since"
+            )
         if owner is not None and (queue, message_id) not in self._latest:
             raise MessageNotFound(f"message {message_id} in queue {queue!r} was deleted")

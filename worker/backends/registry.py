@@ -72,7 +72,7 @@ class BackendKind:
 
 def _sqlite_path(connection: str | None, base_dir: Path) -> Path:
     """A relative PATH (``sqlite:///queues.db``) is taken from ``base_dir``; an absolute one has four slashes."""
-    return (base_dir / (connection[len(SQLITE_PREFIX):] if connection else DEFAULT_SQLITE_PATH)).absolute()
+    return (base_dir / (connection[len(SQLITE_PREFIX) :] if connection else DEFAULT_SQLITE_PATH)).absolute()
 
 
 def _sqlite_describe(connection: str | None, base_dir: Path) -> str:
@@ -138,8 +138,7 @@ def _needing(sdk: str, needs: str, install: str, parse: Callable[[str], Any]) ->
     return problem
 
 
-def _opening(module: str, backend: str, parse: Callable[[str], Any]) -> Callable[[str | None, Path, OnRetry],
-                                                                                   QueueBackend]:
+def _opening(module: str, backend: str, parse: Callable[[str], Any]) -> Callable[[str | None, Path, OnRetry], QueueBackend]:
     """``open`` for a kind whose SDK is an extra: its backend's module is imported when a connection opens."""
 
     def open_(connection: str | None, base_dir: Path, on_retry: OnRetry) -> QueueBackend:
@@ -163,22 +162,40 @@ def _host_poison(parse: Callable[[str], Any]) -> Callable[[str | None], bool]:
 
 
 EMBEDDED = BackendKind(
-    "embedded queue", EMBEDDED_LIMITS, EMBEDDED_CAPABILITIES, _sqlite_problem,
-    _sqlite_describe, _sqlite_open,
+    "embedded queue",
+    EMBEDDED_LIMITS,
+    EMBEDDED_CAPABILITIES,
+    _sqlite_problem,
+    _sqlite_describe,
+    _sqlite_open,
 )
-AZURE = BackendKind("Azure Storage", AZURE_LIMITS, AZURE_CAPABILITIES, _azure_problem,
-                    _describer(parse_connection_string, "Azure Storage"), _azure_open)
-OCI = BackendKind("OCI Queue", OCI_LIMITS, OCI_CAPABILITIES,
-                  _needing("oci", "OCI Queue needs the OCI SDK", OCI_INSTALL, parse_oci_connection),
-                  _describer(parse_oci_connection, "OCI Queue"),
-                  _opening("worker.backends.oci.queues", "OciBackend", parse_oci_connection),
-                  _host_poison(parse_oci_connection),
-                  lambda connection: parse_oci_connection(connection or "").limits)
-SQS = BackendKind("Amazon SQS", SQS_LIMITS, SQS_CAPABILITIES,
-                  _needing("botocore", "Amazon SQS needs botocore", SQS_INSTALL, parse_sqs_connection),
-                  _describer(parse_sqs_connection, "Amazon SQS"),
-                  _opening("worker.backends.sqs.queues", "SqsBackend", parse_sqs_connection),
-                  _host_poison(parse_sqs_connection))
+AZURE = BackendKind(
+    "Azure Storage",
+    AZURE_LIMITS,
+    AZURE_CAPABILITIES,
+    _azure_problem,
+    _describer(parse_connection_string, "Azure Storage"),
+    _azure_open,
+)
+OCI = BackendKind(
+    "OCI Queue",
+    OCI_LIMITS,
+    OCI_CAPABILITIES,
+    _needing("oci", "OCI Queue needs the OCI SDK", OCI_INSTALL, parse_oci_connection),
+    _describer(parse_oci_connection, "OCI Queue"),
+    _opening("worker.backends.oci.queues", "OciBackend", parse_oci_connection),
+    _host_poison(parse_oci_connection),
+    lambda connection: parse_oci_connection(connection or "").limits,
+)
+SQS = BackendKind(
+    "Amazon SQS",
+    SQS_LIMITS,
+    SQS_CAPABILITIES,
+    _needing("botocore", "Amazon SQS needs botocore", SQS_INSTALL, parse_sqs_connection),
+    _describer(parse_sqs_connection, "Amazon SQS"),
+    _opening("worker.backends.sqs.queues", "SqsBackend", parse_sqs_connection),
+    _host_poison(parse_sqs_connection),
+)
 
 #: Every kind of backend, in the order the documentation lists them.
 KINDS = (EMBEDDED, AZURE, OCI, SQS)
@@ -196,8 +213,9 @@ def backend_kind(connection: str | None) -> BackendKind:
         kind = SCHEMES.get(scheme.strip().lower())
         if kind is None:
             known = ", ".join(f"{name}://" for name in SCHEMES)
-            raise UnsupportedConnection(f"no queue backend for {scheme}:// connections (known: {known}, "
-                                        "or an Azure Storage connection string)")
+            raise UnsupportedConnection(
+                f"no queue backend for {scheme}:// connections (known: {known}, or an Azure Storage connection string)"
+            )
         return kind
     return AZURE
 
@@ -263,7 +281,7 @@ def open_blob_store(connection: str, base_dir: Path) -> BlobStore:
     if connection.startswith(SQLITE_PREFIX):
         from worker.backends.embedded.blobs import LocalBlobStore
 
-        return LocalBlobStore((base_dir / connection[len(SQLITE_PREFIX):]).parent / BLOBS_FOLDER)
+        return LocalBlobStore((base_dir / connection[len(SQLITE_PREFIX) :]).parent / BLOBS_FOLDER)
     try:
         parsed = parse_connection_string(connection)
         from worker.backends.azure.blobs import AzureBlobStore

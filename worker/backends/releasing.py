@@ -79,15 +79,19 @@ class CancelledReceives:
         what is still under way then is cancelled. Whether all ended in time."""
         if not self._left:
             return True
-        log.info("waiting for cancelled receives to end, to release what they bring", receives=len(self._left),
-                 at_most_seconds=timeout)
+        log.info(
+            "waiting for cancelled receives to end, to release what they bring",
+            receives=len(self._left),
+            at_most_seconds=timeout,
+        )
         _, late = await asyncio.wait(set(self._left), timeout=timeout)
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
         if late:
-            log.warning("cancelled receives did not end in time; what they bring stays hidden for its lease",
-                        receives=len(late))
+            log.warning(
+                "cancelled receives did not end in time; what they bring stays hidden for its lease", receives=len(late)
+            )
         return not late
 
 
@@ -99,12 +103,15 @@ async def _release_when_done(call: asyncio.Future[T], release: Callable[[T], Awa
     try:
         await release(got)
     except Exception as exc:  # storage gone or down meanwhile: nobody is left to raise it to
-        log.warning("what a cancelled receive brought could not be released; it comes back when its lease ends",
-                    error=f"{type(exc).__name__}: {exc}")
+        log.warning(
+            "what a cancelled receive brought could not be released; it comes back when its lease ends",
+            error=f"{type(exc).__name__}: {exc}",
+        )
 
 
-async def release_now(backend: QueueBackend, queue: str, messages: Sequence[RawMessage], what: str,
-                      logger: Any = log) -> None:
+async def release_now(
+    backend: QueueBackend, queue: str, messages: Sequence[RawMessage], what: str, logger: Any = log
+) -> None:
     """Make ``messages`` of ``queue`` visible again at once (visibility 0), for any worker to take, and log it as
     ``what``. Their delivery has been counted; one whose release fails comes back when its lease ends."""
     if not messages:
@@ -115,5 +122,4 @@ async def release_now(backend: QueueBackend, queue: str, messages: Sequence[RawM
     failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
     logger.info(f"{what} were released", queue=queue, count=len(messages) - len(failures))
     if failures:
-        logger.warning(f"releasing {what} failed; they come back when their lease ends", queue=queue,
-                       errors=failures)
+        logger.warning(f"releasing {what} failed; they come back when their lease ends", queue=queue, errors=failures)

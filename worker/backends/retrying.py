@@ -54,8 +54,9 @@ REFUSAL_ATTEMPTS = 3
 class Incident:
     """Logs a storage outage once when it starts and once when it ends, and counts the failed calls."""
 
-    def __init__(self, on_retry: Callable[[str], None] | None, failure_kind: Callable[[BaseException], str],
-                 log: Any) -> None:
+    def __init__(
+        self, on_retry: Callable[[str], None] | None, failure_kind: Callable[[BaseException], str], log: Any
+    ) -> None:
         self.on_retry = on_retry
         self.failure_kind = failure_kind
         self.log = log
@@ -79,7 +80,8 @@ class Incident:
         if self.started is not None:
             self.log.info(
                 "storage reachable again",
-                outage_seconds=round(time.monotonic() - self.started, 3), failed_calls=self.failures,
+                outage_seconds=round(time.monotonic() - self.started, 3),
+                failed_calls=self.failures,
             )
             self.started = None
             self.failures = 0
@@ -161,7 +163,10 @@ class Retrier:
         return result
 
     async def _retry(
-        self, call: Callable[[], Awaitable[T]], started: float, may_retry: Callable[[BaseException], bool],
+        self,
+        call: Callable[[], Awaitable[T]],
+        started: float,
+        may_retry: Callable[[BaseException], bool],
         first: BaseException,
     ) -> T:
         """Attempts 2 to RETRY_ATTEMPTS of a call whose first attempt failed, with back-off before each.

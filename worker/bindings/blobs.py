@@ -67,8 +67,10 @@ def check_blob_path(path: str) -> None:
     """A path names a container and a blob (``container/blob``), or is one expression that gives such a path or a
     blob URL at run time (``{url}``), as the WebJobs SDK takes it."""
     if not isinstance(path, str) or not (_CONTAINER_PART.match(path.strip()) or _ONE_EXPRESSION.match(path.strip())):
-        raise BlobBindingError(f"blob path {path!r} must look like 'container/blob' (binding expressions allowed), "
-                               "or be one expression that gives such a path or a blob URL ('{url}')")
+        raise BlobBindingError(
+            f"blob path {path!r} must look like 'container/blob' (binding expressions allowed), "
+            "or be one expression that gives such a path or a blob URL ('{url}')"
+        )
     container, _, blob = path.strip().partition("/")
     fixed = not any(mark in path for mark in "{}%")
     if fixed or not any(mark in container for mark in "{}%"):  # what is fixed is refused now, not at every message

@@ -44,8 +44,7 @@ def decode(text: str, encoding: str, *, utf8: bool = False) -> bytes:
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise MessageDecodeError(f"message body is not valid UTF-8, and the handler takes it as str: {exc}"
-                                     ) from None
+            raise MessageDecodeError(f"message body is not valid UTF-8, and the handler takes it as str: {exc}") from None
     return body
 
 

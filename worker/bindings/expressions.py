@@ -113,9 +113,7 @@ def resolve(template: str, data: Mapping[str, Any], now: datetime | None = None)
         found = _lookup(data, key)
         if found is _MISSING:
             names = ", ".join(sorted(data)) or "none"
-            raise ExpressionError(
-                f"{template!r}: the message has no value for {{{expression}}} (binding data: {names})"
-            )
+            raise ExpressionError(f"{template!r}: the message has no value for {{{expression}}} (binding data: {names})")
         if isinstance(found, datetime):
             return format_time(found, fmt or PATH_TIME_FORMAT)
         if isinstance(found, (dict, list)):
@@ -165,8 +163,16 @@ def _guid(value: uuid.UUID, fmt: str, template: str) -> str:
 
 #: .NET custom date and time format specifiers this host understands, longest first.
 _DOTNET = [
-    ("yyyy", "%Y"), ("yy", "%y"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"), ("hh", "%I"), ("mm", "%M"),
-    ("ss", "%S"), ("fff", "%f3"), ("tt", "%p"),
+    ("yyyy", "%Y"),
+    ("yy", "%y"),
+    ("MM", "%m"),
+    ("dd", "%d"),
+    ("HH", "%H"),
+    ("hh", "%I"),
+    ("mm", "%M"),
+    ("ss", "%S"),
+    ("fff", "%f3"),
+    ("tt", "%p"),
 ]
 
 
@@ -182,7 +188,7 @@ def format_time(moment: datetime, fmt: str) -> str:
         if fmt[i] == "'":
             end = fmt.find("'", i + 1)
             end = len(fmt) if end < 0 else end
-            out.append(fmt[i + 1:end])
+            out.append(fmt[i + 1 : end])
             i = end + 1
             continue
         for token, code in _DOTNET:

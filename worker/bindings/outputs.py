@@ -66,8 +66,9 @@ def _texts(value: Any) -> list[str | bytes]:
         return [bytes(value) if isinstance(value, bytearray) else value]
     if isinstance(value, dict):
         return [json.dumps(value)]
-    raise UnusableOutput(f"a queue output takes str, bytes, a dict (sent as JSON) or a list of them, not "
-                         f"{type(value).__name__} {value!r:.40}")
+    raise UnusableOutput(
+        f"a queue output takes str, bytes, a dict (sent as JSON) or a list of them, not {type(value).__name__} {value!r:.40}"
+    )
 
 
 async def send_outputs(

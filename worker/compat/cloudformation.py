@@ -79,8 +79,14 @@ class Resolver:
         return self.template.get("Resources") or {}
 
     def pseudo(self, name: str) -> str | None:
-        return {"AWS::Region": self.region, "AWS::AccountId": ACCOUNT_ID, "AWS::StackName": self.stack_name,
-                "AWS::Partition": "aws", "AWS::URLSuffix": "amazonaws.com", "AWS::NoValue": ""}.get(name)
+        return {
+            "AWS::Region": self.region,
+            "AWS::AccountId": ACCOUNT_ID,
+            "AWS::StackName": self.stack_name,
+            "AWS::Partition": "aws",
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::NoValue": "",
+        }.get(name)
 
     def ref(self, name: str) -> str:
         """``!Ref``: a parameter's value (its default), a pseudo parameter, a queue's URL (what CloudFormation returns
@@ -124,7 +130,7 @@ class Resolver:
         if not isinstance(value, dict):
             return value
         if len(value) == 1:
-            (key, argument), = value.items()
+            ((key, argument),) = value.items()
             if key == "Ref":
                 return self.ref(str(argument))
             if key == "Fn::GetAtt":

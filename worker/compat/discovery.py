@@ -150,10 +150,14 @@ def _decorator_calls(script: Path) -> list[dict[str, object]]:
         return []
     calls = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("queue_trigger", "generic_trigger")):
-            fields: dict[str, object] = {k.arg: k.value.value for k in node.keywords
-                                         if k.arg and isinstance(k.value, ast.Constant)}
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("queue_trigger", "generic_trigger")
+        ):
+            fields: dict[str, object] = {
+                k.arg: k.value.value for k in node.keywords if k.arg and isinstance(k.value, ast.Constant)
+            }
             if node.func.attr == "generic_trigger" and "type" not in fields:
                 continue
             calls.append(fields)

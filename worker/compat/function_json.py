@@ -98,8 +98,13 @@ def from_folder(
         problems += read.problems
         retry += [file.parent.name] if read.retry else []
     converted = from_functions(functions, environ, connection_problem)
-    return ConvertedApp(converted.app, (*not_run, *converted.skipped), converted.disabled,
-                        (*problems, *converted.problems), (*retry, *converted.ignored_retry))
+    return ConvertedApp(
+        converted.app,
+        (*not_run, *converted.skipped),
+        converted.disabled,
+        (*problems, *converted.problems),
+        (*retry, *converted.ignored_retry),
+    )
 
 
 def _install_app_package(root: Path) -> None:
@@ -126,7 +131,7 @@ def _read_function(root: Path, file: Path, environ: Mapping[str, str]) -> _Read:
         return _Read(problems=(f"{where}: cannot be read: {exc}",))
     bindings = described.get("bindings") if isinstance(described, dict) else None
     if not isinstance(bindings, list) or not all(isinstance(b, dict) for b in bindings):
-        return _Read(problems=(f"{where}: has no \"bindings\" list of objects",))
+        return _Read(problems=(f'{where}: has no "bindings" list of objects',))
     triggers = [b for b in bindings if _type(b).lower().endswith("trigger")]
     if len(triggers) != 1:
         return _Read(problems=(f"{where}: has {len(triggers)} triggers; a function has exactly one",))

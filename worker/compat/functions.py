@@ -90,9 +90,11 @@ def register_private_contexts() -> bool:
         if not all(callable(getattr(abc, "register", None)) for abc in abcs):
             raise ImportError("TraceContext or RetryContext is not an ABC")
     except (ImportError, AttributeError) as exc:
-        fall_back("azure-functions", f"azure.functions._abc: {exc}",
-                  "context.trace_context and context.retry_context are not instances of its TraceContext and "
-                  "RetryContext")
+        fall_back(
+            "azure-functions",
+            f"azure.functions._abc: {exc}",
+            "context.trace_context and context.retry_context are not instances of its TraceContext and RetryContext",
+        )
         return False
     abcs[0].register(TraceContext)
     abcs[1].register(RetryContext)
@@ -293,8 +295,10 @@ def _register(
     others = [b for b in function.get_bindings() if b is not trigger]
     for binding in others:
         if (binding.type, binding.direction) not in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT):
-            problems.add("this host does not provide this binding type (it provides queue outputs and blob "
-                         "inputs and outputs)", binding)
+            problems.add(
+                "this host does not provide this binding type (it provides queue outputs and blob inputs and outputs)",
+                binding,
+            )
     usable = [b for b in others if (b.type, b.direction) in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT)]
 
     parameters = inspect.signature(user).parameters
@@ -303,8 +307,11 @@ def _register(
     if missing:
         problems.add(f"{user.__name__}() has no parameter for binding(s) {', '.join(missing)}")
     unbound = sorted(
-        p.name for p in parameters.values()
-        if p.name not in bound and p.name != "context" and p.default is inspect.Parameter.empty
+        p.name
+        for p in parameters.values()
+        if p.name not in bound
+        and p.name != "context"
+        and p.default is inspect.Parameter.empty
         and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     )
     if unbound:
@@ -312,23 +319,35 @@ def _register(
     hints = _annotations(user)
     trigger_hint = hints.get(trigger.name, inspect.Parameter.empty)
     if not _accepts(trigger_hint, _TRIGGER_TYPES):
-        problems.add(f"parameter {trigger.name} is annotated {_type_name(trigger_hint)}; a queue trigger binds "
-                     "func.QueueMessage, str or bytes", trigger)
+        problems.add(
+            f"parameter {trigger.name} is annotated {_type_name(trigger_hint)}; a queue trigger binds "
+            "func.QueueMessage, str or bytes",
+            trigger,
+        )
     for binding in usable:
         hint = hints.get(binding.name, inspect.Parameter.empty)
         if (binding.type, binding.direction) == _BLOB_IN and not _accepts(hint, _BLOB_INPUT_TYPES):
-            problems.add(f"parameter {binding.name} is annotated {_type_name(hint)}; a blob input binds "
-                         "func.InputStream, str or bytes", binding)
+            problems.add(
+                f"parameter {binding.name} is annotated {_type_name(hint)}; a blob input binds "
+                "func.InputStream, str or bytes",
+                binding,
+            )
 
     queue_name = _resolved(trigger, "queue_name", environ, problems)
     resolved = {id(b): _resolved(b, "queue_name" if b.type == QUEUE else "path", environ, problems) for b in usable}
     if problems.lines:
         return
 
-    out_args = {b.name: (RETURN_ARG if b.name == RETURN else b.name) for b in usable
-                if b.direction == BindingDirection.OUT.value}
+    out_args = {
+        b.name: (RETURN_ARG if b.name == RETURN else b.name) for b in usable if b.direction == BindingDirection.OUT.value
+    }
     handler = _handler(
-        user, name, trigger.name, hints, usable, out_args,
+        user,
+        name,
+        trigger.name,
+        hints,
+        usable,
+        out_args,
         requires_context="context" in parameters and "context" not in bound,
     )
     try:
@@ -336,19 +355,27 @@ def _register(
             connection = _setting(binding, "connection") or DEFAULT_CONNECTION
             if (binding.type, binding.direction) == _QUEUE_OUT:
                 worker_app.queue_output(
-                    arg_name=out_args[binding.name], queue_name=resolved[id(binding)], connection=connection,
+                    arg_name=out_args[binding.name],
+                    queue_name=resolved[id(binding)],
+                    connection=connection,
                 )(handler)
             elif binding.direction == BindingDirection.OUT.value:
                 worker_app.blob_output(
-                    arg_name=out_args[binding.name], path=resolved[id(binding)], connection=connection,
+                    arg_name=out_args[binding.name],
+                    path=resolved[id(binding)],
+                    connection=connection,
                 )(handler)
             else:
                 worker_app.blob_input(
-                    arg_name=binding.name, path=resolved[id(binding)], connection=connection,
+                    arg_name=binding.name,
+                    path=resolved[id(binding)],
+                    connection=connection,
                     data_type=_data_type(binding),
                 )(handler)
         worker_app.queue_trigger(
-            arg_name=trigger.name, queue_name=queue_name, connection=_setting(trigger, "connection") or DEFAULT_CONNECTION,
+            arg_name=trigger.name,
+            queue_name=queue_name,
+            connection=_setting(trigger, "connection") or DEFAULT_CONNECTION,
         )(handler)
     except (ValueError, TypeError) as exc:
         problems.add(str(exc))
@@ -422,11 +449,12 @@ def _queue_value(value: Any) -> Any:
         items = list(value)
         for item in items:
             if not isinstance(item, (str, func.QueueMessage)):
-                raise UnusableOutput(f"a queue output list takes str or func.QueueMessage items, not "
-                                     f"{type(item).__name__}")
+                raise UnusableOutput(f"a queue output list takes str or func.QueueMessage items, not {type(item).__name__}")
         return [item.get_body() if isinstance(item, func.QueueMessage) else item for item in items]
-    raise UnusableOutput(f"a queue output takes str, bytes, func.QueueMessage or a list of str/func.QueueMessage, "
-                         f"not {type(value).__name__} (json.dumps a dict first)")
+    raise UnusableOutput(
+        f"a queue output takes str, bytes, func.QueueMessage or a list of str/func.QueueMessage, "
+        f"not {type(value).__name__} (json.dumps a dict first)"
+    )
 
 
 def _handler(
@@ -464,10 +492,12 @@ def _handler(
                 out.set(_queue_value(value))
 
     if inspect.iscoroutinefunction(user):
+
         async def handler(**kwargs: Any) -> None:
             call, returned = arguments(kwargs)
             finish(await user(**call), returned, kwargs)
     else:
+
         def handler(**kwargs: Any) -> None:  # type: ignore[misc]
             call, returned = arguments(kwargs)
             finish(user(**call), returned, kwargs)

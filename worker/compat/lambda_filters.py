@@ -20,8 +20,13 @@ from typing import Any
 #: Fields of a record a pattern matches whose value is JSON text itself.
 _JSON_FIELDS = ("body",)
 #: Lambda's numeric comparisons.
-_NUMERIC = {"=": lambda a, b: a == b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
-            ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+_NUMERIC = {
+    "=": lambda a, b: a == b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
 _MISSING = object()
 
 
@@ -74,7 +79,7 @@ def _check_value(key: str, value: Any) -> None:
         return
     if len(value) != 1:
         raise FilterError(f"{key}: a rule object has one operator, got {sorted(value)}")
-    (operator, argument), = value.items()
+    ((operator, argument),) = value.items()
     if operator in ("prefix", "suffix", "equals-ignore-case"):
         if not isinstance(argument, str):
             raise FilterError(f"{key}: {operator} takes a string")
@@ -143,7 +148,7 @@ def _value_matches(rule: Any, value: Any) -> bool:
         return any(_value_matches(rule, element) for element in value)
     if not isinstance(rule, dict):
         return _equal(rule, value)
-    (operator, argument), = rule.items()
+    ((operator, argument),) = rule.items()
     if operator == "prefix":
         return isinstance(value, str) and value.startswith(argument)
     if operator == "suffix":
@@ -154,8 +159,9 @@ def _value_matches(rule: Any, value: Any) -> bool:
         return not any(_equal(item, value) for item in (argument if isinstance(argument, list) else [argument]))
     if operator == "numeric":
         number = _number(value)
-        return number is not None and all(_NUMERIC[op](number, bound)
-                                          for op, bound in zip(argument[::2], argument[1::2], strict=True))
+        return number is not None and all(
+            _NUMERIC[op](number, bound) for op, bound in zip(argument[::2], argument[1::2], strict=True)
+        )
     return False
 
 

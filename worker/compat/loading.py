@@ -104,8 +104,11 @@ def load_app(
                 converted = from_function_app(app, connection_problem=connection_problem)
             except FunctionAppError as exc:
                 raise AppLoadError(f"{target}: {exc}") from None
-            app = _converted(converted, f"{target} is an azure.functions.FunctionApp without a queue-triggered "
-                                        "function this host can run", problems)
+            app = _converted(
+                converted,
+                f"{target} is an azure.functions.FunctionApp without a queue-triggered function this host can run",
+                problems,
+            )
     if not isinstance(app, WorkerApp):
         raise AppLoadError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
     return _checked(app, target, problems, check)
@@ -125,14 +128,17 @@ def _v1_app(
         from worker.compat.function_json import from_folder
         from worker.compat.functions import FunctionAppError
     except ImportError as exc:
-        raise _refused(target, [*problems, f"a Functions v1 app needs azure-functions ({exc}); "
-                                           "pip install 'queueworker[azure-functions]'"]) from None
+        raise _refused(
+            target,
+            [*problems, f"a Functions v1 app needs azure-functions ({exc}); pip install 'queueworker[azure-functions]'"],
+        ) from None
     try:
         converted = from_folder(Path(target), function_files(Path(target)), os.environ, connection_problem)
     except FunctionAppError as exc:
         raise AppLoadError(f"{target}: {exc}") from None
-    return _converted(converted, f"{target} is a Functions v1 app without a queue-triggered function this host can "
-                                 "run", problems)
+    return _converted(
+        converted, f"{target} is a Functions v1 app without a queue-triggered function this host can run", problems
+    )
 
 
 def _template_app(target: str, search_path: Path, problems: list[str]) -> WorkerApp:
@@ -156,8 +162,9 @@ def _converted(converted: ConvertedApp, nothing_to_run: str, problems: list[str]
     not_run += [f"function {name} is disabled (AzureWebJobs.{name}.Disabled)" for name in converted.disabled]
     if not_run:
         log = structlog.get_logger("worker.compat.loading")
-        log.warning("functions not run: this host runs enabled queue-triggered functions only", count=len(not_run),
-                    listed_at="DEBUG")
+        log.warning(
+            "functions not run: this host runs enabled queue-triggered functions only", count=len(not_run), listed_at="DEBUG"
+        )
         for line in not_run:
             log.debug(line)
     problems.extend(converted.problems)
@@ -169,8 +176,7 @@ def _converted(converted: ConvertedApp, nothing_to_run: str, problems: list[str]
     return converted.app
 
 
-def _checked(app: WorkerApp, target: str, problems: list[str], check: Callable[[WorkerApp], list[str]] | None
-             ) -> WorkerApp:
+def _checked(app: WorkerApp, target: str, problems: list[str], check: Callable[[WorkerApp], list[str]] | None) -> WorkerApp:
     """``app`` if nothing stops it from running; else one AppLoadError listing every problem."""
     problems.extend(app.problems)  # decorators used wrongly, every one of them
     try:
@@ -203,8 +209,10 @@ def _version_problem() -> str | None:
     if numbers >= AZURE_FUNCTIONS_FLOOR:
         return None
     floor = ".".join(map(str, AZURE_FUNCTIONS_FLOOR))
-    return (f"azure-functions {installed} is installed; this host needs {floor} or later "
-            f"(pip install 'azure-functions>={floor}')")
+    return (
+        f"azure-functions {installed} is installed; this host needs {floor} or later "
+        f"(pip install 'azure-functions>={floor}')"
+    )
 
 
 def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
@@ -214,8 +222,11 @@ def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
     def is_app(value: object) -> bool:
         if isinstance(value, WorkerApp):
             return True
-        return azure_functions is not None and isinstance(value, azure_functions.FunctionRegister) and not isinstance(
-            value, azure_functions.Blueprint)
+        return (
+            azure_functions is not None
+            and isinstance(value, azure_functions.FunctionRegister)
+            and not isinstance(value, azure_functions.Blueprint)
+        )
 
     found = {name: value for name, value in vars(module).items() if not name.startswith("_") and is_app(value)}
     if "app" in found:
@@ -226,5 +237,6 @@ def _the_app(module: Any, module_name: str) -> tuple[str, Any]:
         return name, found[name]
     if not found:
         raise AppLoadError(f"module {module_name!r} defines no app (a worker.WorkerApp or an azure.functions.FunctionApp)")
-    raise AppLoadError(f"module {module_name!r} defines {len(found)} apps ({', '.join(sorted(found))}): "
-                       f"give --app {module_name}:NAME")
+    raise AppLoadError(
+        f"module {module_name!r} defines {len(found)} apps ({', '.join(sorted(found))}): give --app {module_name}:NAME"
+    )

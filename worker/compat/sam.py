@@ -94,8 +94,11 @@ def _queue_urls(environ: Mapping[str, str], region: str) -> Callable[[str], str]
             connection = parse_sqs_connection(text)
         except ConnectionStringError:
             pass
-    base = (connection.endpoint.rstrip("/") if connection is not None and connection.endpoint
-            else f"https://sqs.{region}.amazonaws.com")
+    base = (
+        connection.endpoint.rstrip("/")
+        if connection is not None and connection.endpoint
+        else f"https://sqs.{region}.amazonaws.com"
+    )
     found: dict[str, str] = {}
     client: list[Any] = []
 
@@ -116,8 +119,11 @@ def _looked_up(connection: SqsConnection | None, client: list[Any], queue: str) 
 
         return queue_url(connection, client, queue)
     except Exception as exc:
-        log.info("queue URL not looked up; !Ref of the queue gives its URL of SQS's form", queue=queue,
-                 error=f"{type(exc).__name__}: {exc}")
+        log.info(
+            "queue URL not looked up; !Ref of the queue gives its URL of SQS's form",
+            queue=queue,
+            error=f"{type(exc).__name__}: {exc}",
+        )
         return None
 
 
@@ -135,19 +141,26 @@ def runnable_functions(path: Path) -> list[str]:
         if properties.get("PackageType") == "Image" or not str(properties.get("Runtime", "python")).startswith("python"):
             continue
         events = (properties.get("Events") or {}).values()
-        if any((event or {}).get("Type") == "SQS" and str(((event or {}).get("Properties") or {}).get("Enabled", True))
-               .lower() != "false" for event in events):
+        if any(
+            (event or {}).get("Type") == "SQS"
+            and str(((event or {}).get("Properties") or {}).get("Enabled", True)).lower() != "false"
+            for event in events
+        ):
             found.append(str(logical_id))
     return found
 
 
-def _lambda_variables(environ: MutableMapping[str, str], name: str, properties: Mapping[str, Any],
-                      region: str) -> None:
+def _lambda_variables(environ: MutableMapping[str, str], name: str, properties: Mapping[str, Any], region: str) -> None:
     """Lambda's own variables of the function's runtime, for a process that runs this one function: the function's
     own, whatever the environment says, as Lambda reserves them; the region only where the environment names none."""
-    environ.update({"AWS_LAMBDA_FUNCTION_NAME": name, "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-                    "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
-                    "_HANDLER": str(properties.get("Handler") or "")})
+    environ.update(
+        {
+            "AWS_LAMBDA_FUNCTION_NAME": name,
+            "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
+            "_HANDLER": str(properties.get("Handler") or ""),
+        }
+    )
     environ.setdefault("AWS_REGION", region)
     environ.setdefault("AWS_DEFAULT_REGION", region)
 
@@ -220,41 +233,56 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
         for event, spec in events.items():
             if event not in sqs_events:
                 kind = str((spec or {}).get("Type"))
-                skipped.append(SkippedFunction(name, kind, f"function {name}: event {event} of type {kind} is not run "
-                                                           "(this host runs SQS events only)"))
+                skipped.append(
+                    SkippedFunction(
+                        name,
+                        kind,
+                        f"function {name}: event {event} of type {kind} is not run (this host runs SQS events only)",
+                    )
+                )
         if not sqs_events:
             continue
         runtime = str(properties.get("Runtime", "python"))
         if properties.get("PackageType") == "Image" or not runtime.startswith("python"):
-            skipped.append(SkippedFunction(name, "SQS", f"function {name} is not run: its runtime is "
-                                           f"{properties.get('PackageType') or runtime}, not Python"))
+            skipped.append(
+                SkippedFunction(
+                    name,
+                    "SQS",
+                    f"function {name} is not run: its runtime is {properties.get('PackageType') or runtime}, not Python",
+                )
+            )
             continue
         for key, value in ((properties.get("Environment") or {}).get("Variables") or {}).items():
             value = "" if value is None else str(value)
             if key in variables:
                 if variables[key][1] != value:
-                    problems.append(f"function {name}: environment variable {key} is {value!r} here and "
-                                    f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
-                                    "environment (worker run runs each function in a process of its own)")
+                    problems.append(
+                        f"function {name}: environment variable {key} is {value!r} here and "
+                        f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
+                        "environment (worker run runs each function in a process of its own)"
+                    )
                 continue
             variables[key] = (name, value)
             if key not in environ:
                 environ[key] = value
             elif environ[key] != value:
-                log.info("template environment variable set otherwise in the environment; the environment's kept",
-                         variable=key)
+                log.info(
+                    "template environment variable set otherwise in the environment; the environment's kept", variable=key
+                )
         if alone:
             _lambda_variables(environ, name, properties, resolver.region)
         handler = _import_handler(properties, folder, name, modules, problems)
         for event, spec in sqs_events.items():
             event_name = name if len(sqs_events) == 1 else f"{name}-{event}"
-            _register(app, event_name, spec.get("Properties") or {}, properties, handler, template, resolver,
-                      skipped, problems)
+            _register(
+                app, event_name, spec.get("Properties") or {}, properties, handler, template, resolver, skipped, problems
+            )
     return ConvertedApp(app, tuple(skipped), (), tuple(problems))
 
 
-def _import_handler(properties: Mapping[str, Any], folder: Path, name: str, modules: dict[str, Path],
-                    problems: list[str]) -> Any:
+def _import_handler(
+    properties: Mapping[str, Any], folder: Path, name: str, modules: dict[str, Path], problems: list[str]
+) -> Any:
     """The function's handler, imported with its CodeUri first on the import path; None (a problem said) if not."""
     handler_name = str(properties.get("Handler") or "")
     module_name, _, attr = handler_name.rpartition(".")
@@ -263,13 +291,17 @@ def _import_handler(properties: Mapping[str, Any], folder: Path, name: str, modu
         return None
     code = (folder / str(properties.get("CodeUri") or ".")).resolve()
     if not code.is_dir():
-        problems.append(f"function {name}: CodeUri {properties.get('CodeUri')!r} is not a folder (sam build unpacks "
-                        "archives; give the folder)")
+        problems.append(
+            f"function {name}: CodeUri {properties.get('CodeUri')!r} is not a folder (sam build unpacks "
+            "archives; give the folder)"
+        )
         return None
     top = module_name.split(".")[0]
     if top in modules and modules[top] != code:
-        problems.append(f"function {name}: module {top!r} is in {code} and in {modules[top]}; one process imports "
-                        "one module of a name (worker run runs each function in a process of its own)")
+        problems.append(
+            f"function {name}: module {top!r} is in {code} and in {modules[top]}; one process imports "
+            "one module of a name (worker run runs each function in a process of its own)"
+        )
         return None
     modules[top] = code
     if str(code) not in sys.path:
@@ -285,9 +317,17 @@ def _import_handler(properties: Mapping[str, Any], folder: Path, name: str, modu
     return handler
 
 
-def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: Mapping[str, Any], handler: Any,
-              template: Mapping[str, Any], resolver: Resolver, skipped: list[SkippedFunction],
-              problems: list[str]) -> None:
+def _register(
+    app: WorkerApp,
+    name: str,
+    event: Mapping[str, Any],
+    properties: Mapping[str, Any],
+    handler: Any,
+    template: Mapping[str, Any],
+    resolver: Resolver,
+    skipped: list[SkippedFunction],
+    problems: list[str],
+) -> None:
     """One SQS event of a function, as a queue trigger of ``app`` with the settings the template gives it."""
     if str(event.get("Enabled", True)).lower() == "false":
         skipped.append(SkippedFunction(name, "SQS", f"function {name} is not run: its SQS event has Enabled: false"))
@@ -299,12 +339,18 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
         except FilterError as exc:
             problems.append(f"function {name}: FilterCriteria: {exc}")
     queue, logical_id = _queue_of(event.get("Queue"), resolver)
-    settings: dict[str, Any] = {"message_encoding": "none",
-                                "function_timeout": float(properties.get("Timeout") or DEFAULT_TIMEOUT)}
+    settings: dict[str, Any] = {
+        "message_encoding": "none",
+        "function_timeout": float(properties.get("Timeout") or DEFAULT_TIMEOUT),
+    }
     batch_size = int(event.get("BatchSize") or DEFAULT_BATCH_SIZE)
     if batch_size > SQS_LIMITS.max_batch:
-        log.warning("BatchSize is more than one SQS receive brings; batches of at most that many", function=name,
-                    batch_size=batch_size, at_most=SQS_LIMITS.max_batch)
+        log.warning(
+            "BatchSize is more than one SQS receive brings; batches of at most that many",
+            function=name,
+            batch_size=batch_size,
+            at_most=SQS_LIMITS.max_batch,
+        )
     settings["batch_size"] = min(batch_size, SQS_LIMITS.max_batch)
     window = float(event.get("MaximumBatchingWindowInSeconds") or 0)
     concurrency = (event.get("ScalingConfig") or {}).get("MaximumConcurrency")
@@ -322,11 +368,17 @@ def _register(app: WorkerApp, name: str, event: Mapping[str, Any], properties: M
     if handler is None:
         return
     function = LambdaFunction(
-        name=name, handler=handler, queue=queue, queue_arn=f"arn:aws:sqs:{resolver.region}:{ACCOUNT_ID}:{queue}",
-        region=resolver.region, timeout=settings["function_timeout"],
+        name=name,
+        handler=handler,
+        queue=queue,
+        queue_arn=f"arn:aws:sqs:{resolver.region}:{ACCOUNT_ID}:{queue}",
+        region=resolver.region,
+        timeout=settings["function_timeout"],
         memory_mb=int(properties.get("MemorySize") or DEFAULT_MEMORY_MB),
-        reports_failures=REPORT_BATCH_ITEM_FAILURES in (event.get("FunctionResponseTypes") or []), filters=filters,
+        reports_failures=REPORT_BATCH_ITEM_FAILURES in (event.get("FunctionResponseTypes") or []),
+        filters=filters,
     )
     options = {"batching_window": window} if window > 0 else {}
-    app.queue_trigger(arg_name="messages", queue_name=queue, connection=CONNECTION, cardinality="many",
-                      settings=settings, **options)(lambda_handler(function, ACCOUNT_ID))
+    app.queue_trigger(
+        arg_name="messages", queue_name=queue, connection=CONNECTION, cardinality="many", settings=settings, **options
+    )(lambda_handler(function, ACCOUNT_ID))

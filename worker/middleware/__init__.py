@@ -131,8 +131,18 @@ class Middleware:
 #: weak references in a tuple replaced whole, so that a thread reading it never sees it change.
 _CHAINS = "_worker_chains"
 
-_HOOKS = ("host_started", "host_stopped", "not_ready", "receive_limit", "after_receive", "before_invocation",
-          "after_invocation", "on_interrupt", "retry_delay", "after_completion")
+_HOOKS = (
+    "host_started",
+    "host_stopped",
+    "not_ready",
+    "receive_limit",
+    "after_receive",
+    "before_invocation",
+    "after_invocation",
+    "on_interrupt",
+    "retry_delay",
+    "after_completion",
+)
 
 
 class Chain:
@@ -188,8 +198,14 @@ class Chain:
             self._failures[key] = (last, since + 1)
             return
         self._failures[key] = (now, 0)
-        log.error("middleware hook failed; the host goes on as if it were not there", middleware=middleware,
-                  hook=name, error=f"{type(exc).__name__}: {exc}", failures_not_logged=since, exc_info=exc)
+        log.error(
+            "middleware hook failed; the host goes on as if it were not there",
+            middleware=middleware,
+            hook=name,
+            error=f"{type(exc).__name__}: {exc}",
+            failures_not_logged=since,
+            exc_info=exc,
+        )
 
     def host_started(self, functions: Sequence[FunctionSpec]) -> None:
         self._each(self._started, functions)

@@ -60,21 +60,22 @@ class Bindings(Middleware):
                 data = invocation.scratch(BINDINGS_SCRATCH).get("binding_data", {}) if function.has_blob_bindings else {}
                 await send_outputs(function.outputs, values, self.storage, self.encoding, data)
         except MessageTooLarge as exc:  # no attempt could: the same output is as large every time
-            log.error("output is larger than its queue's service takes; the message goes to the poison queue",
-                      error=str(exc))
+            log.error(
+                "output is larger than its queue's service takes; the message goes to the poison queue", error=str(exc)
+            )
             return Result(Outcome.POISON, f"output binding: {exc}")
         except Unusable as exc:  # no attempt could write it: a name the service refuses, a value of the wrong type
-            log.error("output binding cannot be written for this message; it goes to the poison queue",
-                      error=str(exc))
+            log.error("output binding cannot be written for this message; it goes to the poison queue", error=str(exc))
             return Result(Outcome.POISON, f"output binding: {exc}")
         except OutcomeUnknown as exc:  # outputs are at-least-once: the retry sends every output again
-            log.error("output binding failed and may have been sent; the message will be retried, which sends its "
-                      "outputs again, so a consumer of them may see this one twice (see the docs' page on leases: "
-                      "idempotent consumers)",
-                      error=f"{type(exc).__name__}: {exc}")
+            log.error(
+                "output binding failed and may have been sent; the message will be retried, which sends its "
+                "outputs again, so a consumer of them may see this one twice (see the docs' page on leases: "
+                "idempotent consumers)",
+                error=f"{type(exc).__name__}: {exc}",
+            )
             return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
         except Exception as exc:
             log.error("output binding failed; the message will be retried", error=f"{type(exc).__name__}: {exc}")
             return Result(Outcome.FAILED, f"output binding: {type(exc).__name__}: {exc}")
         return None
-

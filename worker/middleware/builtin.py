@@ -57,8 +57,12 @@ def section_problems(config: HostConfig, given: Sequence[Middleware]) -> list[st
 
 
 def standard(
-    config: HostConfig, metrics: Metrics, storage: Storage, functions: Sequence[FunctionSpec],
-    given: Sequence[Middleware] = (), telemetry: Telemetry | None = None,
+    config: HostConfig,
+    metrics: Metrics,
+    storage: Storage,
+    functions: Sequence[FunctionSpec],
+    given: Sequence[Middleware] = (),
+    telemetry: Telemetry | None = None,
 ) -> list[Middleware]:
     """Tracing first when on (its span is current for everything after it), counting (it sees every final result),
     then logs, bindings, the concurrency cap, the retry delay, Spark.

@@ -88,8 +88,9 @@ def session_tag_suffix(session_id: str, tag: str) -> str:
     return f"_Session_{session_id}_Tag_{tag}"
 
 
-def cancel_left_jobs(ui: ConnectWebUi, session_id: str, tag: str, *, watch: float = WATCH_SECONDS,
-                     give_up: float = GIVE_UP_SECONDS) -> list[int]:
+def cancel_left_jobs(
+    ui: ConnectWebUi, session_id: str, tag: str, *, watch: float = WATCH_SECONDS, give_up: float = GIVE_UP_SECONDS
+) -> list[int]:
     """Kill the jobs of ``tag`` still running on the server, watching ``watch`` seconds for late ones; returns them.
 
     Called once the interrupted handler returned, so any job of its tag still
@@ -110,16 +111,23 @@ def cancel_left_jobs(ui: ConnectWebUi, session_id: str, tag: str, *, watch: floa
             jobs = ui.running_job_tags()
             running = _ending(jobs, suffix)
             if not running and (running := _ending(jobs, tag)):
-                fall_back("pyspark", "a Connect session's tag among a job's tags, as ..._Session_<id>_Tag_<tag>",
-                          "an interrupted invocation's left jobs are found by its own tag alone")
+                fall_back(
+                    "pyspark",
+                    "a Connect session's tag among a job's tags, as ..._Session_<id>_Tag_<tag>",
+                    "an interrupted invocation's left jobs are found by its own tag alone",
+                )
             for job in running:
                 ui.kill(job)
                 if job not in killed:
                     killed.append(job)
         except (OSError, ValueError) as exc:
             if failure is None:
-                log.warning("the Connect server's web UI did not answer; asking again", tag=tag, web_ui=ui.url,
-                            error=f"{type(exc).__name__}: {exc}")
+                log.warning(
+                    "the Connect server's web UI did not answer; asking again",
+                    tag=tag,
+                    web_ui=ui.url,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
             failure = f"{type(exc).__name__}: {exc}"
             pause.wait(POLL_SECONDS)
             continue
@@ -130,9 +138,18 @@ def cancel_left_jobs(ui: ConnectWebUi, session_id: str, tag: str, *, watch: floa
             break
         pause.wait(POLL_SECONDS)
     if failure is not None:
-        log.error("cannot cancel through the Connect server's web UI the Spark jobs an interrupt left running",
-                  tag=tag, web_ui=ui.url, error=failure, seconds=give_up)
+        log.error(
+            "cannot cancel through the Connect server's web UI the Spark jobs an interrupt left running",
+            tag=tag,
+            web_ui=ui.url,
+            error=failure,
+            seconds=give_up,
+        )
     if killed:
-        log.warning("Spark jobs of an interrupted invocation outlived its operation on the Connect server; "
-                    "cancelled through its web UI", tag=tag, jobs=killed)
+        log.warning(
+            "Spark jobs of an interrupted invocation outlived its operation on the Connect server; "
+            "cancelled through its web UI",
+            tag=tag,
+            jobs=killed,
+        )
     return killed

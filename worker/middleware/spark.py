@@ -122,16 +122,20 @@ def _set_on_connect(session: SparkSession, conf: dict[str, str]) -> None:
                 raise
             left.append(key)
     if left:
-        log.info("Spark settings left to the Connect server: a session cannot set them; give them to the server "
-                 "where it starts", keys=left)
+        log.info(
+            "Spark settings left to the Connect server: a session cannot set them; give them to the server where it starts",
+            keys=left,
+        )
 
 
 #: PySpark's private parts this middleware relies on, by class: for a classic session, the process's JVM (its
 #: process, found dead or killed at a deadline; its log put in a file; forgotten once gone) and the session PySpark
 #: keeps; for a Connect one, the client's release with a deadline. Checked before Spark starts
 #: (:func:`private_parts_problem`): no fallback keeps those promises, so a PySpark without them is refused.
-_CLASSIC_PARTS = {"pyspark:SparkContext": ("_gateway", "_jvm", "_lock"),
-                  "pyspark.sql:SparkSession": ("_instantiatedSession", "_activeSession")}
+_CLASSIC_PARTS = {
+    "pyspark:SparkContext": ("_gateway", "_jvm", "_lock"),
+    "pyspark.sql:SparkSession": ("_instantiatedSession", "_activeSession"),
+}
 _CONNECT_PARTS = {"pyspark.sql.connect.client:SparkConnectClient": ("set_retry_policies", "release_session", "close")}
 #: What the source of a function must assign for the parts only an instance holds.
 _CLASSIC_ASSIGNED = {"pyspark.java_gateway:launch_gateway": "gateway.proc", "pyspark:SparkContext": "self._jsc"}
@@ -173,8 +177,10 @@ def private_parts_problem(remote: bool) -> str | None:
         missing.append(f"{type(exc).__name__}: {exc}")
     if not missing:
         return None
-    return (f"spark: pyspark {version('pyspark')} is not as this worker expects ({'; '.join(missing)}); install the "
-            "pyspark of constraints.txt")
+    return (
+        f"spark: pyspark {version('pyspark')} is not as this worker expects ({'; '.join(missing)}); install the "
+        "pyspark of constraints.txt"
+    )
 
 
 def start_problem(functions: Sequence[FunctionSpec], given: Sequence[Middleware], config: HostConfig) -> str | None:
@@ -376,8 +382,12 @@ class SparkProvider:
             return spark
 
         try:
-            spark = _bounded(self.settings.start_timeout, "making the session" + (" and its warm-up job" * warm_up),
-                             build, lambda: self._abandon(made))
+            spark = _bounded(
+                self.settings.start_timeout,
+                "making the session" + (" and its warm-up job" * warm_up),
+                build,
+                lambda: self._abandon(made),
+            )
         except Exception as exc:
             failure = str(exc) if isinstance(exc, SparkTimeout) else f"{type(exc).__name__}: {exc}"
             log.error("Spark did not start", master=self.settings.master, error=failure)
@@ -399,8 +409,13 @@ class SparkProvider:
         if closed:
             _discard(spark, self.remote, self.settings.check_timeout)
             raise SparkUnavailable("the host stopped while Spark was starting")
-        log.info("Spark ready", master=self.settings.master, seconds=round(time.monotonic() - began, 3),
-                 warmed_up=warm_up, starts=self.starts)
+        log.info(
+            "Spark ready",
+            master=self.settings.master,
+            seconds=round(time.monotonic() - began, 3),
+            warmed_up=warm_up,
+            starts=self.starts,
+        )
         self._changed()
         return spark
 
@@ -448,8 +463,7 @@ class SparkProvider:
 
     def _check(self, call: Callable[[], T], made: list[SparkSession]) -> T:
         """One call that asks whether the session is alive, within ``check_timeout``."""
-        return _bounded(self.settings.check_timeout, "checking that the session is alive", call,
-                        lambda: self._abandon(made))
+        return _bounded(self.settings.check_timeout, "checking that the session is alive", call, lambda: self._abandon(made))
 
     def _abandon(self, made: list[SparkSession]) -> None:
         """Make a Spark call that passed its deadline fail (run by the deadline's timer, see :func:`_bounded`).
@@ -566,9 +580,12 @@ class SparkProvider:
         server's web UI, any job of the tag the interrupt could not reach (:mod:`worker.middleware.connect_jobs`),
         or say that one may be left."""
         if self.settings.web_ui is None:
-            log.warning("an interrupted Spark Connect query may leave a job running on the server (a shuffle stage "
-                        "submitted as its operation was cancelled); give spark.webUi, the server's web UI, so that "
-                        "the host cancels such jobs", tag=tag)
+            log.warning(
+                "an interrupted Spark Connect query may leave a job running on the server (a shuffle stage "
+                "submitted as its operation was cancelled); give spark.webUi, the server's web UI, so that "
+                "the host cancels such jobs",
+                tag=tag,
+            )
             return
         cancel_left_jobs(ConnectWebUi(self.settings.web_ui), spark.session_id, tag)
 
@@ -662,8 +679,9 @@ def _stop_quietly(spark: SparkSession) -> None:
         log.info("the Spark session did not stop cleanly", error=f"{type(exc).__name__}: {exc}")
 
 
-def _cancel_until(cancel: Callable[[], object], tag: str, handler_returned: threading.Event,
-                  after: Callable[[], object] | None = None) -> None:
+def _cancel_until(
+    cancel: Callable[[], object], tag: str, handler_returned: threading.Event, after: Callable[[], object] | None = None
+) -> None:
     """Cancel the tag's jobs now and again every half second until the handler returns, off the event loop; then
     run ``after`` (on Spark Connect, the search for jobs the interrupts could not reach).
 
@@ -757,8 +775,7 @@ class Spark(Middleware):
             self._restart.name = "spark-start-again"
             self._restart.daemon = True
             self._restart.start()
-        log.warning("starting Spark again after a pause; the messages of its functions wait in the queue",
-                    seconds=pause)
+        log.warning("starting Spark again after a pause; the messages of its functions wait in the queue", seconds=pause)
 
     def not_ready(self) -> list[str]:
         problem = self.provider.problem()

@@ -78,22 +78,28 @@ FUNCTION_OPTIONS = {
 }
 
 #: The ``spark:`` section: its keys, each read into the :class:`SparkSettings` field of the same meaning.
-SECTION = SectionSchema("spark", {
-    "master": Setting("master", parse_master),
-    "appName": Setting("app_name", parse_text),
-    "conf": Setting("conf", parse_conf),
-    "startTimeout": Setting("start_timeout", parse_duration, Between(1, 86400, "s")),
-    "checkTimeout": Setting("check_timeout", parse_duration, Between(1, 3600, "s")),
-    "webUi": Setting("web_ui", parse_web_ui),
-}, SparkSettings, about="Spark's middleware: where and how Spark runs")
+SECTION = SectionSchema(
+    "spark",
+    {
+        "master": Setting("master", parse_master),
+        "appName": Setting("app_name", parse_text),
+        "conf": Setting("conf", parse_conf),
+        "startTimeout": Setting("start_timeout", parse_duration, Between(1, 86400, "s")),
+        "checkTimeout": Setting("check_timeout", parse_duration, Between(1, 3600, "s")),
+        "webUi": Setting("web_ui", parse_web_ui),
+    },
+    SparkSettings,
+    about="Spark's middleware: where and how Spark runs",
+)
 
 
 def from_config(config: HostConfig) -> SparkSettings:
     """The settings ``config``'s ``spark:`` section gives (the defaults for what it leaves out), with the JVM's log
     in ``.worker/spark.log`` beside host.yaml. Raises ConfigError(s) for a wrong value; the host refuses those at
     start, listed with its other problems."""
-    return SparkSettings(**SECTION.read(config.sections.get(SECTION.name)),
-                         log_file=config.base_dir / ".worker" / "spark.log")
+    return SparkSettings(
+        **SECTION.read(config.sections.get(SECTION.name)), log_file=config.base_dir / ".worker" / "spark.log"
+    )
 
 
 def asked_for(config: HostConfig, functions: Sequence[FunctionSpec], given_spark: bool) -> bool:
@@ -101,5 +107,9 @@ def asked_for(config: HostConfig, functions: Sequence[FunctionSpec], given_spark
     section, the app or host.yaml gives a Spark middleware (``given_spark``), or the app imported
     :mod:`worker.spark` (its handlers may call ``spark.session()`` without the flag). An app that asks for none of
     these gets no Spark middleware, and its process never imports Spark's module."""
-    return (given_spark or SECTION.name in config.sections or any(f.extra("spark") for f in functions)
-            or "worker.spark" in sys.modules)
+    return (
+        given_spark
+        or SECTION.name in config.sections
+        or any(f.extra("spark") for f in functions)
+        or "worker.spark" in sys.modules
+    )

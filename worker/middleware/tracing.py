@@ -59,11 +59,14 @@ class Tracing(Middleware):
         #: Spans of invocations whose messages are not all completed, by invocation id.
         self._open: dict[str, _Open] = {}
 
-    def _start(self, function: str, queue: str, backend: QueueBackend, raws: Sequence[RawMessage],
-               invocation_id: str, many: bool) -> Span:
+    def _start(
+        self, function: str, queue: str, backend: QueueBackend, raws: Sequence[RawMessage], invocation_id: str, many: bool
+    ) -> Span:
         attributes: dict[str, Any] = {
             **messaging_attributes(backend.messaging_system, queue, "process", "process"),
-            "faas.trigger": "pubsub", "faas.invocation_id": invocation_id, "worker.function": function,
+            "faas.trigger": "pubsub",
+            "faas.invocation_id": invocation_id,
+            "worker.function": function,
         }
         parent = otel_context.Context()  # a root unless the producer's context says otherwise
         links = []
@@ -75,30 +78,40 @@ class Tracing(Middleware):
             attributes["worker.message.dequeue_count"] = raws[0].dequeue_count
             if (producer := self.telemetry.extract(raws[0].properties)) is not None:
                 parent = trace.set_span_in_context(NonRecordingSpan(producer), parent)
-        return self.telemetry.tracer.start_span(f"process {queue}", context=parent, kind=SpanKind.CONSUMER,
-                                                links=links, attributes=attributes)
+        return self.telemetry.tracer.start_span(
+            f"process {queue}", context=parent, kind=SpanKind.CONSUMER, links=links, attributes=attributes
+        )
 
     def before_invocation(self, invocation: Invocation) -> None:
         function = invocation.function
-        span = self._start(function.name, function.queue_name, invocation.backend,
-                           [d.raw for d in invocation.deliveries], invocation.id, function.many)
+        span = self._start(
+            function.name,
+            function.queue_name,
+            invocation.backend,
+            [d.raw for d in invocation.deliveries],
+            invocation.id,
+            function.many,
+        )
         # The invocation's own task: the handler's task or thread and completion copy or share this context.
         otel_context.attach(trace.set_span_in_context(span))
         self._open[invocation.id] = _Open(span, len(invocation.deliveries), function.many, invocation)
         if invocation.context is not None:  # as the propagator writes it into what the handler's work sends
             carried = self.telemetry.inject(span)
-            invocation.context.trace_context = TraceContext(trace_parent=carried["traceparent"],
-                                                            trace_state=carried.get("tracestate", ""))
+            invocation.context.trace_context = TraceContext(
+                trace_parent=carried["traceparent"], trace_state=carried.get("tracestate", "")
+            )
 
     def after_completion(self, item: Finished, result: Result, done: Done) -> None:
         opened = self._open.get(item.invocation_id)
         if opened is None:  # settled before its handler could run (undecodable, past maxDequeueCount, shutdown)
-            opened = _Open(self._start(item.function, item.queue, item.backend, [item.raw], item.invocation_id, False),
-                           1)
+            opened = _Open(self._start(item.function, item.queue, item.backend, [item.raw], item.invocation_id, False), 1)
         opened.remaining -= 1
         span = opened.span
-        outcome = {"messaging.message.id": item.raw.id, "worker.outcome": result.outcome.value,
-                   "worker.completion": done.value}
+        outcome = {
+            "messaging.message.id": item.raw.id,
+            "worker.outcome": result.outcome.value,
+            "worker.completion": done.value,
+        }
         if result.reason:
             outcome["worker.reason"] = result.reason
         if opened.many:

@@ -111,9 +111,17 @@ FUNCTIONS_LEVELS = {
     "none": logging.CRITICAL + 10,
 }
 #: structlog's method names and their levels.
-_METHOD_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "msg": logging.INFO, "warning": logging.WARNING,
-                  "warn": logging.WARNING, "error": logging.ERROR, "exception": logging.ERROR,
-                  "critical": logging.CRITICAL, "fatal": logging.CRITICAL}
+_METHOD_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "msg": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
 
 
 class Categories:
@@ -224,7 +232,7 @@ class _DescriptorWriter(io.TextIOBase):
         if written < len(data):  # a pipe may take part of a long line when a signal interrupts the write
             view = memoryview(data)[written:]
             while view:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
         return len(text)
 
     def flush(self) -> None:
@@ -249,8 +257,12 @@ def private_stderr() -> TextIO:
         stream.flush()
     except (OSError, ValueError, AttributeError):
         return stream
-    sys.stderr = io.TextIOWrapper(open(os.dup(fd), "wb"), encoding=stream.encoding, errors=stream.errors,  # noqa: SIM115
-                                  line_buffering=True)
+    sys.stderr = io.TextIOWrapper(
+        open(os.dup(fd), "wb"),
+        encoding=stream.encoding,
+        errors=stream.errors,  # noqa: SIM115
+        line_buffering=True,
+    )
     return _DescriptorWriter(os.dup(fd))
 
 
@@ -311,13 +323,16 @@ def always(logger: str, event: str, **fields: Any) -> None:
     """
     config = structlog.get_config()
     processors = [p for p in config["processors"] if not isinstance(getattr(p, "__self__", None), Categories)]
-    line = structlog.wrap_logger(config["logger_factory"](logger), processors=processors,
-                                 wrapper_class=structlog.BoundLogger)
+    line = structlog.wrap_logger(
+        config["logger_factory"](logger), processors=processors, wrapper_class=structlog.BoundLogger
+    )
     line.info(event, **fields)
 
 
 def configure_logging(
-    level: str | None = "INFO", json_lines: bool | None = None, stream: TextIO | None = None,
+    level: str | None = "INFO",
+    json_lines: bool | None = None,
+    stream: TextIO | None = None,
     categories: Mapping[str, str] | None = None,
 ) -> None:
     """Send structlog and stdlib logging to ``stream`` (stderr); JSON unless it is a terminal.
@@ -358,16 +373,18 @@ def configure_logging(
     handler = _SinkHandler(sink)
     if by_category:
         handler.addFilter(by_category.filter)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        # A record's extra= fields are kept, as Functions keeps them (App Insights' customDimensions).
-        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.format_exc_info,
-            _redact_event,
-            renderer,
-        ],
-    ))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            # A record's extra= fields are kept, as Functions keeps them (App Insights' customDimensions).
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                _redact_event,
+                renderer,
+            ],
+        )
+    )
     # Python warnings (pyspark's UserWarnings, pandas' FutureWarnings) become log lines too, not raw stderr text.
     logging.captureWarnings(True)
     root = logging.getLogger()
@@ -381,7 +398,8 @@ def configure_logging(
     # azure-identity logs each failed sign-in at WARNING as a page of text; the host's own line names the
     # connection and the cause once per failed call instead.
     logging.getLogger("azure.identity").setLevel(
-        logging.NOTSET if "azure.identity" in named else max(numeric, logging.ERROR))
+        logging.NOTSET if "azure.identity" in named else max(numeric, logging.ERROR)
+    )
 
 
 #: The SDKs whose loggers are held at WARNING unless host.json's ``logging.logLevel`` names them (or a logger of

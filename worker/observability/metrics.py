@@ -50,9 +50,9 @@ COUNTER_HELP = {
     "storage_errors": "Storage calls that failed after their retries",
     "storage_retries": "Storage calls retried after a transient failure",
     "recycles": "Processes recycled because a sync handler ran past functionTimeout (counted by the process that "
-                "settled its message)",
+    "settled its message)",
     "filtered": "Messages deleted unhandled because the function's filters matched none of them (a Lambda event's "
-                "FilterCriteria)",
+    "FilterCriteria)",
 }
 Gauge = tuple[str, str, Callable[[], dict[str, float]]]
 
@@ -110,11 +110,13 @@ class Metrics:
         self._lock = threading.Lock()
         self.registry = CollectorRegistry()
         self.handler_seconds = PerFunction(
-            "worker_handler_duration_seconds", "Time from handler start to its return",
+            "worker_handler_duration_seconds",
+            "Time from handler start to its return",
             (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600),
         )
         self.receive_seconds = PerFunction(
-            "worker_receive_duration_seconds", "Time one receive call to storage took (poll latency)",
+            "worker_receive_duration_seconds",
+            "Time one receive call to storage took (poll latency)",
             (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15),
         )
         self.registry.register(_Exposition(self))
@@ -183,8 +185,9 @@ class _Exposition:
                     if key == name and function:
                         family.add_metric([function], n)
             families.append(family)
-        family = CounterMetricFamily("worker_middleware_errors", "Middleware hooks that raised (the host went on "
-                                     "without them)", labels=["middleware"])
+        family = CounterMetricFamily(
+            "worker_middleware_errors", "Middleware hooks that raised (the host went on without them)", labels=["middleware"]
+        )
         for middleware, n in sorted(hooks.items()):
             family.add_metric([middleware], n)
         families.append(family)
@@ -195,8 +198,13 @@ class _Exposition:
             families.append(gauge)
         families += [m.handler_seconds.family(), m.receive_seconds.family()]
         # The process's, not a function's: its log stream refused them (stderr closed, a broken pipe, a full disk).
-        families.append(CounterMetricFamily("worker_log_lines_dropped", "Log lines dropped because the log stream "
-                                            "refused them (closed, broken pipe, disk full)", value=logs.dropped_lines()))
+        families.append(
+            CounterMetricFamily(
+                "worker_log_lines_dropped",
+                "Log lines dropped because the log stream refused them (closed, broken pipe, disk full)",
+                value=logs.dropped_lines(),
+            )
+        )
         return families
 
 

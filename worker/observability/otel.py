@@ -125,10 +125,17 @@ def _redacted(span: ReadableSpan) -> ReadableSpan:
     if status.description:
         status = Status(status.status_code, redact(status.description))
     return ReadableSpan(
-        name=redact(span.name), context=span.context, parent=span.parent, resource=span.resource,
+        name=redact(span.name),
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
         attributes=_attributes(span.attributes),
         events=[Event(event.name, _attributes(event.attributes), event.timestamp) for event in span.events],
-        links=span.links, kind=span.kind, status=status, start_time=span.start_time, end_time=span.end_time,
+        links=span.links,
+        kind=span.kind,
+        status=status,
+        start_time=span.start_time,
+        end_time=span.end_time,
         instrumentation_scope=span.instrumentation_scope,
     )
 
@@ -139,8 +146,12 @@ def _attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def messaging_attributes(system: str, queue: str, operation: str, operation_type: str) -> dict[str, Any]:
     """The messaging semantic conventions' attributes every span about ``queue`` has."""
-    return {"messaging.system": system, "messaging.destination.name": queue,
-            "messaging.operation.name": operation, "messaging.operation.type": operation_type}
+    return {
+        "messaging.system": system,
+        "messaging.destination.name": queue,
+        "messaging.operation.name": operation,
+        "messaging.operation.type": operation_type,
+    }
 
 
 class TracedQueues:
@@ -161,12 +172,13 @@ class TracedQueues:
         return f"TracedQueues({self.inner!r})"
 
     @contextmanager
-    def _span(self, operation: str, queue: str, kind: SpanKind, operation_type: str,
-              **attributes: Any) -> Iterator[Span]:
+    def _span(self, operation: str, queue: str, kind: SpanKind, operation_type: str, **attributes: Any) -> Iterator[Span]:
         """A span ``<operation> <queue>`` around one call; a failure is its exception event and error status."""
         span = self.telemetry.tracer.start_span(
-            f"{operation} {queue}", kind=kind,
-            attributes={**messaging_attributes(self.system, queue, operation, operation_type), **attributes})
+            f"{operation} {queue}",
+            kind=kind,
+            attributes={**messaging_attributes(self.system, queue, operation, operation_type), **attributes},
+        )
         with trace.use_span(span, end_on_exit=True, record_exception=True, set_status_on_exception=True):
             yield span
 
@@ -196,21 +208,33 @@ class TracedQueues:
         """A receive recorded once its answer is known (only those that took messages, or failed): a trace of its own,
         started when the call was."""
         span = self.telemetry.tracer.start_span(
-            f"receive {queue}", kind=SpanKind.CLIENT, start_time=began, context=otel_context.Context(),
-            attributes={**messaging_attributes(self.system, queue, "receive", "receive"),
-                        "messaging.batch.message_count": count})
+            f"receive {queue}",
+            kind=SpanKind.CLIENT,
+            start_time=began,
+            context=otel_context.Context(),
+            attributes={
+                **messaging_attributes(self.system, queue, "receive", "receive"),
+                "messaging.batch.message_count": count,
+            },
+        )
         if exc is not None:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
         span.end()
 
-    async def update(self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float,
-                     content: str | None = None) -> Receipt:
+    async def update(
+        self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
+    ) -> Receipt:
         # Outside an invocation's span: a renewal (or a checkpoint), which the lease scheduler makes beside them all.
         if not trace.get_current_span().get_span_context().is_valid:
             return await self.inner.update(queue, message_id, pop_receipt, visibility_timeout, content)
-        with self._span("update", queue, SpanKind.CLIENT, "settle", **{
-                "messaging.message.id": message_id, "worker.visibility_timeout": visibility_timeout}):
+        with self._span(
+            "update",
+            queue,
+            SpanKind.CLIENT,
+            "settle",
+            **{"messaging.message.id": message_id, "worker.visibility_timeout": visibility_timeout},
+        ):
             return await self.inner.update(queue, message_id, pop_receipt, visibility_timeout, content)
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:

@@ -52,16 +52,33 @@ _SECRET = re.compile(
 
 #: Text in which none of these appears (in lower case) holds no secret of a known shape: the scan is skipped. Every
 #: name above holds one of the first seven; the others begin the other shapes.
-_TRIGGERS = ("key", "sig", "token", "pass", "secret", "credential", "authorization", "@", "-----begin", "akia", "asia",
-             "eyj")
+_TRIGGERS = (
+    "key",
+    "sig",
+    "token",
+    "pass",
+    "secret",
+    "credential",
+    "authorization",
+    "@",
+    "-----begin",
+    "akia",
+    "asia",
+    "eyj",
+)
 
 #: The process's secrets that have no shape of their own, in every form they may take (as they are, URL-encoded).
 _known: tuple[str, ...] = ()
 #: Shorter values are not remembered: they would hide ordinary words (moto's tests sign with "testing").
 MIN_REMEMBERED = 12
 #: Environment variables that hold secrets without a recognisable shape.
-SECRET_VARIABLES = ("WORKER_HTTP_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                    "AWS_ACCESS_KEY_ID")
+SECRET_VARIABLES = (
+    "WORKER_HTTP_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+)
 
 
 def _hide(match: re.Match[str]) -> str:

@@ -37,8 +37,10 @@ PROTOCOL = "http/protobuf"
 #: Variables that ask for traces, in the order they are named in messages.
 ASKING = ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 #: Modules the extra brings, each of which must be importable.
-_MODULES = {"opentelemetry.sdk.trace": "OpenTelemetry SDK",
-            "opentelemetry.exporter.otlp.proto.http.trace_exporter": "OTLP/HTTP exporter"}
+_MODULES = {
+    "opentelemetry.sdk.trace": "OpenTelemetry SDK",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter": "OTLP/HTTP exporter",
+}
 
 
 def disabled(environ: Mapping[str, str]) -> bool:
@@ -70,10 +72,10 @@ def problem(environ: Mapping[str, str]) -> str | None:
         return None
     chosen = exporters(environ)
     if unknown := [name for name in chosen if name not in EXPORTERS]:
-        return (f"OTEL_TRACES_EXPORTER names {', '.join(unknown)}: this host exports traces with "
-                f"{', '.join(EXPORTERS)}")
-    protocol = (environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-                or PROTOCOL).strip()
+        return f"OTEL_TRACES_EXPORTER names {', '.join(unknown)}: this host exports traces with {', '.join(EXPORTERS)}"
+    protocol = (
+        environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or PROTOCOL
+    ).strip()
     if "otlp" in chosen and protocol != PROTOCOL:
         return f"OTLP protocol {protocol!r} is not shipped: this host exports OTLP as {PROTOCOL}"
     missing = [what for module, what in _MODULES.items() if not _importable(module)]

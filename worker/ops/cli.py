@@ -102,14 +102,18 @@ MISSING_STORAGE_HINT = (
 
 
 #: ``worker --help``'s last words: where to begin, and where the documentation is.
-MAIN_EPILOG = ("Begin with: worker init hello && cd hello && worker send hello world && worker run --burst. "
-               "The documentation: the docs/ folder of the source (Markdown, readable as it is), or the site that "
-               "make docs builds into site/ from a clone of the repository (see its README).")
+MAIN_EPILOG = (
+    "Begin with: worker init hello && cd hello && worker send hello world && worker run --burst. "
+    "The documentation: the docs/ folder of the source (Markdown, readable as it is), or the site that "
+    "make docs builds into site/ from a clone of the repository (see its README)."
+)
 
 #: ``worker run --help``'s last words: how to see the worker at work.
-RUN_EPILOG = ("The web console: worker run --http-port 8080 --http-host 127.0.0.1, then open http://127.0.0.1:8080/ "
-              "on this machine; the start's 'web console' line gives its address and how to get in (with "
-              "WORKER_HTTP_TOKEN set, the token; without, loopback only).")
+RUN_EPILOG = (
+    "The web console: worker run --http-port 8080 --http-host 127.0.0.1, then open http://127.0.0.1:8080/ "
+    "on this machine; the start's 'web console' line gives its address and how to get in (with "
+    "WORKER_HTTP_TOKEN set, the token; without, loopback only)."
+)
 
 
 class UsageError(Exception):
@@ -185,8 +189,7 @@ def _with_backend(
             string = config.connection_string(connection)
             if (file := embedded_file(string, config.base_dir)) is not None:
                 if not writes and not file.exists():
-                    print(printable(f"no embedded queue file at {file}: nothing has been sent to it yet"),
-                          file=sys.stderr)
+                    print(printable(f"no embedded queue file at {file}: nothing has been sent to it yet"), file=sys.stderr)
                     string = f"{SQLITE_PREFIX}{Path(scratch, 'empty.sqlite3').as_posix()}"
                 else:
                     _announce(file, connection_problem(string, config.base_dir))
@@ -208,8 +211,10 @@ def _announce(file: Path, problem: str | None) -> None:
     easy to make by mistake. A file that cannot be used (read-only, say) is refused first, with no notice."""
     if problem is not None:
         raise UnusableFile(problem)
-    print(printable(f"embedded queue: {file}" if file.exists() else f"creating a new embedded queue file at {file}"),
-          file=sys.stderr)
+    print(
+        printable(f"embedded queue: {file}" if file.exists() else f"creating a new embedded queue file at {file}"),
+        file=sys.stderr,
+    )
 
 
 def _iso(value: Any) -> str | None:
@@ -239,20 +244,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         if raised is not None:
             log.info("limit on open files raised", soft=raised[0], now=raised[1])
         if args.local_settings.found:
-            log.info("local settings read", path=str(args.local_settings.path),
-                     settings=len(args.local_settings.applied))
+            log.info("local settings read", path=str(args.local_settings.path), settings=len(args.local_settings.applied))
         if args.local_settings.skipped:
-            log.info("local settings skipped: already defined in the environment",
-                     keys=list(args.local_settings.skipped))
+            log.info("local settings skipped: already defined in the environment", keys=list(args.local_settings.skipped))
         unused = unused_functions_settings(os.environ)
         if unused:  # named once rather than dropped without a word: an app moved from Functions carries them
             log.info("Functions app settings not used by this host", settings=unused)
         if config.source is not None:
             log.info("config file", path=str(config.source))
             if args.config is None and (unread := _unread_settings_file(config.source)) is not None:
-                log.warning(f"{unread.name} beside {config.source.name} is not read: {config.source.name} wins; merge "
-                            f"them into one, or name the one to read with --config", read=str(config.source),
-                            not_read=str(unread))
+                log.warning(
+                    f"{unread.name} beside {config.source.name} is not read: {config.source.name} wins; merge "
+                    f"them into one, or name the one to read with --config",
+                    read=str(config.source),
+                    not_read=str(unread),
+                )
         else:
             log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
     if not args.no_supervisor:
@@ -261,10 +267,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         # nothing of the app: the app is imported (its import-time code run, its warnings said) and checked only
         # in the processes that run it, and a process that refuses it exits 2, which ends worker run with 2.
         command = child_command(args.app, str(config.source) if config.source else None, args.log_level, args.burst)
-        supervisor = Supervisor(command, args.processes or config.processes, http_port=config.http_port,
-                                http_host=config.http_host, token=token, open_data=config.http_open_data,
-                                allowed=config.http_allowed_hosts, burst=args.burst,
-                                child_env=_function_processes(args.app, config.base_dir))
+        supervisor = Supervisor(
+            command,
+            args.processes or config.processes,
+            http_port=config.http_port,
+            http_host=config.http_host,
+            token=token,
+            open_data=config.http_open_data,
+            allowed=config.http_allowed_hosts,
+            burst=args.burst,
+            child_env=_function_processes(args.app, config.base_dir),
+        )
         return asyncio.run(supervisor.run())
     # Only this branch loads the app, and with it the host: imported here, so that the supervisor above does not.
     from worker.ops.host_process import run_here
@@ -313,8 +326,10 @@ def cmd_send(args: argparse.Namespace) -> int:
     _kind(config, args.connection).limits.check_name(args.queue)  # refused (2) before anything is made
     ttl = DEFAULT_TTL_SECONDS if args.ttl is None else args.ttl
     if ttl != NEVER_EXPIRES and args.delay >= ttl:  # refused before the queue is made
-        raise UsageError(f"--delay must be shorter than --ttl (default {DEFAULT_TTL_SECONDS / 86400:g}d), got "
-                         f"{args.delay:g}s and {ttl:g}s")
+        raise UsageError(
+            f"--delay must be shorter than --ttl (default {DEFAULT_TTL_SECONDS / 86400:g}d), got "
+            f"{args.delay:g}s and {ttl:g}s"
+        )
     limit = _limits(config, args.connection).max_message_bytes
     for number, text in enumerate(texts, 1):
         if (size := len(text.encode("utf-8"))) > limit:
@@ -334,10 +349,7 @@ def cmd_send(args: argparse.Namespace) -> int:
         if backend.capabilities.creates_queues:
             await backend.create_queue(args.queue)
         target = telemetry.traced(backend) if telemetry is not None else backend
-        return [
-            await target.put(args.queue, text, visibility_timeout=args.delay, time_to_live=args.ttl)
-            for text in texts
-        ]
+        return [await target.put(args.queue, text, visibility_timeout=args.delay, time_to_live=args.ttl) for text in texts]
 
     try:
         sent = _with_backend(config, args.connection, work, writes=True)
@@ -372,9 +384,11 @@ def _other_connection(config: HostConfig, queue: str, connection: str | None) ->
     if any(storage(reader) == storage(connection) for reader in readers):
         return None
     names = ", ".join(sorted(reader or DEFAULT_CONNECTION for reader in readers))
-    return (f"warning: the app in {app_folder} reads queue {queue!r} through connection {names}, not "
-            f"{connection or DEFAULT_CONNECTION}, which reaches other storage; the message is sent there all the "
-            f"same: pass --connection {sorted(r or DEFAULT_CONNECTION for r in readers)[0]} to reach the app")
+    return (
+        f"warning: the app in {app_folder} reads queue {queue!r} through connection {names}, not "
+        f"{connection or DEFAULT_CONNECTION}, which reaches other storage; the message is sent there all the "
+        f"same: pass --connection {sorted(r or DEFAULT_CONNECTION for r in readers)[0]} to reach the app"
+    )
 
 
 def _kind(config: HostConfig, connection: str | None) -> BackendKind:
@@ -414,8 +428,10 @@ async def _nothing_visible(backend: QueueBackend, queue: str) -> str:
     held = await backend.approximate_count(queue)
     if held == 0:
         return f"queue {queue} is empty"
-    return (f"queue {queue} has no visible messages; it holds about {held} that are invisible now (leased by a "
-            "worker, or sent with a delay)")
+    return (
+        f"queue {queue} has no visible messages; it holds about {held} that are invisible now (leased by a "
+        "worker, or sent with a delay)"
+    )
 
 
 def _print_messages(
@@ -427,8 +443,12 @@ def _print_messages(
     own, which counts nothing), where its backend kept them (:func:`worker.runtime.poison.failure_of`)."""
     rows = []
     for m in messages:
-        row: dict[str, Any] = {"id": m.id, "dequeueCount": m.dequeue_count, "insertionTime": _iso(m.insertion_time),
-                               "expirationTime": _iso(m.expiration_time)}
+        row: dict[str, Any] = {
+            "id": m.id,
+            "dequeueCount": m.dequeue_count,
+            "insertionTime": _iso(m.insertion_time),
+            "expirationTime": _iso(m.expiration_time),
+        }
         if poison:
             row["lastFailure"], row["attempts"] = failure_of(m)
         rows.append(row | {"body": body_text(m.content, config.message_encoding)})
@@ -440,9 +460,12 @@ def _print_messages(
         for row in rows:
             attempts = row["attempts"] if row["attempts"] is not None else "?"
             _say(f"{row['id']}  attempts={attempts}  inserted={row['insertionTime']}  {row['body']}")
-            _say(f"    last failure: {row['lastFailure']}" if row["lastFailure"] is not None else
-                 f"    last failure: not kept with the message on this backend; the worker's log line 'message moved "
-                 f"to the poison queue' with poison_message_id={row['id']} says why")
+            _say(
+                f"    last failure: {row['lastFailure']}"
+                if row["lastFailure"] is not None
+                else f"    last failure: not kept with the message on this backend; the worker's log line 'message moved "
+                f"to the poison queue' with poison_message_id={row['id']} says why"
+            )
     else:
         for row in rows:
             _say(f"{row['id']}  dequeueCount={row['dequeueCount']}  inserted={row['insertionTime']}  {row['body']}")
@@ -462,8 +485,9 @@ def cmd_queues(args: argparse.Namespace) -> int:
             for name in await backend.list_queues()
         ]
 
-    _print_table(_with_backend(config, args.connection, work), {"name": "queue", "approximateMessageCount": "messages"},
-                 args.json)
+    _print_table(
+        _with_backend(config, args.connection, work), {"name": "queue", "approximateMessageCount": "messages"}, args.json
+    )
     return 0
 
 
@@ -505,8 +529,10 @@ def cmd_poison(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"action": args.action, "queue": args.queue, "deadLetterQueue": True, "messages": result}))
         elif args.action == "list":
-            _say(f"{result} messages in the dead-letter queue of {args.queue} (the service's API counts them but "
-                 "cannot show them; look with the OCI Console)")
+            _say(
+                f"{result} messages in the dead-letter queue of {args.queue} (the service's API counts them but "
+                "cannot show them; look with the OCI Console)"
+            )
         else:
             _say(f"{result} messages purged from the dead-letter queue of {args.queue}")
     elif kind == "list":
@@ -563,8 +589,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
             for source in sources
         ]
 
-    _print_table(_with_backend(config, args.connection, work), {"queue": "queue", "messages": "messages",
-                                                                  "poison": "poison"}, args.json)
+    _print_table(
+        _with_backend(config, args.connection, work),
+        {"queue": "queue", "messages": "messages", "poison": "poison"},
+        args.json,
+    )
     return 0
 
 
@@ -602,8 +631,10 @@ def _spark_host(text: str) -> str:
     host = _host(text)
     try:
         if ipaddress.ip_address(host).is_unspecified:
-            raise argparse.ArgumentTypeError(f"expected an address of this machine that clients reach it at (it goes "
-                                             f"into the spark:// or sc:// URL), got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected an address of this machine that clients reach it at (it goes "
+                f"into the spark:// or sc:// URL), got {text!r}"
+            )
     except ValueError:  # a host name
         pass
     return host
@@ -631,16 +662,20 @@ def _spark_state(args: argparse.Namespace) -> Path:
 def cmd_spark(args: argparse.Namespace) -> int:
     state = _spark_state(args)
     if args.action == "start-cluster":
-        master, worker = spark_cluster.start_cluster(state, host=args.host, port=args.port or 0, cores=args.cores,
-                                                     memory=args.memory, timeout=args.timeout)
+        master, worker = spark_cluster.start_cluster(
+            state, host=args.host, port=args.port or 0, cores=args.cores, memory=args.memory, timeout=args.timeout
+        )
         _tell(f"master {master.url} (pid {master.pid}, web UI {master.web_ui}, log {master.log})")
         _tell(f"worker registered (pid {worker.pid}, log {worker.log})")
         _started(master.url)
     elif args.action == "start-connect":
-        server = spark_cluster.start_connect(state, host=args.host, port=args.port or 0, master=args.master,
-                                             timeout=args.timeout)
-        _tell(f"Spark Connect server {server.url} on {args.master} (pid {server.pid}, web UI {server.web_ui} for "
-              f"spark.webUi, log {server.log})")
+        server = spark_cluster.start_connect(
+            state, host=args.host, port=args.port or 0, master=args.master, timeout=args.timeout
+        )
+        _tell(
+            f"Spark Connect server {server.url} on {args.master} (pid {server.pid}, web UI {server.web_ui} for "
+            f"spark.webUi, log {server.log})"
+        )
         _started(server.url)
     elif args.action == "status":
         servers = spark_cluster.running(state)
@@ -664,8 +699,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     except scaffold.FolderNotEmpty as exc:
         raise UsageError(str(exc)) from None
     go = "" if folder.resolve() == Path.cwd() else f"cd {shlex.quote(args.folder)} && "
-    print(f"made an app in {folder}: function_app.py, host.json, local.settings.json, .gitignore\n"
-          f"try it: {go}worker send {scaffold.QUEUE} world && worker run --burst")
+    print(
+        f"made an app in {folder}: function_app.py, host.json, local.settings.json, .gitignore\n"
+        f"try it: {go}worker send {scaffold.QUEUE} world && worker run --burst"
+    )
     return 0
 
 
@@ -684,8 +721,7 @@ def _tell(line: str) -> None:
 
 
 def _started(url: str) -> None:
-    _tell(f"use spark.master: {url} in host.yaml (or python -m functions.demo --master {url}); "
-          "worker spark stop stops it")
+    _tell(f"use spark.master: {url} in host.yaml (or python -m functions.demo --master {url}); worker spark stop stops it")
     print(url, flush=True)
 
 
@@ -710,10 +746,14 @@ def _size(size: int) -> str:
 
 def limits_text() -> str:
     """Each backend's message size and batch limits, from the backends' own ``Limits``, for ``worker send --help``."""
-    parts = [f"{kind.name}: messages up to {_size(kind.limits.max_message_bytes)}, {kind.limits.max_batch} a receive "
-             "(batchSize)" for kind in KINDS]
-    return ("Limits of each backend: " + "; ".join(parts) + ". OCI Queue's size is its default (maxMessageBytes= in "
-            "the connection); Amazon SQS counts message attributes (a producer's trace context) in the size.")
+    parts = [
+        f"{kind.name}: messages up to {_size(kind.limits.max_message_bytes)}, {kind.limits.max_batch} a receive (batchSize)"
+        for kind in KINDS
+    ]
+    return (
+        "Limits of each backend: " + "; ".join(parts) + ". OCI Queue's size is its default (maxMessageBytes= in "
+        "the connection); Amazon SQS counts message attributes (a producer's trace context) in the size."
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -724,40 +764,77 @@ def _parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
         sub.set_defaults(handler=handler)
-        sub.add_argument("--config", help=f"settings file to read (default: {' else '.join(SETTINGS_FILES)}, in the "
-                                          "app's folder, then in the current folder or the nearest one above it, up to "
-                                          f"the project's root, which holds {' or '.join(PROJECT_ROOT_MARKERS)})")
+        sub.add_argument(
+            "--config",
+            help=f"settings file to read (default: {' else '.join(SETTINGS_FILES)}, in the "
+            "app's folder, then in the current folder or the nearest one above it, up to "
+            f"the project's root, which holds {' or '.join(PROJECT_ROOT_MARKERS)})",
+        )
         return sub
 
     # First in the help: a newcomer's first command.
-    init = commands.add_parser("init", help="make a folder holding an app that runs at once: function_app.py, "
-                                            "host.json, local.settings.json (the embedded queue), .gitignore",
-                               description="make a folder holding an app that runs at once: function_app.py, "
-                                           "host.json, local.settings.json (the embedded queue), .gitignore")
+    init = commands.add_parser(
+        "init",
+        help="make a folder holding an app that runs at once: function_app.py, "
+        "host.json, local.settings.json (the embedded queue), .gitignore",
+        description="make a folder holding an app that runs at once: function_app.py, "
+        "host.json, local.settings.json (the embedded queue), .gitignore",
+    )
     init.set_defaults(handler=cmd_init)
-    init.add_argument("folder", nargs="?", default=".", metavar="FOLDER",
-                      help="where to make it (default: the current folder); made if missing, and no file is overwritten")
+    init.add_argument(
+        "folder",
+        nargs="?",
+        default=".",
+        metavar="FOLDER",
+        help="where to make it (default: the current folder); made if missing, and no file is overwritten",
+    )
     run = command("run", "run the app's queue-triggered functions until SIGTERM or SIGINT", cmd_run)
     run.epilog = RUN_EPILOG
-    run.add_argument("--app", default=None, metavar="MODULE[:ATTR]|FOLDER",
-                     help="the app's module and object, or a Functions app's folder (v2: its function_app.py; "
-                          "v1: function folders with function.json) (default: function_app.py in the current folder, "
-                          "or the file PYTHON_SCRIPT_FILE_NAME names, and its app, else the current folder's v1 app, "
-                          "as Functions finds them)")
+    run.add_argument(
+        "--app",
+        default=None,
+        metavar="MODULE[:ATTR]|FOLDER",
+        help="the app's module and object, or a Functions app's folder (v2: its function_app.py; "
+        "v1: function folders with function.json) (default: function_app.py in the current folder, "
+        "or the file PYTHON_SCRIPT_FILE_NAME names, and its app, else the current folder's v1 app, "
+        "as Functions finds them)",
+    )
     run.add_argument("--burst", action="store_true", help="stop once the trigger queues are empty")
-    run.add_argument("--processes", type=_positive, default=None, metavar="N",
-                     help="run N worker processes under a supervisor (default: worker.processes, 1)")
-    run.add_argument("--no-supervisor", action="store_true",
-                     help="run the host in this process, without a supervisor (what the supervisor runs); a sync "
-                          f"handler past functionTimeout then ends it with exit code {RECYCLED}, and its message "
-                          "comes back when its lease ends")
-    run.add_argument("--http-port", type=_port, default=None, metavar="N",
-                     help="serve the web console at http://ADDRESS:N/, with /healthz, /readyz, /metrics and /leases "
-                          "(default: worker.httpPort; none when unset)")
-    run.add_argument("--http-host", type=_host, default=None, metavar="ADDRESS",
-                     help="address the endpoints listen on (default: worker.httpHost, 0.0.0.0: every interface)")
-    run.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                     help="one level for every line (default: host.json's logging.logLevel by category, else INFO)")
+    run.add_argument(
+        "--processes",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="run N worker processes under a supervisor (default: worker.processes, 1)",
+    )
+    run.add_argument(
+        "--no-supervisor",
+        action="store_true",
+        help="run the host in this process, without a supervisor (what the supervisor runs); a sync "
+        f"handler past functionTimeout then ends it with exit code {RECYCLED}, and its message "
+        "comes back when its lease ends",
+    )
+    run.add_argument(
+        "--http-port",
+        type=_port,
+        default=None,
+        metavar="N",
+        help="serve the web console at http://ADDRESS:N/, with /healthz, /readyz, /metrics and /leases "
+        "(default: worker.httpPort; none when unset)",
+    )
+    run.add_argument(
+        "--http-host",
+        type=_host,
+        default=None,
+        metavar="ADDRESS",
+        help="address the endpoints listen on (default: worker.httpHost, 0.0.0.0: every interface)",
+    )
+    run.add_argument(
+        "--log-level",
+        default=None,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="one level for every line (default: host.json's logging.logLevel by category, else INFO)",
+    )
 
     for name, help, handler in (
         ("send", "put messages on a queue (created if missing), encoded under messageEncoding", cmd_send),
@@ -768,39 +845,64 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sub = command(name, help, handler)
         sub.add_argument(
-            "--connection", default=None,
+            "--connection",
+            default=None,
             help=f"name of the connection setting, resolved as Functions does (AzureWebJobs<NAME>, then <NAME>); "
-                 f"default: {DEFAULT_CONNECTION} when it is set, else the embedded queue",
+            f"default: {DEFAULT_CONNECTION} when it is set, else the embedded queue",
         )
         if name == "poison":
             sub.add_argument("action", choices=["list", "requeue", "purge"])
         if name not in ("queues", "stats"):
             sub.add_argument("queue")
         if name == "send":
-            sub.add_argument("bodies", nargs="+", metavar="BODY",
-                             help="each at most the backend's message size as stored, after messageEncoding (so "
-                                  "48 KiB under base64 where 64 KiB are stored); each backend's is below")
+            sub.add_argument(
+                "bodies",
+                nargs="+",
+                metavar="BODY",
+                help="each at most the backend's message size as stored, after messageEncoding (so "
+                "48 KiB under base64 where 64 KiB are stored); each backend's is below",
+            )
             sub.epilog = limits_text()
-            sub.add_argument("--delay", type=_delay, default=0.0,
-                             help=f"invisible for this long first: 0s to {MAX_DELAY / 86400:g}d ({DURATIONS}); "
-                                  "shorter than --ttl; not on OCI Queue")
-            sub.add_argument("--ttl", type=_ttl, default=None,
-                             help=f"time to live: 1s or more ({DURATIONS}), or -1 never expires; default "
-                                  f"{DEFAULT_TTL_SECONDS / 86400:g}d; not on OCI Queue")
+            sub.add_argument(
+                "--delay",
+                type=_delay,
+                default=0.0,
+                help=f"invisible for this long first: 0s to {MAX_DELAY / 86400:g}d ({DURATIONS}); "
+                "shorter than --ttl; not on OCI Queue",
+            )
+            sub.add_argument(
+                "--ttl",
+                type=_ttl,
+                default=None,
+                help=f"time to live: 1s or more ({DURATIONS}), or -1 never expires; default "
+                f"{DEFAULT_TTL_SECONDS / 86400:g}d; not on OCI Queue",
+            )
         if name == "peek":
-            sub.add_argument("--max", type=_positive, default=None, metavar="N",
-                             help="at most N messages: 1 to what one receive of the backend returns (32 on Azure "
-                                  "Storage and the embedded queue), which is the default")
+            sub.add_argument(
+                "--max",
+                type=_positive,
+                default=None,
+                metavar="N",
+                help="at most N messages: 1 to what one receive of the backend returns (32 on Azure "
+                "Storage and the embedded queue), which is the default",
+            )
         if name == "poison":
-            sub.add_argument("--max", type=_positive, default=None, metavar="N",
-                             help="requeue or purge at most N messages, N at least 1 (default: all); list shows at "
-                                  "most one receive's worth (32 on Azure Storage and the embedded queue)")
+            sub.add_argument(
+                "--max",
+                type=_positive,
+                default=None,
+                metavar="N",
+                help="requeue or purge at most N messages, N at least 1 (default: all); list shows at "
+                "most one receive's worth (32 on Azure Storage and the embedded queue)",
+            )
         if name != "send":
             sub.add_argument("--json", action="store_true", help="print JSON")
 
-    spark = commands.add_parser("spark", help="start, look at and stop Spark servers on this machine, from the "
-                                              "installed pyspark", description="start, look at and stop Spark servers "
-                                              "on this machine, from the installed pyspark")
+    spark = commands.add_parser(
+        "spark",
+        help="start, look at and stop Spark servers on this machine, from the installed pyspark",
+        description="start, look at and stop Spark servers on this machine, from the installed pyspark",
+    )
     actions = spark.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, help in (
         ("start-cluster", "start a standalone master and one worker, detached; print the spark:// URL once ready"),
@@ -810,30 +912,54 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sub = actions.add_parser(action, help=help, description=help)
         sub.set_defaults(handler=cmd_spark)
-        sub.add_argument("--state", default=None, metavar="FOLDER",
-                         help="where the servers' pids, logs and work folders are kept (default: .worker/spark beside "
-                              "the settings file every command finds, else in the current folder)")
+        sub.add_argument(
+            "--state",
+            default=None,
+            metavar="FOLDER",
+            help="where the servers' pids, logs and work folders are kept (default: .worker/spark beside "
+            "the settings file every command finds, else in the current folder)",
+        )
         if action.startswith("start-"):
-            sub.add_argument("--host", type=_spark_host, default="127.0.0.1", metavar="ADDRESS",
-                             help="address to listen on and to put in the URL (default 127.0.0.1: this machine only)")
-            sub.add_argument("--port", type=_port, default=None,
-                             help="port of the master or the Connect server (default: a free one)")
+            sub.add_argument(
+                "--host",
+                type=_spark_host,
+                default="127.0.0.1",
+                metavar="ADDRESS",
+                help="address to listen on and to put in the URL (default 127.0.0.1: this machine only)",
+            )
+            sub.add_argument(
+                "--port", type=_port, default=None, help="port of the master or the Connect server (default: a free one)"
+            )
         if action == "start-cluster":
-            sub.add_argument("--cores", type=_positive, default=None, metavar="N",
-                             help="cores the worker offers (default: every core)")
-            sub.add_argument("--memory", type=_memory, default=None, metavar="AMOUNT",
-                             help="memory the worker offers executors, such as 4g (default: the machine's less 1g)")
+            sub.add_argument(
+                "--cores", type=_positive, default=None, metavar="N", help="cores the worker offers (default: every core)"
+            )
+            sub.add_argument(
+                "--memory",
+                type=_memory,
+                default=None,
+                metavar="AMOUNT",
+                help="memory the worker offers executors, such as 4g (default: the machine's less 1g)",
+            )
         if action == "start-connect":
-            sub.add_argument("--master", default="local[*]",
-                             help="where the server runs its jobs: local[*] (default), or the spark:// URL of a "
-                                  "cluster (start-cluster's)")
-        sub.add_argument("--timeout", type=_startup_timeout, default=120.0 if action.startswith("start-") else 20.0,
-                         help="how long a server may take to be ready (start-*: default 2m), or to stop after "
-                              "SIGTERM before it is killed (stop: default 20s)")
-    shells = commands.add_parser("completion", help="print a shell completion script for worker: "
-                                                    "source <(worker completion bash)",
-                                 description="print a shell completion script for worker: "
-                                             "source <(worker completion bash)")
+            sub.add_argument(
+                "--master",
+                default="local[*]",
+                help="where the server runs its jobs: local[*] (default), or the spark:// URL of a "
+                "cluster (start-cluster's)",
+            )
+        sub.add_argument(
+            "--timeout",
+            type=_startup_timeout,
+            default=120.0 if action.startswith("start-") else 20.0,
+            help="how long a server may take to be ready (start-*: default 2m), or to stop after "
+            "SIGTERM before it is killed (stop: default 20s)",
+        )
+    shells = commands.add_parser(
+        "completion",
+        help="print a shell completion script for worker: source <(worker completion bash)",
+        description="print a shell completion script for worker: source <(worker completion bash)",
+    )
     shells.set_defaults(handler=cmd_completion)
     shells.add_argument("shell", choices=completion.SHELLS)
     return parser
@@ -876,8 +1002,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.local_settings = local_settings.apply(folder, os.environ)
         remember_environment(os.environ)  # local.settings.json's Values are environment settings now
         return args.handler(args)
-    except (UsageError, AppLoadError, ConfigError, InvalidArgument, MessageTooLarge, UnusableFile, StartupRefused,
-            LocalSettingsError) as exc:
+    except (
+        UsageError,
+        AppLoadError,
+        ConfigError,
+        InvalidArgument,
+        MessageTooLarge,
+        UnusableFile,
+        StartupRefused,
+        LocalSettingsError,
+    ) as exc:
         print(redact(f"worker {args.command}: error: {exc}"), file=sys.stderr)
         if args.command == "run" and f"connection string '{DEFAULT_CONNECTION}' does not exist" in str(exc):
             print(MISSING_STORAGE_HINT, file=sys.stderr)

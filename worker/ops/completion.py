@@ -41,8 +41,10 @@ def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> lis
     """Every command of ``parser``, its subcommands' included, depth first."""
     actions, subparsers = getattr(parser, _ACTIONS, None), getattr(argparse, _SUBPARSERS, None)
     if not isinstance(actions, list) or not isinstance(subparsers, type):
-        raise CompletionUnavailable(f"Python {platform.python_version()}'s argparse has no {_ACTIONS} or "
-                                    f"{_SUBPARSERS}, which the completion script is written from")
+        raise CompletionUnavailable(
+            f"Python {platform.python_version()}'s argparse has no {_ACTIONS} or "
+            f"{_SUBPARSERS}, which the completion script is written from"
+        )
     here = Command(path)
     found = [here]
     for action in actions:
@@ -74,11 +76,12 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
         key = " ".join(command.path)
         words_cases.append(f"        {shlex.quote(key)}) words={shlex.quote(' '.join(command.words))} ;;")
         for option, choices in command.choices.items():
-            option_cases.append(f"        {shlex.quote(key + ' ' + option)}) "
-                                f"COMPREPLY=($(compgen -W {shlex.quote(' '.join(choices))} -- \"$cur\")); return ;;")
+            option_cases.append(
+                f"        {shlex.quote(key + ' ' + option)}) "
+                f'COMPREPLY=($(compgen -W {shlex.quote(" ".join(choices))} -- "$cur")); return ;;'
+            )
         for option in command.paths:
-            option_cases.append(f"        {shlex.quote(key + ' ' + option)}) "
-                                "COMPREPLY=($(compgen -f -- \"$cur\")); return ;;")
+            option_cases.append(f'        {shlex.quote(key + " " + option)}) COMPREPLY=($(compgen -f -- "$cur")); return ;;')
     function = f"_{prog}_complete"
     lines = [
         f"# {prog} completion for {shell}, written by `{prog} completion {shell}`.",

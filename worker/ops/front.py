@@ -43,8 +43,16 @@ DEFAULT_HTTP_HOST = HostConfig().http_host
 class Front:
     """The endpoints of the processes listening on ``ports`` (of ``processes_host``), served on ``host``:``port``."""
 
-    def __init__(self, ports: Sequence[int], processes_host: str, host: str, port: int, token: BearerToken | None,
-                 open_data: bool, allowed: Sequence[str]) -> None:
+    def __init__(
+        self,
+        ports: Sequence[int],
+        processes_host: str,
+        host: str,
+        port: int,
+        token: BearerToken | None,
+        open_data: bool,
+        allowed: Sequence[str],
+    ) -> None:
         """``token``, ``open_data`` (``worker.httpOpenData``) and ``allowed`` (``worker.httpAllowedHosts``) guard the
         front as they guard a process's own endpoints (:mod:`worker.runtime.guard`)."""
         self.ports = list(ports)
@@ -57,11 +65,18 @@ class Front:
     async def serve(self) -> web.AppRunner:
         gate = Gate(ConnectionLimits())
         app = application(self.access, gate)
-        app.add_routes([web.get("/healthz", self._healthz), web.get("/readyz", self._readyz),
-                        web.get("/metrics", self._metrics), web.get("/leases", self._leases),
-                        *static_routes(), web.get("/console/api/state", self._console_state),
-                        web.get("/console/api/history", self._console_history),
-                        web.post("/console/api/poison/{function}/{action}", self._console_action)])
+        app.add_routes(
+            [
+                web.get("/healthz", self._healthz),
+                web.get("/readyz", self._readyz),
+                web.get("/metrics", self._metrics),
+                web.get("/leases", self._leases),
+                *static_routes(),
+                web.get("/console/api/state", self._console_state),
+                web.get("/console/api/history", self._console_history),
+                web.post("/console/api/poison/{function}/{action}", self._console_action),
+            ]
+        )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await listen(runner, self.host, self.port, gate)
@@ -92,11 +107,13 @@ class Front:
 
     async def _all_fine(self, path: str) -> web.Response:
         answers = await self._ask(path)
-        problems = [f"process {index}: {status or 'no answer'} {body}".strip()
-                    for index, status, body in answers if status != 200]
-        return web.json_response({"ok": not problems, "processes": len(self.ports),
-                                  "problems": [redact(problem) for problem in problems]},
-                                 status=200 if not problems else 503)
+        problems = [
+            f"process {index}: {status or 'no answer'} {body}".strip() for index, status, body in answers if status != 200
+        ]
+        return web.json_response(
+            {"ok": not problems, "processes": len(self.ports), "problems": [redact(problem) for problem in problems]},
+            status=200 if not problems else 503,
+        )
 
     async def _leases(self, _: web.Request) -> web.Response:
         leases = []
@@ -118,8 +135,11 @@ class Front:
         Why: each process listens on a loopback port of its own and runs as one process; the console is reached
         here, on the port and address configured, for all of them, and that is what it must show.
         """
-        settings = {key: value for key, value in shown.items()
-                    if key not in ("worker.httpPort", "worker.httpHost", "worker.processes")}
+        settings = {
+            key: value
+            for key, value in shown.items()
+            if key not in ("worker.httpPort", "worker.httpHost", "worker.processes")
+        }
         settings["worker.httpPort"] = str(self.port)
         if self.host != DEFAULT_HTTP_HOST:
             settings["worker.httpHost"] = self.host
@@ -145,8 +165,13 @@ class Front:
                         text = await answer.text()
                 except (aiohttp.ClientError, TimeoutError):
                     continue
-                log.info("poison action from the console handed to a worker process", process=index,
-                         path=request.path, status=answer.status, **who(request))
+                log.info(
+                    "poison action from the console handed to a worker process",
+                    process=index,
+                    path=request.path,
+                    status=answer.status,
+                    **who(request),
+                )
                 return web.Response(body=text, status=answer.status, content_type="application/json")
         return web.json_response({"error": "no worker process answers"}, status=503)
 

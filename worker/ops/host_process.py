@@ -45,24 +45,44 @@ def run_here(args: argparse.Namespace, config: HostConfig, log: Any, supervisor_
     looked_in = _looked_in(args.local_settings, config)
     # Every start-up check runs here, once, before anything is built: what cannot run is refused with every
     # problem listed (exit 2).
-    app = load_app(args.app, config.base_dir,
-                   connection_problem=partial(preflight.connection_problem, config, looked_in=looked_in),
-                   check=lambda app: preflight.problems(app, config, looked_in=looked_in),
-                   found=preflight.environment_problems(os.environ))
+    app = load_app(
+        args.app,
+        config.base_dir,
+        connection_problem=partial(preflight.connection_problem, config, looked_in=looked_in),
+        check=lambda app: preflight.problems(app, config, looked_in=looked_in),
+        found=preflight.environment_problems(os.environ),
+    )
     if os.environ.get(PROCESS_INDEX_ENV, "0") == "0":  # the first process (or the only one) says it for all
         for found in preflight.exposed_files(app, config):
-            log.warning("embedded queue or blob storage open to other users", path=str(found.path),
-                        mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
+            log.warning(
+                "embedded queue or blob storage open to other users",
+                path=str(found.path),
+                mode=f"{found.mode:04o}",
+                access=found.who,
+                fix=found.fix,
+            )
         local = args.local_settings.path if args.local_settings.found else None
         for found in preflight.exposed_secret_files(config, local):
-            log.warning("settings or token file open to other users", path=str(found.path),
-                        mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
+            log.warning(
+                "settings or token file open to other users",
+                path=str(found.path),
+                mode=f"{found.mode:04o}",
+                access=found.who,
+                fix=found.fix,
+            )
         if supervisor_pid is not None:  # the app can run: the supervisor starts the other processes now
             os.kill(int(supervisor_pid), APP_LOADED_SIGNAL)
     handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)
     facts = StartFacts(args.app, str(args.local_settings.path) if args.local_settings.found else None)
-    host = Host(app, config, burst=args.burst, handover=Path(handover) if handover else None,
-                in_flight=Path(in_flight) if in_flight else None, facts=facts, own_process=True)
+    host = Host(
+        app,
+        config,
+        burst=args.burst,
+        handover=Path(handover) if handover else None,
+        in_flight=Path(in_flight) if in_flight else None,
+        facts=facts,
+        own_process=True,
+    )
     # What start-up made (the modules, the app, the settings: tens of thousands of objects) lives as long as the
     # process. Frozen, the collector no longer walks it at every full collection, which the objects of the messages
     # in flight trigger every few hundred messages: 30-85 ms each, a tenth of a no-op message's CPU. Here and not in

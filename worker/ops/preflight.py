@@ -51,8 +51,14 @@ class _Binding(NamedTuple):
 
 def _bindings(spec: FunctionSpec) -> Iterator[_Binding]:
     """The trigger and every binding of ``spec``."""
-    yield _Binding(f"function {spec.name}, trigger queueTrigger ({spec.arg_name})", spec.connection, "queue",
-                   spec.queue_name, trigger=True, channel=spec.extra("channel"))
+    yield _Binding(
+        f"function {spec.name}, trigger queueTrigger ({spec.arg_name})",
+        spec.connection,
+        "queue",
+        spec.queue_name,
+        trigger=True,
+        channel=spec.extra("channel"),
+    )
     for binding in (*spec.inputs, *spec.outputs):
         if isinstance(binding, OutputBinding):
             where = f"function {spec.name}, output binding queue ({binding.arg_name})"
@@ -64,9 +70,7 @@ def _bindings(spec: FunctionSpec) -> Iterator[_Binding]:
             yield _Binding(where, binding.connection, "blob", binding.path)
 
 
-def problems(
-    app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | None = None, looked_in: str = ""
-) -> list[str]:
+def problems(app: WorkerApp, config: HostConfig, environ: Mapping[str, str] | None = None, looked_in: str = "") -> list[str]:
     """Every reason the app's functions cannot run with ``config``; empty when all can.
 
     Includes host.yaml's ``worker.middleware`` names that cannot be loaded, the problems of the settings sections
@@ -86,8 +90,10 @@ def problems(
     names = {spec.name for spec in app.functions}
     for name, section in config.functions.items():
         if name not in names:
-            found.append(f"{section.where}: functions.{name}: the app has no function of that name "
-                         f"(its functions: {', '.join(sorted(names))})")
+            found.append(
+                f"{section.where}: functions.{name}: the app has no function of that name "
+                f"(its functions: {', '.join(sorted(names))})"
+            )
     for spec in app.functions:
         for binding in _bindings(spec):
             if problem := connection_problem(config, binding.connection, binding.service, looked_in):
@@ -108,8 +114,7 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
     its limits, with the function's settings (its ``functions:`` section over
     the global ones), naming the key that set each value.
     """
-    connection = config.resolve_connection(binding.connection, "queue",
-                                           embedded_default=binding.connection is None).value
+    connection = config.resolve_connection(binding.connection, "queue", embedded_default=binding.connection is None).value
     kind = backend_kind(connection)
     found = []
     # The names as the host will use them: a Functions app's %SETTING% names were resolved when it was converted.
@@ -122,15 +127,19 @@ def limit_problems(spec: FunctionSpec, binding: _Binding, config: HostConfig) ->
             try:
                 kind.limits.check_name(poison_queue(binding.name))
             except InvalidArgument as exc:
-                found.append(f"its poison queue: {exc} ({kind.name}), so the trigger queue's name must leave "
-                             f"room for {POISON_SUFFIX!r} ({len(binding.name)} characters now)")
+                found.append(
+                    f"its poison queue: {exc} ({kind.name}), so the trigger queue's name must leave "
+                    f"room for {POISON_SUFFIX!r} ({len(binding.name)} characters now)"
+                )
     if binding.channel is not None and not kind.capabilities.channels:
         found.append(f"channel {binding.channel!r}: {kind.name} has no channels")
     if not binding.trigger:
         return found
     if spec.extra("checkpoints") and not kind.capabilities.updates_content:
-        found.append(f"checkpoints=True: {kind.name} cannot change a message's content while it is held, so "
-                     "msg.checkpoint could not store anything")
+        found.append(
+            f"checkpoints=True: {kind.name} cannot change a message's content while it is held, so "
+            "msg.checkpoint could not store anything"
+        )
     own = config.for_function(spec.name, spec.retry, spec.settings)
     found += kind.limits.exceeded(own, kind.name, partial(config.key_of, spec.name))
     return found
@@ -146,8 +155,9 @@ def exposed_files(app: WorkerApp, config: HostConfig) -> list[Exposed]:
     for spec in app.functions:
         for binding in _bindings(spec):
             try:
-                value = config.resolve_connection(binding.connection, binding.service,
-                                                  embedded_default=binding.connection is None).value
+                value = config.resolve_connection(
+                    binding.connection, binding.service, embedded_default=binding.connection is None
+                ).value
             except ConnectionSettingError:  # problems() refuses it
                 continue
             paths.update(dict.fromkeys(private_paths(value, config.base_dir)))
@@ -169,16 +179,15 @@ def environment_problems(environ: Mapping[str, str]) -> list[str]:
     found = []
     runtime = environ.get("FUNCTIONS_WORKER_RUNTIME")
     if runtime is not None and runtime.strip().lower() != "python":
-        found.append(f"FUNCTIONS_WORKER_RUNTIME is {runtime!r}: this host runs Python apps only (set it to python, "
-                     "or leave it unset)")
+        found.append(
+            f"FUNCTIONS_WORKER_RUNTIME is {runtime!r}: this host runs Python apps only (set it to python, or leave it unset)"
+        )
     if problem := tracing.problem(environ):
         found.append(problem)
     return found
 
 
-def connection_problem(
-    config: HostConfig, connection: str | None, service: Service, looked_in: str = ""
-) -> str | None:
+def connection_problem(config: HostConfig, connection: str | None, service: Service, looked_in: str = "") -> str | None:
     """Why ``connection`` cannot serve ``service`` ("queue" or "blob"), or None when it can.
 
     None as ``connection`` is a WorkerApp binding that names none (AzureWebJobsStorage, else the embedded queue).
@@ -195,7 +204,7 @@ def connection_problem(
         embedded = not value or value.startswith(SQLITE_PREFIX)  # its problems name the file
         return f"connection {connection or DEFAULT}: {problem}" if problem and not embedded else problem
     if value is None or value.startswith(SQLITE_PREFIX):
-        return file_problem(config.base_dir / (value[len(SQLITE_PREFIX):] if value else DEFAULT_SQLITE_PATH))
+        return file_problem(config.base_dir / (value[len(SQLITE_PREFIX) :] if value else DEFAULT_SQLITE_PATH))
     try:
         parsed = parse_connection_string(value)
     except ConnectionStringError as exc:

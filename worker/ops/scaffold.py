@@ -34,20 +34,32 @@ def hello(msg: QueueMessage) -> None:
     logging.info("hello, %s", msg.get_body().decode())
 '''
 
-HOST_JSON = json.dumps({
-    "version": "2.0",
-    "functionTimeout": "00:05:00",
-    "extensions": {"queues": {"batchSize": 16, "maxDequeueCount": 5}},
-}, indent=2) + "\n"
+HOST_JSON = (
+    json.dumps(
+        {
+            "version": "2.0",
+            "functionTimeout": "00:05:00",
+            "extensions": {"queues": {"batchSize": 16, "maxDequeueCount": 5}},
+        },
+        indent=2,
+    )
+    + "\n"
+)
 
-LOCAL_SETTINGS = json.dumps({
-    "IsEncrypted": False,
-    "Values": {
-        "FUNCTIONS_WORKER_RUNTIME": "python",
-        # The embedded queue, beside host.json; a storage account's connection string moves the app to Azure.
-        "AzureWebJobsStorage": "sqlite:///.worker/queues.sqlite3",
-    },
-}, indent=2) + "\n"
+LOCAL_SETTINGS = (
+    json.dumps(
+        {
+            "IsEncrypted": False,
+            "Values": {
+                "FUNCTIONS_WORKER_RUNTIME": "python",
+                # The embedded queue, beside host.json; a storage account's connection string moves the app to Azure.
+                "AzureWebJobsStorage": "sqlite:///.worker/queues.sqlite3",
+            },
+        },
+        indent=2,
+    )
+    + "\n"
+)
 
 GITIGNORE = """.worker/
 __pycache__/

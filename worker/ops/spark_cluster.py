@@ -78,8 +78,9 @@ def spark_home() -> Path:
     try:
         import pyspark
     except ImportError:
-        raise SparkServerError("pyspark is not installed: pip install 'queueworker[spark]' (and [connect] for "
-                               "Spark Connect)") from None
+        raise SparkServerError(
+            "pyspark is not installed: pip install 'queueworker[spark]' (and [connect] for Spark Connect)"
+        ) from None
     return Path(pyspark.__file__).resolve().parent
 
 
@@ -101,7 +102,12 @@ def claim_port(host: str, port: int) -> int:
 
 
 def start_cluster(
-    state: Path, *, host: str = "127.0.0.1", port: int = 0, cores: int | None = None, memory: str | None = None,
+    state: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    cores: int | None = None,
+    memory: str | None = None,
     timeout: float = 120.0,
 ) -> list[Server]:
     """A master on ``host:port`` (0: a free port) and one worker registered with it; cores and memory default to
@@ -111,11 +117,35 @@ def start_cluster(
     port = claim_port(host, port)
     url = f"spark://{_url_host(host)}:{port}"
     master_ui = claim_port(host, 0)
-    master = _start(state, "master", url, [str(home / "bin" / "spark-class"), MAIN_CLASS["master"], "--host", host,
-                                           "--port", str(port), "--webui-port", str(master_ui)],
-                    host, timeout, web_ui=f"http://{_url_host(host)}:{master_ui}")
-    worker_command = [str(home / "bin" / "spark-class"), MAIN_CLASS["worker"], url, "--host", host,
-                      "--work-dir", str(state / "work"), "--webui-port", str(claim_port(host, 0))]
+    master = _start(
+        state,
+        "master",
+        url,
+        [
+            str(home / "bin" / "spark-class"),
+            MAIN_CLASS["master"],
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--webui-port",
+            str(master_ui),
+        ],
+        host,
+        timeout,
+        web_ui=f"http://{_url_host(host)}:{master_ui}",
+    )
+    worker_command = [
+        str(home / "bin" / "spark-class"),
+        MAIN_CLASS["worker"],
+        url,
+        "--host",
+        host,
+        "--work-dir",
+        str(state / "work"),
+        "--webui-port",
+        str(claim_port(host, 0)),
+    ]
     if cores is not None:
         worker_command += ["--cores", str(cores)]
     if memory is not None:
@@ -129,8 +159,15 @@ def start_cluster(
 
 
 def start_connect(
-    state: Path, *, host: str = "127.0.0.1", port: int = 0, master: str = "local[*]", name: str = "queueworker",
-    conf: dict[str, str] | None = None, env: dict[str, str] | None = None, timeout: float = 120.0,
+    state: Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    master: str = "local[*]",
+    name: str = "queueworker",
+    conf: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120.0,
 ) -> Server:
     """A Spark Connect server on ``host:port`` (0: a free port) running its jobs on ``master``.
 
@@ -141,14 +178,17 @@ def start_connect(
     _refuse_running(state, ("connect",))
     home = spark_home()
     port = claim_port(host, port)
-    settings = {"spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port),
-                "spark.local.dir": str(state / "connect-local"), **(conf or {})}
+    settings = {
+        "spark.connect.grpc.binding.address": host,
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.local.dir": str(state / "connect-local"),
+        **(conf or {}),
+    }
     web_ui = None
     if settings.get("spark.ui.enabled", "true").lower() != "false":
         settings.setdefault("spark.ui.port", str(claim_port(host, 0)))
         web_ui = f"http://{_url_host(host)}:{settings['spark.ui.port']}"
-    command = [str(home / "bin" / "spark-submit"), "--class", MAIN_CLASS["connect"], "--name", name,
-               "--master", master]
+    command = [str(home / "bin" / "spark-submit"), "--class", MAIN_CLASS["connect"], "--name", name, "--master", master]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     return _start(state, "connect", f"sc://{_url_host(host)}:{port}", command, host, timeout, env=env, web_ui=web_ui)
@@ -159,8 +199,15 @@ def _url_host(host: str) -> str:
 
 
 def _start(
-    state: Path, kind: str, url: str, command: list[str], host: str, timeout: float, *,
-    env: dict[str, str] | None = None, web_ui: str | None = None,
+    state: Path,
+    kind: str,
+    url: str,
+    command: list[str],
+    host: str,
+    timeout: float,
+    *,
+    env: dict[str, str] | None = None,
+    web_ui: str | None = None,
 ) -> Server:
     """Start one server detached, record it, and return once its log says it is ready.
 
@@ -169,12 +216,26 @@ def _start(
     logs = state / "logs"
     private_folder(logs)
     log_path = logs / f"{kind}.log"
-    environment = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": host, "SPARK_LOG_DIR": str(logs),
-                   "SPARK_LOCAL_DIRS": str(state / f"{kind}-local"), "PYSPARK_PYTHON": sys.executable, **(env or {})}
+    environment = {
+        **os.environ,
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": host,
+        "SPARK_LOG_DIR": str(logs),
+        "SPARK_LOCAL_DIRS": str(state / f"{kind}-local"),
+        "PYSPARK_PYTHON": sys.executable,
+        **(env or {}),
+    }
     with log_path.open("ab") as log:
         offset = log.tell()
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   env=environment, cwd=state, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            cwd=state,
+            start_new_session=True,
+        )
     server = Server(kind, process.pid, url, str(log_path), web_ui)
     _record(state, [*_recorded(state), server])
     deadline = time.monotonic() + timeout
@@ -183,8 +244,11 @@ def _start(
         if READY[kind] in text:
             return server
         if process.poll() is not None or time.monotonic() > deadline:
-            why = (f"exited with code {process.returncode}" if process.returncode is not None
-                   else f"did not log {READY[kind]!r} within {timeout:g}s")
+            why = (
+                f"exited with code {process.returncode}"
+                if process.returncode is not None
+                else f"did not log {READY[kind]!r} within {timeout:g}s"
+            )
             stop(state, kinds=(kind,))
             tail = "".join(text.splitlines(keepends=True)[-LOG_TAIL_LINES:])
             raise SparkServerError(f"the Spark {kind} {why}; the end of {log_path}:\n{tail}")
@@ -200,8 +264,10 @@ def _read_from(path: Path, offset: int) -> str:
 def _refuse_running(state: Path, kinds: tuple[str, ...]) -> None:
     for server in running(state):
         if server.kind in kinds:
-            raise SparkServerError(f"a Spark {server.kind} started from {state} already runs (pid {server.pid}, "
-                                   f"{server.url}); worker spark stop stops it")
+            raise SparkServerError(
+                f"a Spark {server.kind} started from {state} already runs (pid {server.pid}, "
+                f"{server.url}); worker spark stop stops it"
+            )
 
 
 def _recorded(state: Path) -> list[Server]:

@@ -133,9 +133,18 @@ class Supervisor:
     """Runs ``count`` copies of ``command`` (a ``worker run`` without ``--processes``) until stopped."""
 
     def __init__(
-        self, command: Sequence[str], count: int, *, http_port: int = 0, http_host: str = "0.0.0.0",
-        token: BearerToken | None = None, open_data: bool = False, allowed: Sequence[str] = (), burst: bool = False,
-        env: dict[str, str] | None = None, child_env: Sequence[Mapping[str, str]] = (),
+        self,
+        command: Sequence[str],
+        count: int,
+        *,
+        http_port: int = 0,
+        http_host: str = "0.0.0.0",
+        token: BearerToken | None = None,
+        open_data: bool = False,
+        allowed: Sequence[str] = (),
+        burst: bool = False,
+        env: dict[str, str] | None = None,
+        child_env: Sequence[Mapping[str, str]] = (),
     ) -> None:
         """``token``, ``open_data`` (``worker.httpOpenData``) and ``allowed`` (``worker.httpAllowedHosts``) guard the
         endpoints the supervisor serves for several processes (:mod:`worker.runtime.guard`). ``child_env``, when
@@ -155,8 +164,7 @@ class Supervisor:
         if http_port and count > 1:  # the web framework is imported only by a supervisor that serves a port
             from worker.ops.front import Front
 
-            self.front = Front([port for port in ports if port], CHILD_HOST, http_host, http_port, token, open_data,
-                               allowed)
+            self.front = Front([port for port in ports if port], CHILD_HOST, http_host, http_port, token, open_data, allowed)
         self.stopping = asyncio.Event()
         self._gate: tuple[int, int] | None = None  # (read, write) of the pipe the others wait on; None once open
         self._signals = StopSignals()
@@ -208,8 +216,11 @@ class Supervisor:
         if self._signals.receive(signum)[0] is Stop.REPEATED:
             return
         self._last_signal = signum
-        log.info("signal received; passing it to the worker processes", signal=signal.Signals(signum).name,
-                 processes=sum(1 for child in self.children if _alive(child)))
+        log.info(
+            "signal received; passing it to the worker processes",
+            signal=signal.Signals(signum).name,
+            processes=sum(1 for child in self.children if _alive(child)),
+        )
         self._stop_children(signum)
 
     def _stop_children(self, signum: int) -> None:
@@ -245,13 +256,23 @@ class Supervisor:
             if code == RECYCLED and (reason := recycle_reason(self._file(child, "handover"))) is not None:
                 # Not a crash: a fresh process at once, which settles the timed-out message.
                 child.recycles += 1
-                log.warning("worker process recycled; starting a fresh one", process=child.index, reason=reason,
-                            recycles=child.recycles)
+                log.warning(
+                    "worker process recycled; starting a fresh one",
+                    process=child.index,
+                    reason=reason,
+                    recycles=child.recycles,
+                )
                 continue
             ran = time.monotonic() - child.started_at
             # Nobody asked it to stop: os._exit in a handler, a crash, the out-of-memory killer.
-            died = {"process": child.index, "pid": child.process.pid if child.process else None, "exit_code": code,
-                    "cause": exit_cause(code), "ran_seconds": round(ran, 1), **_held(held)}
+            died = {
+                "process": child.index,
+                "pid": child.process.pid if child.process else None,
+                "exit_code": code,
+                "cause": exit_cause(code),
+                "ran_seconds": round(ran, 1),
+                **_held(held),
+            }
             if self.count == 1:  # its exit is worker run's, as without a supervisor: the platform restarts it
                 log.error("worker process died; worker run exits with its code", **died)
                 return
@@ -280,9 +301,15 @@ class Supervisor:
     async def _run_once(self, child: Child) -> int:
         assert self._handovers is not None
         extra = self.child_env[child.index] if self.child_env else {}
-        env = {**self.env, **extra, "WORKER__worker__processes": "1", PROCESS_INDEX_ENV: str(child.index),
-               SUPERVISOR_ENV: str(os.getpid()), HANDOVER_ENV: str(self._file(child, "handover")),
-               INFLIGHT_ENV: str(self._file(child, "in-flight"))}
+        env = {
+            **self.env,
+            **extra,
+            "WORKER__worker__processes": "1",
+            PROCESS_INDEX_ENV: str(child.index),
+            SUPERVISOR_ENV: str(os.getpid()),
+            HANDOVER_ENV: str(self._file(child, "handover")),
+            INFLIGHT_ENV: str(self._file(child, "in-flight")),
+        }
         env["WORKER__worker__httpPort"] = str(child.port or 0)
         if self.front is not None:  # the supervisor's console is the one to open, not a process's own
             from worker.runtime.guard import CONSOLE_ELSEWHERE_ENV  # the web framework is imported already
@@ -295,13 +322,13 @@ class Supervisor:
             env[APP_GATE_ENV] = str(self._gate[0])
         self._starting += 1
         try:
-            child.process = await asyncio.create_subprocess_exec(*self.command, "--http-host", host, env=env,
-                                                                 pass_fds=gate)
+            child.process = await asyncio.create_subprocess_exec(*self.command, "--http-host", host, env=env, pass_fds=gate)
         finally:
             self._starting -= 1
         child.started_at = time.monotonic()
-        log.info("worker process started", process=child.index, pid=child.process.pid,
-                 **({"environment": extra} if extra else {}))
+        log.info(
+            "worker process started", process=child.index, pid=child.process.pid, **({"environment": extra} if extra else {})
+        )
         code = await child.process.wait()
         log.info("worker process exited", process=child.index, pid=child.process.pid, exit_code=code)
         return code

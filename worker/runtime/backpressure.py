@@ -56,8 +56,12 @@ class StoreTrouble:
         if not trouble.failing:
             trouble.since = time.monotonic()
             trouble.clear.clear()
-            log.warning("completions are failing on storage; holding back receives until they succeed",
-                        function=lease.function, queue=lease.queue, error=error)
+            log.warning(
+                "completions are failing on storage; holding back receives until they succeed",
+                function=lease.function,
+                queue=lease.queue,
+                error=error,
+            )
         trouble.failing.add(lease)
 
     def settled(self, backend: QueueBackend, lease: Lease) -> None:
@@ -68,8 +72,9 @@ class StoreTrouble:
         trouble.failing.discard(lease)
         if not trouble.failing:
             trouble.clear.set()
-            log.info("completions succeed again; receiving resumes",
-                     held_back_seconds=round(time.monotonic() - trouble.since, 3))
+            log.info(
+                "completions succeed again; receiving resumes", held_back_seconds=round(time.monotonic() - trouble.since, 3)
+            )
 
     def holding(self, backend: QueueBackend) -> bool:
         """Whether receives from ``backend`` are held back now."""
@@ -86,5 +91,6 @@ class StoreTrouble:
             f"receives held back: {len(trouble.failing)} finished messages of queue "
             f"{', '.join(sorted({lease.queue for lease in trouble.failing}))} not settled for "
             f"{now - trouble.since:.0f}s; storage: {trouble.error}"
-            for trouble in self._backends.values() if trouble.failing
+            for trouble in self._backends.values()
+            if trouble.failing
         ]

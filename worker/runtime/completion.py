@@ -40,7 +40,11 @@ COMPLETION_RETRY_INTERVAL = 2.0
 
 class CompletionProcessor:
     def __init__(
-        self, scheduler: LeaseScheduler, metrics: Metrics, middleware: Chain, trouble: StoreTrouble,
+        self,
+        scheduler: LeaseScheduler,
+        metrics: Metrics,
+        middleware: Chain,
+        trouble: StoreTrouble,
         sent: Callable[[QueueBackend, str], None] | None = None,
     ) -> None:
         """``trouble`` hears of every completion storage fails, and of its end, to hold receives back meanwhile;
@@ -91,13 +95,16 @@ class CompletionProcessor:
                         if progress.failed_attempts == 1:
                             log.error(
                                 "completion failed; keeping the lease and retrying until storage answers",
-                                outcome=result.outcome.value, error=str(exc), retry_every=COMPLETION_RETRY_INTERVAL,
+                                outcome=result.outcome.value,
+                                error=str(exc),
+                                retry_every=COMPLETION_RETRY_INTERVAL,
                             )
                         self.scheduler.resume(lease)
                     except Exception as exc:
                         log.error(
                             "completion failed; the message returns when its lease ends",
-                            outcome=result.outcome.value, error=f"{type(exc).__name__}: {exc}",
+                            outcome=result.outcome.value,
+                            error=f"{type(exc).__name__}: {exc}",
                         )
                         self.middleware.after_completion(item, result, Done.ERROR)
                         return
@@ -131,7 +138,9 @@ class CompletionProcessor:
         await item.backend.update(item.queue, item.raw.id, receipt, delay)
         item.log.warning(
             "message failed; it will be retried",
-            reason=result.reason, visible_in=round(delay, 3), attempts_left=limit - item.raw.dequeue_count,
+            reason=result.reason,
+            visible_in=round(delay, 3),
+            attempts_left=limit - item.raw.dequeue_count,
         )
         return Done.RETRIED
 

@@ -120,8 +120,14 @@ class Throttled:
 
     def _say(self, now: float) -> None:
         peers = dict(self._peers.most_common(5))
-        self.say(self.event, count=self._pending, total=self.total, interval=self.interval,
-                 **({"peers": peers} if peers else {}), **self._fields)
+        self.say(
+            self.event,
+            count=self._pending,
+            total=self.total,
+            interval=self.interval,
+            **({"peers": peers} if peers else {}),
+            **self._fields,
+        )
         self._pending = 0
         self._peers.clear()
         self._quiet_until = now + self.interval
@@ -134,8 +140,11 @@ class Gate:
         self.limits = limits
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         #: The cap in force: the setting's, or the share of descriptors the process may open when that is less.
-        self.max_connections = limits.max_connections if soft == resource.RLIM_INFINITY else max(
-            1, min(limits.max_connections, soft // SHARE_OF_DESCRIPTORS))
+        self.max_connections = (
+            limits.max_connections
+            if soft == resource.RLIM_INFINITY
+            else max(1, min(limits.max_connections, soft // SHARE_OF_DESCRIPTORS))
+        )
         #: Connections closed by the gate, by reason (:data:`CLOSE_REASONS`).
         self.closed: Counter[str] = Counter()
         self.accept_errors = Throttled(log.error, ACCEPT_ERROR)
@@ -173,9 +182,10 @@ class Gate:
         def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
             if context.get("message") == ACCEPT_ERROR:
                 exc = context.get("exception")
-                self.accept_errors.note(error=str(exc) if exc is not None else None,
-                                        fix="raise the limit on open files (ulimit -n) or lower "
-                                            "worker.httpMaxConnections")
+                self.accept_errors.note(
+                    error=str(exc) if exc is not None else None,
+                    fix="raise the limit on open files (ulimit -n) or lower worker.httpMaxConnections",
+                )
             elif previous is not None:
                 previous(loop, context)
             else:
@@ -196,13 +206,17 @@ class Gate:
         gauge = GaugeMetricFamily("worker_http_connections", "Connections to the endpoints open now")
         gauge.add_metric([], self.open)
         yield gauge
-        closed = CounterMetricFamily("worker_http_connections_closed", "Connections to the endpoints the worker "
-                                     "closed: over the cap (limit, gave_way) or past a timeout", labels=["reason"])
+        closed = CounterMetricFamily(
+            "worker_http_connections_closed",
+            "Connections to the endpoints the worker closed: over the cap (limit, gave_way) or past a timeout",
+            labels=["reason"],
+        )
         for reason in CLOSE_REASONS:
             closed.add_metric([reason], self.closed[reason])
         yield closed
-        errors = CounterMetricFamily("worker_http_accept_errors", "Connections the endpoints could not accept for "
-                                     "want of a file descriptor or memory")
+        errors = CounterMetricFamily(
+            "worker_http_accept_errors", "Connections the endpoints could not accept for want of a file descriptor or memory"
+        )
         errors.add_metric([], self.accept_errors.total)
         yield errors
 
@@ -254,8 +268,9 @@ class GatedSite(web.BaseSite):
 
     async def start(self) -> None:
         await super().start()
-        self._listening = await asyncio.get_running_loop().create_server(self._factory, self.host, self.port,
-                                                                         backlog=ACCEPT_AT_ONCE)
+        self._listening = await asyncio.get_running_loop().create_server(
+            self._factory, self.host, self.port, backlog=ACCEPT_AT_ONCE
+        )
         for listening in self._listening.sockets:  # asyncio listened with ACCEPT_AT_ONCE: the system may keep more
             with listening.dup() as same:
                 same.listen(BACKLOG)

@@ -53,8 +53,10 @@ from worker.settings.config import FunctionOptions
 log = structlog.get_logger("worker.runtime.dispatcher")
 
 #: The function option the dispatcher reads (see :attr:`worker.Middleware.function_options`).
-FUNCTION_OPTIONS = {"checkpoints": "checkpoints=True: the handler replaces its message's content as it works "
-                                   "(msg.checkpoint); refused at start where the backend cannot change content"}
+FUNCTION_OPTIONS = {
+    "checkpoints": "checkpoints=True: the handler replaces its message's content as it works "
+    "(msg.checkpoint); refused at start where the backend cannot change content"
+}
 
 LEASE_LOST = "lease lost"
 #: A handler's success: one result for all (a Result is frozen), not a new one per message.
@@ -64,8 +66,13 @@ SHUTDOWN = "shutdown"
 
 class Dispatcher:
     def __init__(
-        self, scheduler: LeaseScheduler, completion: CompletionProcessor, middleware: Chain, threads: HandlerThreads,
-        recycler: Recycler, on_fault: Callable[[str, BaseException], None] | None = None,
+        self,
+        scheduler: LeaseScheduler,
+        completion: CompletionProcessor,
+        middleware: Chain,
+        threads: HandlerThreads,
+        recycler: Recycler,
+        on_fault: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         """``on_fault`` hears of an invocation task that ended with an exception (a fault of the host's own: the
         handler's failures are results), so that it is reported at once rather than its messages stalling."""
@@ -99,17 +106,33 @@ class Dispatcher:
         """
         invocation_id = new_invocation_id()
         deliveries = [
-            Delivery(raw, Lease(backend, function.queue_name, raw.id, raw.pop_receipt, function=function.name,
-                                dequeue_count=raw.dequeue_count, invocation_id=invocation_id,
-                                duration=options.lease_duration,
-                                message_expires=raw.expiration_time.timestamp() if raw.expiration_time else None))
+            Delivery(
+                raw,
+                Lease(
+                    backend,
+                    function.queue_name,
+                    raw.id,
+                    raw.pop_receipt,
+                    function=function.name,
+                    dequeue_count=raw.dequeue_count,
+                    invocation_id=invocation_id,
+                    duration=options.lease_duration,
+                    message_expires=raw.expiration_time.timestamp() if raw.expiration_time else None,
+                ),
+            )
             for raw in raws
         ]
         if function.many:
             bound = BindOnUse(log, function=function.name, queue=function.queue_name, invocation_id=invocation_id)
         else:
-            bound = BindOnUse(log, function=function.name, queue=function.queue_name, invocation_id=invocation_id,
-                              message_id=raws[0].id, dequeue_count=raws[0].dequeue_count)
+            bound = BindOnUse(
+                log,
+                function=function.name,
+                queue=function.queue_name,
+                invocation_id=invocation_id,
+                message_id=raws[0].id,
+                dequeue_count=raws[0].dequeue_count,
+            )
         inv = new_invocation(function, options, backend, deliveries, InvocationState(), invocation_id, bound)
         for delivery in inv.deliveries:
             if not function.many:  # a batch goes on without a message whose lease was lost
@@ -188,9 +211,16 @@ class Dispatcher:
             deliveries = [d for d in deliveries if d.message is None]
         completions = [
             self.completion.complete(
-                Finished(function.name, inv.id, inv.backend, function.queue_name, d.raw, d.lease, inv.options,
-                         BindOnUse(inv.log, message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many
-                         else inv.log),
+                Finished(
+                    function.name,
+                    inv.id,
+                    inv.backend,
+                    function.queue_name,
+                    d.raw,
+                    d.lease,
+                    inv.options,
+                    BindOnUse(inv.log, message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many else inv.log,
+                ),
                 d.result or Result(Outcome.RELEASE, "no result"),
             )
             for d in deliveries
@@ -213,10 +243,16 @@ class Dispatcher:
             delivery.result = verdict.undecodable(exc)
             return False
         delivery.message = QueueMessage(
-            id=raw.id, body=body, dequeue_count=raw.dequeue_count, insertion_time=raw.insertion_time,
-            expiration_time=raw.expiration_time, time_next_visible=raw.time_next_visible, lease=delivery.lease,
+            id=raw.id,
+            body=body,
+            dequeue_count=raw.dequeue_count,
+            insertion_time=raw.insertion_time,
+            expiration_time=raw.expiration_time,
+            time_next_visible=raw.time_next_visible,
+            lease=delivery.lease,
             checkpoint_encoding=inv.options.message_encoding if inv.function.extras.get("checkpoints") else None,
-            properties=raw.properties, service_attributes=raw.service_attributes,
+            properties=raw.properties,
+            service_attributes=raw.service_attributes,
         )
         return True
 
@@ -243,9 +279,15 @@ class Dispatcher:
         inv.kwargs[function.arg_name] = argument
         if function.wants_context:  # made only for handlers that ask for one
             first = inv.deliveries[0].raw
-            inv.kwargs["context"] = state.context = Context(inv.id, function.name, function.directory, RetryContext(
-                retry_count=max(0, first.dequeue_count - 1), max_retry_count=inv.options.max_dequeue_count - 1,
-            ))
+            inv.kwargs["context"] = state.context = Context(
+                inv.id,
+                function.name,
+                function.directory,
+                RetryContext(
+                    retry_count=max(0, first.dequeue_count - 1),
+                    max_retry_count=inv.options.max_dequeue_count - 1,
+                ),
+            )
         try:
             await self.middleware.before_invocation(inv)
         except Exception as exc:
@@ -363,8 +405,13 @@ class Dispatcher:
         def started() -> None:
             state.started = True
 
-        await self.threads.run(in_thread, timeout, on_start=started, on_timeout=lambda: self._interrupt(inv),
-                               about={"function": function.name, "invocation_id": inv.id})
+        await self.threads.run(
+            in_thread,
+            timeout,
+            on_start=started,
+            on_timeout=lambda: self._interrupt(inv),
+            about={"function": function.name, "invocation_id": inv.id},
+        )
 
 
 class _Deadlines:

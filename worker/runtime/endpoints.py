@@ -103,26 +103,33 @@ class Endpoints:
         self._storage_checked_at = -STORAGE_CHECK_TTL
         self._storage_problem: str | None = None
 
-    async def start(self, port: int, access: Access, console: Console | None = None,
-                    limits: ConnectionLimits | None = None) -> None:
+    async def start(
+        self, port: int, access: Access, console: Console | None = None, limits: ConnectionLimits | None = None
+    ) -> None:
         """Listen on ``access.bind``:``port`` (with the console at ``/`` when given) within ``limits``; CannotListen
         when the address cannot be had."""
         gate = Gate(limits or ConnectionLimits())
         for collector in (gate, self._failures):
             self.metrics.registry.register(collector)
         app = application(access, gate, self._failures)
-        app.add_routes([
-            web.get("/healthz", self.healthz),
-            web.get("/readyz", self.readyz),
-            web.get("/metrics", self.metrics_text),
-            web.get("/leases", self.leases),
-            *(routes(console) if console is not None else ()),
-        ])
+        app.add_routes(
+            [
+                web.get("/healthz", self.healthz),
+                web.get("/readyz", self.readyz),
+                web.get("/metrics", self.metrics_text),
+                web.get("/leases", self.leases),
+                *(routes(console) if console is not None else ()),
+            ]
+        )
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await listen(self._runner, access.bind, port, gate)
-        announce(access, port=port, max_connections=gate.max_connections,
-                 paths=["/healthz", "/readyz", "/metrics", "/leases", *(["/"] if console is not None else [])])
+        announce(
+            access,
+            port=port,
+            max_connections=gate.max_connections,
+            paths=["/healthz", "/readyz", "/metrics", "/leases", *(["/"] if console is not None else [])],
+        )
         if console is not None and not os.environ.get(CONSOLE_ELSEWHERE_ENV):
             announce_console(access, port)
 
@@ -139,8 +146,7 @@ class Endpoints:
     async def readyz(self, _: web.Request) -> web.Response:
         problems = await self.readiness()
         # Open to anyone (the kubelet sends no token): storage's errors name endpoints, which may carry a password.
-        body = {"ready": not problems, "problems": [redact(problem) for problem in problems],
-                "functions": self.functions}
+        body = {"ready": not problems, "problems": [redact(problem) for problem in problems], "functions": self.functions}
         return web.json_response(body, status=200 if not problems else 503)
 
     async def readiness(self) -> list[str]:
@@ -188,15 +194,17 @@ class Endpoints:
         now = time.monotonic()
         wall = datetime.now(UTC)
         held = sorted(self.scheduler.held, key=lambda lease: lease.acquired_at)
-        return web.json_response([
-            {
-                "function": lease.function,
-                "queue": lease.queue,
-                "messageId": lease.message_id,
-                "dequeueCount": lease.dequeue_count,
-                "leaseExpires": (wall + timedelta(seconds=lease.expires_at - now)).isoformat(),
-                "elapsedSeconds": round(now - lease.acquired_at, 3),
-                "renewals": lease.renewals,
-            }
-            for lease in held
-        ])
+        return web.json_response(
+            [
+                {
+                    "function": lease.function,
+                    "queue": lease.queue,
+                    "messageId": lease.message_id,
+                    "dequeueCount": lease.dequeue_count,
+                    "leaseExpires": (wall + timedelta(seconds=lease.expires_at - now)).isoformat(),
+                    "elapsedSeconds": round(now - lease.acquired_at, 3),
+                    "renewals": lease.renewals,
+                }
+                for lease in held
+            ]
+        )

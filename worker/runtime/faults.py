@@ -49,8 +49,12 @@ class Faults:
         if line in self.failed:
             return
         self.failed.append(line)
-        log.error("a task of the host failed; stopping, so that the process exits and is started again", task=name,
-                  error=f"{type(exc).__name__}: {exc}", exc_info=exc)
+        log.error(
+            "a task of the host failed; stopping, so that the process exits and is started again",
+            task=name,
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=exc,
+        )
         self.stopping.set()
 
     def not_ready(self) -> list[str]:

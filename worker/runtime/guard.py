@@ -132,8 +132,11 @@ class TokenFailures:
 
     def collect(self) -> Iterator[Metric]:
         """The series for /metrics (a prometheus_client collector)."""
-        family = CounterMetricFamily("worker_http_token_failures", "Requests to the endpoints with a wrong token, by "
-                                     "the status answered (429: the address sent too many)", labels=["status"])
+        family = CounterMetricFamily(
+            "worker_http_token_failures",
+            "Requests to the endpoints with a wrong token, by the status answered (429: the address sent too many)",
+            labels=["status"],
+        )
         for answer in ("401", "429"):
             family.add_metric([answer], self.answered[answer])
         yield family
@@ -174,8 +177,12 @@ def announce(access: Access, **fields: object) -> None:
     machine (loopback), or to anyone who reaches the address (``worker.httpOpenData``)."""
     log.info("endpoints listening", host=access.bind, token=access.token is not None, data=access.data, **fields)
     if access.data in ("this machine", "anyone"):
-        log.warning("/leases and the console's data answer without a token; set WORKER_HTTP_TOKEN or "
-                    "worker.httpTokenFile to guard them", readers=access.data, host=access.bind)
+        log.warning(
+            "/leases and the console's data answer without a token; set WORKER_HTTP_TOKEN or "
+            "worker.httpTokenFile to guard them",
+            readers=access.data,
+            host=access.bind,
+        )
 
 
 #: Set by the supervisor in the environment of its processes when it serves the console for them all: a process's
@@ -196,12 +203,16 @@ def how_to_get_in(access: Access) -> str:
     if access.data == "token":
         return "enter the endpoint token (WORKER_HTTP_TOKEN or worker.httpTokenFile) in the page's Token field"
     if access.data == "this machine":
-        return ("no token: open it from this machine (loopback); read-only, as the poison actions need a token "
-                "(WORKER_HTTP_TOKEN)")
+        return (
+            "no token: open it from this machine (loopback); read-only, as the poison actions need a token "
+            "(WORKER_HTTP_TOKEN)"
+        )
     if access.data == "anyone":
         return "no token and worker.httpOpenData: anyone who reaches the address reads it; read-only"
-    return ("no token: its data answers only on loopback, so the page shows none here; set WORKER_HTTP_TOKEN (or "
-            "worker.httpTokenFile) and enter it in the page's Token field, or run with --http-host 127.0.0.1")
+    return (
+        "no token: its data answers only on loopback, so the page shows none here; set WORKER_HTTP_TOKEN (or "
+        "worker.httpTokenFile) and enter it in the page's Token field, or run with --http-host 127.0.0.1"
+    )
 
 
 def announce_console(access: Access, port: int) -> None:
@@ -214,29 +225,38 @@ def allowed_hosts(names: Iterable[str]) -> frozenset[str]:
     return frozenset(host_name(name) for name in names)
 
 
-def _middleware(
-    access: Access, failures: TokenFailures
-) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def _middleware(access: Access, failures: TokenFailures) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not access.host_allowed(request.headers.get("Host")):
             return web.json_response(
-                {"error": f"this worker does not answer to the host name {host_name(request.headers['Host'])!r}; "
-                          "add it to worker.httpAllowedHosts if it is this worker's"}, status=421)
+                {
+                    "error": f"this worker does not answer to the host name {host_name(request.headers['Host'])!r}; "
+                    "add it to worker.httpAllowedHosts if it is this worker's"
+                },
+                status=421,
+            )
         if access.token is not None:
             given = request.headers.get("Authorization")
             if request.path in OPEN_PATHS or access.token.accepts(given):
                 return await handler(request)
             if given is not None and (wait := failures.refuse(request.remote or "unknown", request.path)):
                 return web.json_response(
-                    {"error": "too many wrong tokens from this address; try again later"}, status=429,
-                    headers={"Retry-After": str(math.ceil(wait))})
-            return web.json_response({"error": "a bearer token is required"}, status=401,
-                                     headers={"WWW-Authenticate": 'Bearer realm="worker"'})
+                    {"error": "too many wrong tokens from this address; try again later"},
+                    status=429,
+                    headers={"Retry-After": str(math.ceil(wait))},
+                )
+            return web.json_response(
+                {"error": "a bearer token is required"}, status=401, headers={"WWW-Authenticate": 'Bearer realm="worker"'}
+            )
         if access.data == "nobody" and request.path not in PUBLIC_PATHS:
             return web.json_response(
-                {"error": "with no endpoint token, /leases and the console's data answer on loopback only: set "
-                          "WORKER_HTTP_TOKEN or worker.httpTokenFile, or worker.httpOpenData: true"}, status=403)
+                {
+                    "error": "with no endpoint token, /leases and the console's data answer on loopback only: set "
+                    "WORKER_HTTP_TOKEN or worker.httpTokenFile, or worker.httpOpenData: true"
+                },
+                status=403,
+            )
         return await handler(request)
 
     return guard

@@ -143,8 +143,15 @@ class Host:
     """Runs the functions of one app until stopped (or, in burst mode, until their queues are empty)."""
 
     def __init__(
-        self, app: WorkerApp, config: HostConfig, *, burst: bool = False, middleware: Sequence[Middleware] = (),
-        handover: Path | None = None, in_flight: Path | None = None, facts: StartFacts | None = None,
+        self,
+        app: WorkerApp,
+        config: HostConfig,
+        *,
+        burst: bool = False,
+        middleware: Sequence[Middleware] = (),
+        handover: Path | None = None,
+        in_flight: Path | None = None,
+        facts: StartFacts | None = None,
         own_process: bool = False,
     ) -> None:
         """``middleware`` runs after the app's and host.yaml's; one of a kind the host would make itself (Spark's)
@@ -194,8 +201,11 @@ class Host:
             stop, original, forwarded = self._signals.receive(signum)
             sender = "the supervisor" if forwarded else "direct"
             if stop is Stop.EXIT_NOW:
-                log.warning("second signal; exiting at once, leases will bring unfinished messages back",
-                            signal=original.name, sender=sender)
+                log.warning(
+                    "second signal; exiting at once, leases will bring unfinished messages back",
+                    signal=original.name,
+                    sender=sender,
+                )
                 os._exit(128 + original)
             if stop is Stop.DRAIN:
                 log.info("signal received; draining", signal=original.name, sender=sender)
@@ -232,8 +242,11 @@ class Host:
         for signum in (*STOP_SIGNALS, *FORWARDED.values()):
             loop.add_signal_handler(signum, self.request_stop, signum)
         scheduler_task = faults.start(scheduler.run(), "lease-scheduler")
-        recorder_task = None if self.in_flight is None else faults.start(
-            inflight.record(self.in_flight, lambda: dispatcher.invocations), "in-flight")
+        recorder_task = (
+            None
+            if self.in_flight is None
+            else faults.start(inflight.record(self.in_flight, lambda: dispatcher.invocations), "in-flight")
+        )
         endpoints: Endpoints | None = None
         watcher: asyncio.Task[None] | None = None
         try:
@@ -248,44 +261,65 @@ class Host:
                 # What worker run's preflight refuses by the connection's kind, refused here by the backend itself
                 # for a host built in code: a batch the service never returns would fail every receive.
                 over = backend.limits.exceeded(own, _service(config, function), partial(config.key_of, function.name))
-                refused += [f"function {function.name}, trigger queueTrigger ({function.arg_name}): {problem}"
-                            for problem in over]
+                refused += [
+                    f"function {function.name}, trigger queueTrigger ({function.arg_name}): {problem}" for problem in over
+                ]
                 if over:
                     continue
                 try:
                     if problem := await _queue_problem(backend, function.queue_name, own):
-                        refused.append(f"function {function.name}, trigger queueTrigger ({function.arg_name}): "
-                                       f"{problem}")
+                        refused.append(f"function {function.name}, trigger queueTrigger ({function.arg_name}): {problem}")
                 except TransientError as exc:
                     self.metrics.inc("storage_errors", function.name)
                     unreachable = str(exc)
-                    log.error("cannot look at the trigger queue now; the listener will keep trying",
-                              function=function.name, queue=function.queue_name, error=unreachable)
+                    log.error(
+                        "cannot look at the trigger queue now; the listener will keep trying",
+                        function=function.name,
+                        queue=function.queue_name,
+                        error=unreachable,
+                    )
                 if refused:
                     continue
                 listeners.append(
-                    Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware,
-                             trouble)
+                    Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware, trouble)
                 )
                 listeners[-1].last_error = unreachable
                 backends.listen(listeners[-1])
-                log.info("function loaded", function=function.name, queue=function.queue_name,
-                         handler="async" if function.is_async else "sync", **_own_settings(config, own))
+                log.info(
+                    "function loaded",
+                    function=function.name,
+                    queue=function.queue_name,
+                    handler="async" if function.is_async else "sync",
+                    **_own_settings(config, own),
+                )
             if refused:
                 raise StartupRefused(refused)
             if self.handover is not None and (handed := take(self.handover)):
-                await settle_handed_over(handed, self.app.functions, lambda function: (
-                    backends.queues(function.connection),
-                    _options(config, function, backends.queues(function.connection), quiet=True),
-                ), completion, self.metrics)
+                await settle_handed_over(
+                    handed,
+                    self.app.functions,
+                    lambda function: (
+                        backends.queues(function.connection),
+                        _options(config, function, backends.queues(function.connection), quiet=True),
+                    ),
+                    completion,
+                    self.metrics,
+                )
             if config.http_port:
-                endpoints, watcher = await self._serve_endpoints(listeners, scheduler, dispatcher, token, trouble,
-                                                                 middleware)
+                endpoints, watcher = await self._serve_endpoints(
+                    listeners, scheduler, dispatcher, token, trouble, middleware
+                )
             middleware.host_started(self.app.functions)
             # The one line that says the host is ready is written whatever the log levels (host.json may keep the
             # host's lines at Warning).
-            logs.always("worker.runtime.host", "host started", functions=len(listeners), pid=os.getpid(),
-                        burst=self.burst, middleware=[type(m).__name__ for m in middleware.middleware])
+            logs.always(
+                "worker.runtime.host",
+                "host started",
+                functions=len(listeners),
+                pid=os.getpid(),
+                burst=self.burst,
+                middleware=[type(m).__name__ for m in middleware.middleware],
+            )
             listener_tasks = [faults.start(lst.run(), f"listener-{lst.function.name}") for lst in listeners]
             if self.burst:
                 await self._until_drained(listeners, dispatcher, backends)
@@ -317,8 +351,13 @@ class Host:
         return dispatcher
 
     async def _serve_endpoints(
-        self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher, token: BearerToken | None,
-        trouble: StoreTrouble, middleware: Chain,
+        self,
+        listeners: list[Listener],
+        scheduler: LeaseScheduler,
+        dispatcher: Dispatcher,
+        token: BearerToken | None,
+        trouble: StoreTrouble,
+        middleware: Chain,
     ) -> tuple[Endpoints, asyncio.Task[None]]:
         """Start the HTTP endpoints and the console, with gauges for in-flight messages, queue lengths, threads and
         tasks; the task returned keeps the gauge's queue lengths and the console's history."""
@@ -349,23 +388,38 @@ class Host:
             return {lst.function.name: held[lst.function.name] for lst in listeners}
 
         self.metrics.gauge("worker_messages_in_flight", "Messages received and not yet completed", "function", in_flight)
-        self.metrics.gauge("worker_queue_length", "Approximate message count of each trigger queue", "queue",
-                           lambda: dict(lengths))
+        self.metrics.gauge(
+            "worker_queue_length", "Approximate message count of each trigger queue", "queue", lambda: dict(lengths)
+        )
         loop = asyncio.get_running_loop()
-        self.metrics.gauge("worker_handler_threads", "Handler threads running a sync handler, and those of them "
-                           "running one the host gave up on", "state",
-                           lambda: {"busy": dispatcher.threads.busy, "abandoned": dispatcher.threads.abandoned})
+        self.metrics.gauge(
+            "worker_handler_threads",
+            "Handler threads running a sync handler, and those of them running one the host gave up on",
+            "state",
+            lambda: {"busy": dispatcher.threads.busy, "abandoned": dispatcher.threads.abandoned},
+        )
         # Read from the scrape's thread: all_tasks() copes with the set changing meanwhile.
-        self.metrics.gauge("worker_event_loop_tasks", "asyncio tasks alive on the host's event loop", "loop",
-                           lambda: {"host": len(asyncio.all_tasks(loop))})
-        endpoints = Endpoints(self.metrics, scheduler, storage_check, [lst.function.name for lst in listeners],
-                              draining=self.stopping.is_set, stuck=dispatcher.threads.stuck,
-                              last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
-                              held_back=trouble.problems,
-                              not_ready=lambda: [*self.faults.not_ready(), *middleware.not_ready()])
+        self.metrics.gauge(
+            "worker_event_loop_tasks",
+            "asyncio tasks alive on the host's event loop",
+            "loop",
+            lambda: {"host": len(asyncio.all_tasks(loop))},
+        )
+        endpoints = Endpoints(
+            self.metrics,
+            scheduler,
+            storage_check,
+            [lst.function.name for lst in listeners],
+            draining=self.stopping.is_set,
+            stuck=dispatcher.threads.stuck,
+            last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
+            held_back=trouble.problems,
+            not_ready=lambda: [*self.faults.not_ready(), *middleware.not_ready()],
+        )
         console = self._console(listeners, scheduler, dispatcher, endpoints, middleware, actions=token is not None)
-        access = Access(token, self.config.http_host, self.config.http_open_data,
-                        allowed_hosts(self.config.http_allowed_hosts))
+        access = Access(
+            token, self.config.http_host, self.config.http_open_data, allowed_hosts(self.config.http_allowed_hosts)
+        )
         await endpoints.start(self.config.http_port, access, console, ConnectionLimits.of(self.config))
 
         async def watch() -> None:
@@ -373,8 +427,16 @@ class Host:
 
         return endpoints, self.faults.start(watch(), "queue-lengths")
 
-    def _console(self, listeners: list[Listener], scheduler: LeaseScheduler, dispatcher: Dispatcher,
-                 endpoints: Endpoints, middleware: Chain, *, actions: bool) -> Console:
+    def _console(
+        self,
+        listeners: list[Listener],
+        scheduler: LeaseScheduler,
+        dispatcher: Dispatcher,
+        endpoints: Endpoints,
+        middleware: Chain,
+        *,
+        actions: bool,
+    ) -> Console:
         config = self.config
 
         def running() -> dict[str, tuple[int, int]]:
@@ -391,13 +453,16 @@ class Host:
 
         recorder = next(m for m in middleware.middleware if isinstance(m, ConsoleRecorder))
         watched = [
-            Watched(lst.function, lst.options, lst.backend,
-                    describe(config.connection_string(lst.function.connection), config.base_dir),
-                    _own_settings(config, lst.options))
+            Watched(
+                lst.function,
+                lst.options,
+                lst.backend,
+                describe(config.connection_string(lst.function.connection), config.base_dir),
+                _own_settings(config, lst.options),
+            )
             for lst in listeners
         ]
-        parts = HostParts(self.metrics, scheduler, config, running, endpoints.readiness,
-                          work_tags, self.app.not_run)
+        parts = HostParts(self.metrics, scheduler, config, running, endpoints.readiness, work_tags, self.app.not_run)
         return Console(watched, parts, recorder, self.facts, actions=actions)
 
     @property
@@ -438,8 +503,11 @@ class Host:
             unreachable_since = None if problem is None else unreachable_since or now
             if unreachable_since is not None and now - unreachable_since >= self.config.burst_storage_timeout:
                 self.gave_up = problem
-                log.error("storage unreachable for worker.burstStorageTimeout; burst mode gives up and exits 1",
-                          seconds=round(now - unreachable_since), error=problem)
+                log.error(
+                    "storage unreachable for worker.burstStorageTimeout; burst mode gives up and exits 1",
+                    seconds=round(now - unreachable_since),
+                    error=problem,
+                )
                 return
             await wait_set(self.stopping, BURST_CHECK_INTERVAL)
 
@@ -452,25 +520,36 @@ class Host:
         meant to hold messages), nor the Functions host's own, nor more than :data:`UNREAD_QUEUES_COUNTED` queues of
         a backend; nothing here can fail the run."""
         read = {lst.function.queue_name.lower() for lst in listeners}
-        written = {binding.queue_name.lower() for lst in listeners for binding in lst.function.outputs
-                   if isinstance(binding, OutputBinding)}
+        written = {
+            binding.queue_name.lower()
+            for lst in listeners
+            for binding in lst.function.outputs
+            if isinstance(binding, OutputBinding)
+        }
         waiting: dict[str, int] = {}
         for connection, backend in list(backends.by_connection.items()):
             if backend_kind(connection).name not in UNREAD_QUEUES_KINDS:
                 continue
             try:
                 async with asyncio.timeout(UNREAD_QUEUES_TIMEOUT):
-                    names = [name for name in await backend.list_queues()
-                             if name.lower() not in read | written and not is_poison_queue(name)
-                             and not name.startswith(FUNCTIONS_OWN_QUEUES)]
+                    names = [
+                        name
+                        for name in await backend.list_queues()
+                        if name.lower() not in read | written
+                        and not is_poison_queue(name)
+                        and not name.startswith(FUNCTIONS_OWN_QUEUES)
+                    ]
                     for name in names[:UNREAD_QUEUES_COUNTED]:
                         if count := await backend.approximate_count(name):
                             waiting[name] = count
             except Exception as exc:  # a look, not a duty: the run has done its work
                 log.debug("could not look for messages on queues no function reads", error=type(exc).__name__)
         if waiting:
-            log.warning("messages wait on queues no function of this app reads; a misspelt queue name in worker send?",
-                        queues=waiting, functions_read=sorted(lst.function.queue_name for lst in listeners))
+            log.warning(
+                "messages wait on queues no function of this app reads; a misspelt queue name in worker send?",
+                queues=waiting,
+                functions_read=sorted(lst.function.queue_name for lst in listeners),
+            )
 
     async def _drain(self, dispatcher: Dispatcher) -> None:
         released = dispatcher.release_unstarted()
@@ -479,33 +558,41 @@ class Host:
             log.info("draining", running=running, releasing_unstarted=released, drain_timeout=self.config.drain_timeout)
         if await dispatcher.wait_idle(self.config.drain_timeout):
             return
-        log.warning("drainTimeout passed; cancelling and releasing unfinished messages",
-                    unfinished=len(dispatcher.invocations))
+        log.warning(
+            "drainTimeout passed; cancelling and releasing unfinished messages", unfinished=len(dispatcher.invocations)
+        )
         dispatcher.cancel_all(SHUTDOWN)
         if not await dispatcher.wait_idle(COMPLETION_GRACE):
-            log.error("some completions did not finish; their leases will bring the messages back",
-                      unfinished=len(dispatcher.invocations))
+            log.error(
+                "some completions did not finish; their leases will bring the messages back",
+                unfinished=len(dispatcher.invocations),
+            )
         if not await dispatcher.threads.wait_idle(TIMEOUT_GRACE):
-            log.warning("sync handlers still running after cancellation; exiting without them",
-                        threads=dispatcher.threads.busy)
+            log.warning(
+                "sync handlers still running after cancellation; exiting without them", threads=dispatcher.threads.busy
+            )
 
 
 def unknown_options(app: WorkerApp, middleware: Sequence[Middleware]) -> list[str]:
     """A line for each function option that neither the host (the listener's ``channel``, the dispatcher's
     ``checkpoints``) nor its middleware (the host's own and ``middleware``) declares it reads."""
     declared = {**listener_options, **dispatcher_options, **builtin.function_options(middleware)}
-    return [f"function {spec.name}: option {name!r} is not one the host or its middleware reads (they read: "
-            f"{', '.join(sorted(declared))})" for spec in app.functions for name in spec.extras if name not in declared]
+    return [
+        f"function {spec.name}: option {name!r} is not one the host or its middleware reads (they read: "
+        f"{', '.join(sorted(declared))})"
+        for spec in app.functions
+        for name in spec.extras
+        if name not in declared
+    ]
 
 
-def _options(
-    config: HostConfig, function: FunctionSpec, backend: QueueBackend, *, quiet: bool = False
-) -> FunctionOptions:
+def _options(config: HostConfig, function: FunctionSpec, backend: QueueBackend, *, quiet: bool = False) -> FunctionOptions:
     """The settings ``function`` runs with on ``backend``: a default the service does not take (Functions' batch of
     16 on SQS, which returns 10) takes the service's limit, said in one line; a value the user gave is left as given,
     for the start to refuse."""
     own, adapted = config.for_function(function.name, function.retry, function.settings).within(
-        backend.limits, _service(config, function))
+        backend.limits, _service(config, function)
+    )
     if adapted and not quiet:
         log.info("settings not given take the backend's limit", function=function.name, settings=adapted)
     return own
@@ -519,8 +606,17 @@ def _service(config: HostConfig, function: FunctionSpec) -> str:
 
 def _own_settings(config: HostConfig, own: FunctionOptions) -> dict[str, object]:
     """The settings a function runs with that differ from the global ones, for its "function loaded" line."""
-    keys = ("batch_size", "new_batch_threshold", "max_polling_interval", "visibility_timeout", "max_dequeue_count",
-            "lease_duration", "function_timeout", "max_concurrency", "retry")
+    keys = (
+        "batch_size",
+        "new_batch_threshold",
+        "max_polling_interval",
+        "visibility_timeout",
+        "max_dequeue_count",
+        "lease_duration",
+        "function_timeout",
+        "max_concurrency",
+        "retry",
+    )
     changed = {key: getattr(own, key) for key in keys if getattr(own, key) != getattr(config, key)}
     if "retry" in changed and own.retry is not None:
         changed["retry"] = own.retry.describe()
@@ -561,14 +657,17 @@ def _say_ignored(config: HostConfig, retry_in_code: Sequence[str]) -> None:
     file = str(config.source) if config.source else None
     retry_in_settings = "retry" in config.ignored_keys
     if retry_in_settings or retry_in_code:
-        log.warning("retry policies are not applied to queue triggers, as in Functions: failed messages are retried "
-                    "after visibilityTimeout up to maxDequeueCount times", host_json=file if retry_in_settings else None,
-                    functions=list(retry_in_code), visibility_timeout=config.visibility_timeout,
-                    max_dequeue_count=config.max_dequeue_count)
+        log.warning(
+            "retry policies are not applied to queue triggers, as in Functions: failed messages are retried "
+            "after visibilityTimeout up to maxDequeueCount times",
+            host_json=file if retry_in_settings else None,
+            functions=list(retry_in_code),
+            visibility_timeout=config.visibility_timeout,
+            max_dequeue_count=config.max_dequeue_count,
+        )
     routine = [key for key in config.ignored_keys if key in ROUTINE_HOST_JSON_KEYS]
     if routine:
         log.debug("host.json keys every Functions app carries, not used here", keys=routine, file=file)
     for key in config.ignored_keys:
         if key != "retry" and key not in ROUTINE_HOST_JSON_KEYS:
-            log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key,
-                        file=file)
+            log.warning("settings key is accepted for host.json compatibility but has no effect here", key=key, file=file)

@@ -35,11 +35,18 @@ async def record(path: Path, invocations: Callable[[], Iterable[Invocation]]) ->
         held = list(invocations())
         ids = frozenset(inv.id for inv in held)
         if ids != written:
-            await asyncio.to_thread(_write, path, [
-                {"function": inv.function.name, "invocation_id": inv.id,
-                 "messages": [delivery.raw.id for delivery in inv.deliveries]}
-                for inv in held
-            ])
+            await asyncio.to_thread(
+                _write,
+                path,
+                [
+                    {
+                        "function": inv.function.name,
+                        "invocation_id": inv.id,
+                        "messages": [delivery.raw.id for delivery in inv.deliveries],
+                    }
+                    for inv in held
+                ],
+            )
             written = ids
         await asyncio.sleep(INTERVAL)
 

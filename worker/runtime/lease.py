@@ -200,8 +200,11 @@ class LeaseScheduler:
         now = time.monotonic()
         if visibility < duration:
             lease.expires_at = now + max(0.0, visibility - lease.backend.limits.visibility_resolution)
-            log.info("lease held to the message's expiry; no further renewal", **lease.log_fields(),
-                     seconds_left=round(visibility, 3))
+            log.info(
+                "lease held to the message's expiry; no further renewal",
+                **lease.log_fields(),
+                seconds_left=round(visibility, 3),
+            )
             return True
         self._extend(lease, now)
         return True
@@ -228,14 +231,17 @@ class LeaseScheduler:
                 await self._update(lease, content)
             except LeaseGone as exc:
                 self._lose(lease, exc)
-                raise CheckpointFailed(f"message {lease.message_id} was not checkpointed: its lease was lost "
-                                       f"({type(exc).__name__})") from exc
+                raise CheckpointFailed(
+                    f"message {lease.message_id} was not checkpointed: its lease was lost ({type(exc).__name__})"
+                ) from exc
             except (InvalidArgument, MessageTooLarge):
                 raise
             except QueueError as exc:
                 self.metrics.inc("storage_errors", lease.function)
-                raise CheckpointFailed(f"message {lease.message_id}: storage failed during the checkpoint, which "
-                                       f"may or may not have been stored; the lease is kept ({exc})") from exc
+                raise CheckpointFailed(
+                    f"message {lease.message_id}: storage failed during the checkpoint, which "
+                    f"may or may not have been stored; the lease is kept ({exc})"
+                ) from exc
             lease.content = content
         self.metrics.inc("checkpoints", lease.function)
 
@@ -265,12 +271,16 @@ class LeaseScheduler:
                 now = time.monotonic()
                 lease.failed_renewals += 1
                 # Until the lease's end, halving the time left; after it, doubling from MIN_RETRY up to MAX_RETRY.
-                retry_in = (max(MIN_RETRY, (lease.expires_at - now) / 2) if lease.holds()
-                            else min(MAX_RETRY, MIN_RETRY * 2 ** lease.failed_renewals))
+                retry_in = (
+                    max(MIN_RETRY, (lease.expires_at - now) / 2)
+                    if lease.holds()
+                    else min(MAX_RETRY, MIN_RETRY * 2**lease.failed_renewals)
+                )
                 (log.warning if lease.failed_renewals == 1 else log.debug)(
                     "lease renewal failed; retrying",
                     **lease.log_fields(),
-                    error=f"{type(exc).__name__}: {exc}", retry_in=round(retry_in, 3),
+                    error=f"{type(exc).__name__}: {exc}",
+                    retry_in=round(retry_in, 3),
                     failed_in_a_row=lease.failed_renewals,
                 )
                 self._schedule(lease, now + retry_in)

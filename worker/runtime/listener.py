@@ -47,11 +47,13 @@ from worker.runtime.dispatcher import Dispatcher
 from worker.settings.config import FunctionOptions
 
 #: The function option the listener reads (see :attr:`worker.Middleware.function_options`).
-FUNCTION_OPTIONS = {"channel": "channel='name': receive from that channel of the queue only, where the backend has "
-                               "channels (OCI Queue); refused at start elsewhere",
-                    "batching_window": "batching_window=seconds: with cardinality='many', a batch gathers further "
-                                       "receives until batchSize or this long after its first message (Lambda's "
-                                       "MaximumBatchingWindowInSeconds)"}
+FUNCTION_OPTIONS = {
+    "channel": "channel='name': receive from that channel of the queue only, where the backend has "
+    "channels (OCI Queue); refused at start elsewhere",
+    "batching_window": "batching_window=seconds: with cardinality='many', a batch gathers further "
+    "receives until batchSize or this long after its first message (Lambda's "
+    "MaximumBatchingWindowInSeconds)",
+}
 
 log = structlog.get_logger("worker.runtime.listener")
 
@@ -247,8 +249,10 @@ class Listener:
     async def run(self) -> None:
         """Fetch and dispatch until ``stopping`` is set. Never raises for storage trouble that may pass; raises
         StorageGone, which cannot."""
-        extra = [asyncio.create_task(self._pipelined(index), name=f"receiver-{self.function.name}-{index}")
-                 for index in range(1, self._most)]
+        extra = [
+            asyncio.create_task(self._pipelined(index), name=f"receiver-{self.function.name}-{index}")
+            for index in range(1, self._most)
+        ]
         # A middleware that held receives back and now allows them says so (wake_listeners): room is looked at again.
         unwatch = self.middleware.watch_limits(self.capacity.recheck)
         try:
@@ -305,8 +309,11 @@ class Listener:
             messages = await self._call(held, wait)
             self.last_error = None
             if self._failing_since is not None:
-                self._log.info("receives work again", failed_receives=self._failed_receives,
-                               outage_seconds=round(time.monotonic() - self._failing_since, 3))
+                self._log.info(
+                    "receives work again",
+                    failed_receives=self._failed_receives,
+                    outage_seconds=round(time.monotonic() - self._failing_since, 3),
+                )
                 self._failing_since, self._failed_receives = None, 0
             if messages or wait <= 0:
                 self.metrics.receive_seconds.observe(name, time.monotonic() - started)
@@ -317,8 +324,9 @@ class Listener:
                 await self._create_queue()
             else:
                 self.last_error = str(exc)
-                self._log.error("trigger queue does not exist, and this host does not create queues there; "
-                                "backing off", error=str(exc))
+                self._log.error(
+                    "trigger queue does not exist, and this host does not create queues there; backing off", error=str(exc)
+                )
             failed = True
         except StorageGone:  # the queue's file was deleted or replaced: no back-off helps, the process must restart
             if held.room:
@@ -337,15 +345,18 @@ class Listener:
                 self._failing_since = time.monotonic()
                 self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
             else:
-                self._log.debug("receive failed again; backing off", failed_receives=self._failed_receives,
-                                error=f"{type(exc).__name__}: {exc}")
+                self._log.debug(
+                    "receive failed again; backing off",
+                    failed_receives=self._failed_receives,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
             failed = True
         if held.room:
             self.capacity.received(name, held.room)
         elif messages:  # the poll gave its place back meanwhile: what fits now is used, the rest released
             held.room = self.capacity.take(name, len(messages), self._allowed)
-            await self._release(messages[held.room:])
-            messages = messages[:held.room]
+            await self._release(messages[held.room :])
+            messages = messages[: held.room]
         self.capacity.give_back(name, held.room - len(messages))
         if messages and self._window > 0 and len(messages) < self.options.batch_size:
             messages = await self._gather(messages)
@@ -367,8 +378,13 @@ class Listener:
         has hung up, and those would stay hidden for the whole lease with a delivery counted. Only stopping
         cancels a long poll; the backend then gives back what the poll takes (``QueueBackend.receive``).
         """
-        receive = self.backend.receive(self.function.queue_name, held.room, self.options.lease_duration, wait=wait,
-                                       channel=self.function.extras.get("channel"))
+        receive = self.backend.receive(
+            self.function.queue_name,
+            held.room,
+            self.options.lease_duration,
+            wait=wait,
+            channel=self.function.extras.get("channel"),
+        )
         if wait <= 0:
             return await receive
         name = self.function.name
@@ -407,9 +423,15 @@ class Listener:
                 break
             got: list[RawMessage] = []
             wait = min(left, self.backend.limits.long_poll)
-            call = asyncio.ensure_future(self.backend.receive(self.function.queue_name, room,
-                                                              self.options.lease_duration, wait=wait,
-                                                              channel=self.function.extras.get("channel")))
+            call = asyncio.ensure_future(
+                self.backend.receive(
+                    self.function.queue_name,
+                    room,
+                    self.options.lease_duration,
+                    wait=wait,
+                    channel=self.function.extras.get("channel"),
+                )
+            )
             stop = asyncio.ensure_future(self.stopping.wait())
             try:
                 await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -431,8 +453,13 @@ class Listener:
 
     async def _release(self, messages: list[RawMessage]) -> None:
         """Make messages this host has no room for visible again at once, for any worker to take."""
-        await release_now(self.backend, self.function.queue_name, messages,
-                          "messages a long poll brought after giving its room away", self._log)
+        await release_now(
+            self.backend,
+            self.function.queue_name,
+            messages,
+            "messages a long poll brought after giving its room away",
+            self._log,
+        )
 
     async def _pace(self, *, full: bool) -> None:
         """One more receiver after a full batch (up to the most), back to one after a partial one."""

@@ -98,9 +98,7 @@ class PoisonPolicy(Protocol):
     async def purge(self, queue: str, *, limit: int, progress: Callable[[int], None] | None = None) -> int:
         """Delete poison of ``queue`` (at most ``limit`` where it is read one by one); how many were deleted."""
 
-    async def drain(
-        self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None
-    ) -> int:
+    async def drain(self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None) -> int:
         """Take up to ``limit`` poison messages of ``queue``, putting each back on ``queue`` first if ``requeue``
         (:class:`Unreadable` where :meth:`unreadable` says why not); how many."""
 
@@ -111,9 +109,7 @@ class PoisonPolicy(Protocol):
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
         """Why poison of ``queue`` could not be kept, found at start; None when it can."""
 
-    async def take(
-        self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
-    ) -> Done:
+    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Done:
         """Take the message out of circulation (``delete`` deletes it with its lease's receipt)."""
 
 
@@ -194,9 +190,7 @@ class PoisonQueue:
             return f"poison queue {poison_queue(queue)!r} does not exist, and this host does not create queues here"
         return None
 
-    async def take(
-        self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
-    ) -> Done:
+    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Done:
         """Copy the message's text to ``<queue>-poison`` (as stored: its last checkpoint, if the handler made
         one), then delete the original.
 
@@ -211,19 +205,26 @@ class PoisonQueue:
             text = item.raw.content if item.lease.content is None else item.lease.content  # as stored now
             # Stored where anyone who reads the queue reads it: redacted as the log line is; never empty (SQS
             # refuses an empty property).
-            failure = {REASON_PROPERTY: redact(reason)[:REASON_CHARS] or "(none given)",
-                       ATTEMPTS_PROPERTY: str(item.raw.dequeue_count)}
+            failure = {
+                REASON_PROPERTY: redact(reason)[:REASON_CHARS] or "(none given)",
+                ATTEMPTS_PROPERTY: str(item.raw.dequeue_count),
+            }
             try:
-                copy = await put_creating(self.backend, poison, text, time_to_live=forever,
-                                          **({"properties": failure} if self.backend.capabilities.message_properties
-                                             else {}))
+                copy = await put_creating(
+                    self.backend,
+                    poison,
+                    text,
+                    time_to_live=forever,
+                    **({"properties": failure} if self.backend.capabilities.message_properties else {}),
+                )
             except MessageTooLarge:  # the reason did not fit beside the content (SQS): the copy goes without it
                 copy = await put_creating(self.backend, poison, text, time_to_live=forever)
             memo.poison_copy_id = copy.id
             # Said before the original is deleted: a process killed in between leaves the original to come
             # back and be poisoned (and logged) again, so no copy in the poison queue is ever without its reason.
-            item.log.error("message moved to the poison queue", poison_queue=poison, poison_message_id=copy.id,
-                      reason=reason)
+            item.log.error(
+                "message moved to the poison queue", poison_queue=poison, poison_message_id=copy.id, reason=reason
+            )
         await delete()
         return Done.POISONED
 
@@ -238,9 +239,7 @@ class PoisonQueue:
         """Delete up to ``limit`` messages of ``<queue>-poison`` (see :meth:`drain`)."""
         return await self.drain(queue, requeue=False, limit=limit, progress=progress)
 
-    async def drain(
-        self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None
-    ) -> int:
+    async def drain(self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None) -> int:
         """Take up to ``limit`` messages off ``<queue>-poison``; put each back on ``queue`` first if ``requeue``.
 
         The limit is required, and callers pass what :meth:`count` found when the action began: inside a running
@@ -302,8 +301,7 @@ class PoisonQueue:
         """Delete a received poison message, first putting it back on its queue if ``requeue``: with its properties
         (the trace context its producer wrote), where the backend has them, so that its trace goes on."""
         if requeue:
-            await self.backend.put(source_queue(poison), message.content,
-                                   properties=_without_failure(message.properties))
+            await self.backend.put(source_queue(poison), message.content, properties=_without_failure(message.properties))
         assert message.pop_receipt is not None
         await self.backend.delete(poison, message.id, message.pop_receipt)
 
@@ -318,34 +316,48 @@ class DeadLetterQueue:
         return f"the dead-letter queue of {queue}"
 
     def unreadable(self, queue: str) -> str | None:
-        return (f"poison messages of {queue} are in the service's dead-letter queue, which its API cannot read, so "
-                "they cannot be requeued; purge them, or use poison=host in the connection to keep them in "
-                "<queue>-poison")
+        return (
+            f"poison messages of {queue} are in the service's dead-letter queue, which its API cannot read, so "
+            "they cannot be requeued; purge them, or use poison=host in the connection to keep them in "
+            "<queue>-poison"
+        )
 
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
         if problem := await _redrive_problem(self.backend, queue, max_dequeue_count):
             return problem
         limit = await self.backend.dead_letter_limit(queue)
         if limit == 0:
-            return (f"queue {queue!r} has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0), so a poison "
-                    "message would come back for ever: set one on the queue, or use poison=host in the connection")
+            return (
+                f"queue {queue!r} has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0), so a poison "
+                "message would come back for ever: set one on the queue, or use poison=host in the connection"
+            )
         log = structlog.get_logger("worker.runtime.poison")
-        log.info("poison messages go to the queue's dead-letter queue", queue=queue, delivery_limit=limit,
-                 max_dequeue_count=max_dequeue_count)
+        log.info(
+            "poison messages go to the queue's dead-letter queue",
+            queue=queue,
+            delivery_limit=limit,
+            max_dequeue_count=max_dequeue_count,
+        )
         if limit < max_dequeue_count:
-            log.warning("the queue's dead-letter delivery limit is below maxDequeueCount: the service takes a message "
-                        "before the host has tried it maxDequeueCount times (deliveries released at stops count too)",
-                        queue=queue, delivery_limit=limit, max_dequeue_count=max_dequeue_count)
+            log.warning(
+                "the queue's dead-letter delivery limit is below maxDequeueCount: the service takes a message "
+                "before the host has tried it maxDequeueCount times (deliveries released at stops count too)",
+                queue=queue,
+                delivery_limit=limit,
+                max_dequeue_count=max_dequeue_count,
+            )
         elif limit > max_dequeue_count:
-            log.warning("the queue's dead-letter delivery limit is above maxDequeueCount: each poison message is "
-                        "delivered and released again, with back-off, until the service takes it",
-                        queue=queue, delivery_limit=limit, max_dequeue_count=max_dequeue_count,
-                        extra_deliveries=limit - max_dequeue_count)
+            log.warning(
+                "the queue's dead-letter delivery limit is above maxDequeueCount: each poison message is "
+                "delivered and released again, with back-off, until the service takes it",
+                queue=queue,
+                delivery_limit=limit,
+                max_dequeue_count=max_dequeue_count,
+                extra_deliveries=limit - max_dequeue_count,
+            )
         return None
 
-    async def take(
-        self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo
-    ) -> Done:
+    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Done:
         """Release it: the service moves it to its dead-letter queue once its delivery limit is reached, and each
         delivery until then comes straight back here (the dequeue-count gate) without running the handler. After
         the maxDequeueCount-th delivery it is visible again at once (where the two counts agree, the service takes
@@ -370,9 +382,7 @@ class DeadLetterQueue:
             progress(count)
         return count
 
-    async def drain(
-        self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None
-    ) -> int:
+    async def drain(self, queue: str, *, requeue: bool, limit: int, progress: Callable[[int], None] | None = None) -> int:
         """A purge; a requeue is refused (:class:`Unreadable`)."""
         if requeue:
             raise Unreadable(self.unreadable(queue))

@@ -46,6 +46,7 @@ from worker.settings.config import FunctionOptions
 
 log = structlog.get_logger("worker.runtime.recycle")
 
+
 class Recycler:
     """Holds the messages of sync handlers that ran past functionTimeout until this process exits."""
 
@@ -81,13 +82,24 @@ class Recycler:
                     continue
                 self.scheduler.forget(lease)
                 lease_ends = time.time() + (lease.expires_at - time.monotonic())
-                handed.append(HandedOver(inv.function.name, inv.id, raw.id, lease.pop_receipt, raw.dequeue_count,
-                                         raw.content if lease.content is None else lease.content,
-                                         raw.insertion_time.isoformat(), lease.message_expires, reason,
-                                         lease_ends))
+                handed.append(
+                    HandedOver(
+                        inv.function.name,
+                        inv.id,
+                        raw.id,
+                        lease.pop_receipt,
+                        raw.dequeue_count,
+                        raw.content if lease.content is None else lease.content,
+                        raw.insertion_time.isoformat(),
+                        lease.message_expires,
+                        reason,
+                        lease_ends,
+                    )
+                )
         if path is None:
-            log.warning("no supervisor to hand the timed-out messages to; they come back when their leases end",
-                        messages=len(handed))
+            log.warning(
+                "no supervisor to hand the timed-out messages to; they come back when their leases end", messages=len(handed)
+            )
         else:
             write(path, self.reason or "recycled", handed)
         return len(handed)
@@ -106,21 +118,42 @@ async def settle_handed_over(
     for message in messages:
         function = by_name.get(message.function)
         if function is None:  # the app changed between the two processes
-            log.warning("a handed-over message's function is gone; the message comes back when its lease ends",
-                        function=message.function, message_id=message.message_id)
+            log.warning(
+                "a handed-over message's function is gone; the message comes back when its lease ends",
+                function=message.function,
+                message_id=message.message_id,
+            )
             continue
         backend, options = opened(function)
-        lease = Lease(backend, function.queue_name, message.message_id, message.pop_receipt, function=function.name,
-                      dequeue_count=message.dequeue_count, invocation_id=message.invocation_id,
-                      duration=options.lease_duration, message_expires=message.message_expires)
+        lease = Lease(
+            backend,
+            function.queue_name,
+            message.message_id,
+            message.pop_receipt,
+            function=function.name,
+            dequeue_count=message.dequeue_count,
+            invocation_id=message.invocation_id,
+            duration=options.lease_duration,
+            message_expires=message.message_expires,
+        )
         lease.expires_at = time.monotonic() + (message.lease_ends - time.time())
-        raw = RawMessage(message.message_id, message.content, message.dequeue_count,
-                         datetime.fromisoformat(message.insertion_time), None, None, message.pop_receipt)
-        item_log = log.bind(function=function.name, queue=function.queue_name, invocation_id=message.invocation_id,
-                            message_id=message.message_id, dequeue_count=message.dequeue_count)
+        raw = RawMessage(
+            message.message_id,
+            message.content,
+            message.dequeue_count,
+            datetime.fromisoformat(message.insertion_time),
+            None,
+            None,
+            message.pop_receipt,
+        )
+        item_log = log.bind(
+            function=function.name,
+            queue=function.queue_name,
+            invocation_id=message.invocation_id,
+            message_id=message.message_id,
+            dequeue_count=message.dequeue_count,
+        )
         metrics.inc("recycles", function.name)
         item_log.info("settling a message handed over by the recycled process", reason=message.reason)
-        item = Finished(function.name, message.invocation_id, backend, function.queue_name, raw, lease, options,
-                        item_log)
+        item = Finished(function.name, message.invocation_id, backend, function.queue_name, raw, lease, options, item_log)
         await completion.complete(item, Result(Outcome.FAILED, message.reason))
-

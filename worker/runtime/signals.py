@@ -99,6 +99,7 @@ def read_after_stop(signals: StopSignals, signums: Iterable[int]) -> None:
     sender still exits at once. The handler logs nothing: it runs between any two steps of the main thread, which
     may be writing a log line under its lock.
     """
+
     def after_stop(signum: int, _frame: object) -> None:
         stop, original, _ = signals.receive(signum)
         if stop is Stop.EXIT_NOW:

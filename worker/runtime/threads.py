@@ -47,8 +47,13 @@ class HandlerThreads:
         self._abandoned: set[Future[None]] = set()
 
     async def run(
-        self, call: Callable[[], None], timeout: float | None, *, on_start: Callable[[], None],
-        on_timeout: Callable[[], None], about: dict[str, str],
+        self,
+        call: Callable[[], None],
+        timeout: float | None,
+        *,
+        on_start: Callable[[], None],
+        on_timeout: Callable[[], None],
+        about: dict[str, str],
     ) -> None:
         """Wait for a free thread, call ``on_start``, run ``call`` there (in a copy of this context) within ``timeout``.
 
@@ -105,8 +110,10 @@ class HandlerThreads:
         """Why the host can no longer run sync handlers (every thread held by an abandoned one), or None."""
         if len(self._abandoned) < self.size:
             return None
-        return (f"every handler thread ({self.size}) runs a handler that ran past functionTimeout or was cancelled; "
-                "only a restart frees them")
+        return (
+            f"every handler thread ({self.size}) runs a handler that ran past functionTimeout or was cancelled; "
+            "only a restart frees them"
+        )
 
     async def wait_idle(self, timeout: float) -> bool:
         """Give cancelled sync handlers ``timeout`` to notice ``message.cancelled`` and return."""
@@ -120,7 +127,9 @@ class HandlerThreads:
         self._abandoned.add(future)
         log.warning(
             "handler thread is still running after the host gave up on it; it stays busy until the handler returns",
-            **about, threads_abandoned=len(self._abandoned), handler_threads=self.size,
+            **about,
+            threads_abandoned=len(self._abandoned),
+            handler_threads=self.size,
         )
         if (problem := self.stuck()) is not None:
             log.error("sync handlers can no longer run", problem=problem)

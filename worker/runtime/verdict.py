@@ -83,8 +83,7 @@ def raised(exc: Exception, where: str, log: Any) -> Result:
     # cannot be used (an azure.functions handler's output of a type no message can carry).
     if isinstance(exc, (Poison, Unusable)):
         reason = exc.reason if isinstance(exc, Poison) else str(exc)
-        log.error(f"message cannot be handled{f' ({where})' if where else ''}; it goes to the poison queue",
-                  reason=reason)
+        log.error(f"message cannot be handled{f' ({where})' if where else ''}; it goes to the poison queue", reason=reason)
         return Result(Outcome.POISON, reason)
     error = str(exc) if isinstance(exc, HandlerExited) else f"{type(exc).__name__}: {exc}"
     if where:
@@ -101,8 +100,9 @@ def of_message(message: QueueMessage | None, result: Result, log: Any) -> Result
     if message is not None and message.dropped is not None and result.outcome in (Outcome.SUCCEEDED, Outcome.FAILED):
         return Result(Outcome.SUCCEEDED, message.dropped, filtered=True)
     if result.outcome is Outcome.SUCCEEDED and message is not None and message.failure is not None:
-        log.warning("handler failed one message", message_id=message.id, reason=message.failure,
-                    poison=message.poison_requested)
+        log.warning(
+            "handler failed one message", message_id=message.id, reason=message.failure, poison=message.poison_requested
+        )
         outcome = Outcome.POISON if message.poison_requested else Outcome.FAILED
         return Result(outcome, message.failure, requested=message.poison_requested)
     return result

@@ -62,23 +62,45 @@ from worker.settings.schema import (
 )
 from worker.settings.sections import Section
 
-__all__ = ["ConfigError", "ConfigErrors", "FunctionOptions", "FunctionOverrides", "HostConfig", "load_config",
-           "parse_duration", "parse_http_host"]
+__all__ = [
+    "ConfigError",
+    "ConfigErrors",
+    "FunctionOptions",
+    "FunctionOverrides",
+    "HostConfig",
+    "load_config",
+    "parse_duration",
+    "parse_http_host",
+]
 
 ENV_PREFIX = "WORKER__"
 #: Functions' own override of host.json by app setting; matched in any case, as .NET's configuration does.
 FUNCTIONS_ENV_PREFIX = "AzureFunctionsJobHost__"
 #: Functions app settings that stand for a setting of the host's, and the key each gives where none is set.
-FUNCTIONS_COUNT_SETTINGS = {"FUNCTIONS_WORKER_PROCESS_COUNT": "worker.processes",
-                            "PYTHON_THREADPOOL_THREAD_COUNT": "worker.handlerThreads"}
+FUNCTIONS_COUNT_SETTINGS = {
+    "FUNCTIONS_WORKER_PROCESS_COUNT": "worker.processes",
+    "PYTHON_THREADPOOL_THREAD_COUNT": "worker.handlerThreads",
+}
 #: Functions app settings a migrating app commonly carries that mean nothing to this host: named once at start.
 UNUSED_FUNCTIONS_SETTINGS = (
-    "APPINSIGHTS_INSTRUMENTATIONKEY", "APPLICATIONINSIGHTS_CONNECTION_STRING", "AzureWebJobsDashboard",
-    "AzureWebJobsFeatureFlags", "AzureWebJobsSecretStorageType", "ENABLE_ORYX_BUILD", "FUNCTIONS_EXTENSION_VERSION",
-    "FUNCTIONS_WORKER_RUNTIME_VERSION", "FUNCTIONS_WORKER_SHARED_MEMORY_DATA_TRANSFER_ENABLED",
-    "PYTHON_ENABLE_DEBUG_LOGGING", "PYTHON_ENABLE_INIT_INDEXING", "PYTHON_ENABLE_WORKER_EXTENSIONS",
-    "PYTHON_ISOLATE_WORKER_DEPENDENCIES", "SCM_DO_BUILD_DURING_DEPLOYMENT", "WEBSITE_CONTENTAZUREFILECONNECTIONSTRING",
-    "WEBSITE_CONTENTSHARE", "WEBSITE_MAX_DYNAMIC_APPLICATION_SCALE_OUT", "WEBSITE_RUN_FROM_PACKAGE",
+    "APPINSIGHTS_INSTRUMENTATIONKEY",
+    "APPLICATIONINSIGHTS_CONNECTION_STRING",
+    "AzureWebJobsDashboard",
+    "AzureWebJobsFeatureFlags",
+    "AzureWebJobsSecretStorageType",
+    "ENABLE_ORYX_BUILD",
+    "FUNCTIONS_EXTENSION_VERSION",
+    "FUNCTIONS_WORKER_RUNTIME_VERSION",
+    "FUNCTIONS_WORKER_SHARED_MEMORY_DATA_TRANSFER_ENABLED",
+    "PYTHON_ENABLE_DEBUG_LOGGING",
+    "PYTHON_ENABLE_INIT_INDEXING",
+    "PYTHON_ENABLE_WORKER_EXTENSIONS",
+    "PYTHON_ISOLATE_WORKER_DEPENDENCIES",
+    "SCM_DO_BUILD_DURING_DEPLOYMENT",
+    "WEBSITE_CONTENTAZUREFILECONNECTIONSTRING",
+    "WEBSITE_CONTENTSHARE",
+    "WEBSITE_MAX_DYNAMIC_APPLICATION_SCALE_OUT",
+    "WEBSITE_RUN_FROM_PACKAGE",
     "WEBSITE_TIME_ZONE",
 )
 
@@ -87,6 +109,7 @@ def unused_functions_settings(environ: Mapping[str, str]) -> list[str]:
     """The Functions app settings in ``environ`` that this host does not use, so that start can name them once
     rather than drop them without a word."""
     return [name for name in UNUSED_FUNCTIONS_SETTINGS if name in environ]
+
 
 #: host.json keys that mean something to the Functions host but nothing here.
 IGNORED_HOST_JSON_KEYS = frozenset(
@@ -129,8 +152,9 @@ def _log_levels(value: Any) -> dict[str, str]:
     levels: dict[str, str] = {}
     for category, level in value.items():
         if not isinstance(level, str) or level.lower() not in FUNCTIONS_LEVELS:
-            raise ValueError(f"{category}: expected one of Trace, Debug, Information, Warning, Error, Critical, None; "
-                             f"got {level!r}")
+            raise ValueError(
+                f"{category}: expected one of Trace, Debug, Information, Warning, Error, Critical, None; got {level!r}"
+            )
         levels[str(category)] = level
     return levels
 
@@ -152,8 +176,9 @@ def parse_http_host(value: Any) -> str:
         return host
     except ValueError:
         pass
-    if not re.fullmatch(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*",
-                        host):
+    if not re.fullmatch(
+        r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*", host
+    ):
         raise ValueError(f"expected an address to listen on (0.0.0.0, 127.0.0.1, ::) or a host name, got {value!r}")
     return host
 
@@ -448,8 +473,7 @@ class HostConfig:
 
         Raises ConnectionSettingError (MissingConnection with Functions' message) when it resolves to nothing.
         """
-        return resolve(name, service, environ=os.environ, connections=self.connections,
-                       embedded_default=embedded_default)
+        return resolve(name, service, environ=os.environ, connections=self.connections, embedded_default=embedded_default)
 
     def connection_string(self, name: str | None, service: Service = "queue") -> str | None:
         """The connection string of ``name``; None is the embedded queue's default file.
@@ -485,8 +509,12 @@ def _foreign(name: str, value: Any) -> bool:
     """Whether the top-level ``name`` is a section for another part of the worker to read: a mapping (or nothing,
     its keys all commented out) under a name that is not the host's own, nor likely a misspelling of one
     (``extension:``), which the loader refuses as it is."""
-    return (name not in OWN_SECTIONS and name not in IGNORED_HOST_JSON_KEYS
-            and (value is None or isinstance(value, dict)) and likely(name, OWN_SECTIONS) is None)
+    return (
+        name not in OWN_SECTIONS
+        and name not in IGNORED_HOST_JSON_KEYS
+        and (value is None or isinstance(value, dict))
+        and likely(name, OWN_SECTIONS) is None
+    )
 
 
 def _flatten(tree: Any, prefix: str, out: dict[str, Any], where: str) -> None:
@@ -518,7 +546,7 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[An
     found: dict[tuple[str, ...], tuple[Any, str]] = {}
     for name, raw in environ.items():
         if name.startswith(ENV_PREFIX) and len(name) > len(ENV_PREFIX):
-            found[tuple(name[len(ENV_PREFIX):].split("__"))] = (_env_value(raw), f"environment {name}")
+            found[tuple(name[len(ENV_PREFIX) :].split("__"))] = (_env_value(raw), f"environment {name}")
     return found
 
 
@@ -526,7 +554,8 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[tuple[str, ...], tuple[An
 _SPELLINGS = {
     ".".join(parts[:end]).lower(): ".".join(parts[:end])
     for key in [*_SCHEMA, *IGNORED_HOST_JSON_KEYS, "connections", "functions"]
-    for parts in [key.split(".")] for end in range(1, len(parts) + 1)
+    for parts in [key.split(".")]
+    for end in range(1, len(parts) + 1)
 }
 
 
@@ -641,9 +670,17 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     errors: list[ConfigError] = []  # every problem, not just the first: one run shows all there is to fix
     for key, (value, where) in values.items():
         try:
-            _read_key(key, value, where, settings=settings, ignored=ignored, connections=connections,
-                      log_levels=log_levels, retry_fields=retry_fields,
-                      functions=(function_values, lambda k: line_of.get(k, "")))
+            _read_key(
+                key,
+                value,
+                where,
+                settings=settings,
+                ignored=ignored,
+                connections=connections,
+                log_levels=log_levels,
+                retry_fields=retry_fields,
+                functions=(function_values, lambda k: line_of.get(k, "")),
+            )
         except ConfigError as exc:
             errors.append(exc)
 
@@ -678,14 +715,28 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
             errors.append(exc)
     raise_all(errors)
     source = Path(path).resolve() if path is not None else None
-    return HostConfig(**settings, connections=connections, functions=functions, base_dir=base_dir,
-                      sections=foreign.gather(given, origins, overrides), ignored_keys=tuple(sorted(set(ignored))),
-                      source=source, given=given_keys)
+    return HostConfig(
+        **settings,
+        connections=connections,
+        functions=functions,
+        base_dir=base_dir,
+        sections=foreign.gather(given, origins, overrides),
+        ignored_keys=tuple(sorted(set(ignored))),
+        source=source,
+        given=given_keys,
+    )
 
 
 def _read_key(
-    key: str, value: Any, where: str, *, settings: dict[str, Any], ignored: list[str], connections: dict[str, str],
-    log_levels: dict[str, tuple[Any, str]], retry_fields: dict[str, Any],
+    key: str,
+    value: Any,
+    where: str,
+    *,
+    settings: dict[str, Any],
+    ignored: list[str],
+    connections: dict[str, str],
+    log_levels: dict[str, tuple[Any, str]],
+    retry_fields: dict[str, Any],
     functions: tuple[dict[str, tuple[dict[str, Any], str]], Callable[[str], str]],
 ) -> None:
     """Put one flattened key where it belongs: a setting read against the schema, or a section collected whole."""
@@ -696,7 +747,7 @@ def _read_key(
         connections.update(_connections(key, value, where))
         return
     if key.startswith("logging.logLevel."):  # one category's level from the environment
-        log_levels[key[len("logging.logLevel."):]] = (value, where)
+        log_levels[key[len("logging.logLevel.") :]] = (value, where)
         return
     if key == "functions" and isinstance(value, list):  # host.json's list of the functions to load
         ignored.append(key)
@@ -705,19 +756,22 @@ def _read_key(
         _function_sections(key, value, where, functions[1], functions[0])
         return
     if key.startswith("retry."):  # one retry field from the environment
-        retry_fields[key[len("retry."):]] = value
+        retry_fields[key[len("retry.") :]] = value
         return
     if key == "worker.httpToken":  # a secret in a settings file ends up in images, repositories and logs
-        raise ConfigError(key, "the token does not belong in the settings: set the environment variable "
-                               "WORKER_HTTP_TOKEN, or worker.httpTokenFile to a file holding it", where)
+        raise ConfigError(
+            key,
+            "the token does not belong in the settings: set the environment variable "
+            "WORKER_HTTP_TOKEN, or worker.httpTokenFile to a file holding it",
+            where,
+        )
     setting = _SCHEMA.get(key)
     if setting is None:
-        inside = sorted(known[len(key) + 1:] for known in _SCHEMA if known.startswith(key + "."))
+        inside = sorted(known[len(key) + 1 :] for known in _SCHEMA if known.startswith(key + "."))
         if inside:  # a known section given a scalar or a list
             raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
         raise ConfigError(key, unknown(key, [*_SCHEMA, "connections", "functions"], "known keys"), where)
     settings[setting.attr] = setting.read(key, value, where)
-
 
 
 def _key(attr: str) -> str:
@@ -739,8 +793,11 @@ def _function_sections(
             raise ConfigError(key, f"expected a mapping of function names to their settings, got {value!r}", where)
         for name, fields in value.items():
             if not isinstance(fields, dict):
-                raise ConfigError(f"functions.{name}", f"expected a mapping of settings, got {fields!r}",
-                                  lines(f"functions.{name}") or where)
+                raise ConfigError(
+                    f"functions.{name}",
+                    f"expected a mapping of settings, got {fields!r}",
+                    lines(f"functions.{name}") or where,
+                )
             at = lines(f"functions.{name}") or where
             existing = found.setdefault(str(name), ({}, at))[0]
             for field_key, field_value in fields.items():

@@ -100,8 +100,11 @@ def _empty_settings(key: str, sources: tuple[tuple[str, Mapping[str, str]], ...]
         names = {f"ConnectionStrings__{candidate}".lower(), candidate.lower()}
         section = f"{candidate}__".lower()
         for _, settings in sources:
-            found |= {name for name, value in settings.items()
-                      if not value.strip() and (name.lower() in names or name.lower().startswith(section))}
+            found |= {
+                name
+                for name, value in settings.items()
+                if not value.strip() and (name.lower() in names or name.lower().startswith(section))
+            }
     return sorted(found)
 
 
@@ -122,7 +125,7 @@ def _prefixed(name: str) -> str:
 def _section(name: str, settings: Mapping[str, str]) -> dict[str, str]:
     """The ``<name>__<key>`` settings, keys lower-cased (app settings are case-insensitive in Functions)."""
     prefix = f"{name}__".lower()
-    return {k[len(prefix):].lower(): v for k, v in settings.items() if k.lower().startswith(prefix) and v}
+    return {k[len(prefix) :].lower(): v for k, v in settings.items() if k.lower().startswith(prefix) and v}
 
 
 def _identity(name: str, section: Mapping[str, str], service: Service) -> str:

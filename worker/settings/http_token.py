@@ -83,11 +83,17 @@ def _checked(value: str, key: str, source: str) -> BearerToken:
     problems = []
     if len(value) < MIN_LENGTH:
         characters = f"{len(value)} character{'' if len(value) == 1 else 's'}"
-        problems.append(ConfigError(key, f"the token in {source} has {characters}, fewer than {MIN_LENGTH}; make one "
-                                         f"with {MAKE_ONE}"))
+        problems.append(
+            ConfigError(key, f"the token in {source} has {characters}, fewer than {MIN_LENGTH}; make one with {MAKE_ONE}")
+        )
     if not _TOKEN68.fullmatch(value):
-        problems.append(ConfigError(key, f"the token in {source} holds characters a header cannot carry as they are; "
-                                         "use letters, digits and - . _ ~ + / (base64 or hex, say)"))
+        problems.append(
+            ConfigError(
+                key,
+                f"the token in {source} holds characters a header cannot carry as they are; "
+                "use letters, digits and - . _ ~ + / (base64 or hex, say)",
+            )
+        )
     raise_all(problems)
     remember(value)  # from now on no channel of this process shows it, whatever quotes it
     return BearerToken(value, source)

@@ -64,8 +64,9 @@ def parse_retry(value: Any, parse_duration: Callable[[Any], float]) -> RetryPoli
         raise ValueError(f"strategy must be fixedDelay or exponentialBackoff, got {raw_strategy!r}")
     unknown = sorted(set(fields) - _KEYS[strategy])
     if unknown:
-        raise ValueError(f"{strategy} takes {', '.join(sorted(_KEYS[strategy] - {'strategy'}))}; "
-                         f"unknown: {', '.join(unknown)}")
+        raise ValueError(
+            f"{strategy} takes {', '.join(sorted(_KEYS[strategy] - {'strategy'}))}; unknown: {', '.join(unknown)}"
+        )
 
     def interval(key: str) -> float:
         if key not in fields:

@@ -182,7 +182,7 @@ def likely(key: str, known: Iterable[str]) -> str | None:
 
 
 def unknown(key: str, known: Iterable[str], listed: str, what: str = "key") -> str:
-    """"unknown key" (or section), with what it most likely misspells, then every known one: a typo otherwise reads
+    """ "unknown key" (or section), with what it most likely misspells, then every known one: a typo otherwise reads
     like a setting this host lacks."""
     known = sorted(known)
     best = likely(key, known)

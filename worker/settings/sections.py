@@ -37,7 +37,7 @@ class Section:
     def where(self, *path: str) -> str:
         """Where the value at ``path`` was given; for a mapping given key by key (from the environment), where its
         first key was; else where the section was."""
-        for candidate in (path, *(key for key in self.origins if key[:len(path)] == path), ()):
+        for candidate in (path, *(key for key in self.origins if key[: len(path)] == path), ()):
             if candidate in self.origins:
                 return self.origins[candidate]
         return next(iter(self.origins.values()), "")
@@ -70,8 +70,9 @@ class SectionSchema:
             setting = self.keys.get(key)
             try:
                 if setting is None:
-                    raise ConfigError(dotted, unknown(dotted, (f"{self.name}.{k}" for k in self.keys), "known keys"),
-                                      section.where(key))
+                    raise ConfigError(
+                        dotted, unknown(dotted, (f"{self.name}.{k}" for k in self.keys), "known keys"), section.where(key)
+                    )
                 values[setting.attr] = setting.read(dotted, value, section.where(key))
             except ConfigError as exc:
                 errors.append(exc)
@@ -119,8 +120,9 @@ def problems(sections: Mapping[str, Section], declared: Iterable[SectionSchema],
     for name, section in sections.items():
         if name not in schemas:
             known = [*schemas, *own]
-            found.append(str(ConfigError(name, unknown(name, known, "top-level keys read", what="section"),
-                                         section.where())))
+            found.append(
+                str(ConfigError(name, unknown(name, known, "top-level keys read", what="section"), section.where()))
+            )
     for schema in schemas.values():
         try:
             schema.read(sections.get(schema.name))

@@ -73,8 +73,7 @@ class AzureBlobStore:
         """The error for an SDK failure: transient ones name the endpoint, others the service's answer."""
         subject = f"blob {container}/{path}"
         if is_transient(exc):
-            return TransientError(f"blob storage {self.endpoint} unreachable to {action} {subject}: "
-                                  f"{describe_failure(exc)}")
+            return TransientError(f"blob storage {self.endpoint} unreachable to {action} {subject}: {describe_failure(exc)}")
         return BlobError(f"blob storage {self.endpoint} refused to {action} {subject}: {describe_failure(exc)}")
 
     async def read(self, container: str, path: str) -> BlobData | None:
@@ -116,8 +115,10 @@ class AzureBlobStore:
     async def list(self, container: str, prefix: str = "") -> list[str]:
         check_container(container)
         try:
-            names = [blob.name async for blob in
-                     self._service.get_container_client(container).list_blobs(name_starts_with=prefix or None)]
+            names = [
+                blob.name
+                async for blob in self._service.get_container_client(container).list_blobs(name_starts_with=prefix or None)
+            ]
         except ResourceNotFoundError:
             return []
         except HttpResponseError as exc:

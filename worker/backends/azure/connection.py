@@ -40,7 +40,11 @@ AZURE_LIMITS = Limits(
     name_rule=AZURE_NAME_RULE,
 )
 AZURE_CAPABILITIES = Capabilities(
-    dead_letter=False, peek=True, message_options=True, creates_queues=True, new_receipt_on_update=True,
+    dead_letter=False,
+    peek=True,
+    message_options=True,
+    creates_queues=True,
+    new_receipt_on_update=True,
     updates_content=True,
 )
 
@@ -90,9 +94,12 @@ class AzureConnection:
     def describe(self, service: str = "queue") -> str:
         """For logs: the endpoint of ``service`` ("queue" or "blob") and the kind of credential, never the credential."""
         kind = (
-            "managed identity" if self.use_identity
-            else "account key" if self.account_key
-            else "SAS" if self.sas_token
+            "managed identity"
+            if self.use_identity
+            else "account key"
+            if self.account_key
+            else "SAS"
+            if self.sas_token
             else "anonymous"
         )
         endpoint = self.blob_endpoint if service == "blob" else self.queue_endpoint
@@ -135,28 +142,45 @@ def parse_connection_string(text: str) -> AzureConnection:
             raise ConnectionStringError(
                 f"identity-based connection to {plain[0]}: an identity's token is sent over https:// only; use the "
                 "account's https:// endpoint, or for the storage emulator (Azurite) a connection string with its "
-                "account key or a SAS")
-        return AzureConnection(endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"),
-                               blob_endpoint=blob)
+                "account key or a SAS"
+            )
+        return AzureConnection(
+            endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"), blob_endpoint=blob
+        )
     key = settings.get("accountkey")
     sas = settings.get("sharedaccesssignature")
     if key and not name:
         raise ConnectionStringError("connection string has AccountKey but no AccountName")
     if not key and not sas:
         raise ConnectionStringError("connection string has no AccountKey, SharedAccessSignature or Credential")
-    if key and (signed := [what for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
-                           if url and urlsplit(url).password is not None]):
+    if key and (
+        signed := [
+            what
+            for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
+            if url and urlsplit(url).password is not None
+        ]
+    ):
         # Requests are signed in an Authorization header, which the HTTP client refuses beside a URL's credentials.
-        raise ConnectionStringError(f"connection string's {signed[0]} holds a user and password, which Azure Storage "
-                                    "does not take beside an AccountKey; remove them from the URL")
-    if sas and (twice := [what for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
-                          if url and "sig=" in urlsplit(url).query.lower()]):
+        raise ConnectionStringError(
+            f"connection string's {signed[0]} holds a user and password, which Azure Storage "
+            "does not take beside an AccountKey; remove them from the URL"
+        )
+    if sas and (
+        twice := [
+            what
+            for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
+            if url and "sig=" in urlsplit(url).query.lower()
+        ]
+    ):
         # The SDK would take both and fail at the first call with a traceback; one of them must go.
-        raise ConnectionStringError(f"connection string has a SAS both in SharedAccessSignature and in its "
-                                    f"{twice[0]} URL; give it in one place (SharedAccessSignature)")
+        raise ConnectionStringError(
+            f"connection string has a SAS both in SharedAccessSignature and in its "
+            f"{twice[0]} URL; give it in one place (SharedAccessSignature)"
+        )
     if key and not _is_base64(key):  # else every request fails to sign, which looks like storage being down
-        raise ConnectionStringError("connection string's AccountKey is not base64 (an account key is base64 text, "
-                                    "as the portal and Azurite show it)")
+        raise ConnectionStringError(
+            "connection string's AccountKey is not base64 (an account key is base64 text, as the portal and Azurite show it)"
+        )
     return AzureConnection(endpoint, name, key, sas.lstrip("?") if sas else None, blob_endpoint=blob)
 
 

@@ -68,8 +68,9 @@ def may_have_acted(exc: BaseException) -> bool:
         return False
     if isinstance(exc, HttpResponseError) and exc.status_code is not None:
         return True
-    return not any(isinstance(cause, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError))
-                   for cause in causes(exc))
+    return not any(
+        isinstance(cause, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)) for cause in causes(exc)
+    )
 
 
 def failure_kind(exc: BaseException) -> str:
@@ -105,8 +106,9 @@ def env_settings_wanted() -> bool:
     which costs a quarter of a no-op message's time; so they are on only where a
     proxy is configured, which is all they are for here (storage requests are signed).
     """
-    return any(os.environ.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
-                                                  "https_proxy", "all_proxy"))
+    return any(
+        os.environ.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+    )
 
 
 #: A kept-alive connection idle for longer is closed rather than reused. Servers close idle connections on their
@@ -136,13 +138,18 @@ class Transport(AioHttpTransport):
     async def open(self) -> None:
         state = [getattr(self, name, None) for name in _TRANSPORT_STATE]
         if not all(isinstance(value, bool) for value in state):
-            fall_back("azure-core", "AioHttpTransport's " + ", ".join(_TRANSPORT_STATE),
-                      "its own HTTP session is used, which reuses connections however long idle (a put on one the "
-                      "server just closed fails as an unknown outcome)")
+            fall_back(
+                "azure-core",
+                "AioHttpTransport's " + ", ".join(_TRANSPORT_STATE),
+                "its own HTTP session is used, which reuses connections however long idle (a put on one the "
+                "server just closed fails as an unknown outcome)",
+            )
         elif self.session is None and self._session_owner and not self._has_been_opened:
             # The session azure-core would make, with a connector that does not reuse long-idle connections.
             self.session = aiohttp.ClientSession(
-                trust_env=self._use_env_settings, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False,
+                trust_env=self._use_env_settings,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
                 connector=aiohttp.TCPConnector(keepalive_timeout=IDLE_CONNECTION_SECONDS),
             )
         await super().open()
@@ -150,9 +157,12 @@ class Transport(AioHttpTransport):
             if isinstance(getattr(self.session, _RETRY_SWITCH, None), bool):
                 setattr(self.session, _RETRY_SWITCH, False)  # no public switch (aiohttp 3.x)
             else:
-                fall_back("aiohttp", f"ClientSession.{_RETRY_SWITCH}",
-                          "its hidden second send of a request on a dropped connection may stay on, unseen by the "
-                          "backend's retry policy")
+                fall_back(
+                    "aiohttp",
+                    f"ClientSession.{_RETRY_SWITCH}",
+                    "its hidden second send of a request on a dropped connection may stay on, unseen by the "
+                    "backend's retry policy",
+                )
 
 
 #: azure-core's AioHttpTransport state :meth:`Transport.open` reads to make the session azure-core would make.

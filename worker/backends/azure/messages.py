@@ -89,8 +89,12 @@ _RFC1123 = re.compile(
     r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun),\s(\d{2})\s"
     r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s(\d{4})\s(\d{2}):(\d{2}):(\d{2})\sGMT"
 )
-_MONTHS = {name: number for number, name in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1
+    )
+}
 
 
 def _quote(text: str) -> str:
@@ -109,14 +113,18 @@ class _Dates(dict[str, datetime]):
         if match is None:
             raise ValueError(f"Invalid datetime string: {text}")  # the SDK's own words for it
         day, month, year, hour, minute, second = match.groups()
-        date = self[text] = datetime(int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second),
-                                     tzinfo=UTC)
+        date = self[text] = datetime(int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second), tzinfo=UTC)
         return date
 
 
 def raw_message(
-    message_id: str, content: str, dequeue_count: int | None, inserted_on: datetime | None,
-    expires_on: datetime | None, next_visible_on: datetime | None, pop_receipt: str | None,
+    message_id: str,
+    content: str,
+    dequeue_count: int | None,
+    inserted_on: datetime | None,
+    expires_on: datetime | None,
+    next_visible_on: datetime | None,
+    pop_receipt: str | None,
 ) -> RawMessage:
     """The protocol's message from Azure's fields, whether the SDK read them or :func:`received` did: a missing count
     reads as 0, a missing insertion time as now, and the year 9999's expiry (a message that never expires) as none."""
@@ -134,15 +142,23 @@ def raw_message(
 def sdk_raw(message: SdkMessage, content: str | None = None) -> RawMessage:
     """The protocol's message from one the SDK read (``content``: the text put, where the answer has none)."""
     return raw_message(
-        message.id, message.content if content is None else content, message.dequeue_count, message.inserted_on,
-        message.expires_on, message.next_visible_on, message.pop_receipt,
+        message.id,
+        message.content if content is None else content,
+        message.dequeue_count,
+        message.inserted_on,
+        message.expires_on,
+        message.next_visible_on,
+        message.pop_receipt,
     )
 
 
 def _message(element: ElementTree.Element, dates: _Dates) -> RawMessage:
     """One ``QueueMessage`` element of a Get Messages answer, read as the SDK reads it."""
-    inserted, expires, visible = (element.findtext("InsertionTime"), element.findtext("ExpirationTime"),
-                                  element.findtext("TimeNextVisible"))
+    inserted, expires, visible = (
+        element.findtext("InsertionTime"),
+        element.findtext("ExpirationTime"),
+        element.findtext("TimeNextVisible"),
+    )
     count = element.findtext("DequeueCount")
     return raw_message(
         element.findtext("MessageId"),  # type: ignore[arg-type]  # always present, as for the SDK
@@ -193,7 +209,9 @@ class SdkMessages:
 
     async def receive(self, count: int, visibility_timeout: int) -> list[RawMessage]:
         pages = self._client.receive_messages(
-            messages_per_page=count, max_messages=count, visibility_timeout=visibility_timeout,
+            messages_per_page=count,
+            max_messages=count,
+            visibility_timeout=visibility_timeout,
             client_request_id=self._ids.next(),
         ).by_page()
         async for page in pages:  # one page is one request
@@ -215,8 +233,9 @@ def fast_path_problem(client: QueueClient) -> str | None:
         if process_storage_error is None:
             return "azure.storage.queue._shared.response_handlers.process_storage_error is gone"
         requests = MessageRequests(client)
-        problems = _request_problems(requests.receive_request(3, 30), "GET", "", {"numofmessages": "3",
-                                                                              "visibilitytimeout": "30"}, requests)
+        problems = _request_problems(
+            requests.receive_request(3, 30), "GET", "", {"numofmessages": "3", "visibilitytimeout": "30"}, requests
+        )
         deletes = [requests.delete_request(message_id, receipt) for message_id, receipt in _PROBES]
         for request, (message_id, receipt) in zip(deletes, _PROBES, strict=True):
             problems += _request_problems(request, "DELETE", message_id, {"popreceipt": receipt}, requests)
@@ -228,8 +247,9 @@ def fast_path_problem(client: QueueClient) -> str | None:
     return "; ".join(problems) or None
 
 
-def _request_problems(request: HttpRequest, method: str, message_id: str, query: dict[str, str],
-                      requests: MessageRequests) -> list[str]:
+def _request_problems(
+    request: HttpRequest, method: str, message_id: str, query: dict[str, str], requests: MessageRequests
+) -> list[str]:
     """How ``request`` differs from a Get Messages (no ``message_id``) or Delete Message of the queue."""
     url = urlsplit(request.url)
     path = url.path.rstrip("/") if not message_id else url.path
@@ -259,7 +279,7 @@ def unsettled(base: str, method: str, url: str) -> str | None:
     address, _, query = url.partition("?")
     path = address.split("/", 3)[3] if address.count("/") >= 3 else ""
     if base and path.startswith(f"{base}/"):
-        path = path[len(base) + 1:]
+        path = path[len(base) + 1 :]
     parts = path.split("/")
     if len(parts) < 2 or parts[1] != "messages":
         return None
@@ -299,13 +319,16 @@ class MessageRequests:
         #: A request made by HttpRequest itself, whose state each delete's request copies (see :meth:`delete_request`).
         self._template = HttpRequest("DELETE", self._prefix, headers={"x-ms-version": version})
         if not isinstance(getattr(self._template, "__dict__", None), dict):
-            raise RuntimeError(f"azure-core's HttpRequest keeps no __dict__ here (azure-storage-queue {sdk_version}); "
-                               "install a version the worker was tested with")
+            raise RuntimeError(
+                f"azure-core's HttpRequest keeps no __dict__ here (azure-storage-queue {sdk_version}); "
+                "install a version the worker was tested with"
+            )
 
     def receive_request(self, count: int, visibility_timeout: int) -> HttpRequest:
         """The Get Messages request, as the SDK's generated layer builds it (one per batch: made plainly)."""
         return HttpRequest(
-            "GET", f"{self._messages}{self._query}numofmessages={count}&visibilitytimeout={visibility_timeout}",
+            "GET",
+            f"{self._messages}{self._query}numofmessages={count}&visibilitytimeout={visibility_timeout}",
             headers={"x-ms-version": self.version, "Accept": "application/xml"},
         )
 
@@ -329,16 +352,18 @@ class MessageRequests:
     async def receive(self, count: int, visibility_timeout: int) -> list[RawMessage]:
         """Up to ``count`` messages leased for ``visibility_timeout`` seconds; raises what ``receive_messages``
         raises for the same answer."""
-        response = await self._pipeline.send_request(self.receive_request(count, visibility_timeout),
-                                                     client_request_id=self.request_id())
+        response = await self._pipeline.send_request(
+            self.receive_request(count, visibility_timeout), client_request_id=self.request_id()
+        )
         if response.status_code != 200:
             _raise_for(response)
         return received(response.text())
 
     async def delete(self, message_id: str, pop_receipt: str) -> None:
         """Delete the message; raises what ``QueueClient.delete_message`` raises for the same answer."""
-        response = await self._pipeline.send_request(self.delete_request(message_id, pop_receipt),
-                                                     client_request_id=self.request_id())
+        response = await self._pipeline.send_request(
+            self.delete_request(message_id, pop_receipt), client_request_id=self.request_id()
+        )
         if response.status_code != 204:
             _raise_for(response)
 

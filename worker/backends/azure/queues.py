@@ -78,6 +78,7 @@ FAST_PATH_ENV = "WORKER_AZURE_FAST_PATH"
 
 T = TypeVar("T")
 
+
 def _protocol_error(exc: AzureError, queue: str, message_id: str | None = None) -> QueueError:
     """The protocol's error for an SDK error that is not transient."""
     code = error_code(exc) if isinstance(exc, HttpResponseError) else ""
@@ -132,7 +133,9 @@ class AzureBackend:
             credential=connection.credential(),
             retry_total=0,
             transport=QueueTransport(
-                connection.queue_endpoint, connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
+                connection.queue_endpoint,
+                connection_timeout=CONNECT_TIMEOUT,
+                read_timeout=READ_TIMEOUT,
                 use_env_settings=env_settings_wanted(),
             ),
         )
@@ -160,8 +163,12 @@ class AzureBackend:
             return False
         if (problem := fast_path_problem(self._service.get_queue_client("messages"))) is None:
             return True
-        log.warning("the SDK's requests are not laid out as the fast path expects; using its public receive and "
-                    "delete", problem=problem, azure_storage_queue=sdk_version, azure_core=core_version)
+        log.warning(
+            "the SDK's requests are not laid out as the fast path expects; using its public receive and delete",
+            problem=problem,
+            azure_storage_queue=sdk_version,
+            azure_core=core_version,
+        )
         return False
 
     def _requests(self, queue: str) -> Messages:
@@ -198,8 +205,10 @@ class AzureBackend:
         hint = ""
         if self.connection.queue_endpoint == DEV_QUEUE_ENDPOINT and cause == "connection refused":
             # UseDevelopmentStorage=true, as every local.settings.json template has it, with no emulator running.
-            hint = ("; nothing listens on the storage emulator's port: start Azurite, or use sqlite:///<file> "
-                    "for the embedded queue")
+            hint = (
+                "; nothing listens on the storage emulator's port: start Azurite, or use sqlite:///<file> "
+                "for the embedded queue"
+            )
         return f"storage {self.connection.queue_endpoint} unreachable for queue {queue!r}: {cause}{hint}"
 
     # -- queues -----------------------------------------------------------------------------------------------
@@ -233,8 +242,14 @@ class AzureBackend:
     # -- messages ---------------------------------------------------------------------------------------------
 
     async def put(
-        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
-        channel: str | None = None, properties: Mapping[str, str] | None = None,
+        self,
+        queue: str,
+        content: str,
+        *,
+        visibility_timeout: float = 0,
+        time_to_live: float | None = None,
+        channel: str | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> RawMessage:
         check_no_channel(channel, "Azure Storage")
         check_no_properties(properties, "Azure Storage")
@@ -249,7 +264,12 @@ class AzureBackend:
         return sdk_raw(await self._call(send, queue, put=True), content)
 
     async def receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout: float,
+        *,
+        wait: float = 0,
         channel: str | None = None,
     ) -> list[RawMessage]:
         """``wait`` is ignored: the service cannot wait (``limits.long_poll`` is 0)."""
@@ -262,8 +282,9 @@ class AzureBackend:
         async def receive() -> list[RawMessage]:
             return await requests.receive(max_messages, seconds)
 
-        return await self._cancelled.run(self._call(receive, queue), lambda got: release_now(
-            self, queue, got, "messages of a cancelled receive", log))
+        return await self._cancelled.run(
+            self._call(receive, queue), lambda got: release_now(self, queue, got, "messages of a cancelled receive", log)
+        )
 
     async def update(
         self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
@@ -321,4 +342,3 @@ class AzureBackend:
             await client.close()
         await self._service.close()
         await self.connection.close()
-

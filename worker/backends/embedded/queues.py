@@ -220,12 +220,16 @@ def file_gone(path: Path, opened: tuple[int, int]) -> str | None:
     if now == opened:
         return None
     if now is None:
-        return (f"embedded queue file {path} was deleted while this worker had it open: the messages it held went "
-                "with it unless the file is restored, and what this worker wrote since is lost with it; the worker "
-                "must restart to use a file at that path")
-    return (f"embedded queue file {path} was replaced by another file while this worker had the old one open: "
-            "what this worker wrote since went into the old file, which nothing reads; the worker must restart "
-            "to use the new one")
+        return (
+            f"embedded queue file {path} was deleted while this worker had it open: the messages it held went "
+            "with it unless the file is restored, and what this worker wrote since is lost with it; the worker "
+            "must restart to use a file at that path"
+        )
+    return (
+        f"embedded queue file {path} was replaced by another file while this worker had the old one open: "
+        "what this worker wrote since went into the old file, which nothing reads; the worker must restart "
+        "to use the new one"
+    )
 
 
 class SqliteBackend:
@@ -416,8 +420,14 @@ class SqliteBackend:
     # -- messages ---------------------------------------------------------------------------------------------
 
     async def put(
-        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
-        channel: str | None = None, properties: Mapping[str, str] | None = None,
+        self,
+        queue: str,
+        content: str,
+        *,
+        visibility_timeout: float = 0,
+        time_to_live: float | None = None,
+        channel: str | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> RawMessage:
         check_no_channel(channel, "embedded")
         ttl = self.limits.check_put(content, visibility_timeout, time_to_live)
@@ -440,7 +450,12 @@ class SqliteBackend:
         return message
 
     async def receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout: float,
+        *,
+        wait: float = 0,
         channel: str | None = None,
     ) -> list[RawMessage]:
         check_no_channel(channel, "embedded")
@@ -465,8 +480,9 @@ class SqliteBackend:
                     "UPDATE messages SET visible = ?, dequeue_count = ?, pop_receipt = ? WHERE id = ?",
                     (visible, dequeue_count + 1, receipt, id_),
                 )
-                taken.append(_row_to_message(
-                    (id_, content, dequeue_count + 1, inserted, expires, visible, receipt, properties)))
+                taken.append(
+                    _row_to_message((id_, content, dequeue_count + 1, inserted, expires, visible, receipt, properties))
+                )
             if taken or wait <= 0:
                 return taken, None
             row = db.execute("SELECT min(visible) FROM messages WHERE queue = ?", (queue,)).fetchone()
@@ -504,8 +520,11 @@ class SqliteBackend:
 
         def work(db: sqlite3.Connection) -> None:
             for message_id, receipt in held:
-                db.execute("UPDATE messages SET visible = ?, pop_receipt = NULL, dequeue_count = dequeue_count - 1 "
-                           "WHERE id = ? AND queue = ? AND pop_receipt = ?", (time.time(), message_id, queue, receipt))
+                db.execute(
+                    "UPDATE messages SET visible = ?, pop_receipt = NULL, dequeue_count = dequeue_count - 1 "
+                    "WHERE id = ? AND queue = ? AND pop_receipt = ?",
+                    (time.time(), message_id, queue, receipt),
+                )
 
         await self._run(work, write=True)
         self._changes.written()
@@ -535,6 +554,7 @@ class SqliteBackend:
 
     async def delete(self, queue: str, message_id: str, pop_receipt: str) -> None:
         check_target("delete", queue, message_id, pop_receipt)
+
         def work(db: sqlite3.Connection) -> None:
             self._held(db, queue, message_id, pop_receipt, time.time())
             db.execute("DELETE FROM messages WHERE id = ?", (message_id,))
@@ -653,8 +673,9 @@ class _Changes:
         then reported when it can be again)."""
         try:
             if self._db is None:  # read-write, never create: a file deleted before the first wait is not made again
-                self._db = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=0,
-                                           isolation_level=None)
+                self._db = sqlite3.connect(
+                    f"{self.path.absolute().as_uri()}?mode=rw", uri=True, timeout=0, isolation_level=None
+                )
             return int(self._db.execute("PRAGMA data_version").fetchone()[0])
         except sqlite3.Error:
             return None

@@ -115,9 +115,7 @@ class QueueAdmin:
             try:
                 await self._call(lambda: self._admin().get_queue(queue).data, queue)
             except QueueNotFound:
-                raise InvalidArgument(
-                    f"no queue has the OCID {queue!r}: a queue is created by its display name"
-                ) from None
+                raise InvalidArgument(f"no queue has the OCID {queue!r}: a queue is created by its display name") from None
             return
 
         def existing() -> list[Any]:
@@ -128,9 +126,7 @@ class QueueAdmin:
         if any(q.lifecycle_state == "ACTIVE" for q in found):
             return
         if not found:
-            details = oci.queue.models.CreateQueueDetails(
-                display_name=queue, compartment_id=self.connection.compartment_id
-            )
+            details = oci.queue.models.CreateQueueDetails(display_name=queue, compartment_id=self.connection.compartment_id)
             token = uuid.uuid4().hex  # one token for every attempt: a retried create makes one queue, not two
             response = await self._call(lambda: self._admin().create_queue(details, opc_retry_token=token), queue)
             work_request = response.headers.get("opc-work-request-id")
@@ -199,7 +195,6 @@ class QueueAdmin:
             return sorted(q.display_name for q in self._list(lifecycle_state="ACTIVE"))
 
         return await self._call(names, "(all)")
-
 
     # -- the service's dead-letter queue ------------------------------------------------------------------------
 

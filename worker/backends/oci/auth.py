@@ -43,8 +43,7 @@ class SessionTokenSigner(oci.auth.signers.SecurityTokenSigner):
         if stamp != self._seen:
             with self._lock:
                 if stamp != self._seen:
-                    self.api_key = oci.auth.signers.security_token_signer.SECURITY_TOKEN_FORMAT_STRING.format(
-                        self._read())
+                    self.api_key = oci.auth.signers.security_token_signer.SECURITY_TOKEN_FORMAT_STRING.format(self._read())
                     self._basic_signer.reset_signer(self.api_key, self.private_key)
                     self._body_signer.reset_signer(self.api_key, self.private_key)
                     self._seen = stamp
@@ -78,9 +77,7 @@ def sign_in(connection: OciConnection) -> tuple[dict[str, Any], Any]:
             if is_transient(exc):
                 raise  # retried as any outage; a TransientError in the end
             cause = describe(exc) if isinstance(exc, oci.exceptions.ServiceError) else first_line(exc)
-            raise QueueError(
-                f"cannot sign in to OCI Queue as {_PRINCIPALS[auth]}: {type(exc).__name__}: {cause}"
-            ) from None
+            raise QueueError(f"cannot sign in to OCI Queue as {_PRINCIPALS[auth]}: {type(exc).__name__}: {cause}") from None
         return {"region": signer.region}, signer
     path = os.path.expanduser(connection.config_file)
     profile = connection.profile
@@ -89,15 +86,20 @@ def sign_in(connection: OciConnection) -> tuple[dict[str, Any], Any]:
         if auth == "security_token":
             # What `oci session authenticate` writes: no user, a token file and the session's key.
             key = oci.signer.load_private_key_from_file(
-                config["key_file"], oci.config.get_config_value_or_default(config, "pass_phrase"))
+                config["key_file"], oci.config.get_config_value_or_default(config, "pass_phrase")
+            )
             signer = SessionTokenSigner(os.path.expanduser(config["security_token_file"]), key)
         elif "security_token_file" in config and "user" not in config:
-            raise QueueError(f"profile {profile!r} of {path} is a session (security_token_file, as `oci session "
-                             "authenticate` writes it): sign in with auth=security_token")
+            raise QueueError(
+                f"profile {profile!r} of {path} is a session (security_token_file, as `oci session "
+                "authenticate` writes it): sign in with auth=security_token"
+            )
         else:
             oci.config.validate_config(config)
             signer = oci.signer.Signer(
-                tenancy=config["tenancy"], user=config["user"], fingerprint=config["fingerprint"],
+                tenancy=config["tenancy"],
+                user=config["user"],
+                fingerprint=config["fingerprint"],
                 private_key_file_location=config.get("key_file"),
                 pass_phrase=oci.config.get_config_value_or_default(config, "pass_phrase"),
                 private_key_content=config.get("key_content"),

@@ -80,8 +80,11 @@ def track_sending(client: Any) -> None:
         if not replaced or not all(callable(getattr(cls.ConnectionCls, "send", None)) for cls in classes[0].values()):
             raise AttributeError("no connection pools with a ConnectionCls that sends")
     except (AttributeError, TypeError) as exc:
-        fall_back("oci", f"the vendored connection pools of its clients: {exc}",
-                  "every failed call counts as possibly sent, so a put that never left is reported, not sent again")
+        fall_back(
+            "oci",
+            f"the vendored connection pools of its clients: {exc}",
+            "every failed call counts as possibly sent, so a put that never left is reported, not sent again",
+        )
         SENDING.untracked = True
         return
     for manager, pools in zip(managers, replaced, strict=True):

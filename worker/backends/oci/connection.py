@@ -86,8 +86,13 @@ RELEASE_MARGIN = 3.0
 #: Longest the backend's ``close`` waits at the default long poll.
 RELEASE_WAIT = OCI_LIMITS.long_poll + RELEASE_MARGIN
 OCI_CAPABILITIES = Capabilities(
-    dead_letter=True, peek=False, message_options=False, creates_queues=False, new_receipt_on_update=False,
-    updates_content=False, channels=True,
+    dead_letter=True,
+    peek=False,
+    message_options=False,
+    creates_queues=False,
+    new_receipt_on_update=False,
+    updates_content=False,
+    channels=True,
 )
 
 

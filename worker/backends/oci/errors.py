@@ -53,7 +53,8 @@ _TRANSIENT_CONFLICTS = frozenset({"IncorrectState", "LockConflict"})
 #: the 409s above (refused for the resource's state). 500, 502 and 504 may come after the work was done.
 _NOTHING_DONE_STATUS = frozenset({401, 429, 503})
 _REQUEST_ERRORS: tuple[type[BaseException], ...] = tuple(
-    module.RequestException for module in (vendored_requests, getattr(installed_requests, "exceptions", None))
+    module.RequestException
+    for module in (vendored_requests, getattr(installed_requests, "exceptions", None))
     if module is not None
 )
 #: ``requests`` errors that a later attempt cannot get past: the request itself is malformed.
@@ -92,8 +93,11 @@ def is_transient(exc: BaseException) -> bool:
     """True for failures the same call may get past later: 408, 429, 5xx but 501 (as the SDK's retry: not
     implemented stays so), the network, timeouts."""
     if isinstance(exc, oci.exceptions.ServiceError):
-        return (exc.status in _TRANSIENT_STATUS or (exc.status >= 500 and exc.status != 501)
-                or (exc.status == 409 and str(exc.code or "") in _TRANSIENT_CONFLICTS))
+        return (
+            exc.status in _TRANSIENT_STATUS
+            or (exc.status >= 500 and exc.status != 501)
+            or (exc.status == 409 and str(exc.code or "") in _TRANSIENT_CONFLICTS)
+        )
     inner = _inner(exc)
     if isinstance(inner, _PERMANENT_REQUEST_ERRORS):
         return False
@@ -170,8 +174,17 @@ def origin(url: str | None) -> str | None:
 
 
 def answer_error(
-    exc: oci.exceptions.ServiceError, queue: str, message_id: str | None, *, put: bool, stale_receipt: bool,
-    endpoint: str, identity: str, compartment: str, max_message_bytes: int, region_hint: str = "",
+    exc: oci.exceptions.ServiceError,
+    queue: str,
+    message_id: str | None,
+    *,
+    put: bool,
+    stale_receipt: bool,
+    endpoint: str,
+    identity: str,
+    compartment: str,
+    max_message_bytes: int,
+    region_hint: str = "",
 ) -> QueueError:
     """The protocol's error for a service answer that is not transient.
 
@@ -197,8 +210,10 @@ def answer_error(
             f"queue {queue!r} does not exist in compartment {compartment}, or this identity may not use it ({answer})"
             f"{region_hint}"
         )
-    if status == 413 or code in _TOO_LARGE_CODES or (
-        put and status == 400 and any(word in text for word in ("too large", "size", "exceed"))
+    if (
+        status == 413
+        or code in _TOO_LARGE_CODES
+        or (put and status == 400 and any(word in text for word in ("too large", "size", "exceed")))
     ):
         return MessageTooLarge(f"message is larger than the service accepts ({max_message_bytes} bytes): {answer}")
     if message_id and status in (400, 409) and "receipt" in text:

@@ -85,7 +85,6 @@ THREADS = 8
 LONG_POLL_IDLE_SECONDS = 60.0
 
 
-
 def _seconds(value: float) -> int:
     """OCI takes whole seconds: round up, so a lease is never shorter than asked (as for Azure)."""
     return math.ceil(value)
@@ -122,8 +121,13 @@ class OciBackend(QueueAdmin):
         #: ``poison=service`` leaves poison to the queue's own dead-letter queue.
         self.service_dead_letters = connection.poison == "service"
         self._retrier = Retrier(
-            is_transient=is_transient, worth_retrying=worth_retrying, failure_kind=failure_kind,
-            may_have_acted=may_have_acted, retry_after=retry_after, on_retry=on_retry, log=log,
+            is_transient=is_transient,
+            worth_retrying=worth_retrying,
+            failure_kind=failure_kind,
+            may_have_acted=may_have_acted,
+            retry_after=retry_after,
+            on_retry=on_retry,
+            log=log,
         )
         self._executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="oci-queue")
         self._long_polls = DaemonThreads("oci-queue-long-poll", LONG_POLL_IDLE_SECONDS, self._drop_thread_clients)
@@ -163,9 +167,7 @@ class OciBackend(QueueAdmin):
         client = clients.get(endpoint)
         if client is None:
             config, signer = self._sign_in()
-            client = oci.queue.QueueClient(
-                config, service_endpoint=endpoint, **client_kwargs(signer, self.limits.long_poll)
-            )
+            client = oci.queue.QueueClient(config, service_endpoint=endpoint, **client_kwargs(signer, self.limits.long_poll))
             track_sending(client)
             self._keep(client)
             clients[endpoint] = client
@@ -209,9 +211,11 @@ class OciBackend(QueueAdmin):
             try:
                 client = oci.queue.QueueAdminClient(config, **extra, **client_kwargs(signer, self.limits.long_poll))
             except (ValueError, KeyError, oci.exceptions.ClientError) as exc:
-                where = ("OCI_RESOURCE_PRINCIPAL_REGION in the environment (OKE does not set it)"
-                         if self.connection.auth in ("resource_principal", "oke_workload_identity")
-                         else "a region in the profile")
+                where = (
+                    "OCI_RESOURCE_PRINCIPAL_REGION in the environment (OKE does not set it)"
+                    if self.connection.auth in ("resource_principal", "oke_workload_identity")
+                    else "a region in the profile"
+                )
                 raise QueueError(
                     f"no OCI Queue admin endpoint: give adminEndpoint= in the connection or {where} "
                     f"({type(exc).__name__}: {first_line(exc)})"
@@ -333,6 +337,7 @@ class OciBackend(QueueAdmin):
         try:
             self._long_polls.submit(lambda: release(value))
         except RuntimeError:  # closed: a thread of its own, without the pool, whose client goes with it
+
             def release_alone() -> None:
                 try:
                     release(value)
@@ -375,9 +380,16 @@ class OciBackend(QueueAdmin):
             self._endpoints.pop(self._ids.pop(queue, queue), None)
         stale = bool(message_id and receipt and self._receipts.replaced(queue, message_id, receipt))
         return answer_error(
-            exc, queue, message_id, put=put, stale_receipt=stale, endpoint=self._endpoint(exc),
-            identity=identity(self.connection), compartment=self.connection.compartment_id,
-            max_message_bytes=self.limits.max_message_bytes, region_hint=self._region_hint(),
+            exc,
+            queue,
+            message_id,
+            put=put,
+            stale_receipt=stale,
+            endpoint=self._endpoint(exc),
+            identity=identity(self.connection),
+            compartment=self.connection.compartment_id,
+            max_message_bytes=self.limits.max_message_bytes,
+            region_hint=self._region_hint(),
         )
 
     def _region_hint(self) -> str:
@@ -388,9 +400,11 @@ class OciBackend(QueueAdmin):
         signed_in = (self._auth[0].get("region") if self._auth else None) or None
         if not endpoint_region or not signed_in or endpoint_region == signed_in:
             return ""
-        return (f"; the connection's messages endpoint is in region {endpoint_region}, but the sign-in's region is "
-                f"{signed_in}: sign in to {endpoint_region} (a profile or principal of that region), or give "
-                f"adminEndpoint= of {endpoint_region}")
+        return (
+            f"; the connection's messages endpoint is in region {endpoint_region}, but the sign-in's region is "
+            f"{signed_in}: sign in to {endpoint_region} (a profile or principal of that region), or give "
+            f"adminEndpoint= of {endpoint_region}"
+        )
 
     def _endpoint(self, exc: BaseException) -> str:
         """Which endpoint a failed call went to: the one the SDK names, else the client's, else the messages one."""
@@ -414,8 +428,14 @@ class OciBackend(QueueAdmin):
     # -- messages -----------------------------------------------------------------------------------------------
 
     async def put(
-        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
-        channel: str | None = None, properties: Mapping[str, str] | None = None,
+        self,
+        queue: str,
+        content: str,
+        *,
+        visibility_timeout: float = 0,
+        time_to_live: float | None = None,
+        channel: str | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> RawMessage:
         # OCI Queue's message metadata holds custom properties only beside a channel ID (its model requires one), so
         # this backend does not carry them yet (``capabilities.message_properties`` is off).
@@ -434,8 +454,9 @@ class OciBackend(QueueAdmin):
 
         def send() -> Any:
             with sending():
-                return self._on_queue(queue, lambda client, queue_id: client.put_messages(queue_id, details)) \
-                    .data.messages[0]
+                return self._on_queue(queue, lambda client, queue_id: client.put_messages(queue_id, details)).data.messages[
+                    0
+                ]
 
         try:
             sent = await self._call(send, queue, put=True)
@@ -453,12 +474,22 @@ class OciBackend(QueueAdmin):
             ) from None
         now = datetime.now(UTC)
         return RawMessage(
-            id=str(sent.id), content=content, dequeue_count=0, insertion_time=now,
-            expiration_time=_utc(sent.expire_after), time_next_visible=now, pop_receipt=None,
+            id=str(sent.id),
+            content=content,
+            dequeue_count=0,
+            insertion_time=now,
+            expiration_time=_utc(sent.expire_after),
+            time_next_visible=now,
+            pop_receipt=None,
         )
 
     async def receive(
-        self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0,
+        self,
+        queue: str,
+        max_messages: int,
+        visibility_timeout: float,
+        *,
+        wait: float = 0,
         channel: str | None = None,
     ) -> list[RawMessage]:
         """With ``wait`` > 0 the service holds the request until a message is visible (up to ``limits.long_poll``).
@@ -472,10 +503,22 @@ class OciBackend(QueueAdmin):
         timeout = int(min(max(wait, 0), self.limits.long_poll))
 
         def get() -> tuple[str, list[Any]]:
-            return self._on_queue(queue, lambda client, queue_id: (queue_id, list(client.get_messages(
-                queue_id, visibility_in_seconds=visibility, timeout_in_seconds=timeout, limit=max_messages,
-                **({"channel_filter": channel} if channel is not None else {}),
-            ).data.messages or [])))
+            return self._on_queue(
+                queue,
+                lambda client, queue_id: (
+                    queue_id,
+                    list(
+                        client.get_messages(
+                            queue_id,
+                            visibility_in_seconds=visibility,
+                            timeout_in_seconds=timeout,
+                            limit=max_messages,
+                            **({"channel_filter": channel} if channel is not None else {}),
+                        ).data.messages
+                        or []
+                    ),
+                ),
+            )
 
         _, messages = await self._call(get, queue, long=timeout > 0, release=self._release)
         received = [_raw(m) for m in messages]
@@ -489,28 +532,37 @@ class OciBackend(QueueAdmin):
         queue_id, messages = got
         if not messages:
             return
-        entries = [oci.queue.models.UpdateMessagesDetailsEntry(receipt=m.receipt, visibility_in_seconds=0)
-                   for m in messages]
+        entries = [oci.queue.models.UpdateMessagesDetailsEntry(receipt=m.receipt, visibility_in_seconds=0) for m in messages]
         try:
-            result = self._messages(self._messages_endpoint(queue_id)).update_messages(
-                queue_id, oci.queue.models.UpdateMessagesDetails(entries=entries)
-            ).data
+            result = (
+                self._messages(self._messages_endpoint(queue_id))
+                .update_messages(queue_id, oci.queue.models.UpdateMessagesDetails(entries=entries))
+                .data
+            )
         except Exception as exc:
             log.warning(
                 "messages of a cancelled receive could not be released; they return when their lease ends",
-                queue_id=queue_id, count=len(messages), error=describe(exc),
+                queue_id=queue_id,
+                count=len(messages),
+                error=describe(exc),
             )
             return
         # UpdateMessages answers 200 when some entries failed: each result carries its own errorCode.
-        failed = [(message, entry) for message, entry in zip(messages, result.entries or [], strict=False)
-                  if entry.error_code is not None]
+        failed = [
+            (message, entry)
+            for message, entry in zip(messages, result.entries or [], strict=False)
+            if entry.error_code is not None
+        ]
         if not failed and not (result.client_failures or result.server_failures):
             log.info("messages of a cancelled receive released", queue_id=queue_id, count=len(messages))
             return
         log.warning(
             "some messages of a cancelled receive could not be released; they return when their lease ends",
-            queue_id=queue_id, released=len(messages) - len(failed), not_released=len(failed),
-            client_failures=result.client_failures, server_failures=result.server_failures,
+            queue_id=queue_id,
+            released=len(messages) - len(failed),
+            not_released=len(failed),
+            client_failures=result.client_failures,
+            server_failures=result.server_failures,
             errors=sorted({f"{entry.error_code} {first_line(entry.error_message or '')}".strip() for _, entry in failed}),
             message_ids=[str(message.id) for message, _ in failed],
         )
@@ -586,11 +638,16 @@ class OciBackend(QueueAdmin):
         self._closed = True
         if self._releasing.pending:
             wait = self.limits.long_poll + RELEASE_MARGIN
-            log.info("waiting for cancelled receives to end, to release what they bring", receives=self._releasing.pending,
-                     at_most_seconds=wait)
+            log.info(
+                "waiting for cancelled receives to end, to release what they bring",
+                receives=self._releasing.pending,
+                at_most_seconds=wait,
+            )
             if not await asyncio.to_thread(self._releasing.wait, wait):
-                log.warning("cancelled receives did not end in time; what they bring stays hidden for its lease",
-                            receives=self._releasing.pending)
+                log.warning(
+                    "cancelled receives did not end in time; what they bring stays hidden for its lease",
+                    receives=self._releasing.pending,
+                )
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._long_polls.close()
         with self._lock:

@@ -64,8 +64,14 @@ SQS_LIMITS = Limits(
 #: per-message time to live (the queue's retention applies) nor content updates; ChangeMessageVisibility keeps the
 #: receipt handle; CreateQueue is quick.
 SQS_CAPABILITIES = Capabilities(
-    dead_letter=True, peek=False, message_options=False, creates_queues=True, new_receipt_on_update=False,
-    updates_content=False, channels=False, message_properties=True,
+    dead_letter=True,
+    peek=False,
+    message_options=False,
+    creates_queues=True,
+    new_receipt_on_update=False,
+    updates_content=False,
+    channels=False,
+    message_properties=True,
 )
 
 
@@ -117,5 +123,6 @@ def parse_sqs_connection(text: str) -> SqsConnection:
         problems.append(f"longPoll must be whole seconds from 0 to {MAX_LONG_POLL}, got {long_poll!r}")
     if problems:
         raise ConnectionStringError("Amazon SQS connection: " + "; ".join(problems))
-    return SqsConnection(region=region, endpoint=endpoint, profile=query.get("profile") or None, poison=poison,
-                         long_poll=int(long_poll))
+    return SqsConnection(
+        region=region, endpoint=endpoint, profile=query.get("profile") or None, poison=poison, long_poll=int(long_poll)
+    )

@@ -32,10 +32,19 @@ from worker.backends.queues import (
 )
 
 #: Codes of answers a later attempt may get past: throttling and the service's own trouble.
-_TRANSIENT_CODES = frozenset({
-    "RequestThrottled", "ThrottlingException", "Throttling", "KmsThrottled", "ServiceUnavailable", "InternalError",
-    "InternalFailure", "RequestTimeout", "RequestTimeoutException",
-})
+_TRANSIENT_CODES = frozenset(
+    {
+        "RequestThrottled",
+        "ThrottlingException",
+        "Throttling",
+        "KmsThrottled",
+        "ServiceUnavailable",
+        "InternalError",
+        "InternalFailure",
+        "RequestTimeout",
+        "RequestTimeoutException",
+    }
+)
 #: A limit of the service reached for now, most often the in-flight messages of a queue (the query code, and the
 #: JSON protocol's shape name).
 OVER_LIMIT = frozenset({"OverLimit", "AWS.SimpleQueueService.OverLimit"})
@@ -48,10 +57,15 @@ QUEUE_DELETED_RECENTLY = frozenset({"AWS.SimpleQueueService.QueueDeletedRecently
 RECREATE_AFTER_SECONDS = 60
 #: A receipt handle that names no current delivery: the message was deleted, received again, or its handle is not
 #: one (SQS answers each of these on ChangeMessageVisibility; DeleteMessage answers only the last).
-RECEIPT_GONE = frozenset({
-    "ReceiptHandleIsInvalid", "AWS.SimpleQueueService.ReceiptHandleIsInvalid", "MessageNotInflight",
-    "AWS.SimpleQueueService.MessageNotInflight", "InvalidReceiptHandle",
-})
+RECEIPT_GONE = frozenset(
+    {
+        "ReceiptHandleIsInvalid",
+        "AWS.SimpleQueueService.ReceiptHandleIsInvalid",
+        "MessageNotInflight",
+        "AWS.SimpleQueueService.MessageNotInflight",
+        "InvalidReceiptHandle",
+    }
+)
 #: SQS's answer to a value it refuses, whichever the value: it means a lost lease where it names the receipt handle.
 INVALID_VALUE = frozenset({"InvalidParameterValue", "AWS.SimpleQueueService.InvalidParameterValue"})
 
@@ -136,12 +150,16 @@ def answer_error(exc: BaseException, queue: str, message_id: str | None, where: 
         # create_queue already takes TransientError so (a host's start goes on and its listener creates the queue
         # on a later poll; a completion putting to a poison queue keeps its lease and tries again). It is not
         # retried within the call: the retry budget is shorter than the refusal, which SQS does not say the rest of.
-        return TransientError(f"{where} will not create queue {queue!r} yet: a queue of that name was deleted less "
-                              f"than {RECREATE_AFTER_SECONDS} s ago, and SQS refuses the name until then "
-                              f"({describe(exc)})")
+        return TransientError(
+            f"{where} will not create queue {queue!r} yet: a queue of that name was deleted less "
+            f"than {RECREATE_AFTER_SECONDS} s ago, and SQS refuses the name until then "
+            f"({describe(exc)})"
+        )
     if code in OVER_LIMIT:
-        return OverLimit(f"{where} holds back for {subject}: a limit is reached, most often the 120,000 messages a "
-                         f"queue may have in flight; it passes as held messages are deleted ({describe(exc)})")
+        return OverLimit(
+            f"{where} holds back for {subject}: a limit is reached, most often the 120,000 messages a "
+            f"queue may have in flight; it passes as held messages are deleted ({describe(exc)})"
+        )
     if message_id and (why := lease_gone(code, str(exc.response.get("Error", {}).get("Message") or ""))):
         return MessageNotFound(f"{subject} is gone, or {why} ({describe(exc)})")
     if status(exc) in (401, 403):

@@ -25,6 +25,7 @@ def group_and_deduplication(queue: str, content: str) -> tuple[str, str]:
     if attempt is None:
         return DEFAULT_GROUP, uuid.uuid4().hex
     ordinal = attempt.next_put(queue)
-    key = "\n".join((attempt.queue, attempt.message_id, queue, str(ordinal),
-                     hashlib.sha256(content.encode("utf-8")).hexdigest()))
+    key = "\n".join(
+        (attempt.queue, attempt.message_id, queue, str(ordinal), hashlib.sha256(content.encode("utf-8")).hexdigest())
+    )
     return attempt.message_id[:128], hashlib.sha256(key.encode("utf-8")).hexdigest()

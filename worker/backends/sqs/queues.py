@@ -154,8 +154,13 @@ class SqsBackend:
         self.service_dead_letters = connection.poison == "service"
         #: Whether each queue has a redrive policy, by name, as last looked up (``poison`` not given).
         self._redrives: dict[str, bool] = {}
-        self._retrier = Retrier(is_transient=errors.is_transient, failure_kind=errors.failure_kind,
-                                may_have_acted=errors.may_have_acted, on_retry=on_retry, log=log)
+        self._retrier = Retrier(
+            is_transient=errors.is_transient,
+            failure_kind=errors.failure_kind,
+            may_have_acted=errors.may_have_acted,
+            on_retry=on_retry,
+            log=log,
+        )
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="sqs")
         self._lock = threading.Lock()
         self._client: Any = None
@@ -183,10 +188,15 @@ class SqsBackend:
                 session = botocore.session.Session(profile=self.connection.profile)
                 session.register_component("data_loader", _models())
                 self._client = session.create_client(
-                    "sqs", region_name=self.connection.region, endpoint_url=self.connection.endpoint,
+                    "sqs",
+                    region_name=self.connection.region,
+                    endpoint_url=self.connection.endpoint,
                     config=Config(
-                        retries={"total_max_attempts": 1}, connect_timeout=CONNECT_TIMEOUT,
-                        read_timeout=MAX_LONG_POLL + 10, max_pool_connections=THREADS, user_agent_extra="queueworker",
+                        retries={"total_max_attempts": 1},
+                        connect_timeout=CONNECT_TIMEOUT,
+                        read_timeout=MAX_LONG_POLL + 10,
+                        max_pool_connections=THREADS,
+                        user_agent_extra="queueworker",
                     ),
                 )
             return self._client
@@ -202,8 +212,9 @@ class SqsBackend:
         """How long the queue keeps a message (blocking; looked up once): SQS has no per-message time to live."""
         kept = self._retention.get(queue)
         if kept is None:
-            got = self.client().get_queue_attributes(QueueUrl=self._url(queue),
-                                                     AttributeNames=["MessageRetentionPeriod"])["Attributes"]
+            got = self.client().get_queue_attributes(QueueUrl=self._url(queue), AttributeNames=["MessageRetentionPeriod"])[
+                "Attributes"
+            ]
             kept = self._retention[queue] = timedelta(seconds=int(got["MessageRetentionPeriod"]))
         return kept
 
@@ -229,13 +240,22 @@ class SqsBackend:
                     finally:
                         self._releasing.released()
 
-                job.add_done_callback(lambda done: threading.Thread(
-                    target=release_late, args=(done,), name="sqs-release", daemon=True).start())
+                job.add_done_callback(
+                    lambda done: threading.Thread(target=release_late, args=(done,), name="sqs-release", daemon=True).start()
+                )
             raise
 
-    async def _call(self, fn: Callable[[], T], queue: str, *, message_id: str | None = None, put: bool = False,
-                    release: Callable[[T], None] | None = None) -> T:
+    async def _call(
+        self,
+        fn: Callable[[], T],
+        queue: str,
+        *,
+        message_id: str | None = None,
+        put: bool = False,
+        release: Callable[[T], None] | None = None,
+    ) -> T:
         """One blocking call in a thread under the shared retry policy; failures read as the protocol's errors."""
+
         def protocol_error(exc: BaseException) -> QueueError | None:
             if errors.error_code(exc) in ("AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"):
                 self._forget(queue)
@@ -245,12 +265,17 @@ class SqsBackend:
 
         return await self._retrier.call(
             lambda: self._in_thread(fn, release),
-            unreachable=lambda exc: f"{self.connection.describe()} unreachable for queue {queue!r}: "
-                                    f"{errors.describe(exc)}",
+            unreachable=lambda exc: f"{self.connection.describe()} unreachable for queue {queue!r}: {errors.describe(exc)}",
             protocol_error=protocol_error,
-            unsure=(lambda exc: f"put to queue {queue!r} on {self.connection.describe()} failed after its request "
-                                f"was sent ({errors.describe(exc)}): the message may have been stored, so it is not "
-                                "sent again") if put else None,
+            unsure=(
+                lambda exc: (
+                    f"put to queue {queue!r} on {self.connection.describe()} failed after its request "
+                    f"was sent ({errors.describe(exc)}): the message may have been stored, so it is not "
+                    "sent again"
+                )
+            )
+            if put
+            else None,
         )
 
     # -- queues -----------------------------------------------------------------------------------------------
@@ -302,27 +327,41 @@ class SqsBackend:
 
     async def queue_attributes(self, queue: str) -> dict[str, str]:
         """The queue's attributes (RedrivePolicy, FifoQueue, VisibilityTimeout ...), as SQS gives them."""
-        return await self._call(lambda: dict(self.client().get_queue_attributes(
-            QueueUrl=self._url(queue), AttributeNames=["All"])["Attributes"]), queue)
+        return await self._call(
+            lambda: dict(
+                self.client().get_queue_attributes(QueueUrl=self._url(queue), AttributeNames=["All"])["Attributes"]
+            ),
+            queue,
+        )
 
     # -- messages ---------------------------------------------------------------------------------------------
 
     async def put(
-        self, queue: str, content: str, *, visibility_timeout: float = 0, time_to_live: float | None = None,
-        channel: str | None = None, properties: Mapping[str, str] | None = None,
+        self,
+        queue: str,
+        content: str,
+        *,
+        visibility_timeout: float = 0,
+        time_to_live: float | None = None,
+        channel: str | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> RawMessage:
         """Properties go as String message attributes; a put to a FIFO queue carries a group and a deduplication id
         (:func:`worker.backends.sqs.fifo.group_and_deduplication`)."""
         check_no_channel(channel, "Amazon SQS")
         self.limits.check_visibility(visibility_timeout, 0)
         if visibility_timeout > 0 or time_to_live is not None:
-            raise Unsupported("Amazon SQS has no per-message time to live, and its per-message delay is for standard "
-                              "queues only: a message is kept for its queue's retention period")
+            raise Unsupported(
+                "Amazon SQS has no per-message time to live, and its per-message delay is for standard "
+                "queues only: a message is kept for its queue's retention period"
+            )
         properties = dict(properties or {})
         size = len(content.encode("utf-8")) + _attribute_bytes(properties)
         if size > self.limits.max_message_bytes:
-            raise MessageTooLarge(f"message is {size} bytes with its attributes; the limit is "
-                                  f"{self.limits.max_message_bytes} bytes ({self.limits.max_message_bytes // 1024} KiB)")
+            raise MessageTooLarge(
+                f"message is {size} bytes with its attributes; the limit is "
+                f"{self.limits.max_message_bytes} bytes ({self.limits.max_message_bytes // 1024} KiB)"
+            )
         request: dict[str, Any] = {"MessageBody": content}
         if properties:
             request["MessageAttributes"] = {k: {"DataType": "String", "StringValue": v} for k, v in properties.items()}
@@ -335,8 +374,16 @@ class SqsBackend:
 
         message_id, kept = await self._call(send, queue, put=True)
         now = datetime.now(UTC)
-        return RawMessage(id=message_id, content=content, dequeue_count=0, insertion_time=now,
-                          expiration_time=now + kept, time_next_visible=now, pop_receipt=None, properties=properties)
+        return RawMessage(
+            id=message_id,
+            content=content,
+            dequeue_count=0,
+            insertion_time=now,
+            expiration_time=now + kept,
+            time_next_visible=now,
+            pop_receipt=None,
+            properties=properties,
+        )
 
     async def receive(
         self, queue: str, max_messages: int, visibility_timeout: float, *, wait: float = 0, channel: str | None = None
@@ -355,8 +402,11 @@ class SqsBackend:
             taken: list[dict[str, Any]] = []
             while len(taken) < max_messages:
                 answer = self.client().receive_message(
-                    QueueUrl=url, MaxNumberOfMessages=1 if fifo else max_messages, VisibilityTimeout=visibility,
-                    WaitTimeSeconds=0 if taken else wait_seconds, MessageSystemAttributeNames=SYSTEM_ATTRIBUTES,
+                    QueueUrl=url,
+                    MaxNumberOfMessages=1 if fifo else max_messages,
+                    VisibilityTimeout=visibility,
+                    WaitTimeSeconds=0 if taken else wait_seconds,
+                    MessageSystemAttributeNames=SYSTEM_ATTRIBUTES,
                     MessageAttributeNames=["All"],
                 )
                 got = answer.get("Messages", [])
@@ -374,15 +424,21 @@ class SqsBackend:
             self._receipts.received(queue, message["MessageId"], receipt)
             self._received_at[receipt] = now  # when ReceiveMessage was called: its visibility began no earlier
             sent = _when(attributes.get("SentTimestamp")) or now
-            received.append(RawMessage(
-                id=message["MessageId"], content=message["Body"],
-                dequeue_count=int(attributes.get("ApproximateReceiveCount", "1")),
-                insertion_time=sent, expiration_time=sent + kept,
-                time_next_visible=now + timedelta(seconds=visibility), pop_receipt=receipt,
-                properties={k: v["StringValue"] for k, v in message.get("MessageAttributes", {}).items()
-                            if "StringValue" in v},
-                service_attributes=attributes,
-            ))
+            received.append(
+                RawMessage(
+                    id=message["MessageId"],
+                    content=message["Body"],
+                    dequeue_count=int(attributes.get("ApproximateReceiveCount", "1")),
+                    insertion_time=sent,
+                    expiration_time=sent + kept,
+                    time_next_visible=now + timedelta(seconds=visibility),
+                    pop_receipt=receipt,
+                    properties={
+                        k: v["StringValue"] for k, v in message.get("MessageAttributes", {}).items() if "StringValue" in v
+                    },
+                    service_attributes=attributes,
+                )
+            )
         while len(self._received_at) > self._receipts.size:
             del self._received_at[next(iter(self._received_at))]
         return received
@@ -393,18 +449,29 @@ class SqsBackend:
         if not messages:
             return
         try:
-            answer = self.client().change_message_visibility_batch(QueueUrl=url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
-                for i, m in enumerate(messages)])
+            answer = self.client().change_message_visibility_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for i, m in enumerate(messages)
+                ],
+            )
             failed = answer.get("Failed", [])
-            log.info("messages of a cancelled receive released", queue_url=url,
-                     count=len(messages) - len(failed))
+            log.info("messages of a cancelled receive released", queue_url=url, count=len(messages) - len(failed))
             for entry in failed:
-                log.warning("a message of a cancelled receive could not be released; it returns when its lease ends",
-                            queue_url=url, code=entry.get("Code"), error=entry.get("Message"))
+                log.warning(
+                    "a message of a cancelled receive could not be released; it returns when its lease ends",
+                    queue_url=url,
+                    code=entry.get("Code"),
+                    error=entry.get("Message"),
+                )
         except Exception as exc:
-            log.warning("messages of a cancelled receive could not be released; they return when their lease ends",
-                        queue_url=url, count=len(messages), error=errors.describe(exc))
+            log.warning(
+                "messages of a cancelled receive could not be released; they return when their lease ends",
+                queue_url=url,
+                count=len(messages),
+                error=errors.describe(exc),
+            )
 
     async def update(
         self, queue: str, message_id: str, pop_receipt: str, visibility_timeout: float, content: str | None = None
@@ -412,8 +479,9 @@ class SqsBackend:
         """ChangeMessageVisibility, within the 12-hour cap (:func:`within_cap`); the receipt handle stays the same."""
         check_target("visibility change", queue, message_id, pop_receipt)
         if content is not None:
-            raise Unsupported("Amazon SQS cannot change a message's content: ChangeMessageVisibility sets the "
-                              "visibility only")
+            raise Unsupported(
+                "Amazon SQS cannot change a message's content: ChangeMessageVisibility sets the visibility only"
+            )
         self.limits.check_visibility(visibility_timeout, 0)
         self._receipts.check(queue, message_id, pop_receipt)
         asked = _seconds(visibility_timeout)
@@ -421,13 +489,16 @@ class SqsBackend:
         now = datetime.now(UTC)
         visibility = asked if received is None else within_cap(asked, received, now)
         if asked > 0 and visibility == 0:
-            why = (f"it reached SQS's 12-hour visibility cap (received {received:%Y-%m-%d %H:%M:%S} UTC), so it is "
-                   "visible to every consumer")
+            why = (
+                f"it reached SQS's 12-hour visibility cap (received {received:%Y-%m-%d %H:%M:%S} UTC), so it is "
+                "visible to every consumer"
+            )
             self._receipts.lost(pop_receipt, why)
             raise MessageNotFound(f"message {message_id} in queue {queue!r}: {why}")
         try:
-            await self._visibilities.submit(queue, {"message_id": message_id, "ReceiptHandle": pop_receipt,
-                                                    "VisibilityTimeout": visibility})
+            await self._visibilities.submit(
+                queue, {"message_id": message_id, "ReceiptHandle": pop_receipt, "VisibilityTimeout": visibility}
+            )
         except MessageNotFound as exc:
             self._receipts.lost(pop_receipt, f"SQS refused it ({exc})")
             raise
@@ -445,32 +516,42 @@ class SqsBackend:
     # -- deletes and visibility changes, alone or in batches ---------------------------------------------------
 
     async def _delete_one(self, queue: str, entry: Entry) -> None:
-        await self._call(lambda: self.client().delete_message(QueueUrl=self._url(queue),
-                                                              ReceiptHandle=entry["ReceiptHandle"]),
-                         queue, message_id=entry["message_id"])
+        await self._call(
+            lambda: self.client().delete_message(QueueUrl=self._url(queue), ReceiptHandle=entry["ReceiptHandle"]),
+            queue,
+            message_id=entry["message_id"],
+        )
 
     async def _change_one(self, queue: str, entry: Entry) -> None:
-        await self._call(lambda: self.client().change_message_visibility(
-            QueueUrl=self._url(queue), ReceiptHandle=entry["ReceiptHandle"],
-            VisibilityTimeout=entry["VisibilityTimeout"]), queue, message_id=entry["message_id"])
+        await self._call(
+            lambda: self.client().change_message_visibility(
+                QueueUrl=self._url(queue), ReceiptHandle=entry["ReceiptHandle"], VisibilityTimeout=entry["VisibilityTimeout"]
+            ),
+            queue,
+            message_id=entry["message_id"],
+        )
 
     async def _delete_batch(self, queue: str, entries: list[Entry]) -> list[BaseException | None]:
         return await self._batch(queue, entries, "delete_message_batch", ("ReceiptHandle",))
 
     async def _change_batch(self, queue: str, entries: list[Entry]) -> list[BaseException | None]:
-        return await self._batch(queue, entries, "change_message_visibility_batch",
-                                 ("ReceiptHandle", "VisibilityTimeout"))
+        return await self._batch(queue, entries, "change_message_visibility_batch", ("ReceiptHandle", "VisibilityTimeout"))
 
-    async def _batch(self, queue: str, entries: list[Entry], operation: str,
-                     fields: tuple[str, ...]) -> list[BaseException | None]:
+    async def _batch(
+        self, queue: str, entries: list[Entry], operation: str, fields: tuple[str, ...]
+    ) -> list[BaseException | None]:
         """One batch request; each entry's result read from the answer's ``Failed`` list (None: it succeeded)."""
         request = [{"Id": str(i), **{name: entry[name] for name in fields}} for i, entry in enumerate(entries)]
-        answer = await self._call(lambda: getattr(self.client(), operation)(QueueUrl=self._url(queue),
-                                                                             Entries=request), queue)
+        answer = await self._call(
+            lambda: getattr(self.client(), operation)(QueueUrl=self._url(queue), Entries=request), queue
+        )
         failed = {item["Id"]: item for item in answer.get("Failed", [])}
-        return [None if str(i) not in failed else errors.entry_error(failed[str(i)], queue, entry["message_id"],
-                                                                     self.connection.describe())
-                for i, entry in enumerate(entries)]
+        return [
+            None
+            if str(i) not in failed
+            else errors.entry_error(failed[str(i)], queue, entry["message_id"], self.connection.describe())
+            for i, entry in enumerate(entries)
+        ]
 
     async def peek(self, queue: str, max_messages: int = 1) -> list[RawMessage]:
         raise Unsupported("Amazon SQS cannot show messages without receiving them: every receive counts")
@@ -481,12 +562,17 @@ class SqsBackend:
 
     async def message_counts(self, queue: str) -> MessageCounts:
         """Visible: ``ApproximateNumberOfMessages``; invisible: those in flight and those delayed."""
-        names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible",
-                 "ApproximateNumberOfMessagesDelayed"]
-        got = await self._call(lambda: self.client().get_queue_attributes(QueueUrl=self._url(queue),
-                                                                         AttributeNames=names)["Attributes"], queue)
-        return MessageCounts(visible=int(got.get(names[0], 0)), invisible=int(got.get(names[1], 0))
-                             + int(got.get(names[2], 0)))
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        got = await self._call(
+            lambda: self.client().get_queue_attributes(QueueUrl=self._url(queue), AttributeNames=names)["Attributes"], queue
+        )
+        return MessageCounts(
+            visible=int(got.get(names[0], 0)), invisible=int(got.get(names[1], 0)) + int(got.get(names[2], 0))
+        )
 
     # -- the queue's redrive policy (dead-letter queue) ---------------------------------------------------------
 
@@ -525,18 +611,24 @@ class SqsBackend:
         limit = await self.dead_letter_limit(queue)
         if not self.service_dead_letters:
             if limit:
-                return (f"queue {queue!r} has a redrive policy (to {await self.dead_letter_queue(queue)!r} after "
-                        f"{limit} receives), and poison=host would copy its poison to {queue!r}'s poison queue "
-                        "after maxDequeueCount as well: leave poison= out of the connection (or give it "
-                        "poison=service) to use the policy, or remove the policy")
+                return (
+                    f"queue {queue!r} has a redrive policy (to {await self.dead_letter_queue(queue)!r} after "
+                    f"{limit} receives), and poison=host would copy its poison to {queue!r}'s poison queue "
+                    "after maxDequeueCount as well: leave poison= out of the connection (or give it "
+                    "poison=service) to use the policy, or remove the policy"
+                )
             return None
         if not limit:
-            return (f"queue {queue!r} has no redrive policy, so with poison=service a poison message would come back "
-                    "for ever: give it one, or leave poison= out of the connection to keep poison in "
-                    f"{queue!r}'s poison queue")
+            return (
+                f"queue {queue!r} has no redrive policy, so with poison=service a poison message would come back "
+                "for ever: give it one, or leave poison= out of the connection to keep poison in "
+                f"{queue!r}'s poison queue"
+            )
         if limit != max_dequeue_count:
-            return (f"queue {queue!r}'s redrive policy moves a message after {limit} receives, but maxDequeueCount is "
-                    f"{max_dequeue_count}: make them equal")
+            return (
+                f"queue {queue!r}'s redrive policy moves a message after {limit} receives, but maxDequeueCount is "
+                f"{max_dequeue_count}: make them equal"
+            )
         return None
 
     async def dead_letter_count(self, queue: str) -> int:
@@ -557,11 +649,16 @@ class SqsBackend:
         self._closed = True
         if self._releasing.pending:
             wait = self.limits.long_poll + RELEASE_MARGIN
-            log.info("waiting for cancelled receives to end, to release what they bring",
-                     receives=self._releasing.pending, at_most_seconds=wait)
+            log.info(
+                "waiting for cancelled receives to end, to release what they bring",
+                receives=self._releasing.pending,
+                at_most_seconds=wait,
+            )
             if not await asyncio.to_thread(self._releasing.wait, wait):
-                log.warning("cancelled receives did not end in time; what they bring stays hidden for its lease",
-                            receives=self._releasing.pending)
+                log.warning(
+                    "cancelled receives did not end in time; what they bring stays hidden for its lease",
+                    receives=self._releasing.pending,
+                )
         self._executor.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             client, self._client = self._client, None

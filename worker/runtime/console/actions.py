@@ -44,10 +44,16 @@ class Running:
         self.done, self.most = done, most
 
     def view(self) -> dict[str, Any]:
-        return {"function": self.function, "action": self.action, "running": self.ended is None,
-                "messages": self.done, "most": self.most, "error": self.error,
-                "startedAt": self.started.isoformat(timespec="seconds"),
-                "endedAt": self.ended.isoformat(timespec="seconds") if self.ended else None}
+        return {
+            "function": self.function,
+            "action": self.action,
+            "running": self.ended is None,
+            "messages": self.done,
+            "most": self.most,
+            "error": self.error,
+            "startedAt": self.started.isoformat(timespec="seconds"),
+            "endedAt": self.ended.isoformat(timespec="seconds") if self.ended else None,
+        }
 
 
 class BulkActions:
@@ -75,8 +81,11 @@ class BulkActions:
         """Refuse (409) while an action of ``function`` runs."""
         last = self._last.get(function)
         if last is not None and last.ended is None:
-            raise ActionRefused(409, f"{last.action} of {function} is still running ({last.done} of "
-                                     f"{'?' if last.most is None else last.most} messages): wait for it to end")
+            raise ActionRefused(
+                409,
+                f"{last.action} of {function} is still running ({last.done} of "
+                f"{'?' if last.most is None else last.most} messages): wait for it to end",
+            )
 
     def views(self) -> list[dict[str, Any]]:
         """Each function's running action, or the last one that ended."""
@@ -100,9 +109,16 @@ class BulkActions:
             running.error = f"{type(exc).__name__}: {exc}"
         finally:
             running.ended = datetime.now(UTC)
-        log.warning("poison action from the console", action=running.action, function=running.function,
-                    queue=poison.queue, messages=running.done, most=running.most, error=running.error,
-                    **running.asked_by)
+        log.warning(
+            "poison action from the console",
+            action=running.action,
+            function=running.function,
+            queue=poison.queue,
+            messages=running.done,
+            most=running.most,
+            error=running.error,
+            **running.asked_by,
+        )
         try:
             await self._ended()
         except Exception as exc:  # the next look shows it anyway

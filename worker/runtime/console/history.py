@@ -48,8 +48,9 @@ class Ring:
         """Every sample, oldest first: (time, *FIELDS)."""
         width = 1 + len(FIELDS)
         first = (self._next - self._count) % SLOTS
-        return [tuple(self._rows[(first + i) % SLOTS * width:((first + i) % SLOTS + 1) * width])
-                for i in range(self._count)]
+        return [
+            tuple(self._rows[(first + i) % SLOTS * width : ((first + i) % SLOTS + 1) * width]) for i in range(self._count)
+        ]
 
     def at_or_before(self, moment: float) -> tuple[float, ...] | None:
         """The newest sample taken at or before ``moment``, else the oldest; None before the first."""

@@ -22,15 +22,27 @@ ADDED = ("inFlight", *COUNTERS)
 def merge_state(states: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     """One ``/console/api/state`` from each answering process, as (process index, state)."""
     if not states:
-        return {"functions": [], "leases": {"total": 0, "limit": LEASES_SHOWN, "shown": []}, "failures": [],
-                "poison": [], "poisonActions": [], "facts": {}, "lookedAt": None}
+        return {
+            "functions": [],
+            "leases": {"total": 0, "limit": LEASES_SHOWN, "shown": []},
+            "failures": [],
+            "poison": [],
+            "poisonActions": [],
+            "facts": {},
+            "lookedAt": None,
+        }
     first = states[0][1]
     functions: dict[str, dict[str, Any]] = {}
     for _, state in states:
         for f in state["functions"]:
             if f["name"] not in functions:
-                functions[f["name"]] = {**f, "rates": dict(f["rates"]), "totals": dict(f["totals"]),
-                                        "concurrency": dict(f["concurrency"]), "times": dict(f["times"])}
+                functions[f["name"]] = {
+                    **f,
+                    "rates": dict(f["rates"]),
+                    "totals": dict(f["totals"]),
+                    "concurrency": dict(f["concurrency"]),
+                    "times": dict(f["times"]),
+                }
                 continue
             into = functions[f["name"]]
             into["held"] += f["held"]
@@ -50,18 +62,17 @@ def merge_state(states: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
     facts = dict(first["facts"])
     facts["processes"] = len(states)
     facts["pid"] = [state["facts"]["pid"] for _, state in states]
-    facts["problems"] = [f"process {index}: {problem}" for index, state in states
-                         for problem in state["facts"]["problems"]]
+    facts["problems"] = [f"process {index}: {problem}" for index, state in states for problem in state["facts"]["problems"]]
     facts["ready"] = not facts["problems"]
     limit = first["leases"]["limit"]
     return {
         "functions": list(functions.values()),
-        "leases": {"total": sum(state["leases"]["total"] for _, state in states), "limit": limit,
-                   "shown": leases[:limit]},
+        "leases": {"total": sum(state["leases"]["total"] for _, state in states), "limit": limit, "shown": leases[:limit]},
         "failures": failures[:RECENT_FAILURES],
         "poison": first["poison"],
-        "poisonActions": [{**action, "process": index} for index, state in states
-                          for action in state.get("poisonActions", [])],
+        "poisonActions": [
+            {**action, "process": index} for index, state in states for action in state.get("poisonActions", [])
+        ],
         "facts": facts,
         "lookedAt": first.get("lookedAt"),
     }

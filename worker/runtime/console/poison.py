@@ -51,24 +51,41 @@ class PoisonOf:
         policy = self.policy
         view: dict[str, Any] = {"function": self.function, "queue": self.queue, "where": policy.where(self.queue)}
         if policy.unreadable(self.queue) is not None:
-            return view | {"deadLetter": True, "count": await policy.count(self.queue), "messages": None,
-                           "canRequeue": False}
+            return view | {
+                "deadLetter": True,
+                "count": await policy.count(self.queue),
+                "messages": None,
+                "canRequeue": False,
+            }
         poison = policy.where(self.queue)
         try:
             count = await self.backend.approximate_count(poison)
-            peeked = await self.backend.peek(poison, min(PEEK, self.backend.limits.max_batch)) \
-                if self.backend.capabilities.peek else None
+            peeked = (
+                await self.backend.peek(poison, min(PEEK, self.backend.limits.max_batch))
+                if self.backend.capabilities.peek
+                else None
+            )
         except QueueNotFound:  # made on first need: none yet means no poison
             count, peeked = 0, []
-        return view | {"deadLetter": False, "count": count, "canRequeue": True,
-                       "messages": None if peeked is None else [self._row(m) for m in peeked]}
+        return view | {
+            "deadLetter": False,
+            "count": count,
+            "canRequeue": True,
+            "messages": None if peeked is None else [self._row(m) for m in peeked],
+        }
 
     def _row(self, message: RawMessage) -> dict[str, Any]:
         body = body_text(message.content, self.encoding)
         reason, attempts = failure_of(message)  # None where the backend kept neither (Azure Storage)
-        return {"id": message.id, "dequeueCount": message.dequeue_count, "attempts": attempts, "lastFailure": reason,
-                "inserted": message.insertion_time.isoformat(timespec="seconds"),
-                "body": body[:BODY_CHARS], "truncated": len(body) > BODY_CHARS}
+        return {
+            "id": message.id,
+            "dequeueCount": message.dequeue_count,
+            "attempts": attempts,
+            "lastFailure": reason,
+            "inserted": message.insertion_time.isoformat(timespec="seconds"),
+            "body": body[:BODY_CHARS],
+            "truncated": len(body) > BODY_CHARS,
+        }
 
     async def requeue(self, message_id: str) -> int:
         """Move the message ``message_id`` back to the trigger queue (1), or refuse (404) when it is not there."""

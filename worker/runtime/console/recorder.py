@@ -71,16 +71,18 @@ class ConsoleRecorder(Middleware):
     def after_completion(self, item: Finished, result: Result, done: Done) -> None:
         if done not in FAILED or result.outcome not in (Outcome.FAILED, Outcome.POISON):
             return
-        self.failures.appendleft({
-            "at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "function": item.function,
-            "queue": item.queue,
-            "messageId": item.raw.id,
-            "invocationId": item.invocation_id,
-            "dequeueCount": item.raw.dequeue_count,
-            "outcome": FAILED[done],
-            "reason": result.reason[:REASON_CHARS],
-        })
+        self.failures.appendleft(
+            {
+                "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "function": item.function,
+                "queue": item.queue,
+                "messageId": item.raw.id,
+                "invocationId": item.invocation_id,
+                "dequeueCount": item.raw.dequeue_count,
+                "outcome": FAILED[done],
+                "reason": result.reason[:REASON_CHARS],
+            }
+        )
 
     def times_of(self, function: str) -> HandlerTimes:
         found = self.times.get(function)

@@ -75,8 +75,9 @@ class HostParts:
 class Console:
     """Builds the views; keeps the history ring fed (:meth:`sample_forever`) and a cached look at storage."""
 
-    def __init__(self, functions: list[Watched], parts: HostParts, recorder: ConsoleRecorder, facts: StartFacts,
-                 *, actions: bool) -> None:
+    def __init__(
+        self, functions: list[Watched], parts: HostParts, recorder: ConsoleRecorder, facts: StartFacts, *, actions: bool
+    ) -> None:
         """``actions``: whether poison actions are possible (a token is set)."""
         self.functions = {w.spec.name: w for w in functions}
         self.parts = parts
@@ -84,8 +85,10 @@ class Console:
         self.facts = facts
         self.actions = actions
         self.history = History(list(self.functions))
-        self.poison = {name: PoisonOf(name, w.spec.queue_name, w.backend, parts.config.message_encoding)
-                       for name, w in self.functions.items()}
+        self.poison = {
+            name: PoisonOf(name, w.spec.queue_name, w.backend, parts.config.message_encoding)
+            for name, w in self.functions.items()
+        }
         #: Requeue all and purge, run beside the requests that start them.
         self.bulk = BulkActions(lambda: self.refresh(0))
         self.started = time.time()
@@ -131,10 +134,16 @@ class Console:
                 async with asyncio.timeout(LOOK_TIMEOUT):
                     if isinstance(w.backend, CountsByVisibility):
                         counts = await w.backend.message_counts(w.spec.queue_name)
-                        return {"total": counts.visible + counts.invisible, "visible": counts.visible,
-                                "invisible": counts.invisible}
-                    return {"total": await w.backend.approximate_count(w.spec.queue_name), "visible": None,
-                            "invisible": None}
+                        return {
+                            "total": counts.visible + counts.invisible,
+                            "visible": counts.visible,
+                            "invisible": counts.invisible,
+                        }
+                    return {
+                        "total": await w.backend.approximate_count(w.spec.queue_name),
+                        "visible": None,
+                        "invisible": None,
+                    }
             except Exception as exc:  # shown with the function; readiness says it too
                 return {"total": None, "error": _why(exc)}
 
@@ -149,8 +158,12 @@ class Console:
         depths = await asyncio.gather(*(depth(self.functions[name]) for name in names))
         poisons = await asyncio.gather(*(poison(self.poison[name]) for name in names))
         problems = await self.parts.readiness()
-        return {"depths": dict(zip(names, depths, strict=True)), "poison": dict(zip(names, poisons, strict=True)),
-                "problems": problems, "at": datetime.now(UTC).isoformat(timespec="seconds")}
+        return {
+            "depths": dict(zip(names, depths, strict=True)),
+            "poison": dict(zip(names, poisons, strict=True)),
+            "problems": problems,
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
 
     # -- views ----------------------------------------------------------------------------------------------
 
@@ -166,16 +179,25 @@ class Console:
             totals = {key: counts.get(name, {}).get(key, 0) for key in COUNTERS}
             invocations, held = running.get(name, (0, 0))
             limit = w.options.max_concurrency
-            functions.append({
-                "name": name, "queue": w.spec.queue_name, "storage": w.storage,
-                "handler": "async" if w.spec.is_async else "sync",
-                "depth": look["depths"].get(name, {"total": None}), "held": held,
-                "concurrency": {"inUse": invocations, "limit": limit if limit is not None else max_in_flight,
-                                "limitFrom": "maxConcurrency" if limit is not None else "maxInFlight (shared)"},
-                "rates": self.history.rates(name, now, totals), "totals": totals,
-                "times": self.recorder.percentiles(name),
-                "own": {k: str(v) for k, v in w.own.items()},
-            })
+            functions.append(
+                {
+                    "name": name,
+                    "queue": w.spec.queue_name,
+                    "storage": w.storage,
+                    "handler": "async" if w.spec.is_async else "sync",
+                    "depth": look["depths"].get(name, {"total": None}),
+                    "held": held,
+                    "concurrency": {
+                        "inUse": invocations,
+                        "limit": limit if limit is not None else max_in_flight,
+                        "limitFrom": "maxConcurrency" if limit is not None else "maxInFlight (shared)",
+                    },
+                    "rates": self.history.rates(name, now, totals),
+                    "totals": totals,
+                    "times": self.recorder.percentiles(name),
+                    "own": {k: str(v) for k, v in w.own.items()},
+                }
+            )
         return {
             "functions": functions,
             "leases": self.leases(),
@@ -198,9 +220,13 @@ class Console:
         age = now - lease.acquired_at
         duration = lease.duration or self.parts.scheduler.duration
         return {
-            "function": lease.function, "queue": lease.queue, "messageId": lease.message_id,
-            "invocationId": lease.invocation_id, "dequeueCount": lease.dequeue_count,
-            "ageSeconds": round(age, 1), "renewals": lease.renewals,
+            "function": lease.function,
+            "queue": lease.queue,
+            "messageId": lease.message_id,
+            "invocationId": lease.invocation_id,
+            "dequeueCount": lease.dequeue_count,
+            "ageSeconds": round(age, 1),
+            "renewals": lease.renewals,
             "nextRenewalSeconds": round(max(0.0, lease.due - now), 1),
             "expiresInSeconds": round(lease.expires_at - now, 1),
             "sparkTags": tags.get(lease.invocation_id, []) if lease.invocation_id else [],
@@ -233,11 +259,17 @@ class Console:
         for name in self.functions:
             window = self.recorder.times_of(name).take_window()
             p50, p95 = percentile(window, 0.5), percentile(window, 0.95)
-            self.history.add(name, at, {
-                "depth": depths.get(name, {}).get("total"), "inFlight": running.get(name, (0, 0))[1],
-                **{key: counts.get(name, {}).get(key, 0) for key in COUNTERS},
-                "p50": None if p50 is None else p50 * 1000, "p95": None if p95 is None else p95 * 1000,
-            })
+            self.history.add(
+                name,
+                at,
+                {
+                    "depth": depths.get(name, {}).get("total"),
+                    "inFlight": running.get(name, (0, 0))[1],
+                    **{key: counts.get(name, {}).get(key, 0) for key in COUNTERS},
+                    "p50": None if p50 is None else p50 * 1000,
+                    "p95": None if p95 is None else p95 * 1000,
+                },
+            )
 
     async def sample_forever(self) -> None:
         """One sample now (so that rates have a base from the start), then one on every multiple of

@@ -24,13 +24,18 @@ from worker.runtime.console.state import Console
 log = structlog.get_logger("worker.runtime.console")
 
 #: The shell and its static files, by path: served to anyone, because they hold no data.
-STATIC = {"/": ("index.html", "text/html"), "/console/console.js": ("console.js", "text/javascript"),
-          "/console/console.css": ("console.css", "text/css")}
+STATIC = {
+    "/": ("index.html", "text/html"),
+    "/console/console.js": ("console.js", "text/javascript"),
+    "/console/console.css": ("console.css", "text/css"),
+}
 #: The actions, by the last part of their path.
 ACTIONS = ("requeue", "requeue-all", "purge")
 #: What the page is allowed to do: its own script and style, nothing from elsewhere (there is no CDN to reach).
-CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " \
-      "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 
 
 def static_routes() -> list[web.RouteDef]:
@@ -41,9 +46,12 @@ def static_routes() -> list[web.RouteDef]:
         body = (folder / name).read_bytes()
 
         async def serve(_: web.Request, body: bytes = body, kind: str = kind) -> web.Response:
-            return web.Response(body=body, content_type=kind, charset="utf-8",
-                                headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-                                         "Cache-Control": "no-cache"})
+            return web.Response(
+                body=body,
+                content_type=kind,
+                charset="utf-8",
+                headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+            )
 
         routes.append(web.get(path, serve))
     return routes
@@ -81,12 +89,23 @@ def routes(console: Console) -> list[web.RouteDef]:
                 await console.refresh(0)  # the page's next view shows what the action did
         except ActionRefused as exc:
             return refused(exc.status, str(exc))
-        log.warning("poison action from the console", action=action, function=function, queue=poison.queue,
-                    messages=moved, message_id=message_id, **who(request))
+        log.warning(
+            "poison action from the console",
+            action=action,
+            function=function,
+            queue=poison.queue,
+            messages=moved,
+            message_id=message_id,
+            **who(request),
+        )
         return web.json_response({"action": action, "function": function, "messages": moved})
 
-    return [*static_routes(), web.get("/console/api/state", state), web.get("/console/api/history", history),
-            web.post("/console/api/poison/{function}/{action}", act)]
+    return [
+        *static_routes(),
+        web.get("/console/api/state", state),
+        web.get("/console/api/history", history),
+        web.post("/console/api/poison/{function}/{action}", act),
+    ]
 
 
 def who(request: web.Request) -> dict[str, Any]:

@@ -5,4 +5,4 @@ import azure.functions as func
 
 
 def main(req: func.HttpRequest, file: func.InputStream) -> str:
-    return file.read().decode('utf-8')
+    return file.read().decode("utf-8")

@@ -6,4 +6,4 @@ import azure.functions as azf
 
 
 def main(req: azf.HttpRequest, msgs: azf.Out[typing.List[str]]):
-    msgs.set(['one', 'two'])
+    msgs.set(["one", "two"])

@@ -8,4 +8,4 @@ logger = logging.getLogger(__name__)
 
 
 def main(msg: azf.QueueMessage) -> None:
-    logging.info('trigger on message: %s', msg.get_body().decode('utf-8'))
+    logging.info("trigger on message: %s", msg.get_body().decode("utf-8"))
