@@ -108,6 +108,18 @@ class AzureConnection:
 
 def parse_connection_string(text: str) -> AzureConnection:
     """An :class:`AzureConnection` from a connection string in any form Functions accepts."""
+    settings = _settings(text)
+    if settings.get("usedevelopmentstorage", "").lower() == "true":
+        return _development_storage(settings)
+    name = settings.get("accountname")
+    endpoint, blob = _endpoints(settings, name)
+    if settings.get("credential", "").lower() == IDENTITY_CREDENTIAL.lower():
+        return _identity_connection(settings, name, endpoint, blob)
+    return _signed_connection(settings, name, endpoint, blob)
+
+
+def _settings(text: str) -> dict[str, str]:
+    """The connection string's ``Key=Value`` pairs, keys lower-cased, values stripped."""
     settings: dict[str, str] = {}
     for part in text.strip().strip(";").split(";"):
         if not part.strip():
@@ -116,14 +128,21 @@ def parse_connection_string(text: str) -> AzureConnection:
         if not sep:
             raise ConnectionStringError("connection string is malformed: expected Key=Value pairs separated by ';'")
         settings[key.strip().lower()] = value.strip()
-    if settings.get("usedevelopmentstorage", "").lower() == "true":
-        proxy = settings.get("developmentstorageproxyuri")
-        if proxy:  # the proxy stands for every service of the emulator
-            endpoint = blob = f"{proxy.rstrip('/')}/{DEV_ACCOUNT}"
-        else:
-            endpoint, blob = DEV_QUEUE_ENDPOINT, DEV_BLOB_ENDPOINT
-        return AzureConnection(endpoint, DEV_ACCOUNT, DEV_ACCOUNT_KEY, blob_endpoint=blob)
-    name = settings.get("accountname")
+    return settings
+
+
+def _development_storage(settings: dict[str, str]) -> AzureConnection:
+    """``UseDevelopmentStorage=true``: the emulator's well-known account, behind its proxy if one is named."""
+    proxy = settings.get("developmentstorageproxyuri")
+    if proxy:  # the proxy stands for every service of the emulator
+        endpoint = blob = f"{proxy.rstrip('/')}/{DEV_ACCOUNT}"
+    else:
+        endpoint, blob = DEV_QUEUE_ENDPOINT, DEV_BLOB_ENDPOINT
+    return AzureConnection(endpoint, DEV_ACCOUNT, DEV_ACCOUNT_KEY, blob_endpoint=blob)
+
+
+def _endpoints(settings: dict[str, str], name: str | None) -> tuple[str | None, str | None]:
+    """The queue and blob endpoints, given or made from the account name; at least one, each an http(s) URL."""
     endpoint = settings.get("queueendpoint")
     blob = settings.get("blobendpoint")
     if name:
@@ -133,45 +152,50 @@ def parse_connection_string(text: str) -> AzureConnection:
         blob = blob or f"{protocol}://{name}.blob.{suffix}"
     if not endpoint and not blob:
         raise ConnectionStringError("connection string has neither QueueEndpoint, BlobEndpoint nor AccountName")
-    for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob)):
-        if url and ((parts := urlsplit(url)).scheme not in ("http", "https") or not parts.netloc):
+    for what, url in _named(endpoint, blob):
+        if (parts := urlsplit(url)).scheme not in ("http", "https") or not parts.netloc:
             raise ConnectionStringError(f"connection string's {what} must be an http:// or https:// URL with a host")
-    if settings.get("credential", "").lower() == IDENTITY_CREDENTIAL.lower():
-        if plain := [url for url in (endpoint, blob) if url and urlsplit(url).scheme == "http"]:
-            # The SDK refuses a token credential over http (a ValueError at the first client): say so at start.
-            raise ConnectionStringError(
-                f"identity-based connection to {plain[0]}: an identity's token is sent over https:// only; use the "
-                "account's https:// endpoint, or for the storage emulator (Azurite) a connection string with its "
-                "account key or a SAS"
-            )
-        return AzureConnection(
-            endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"), blob_endpoint=blob
+    return endpoint, blob
+
+
+def _named(endpoint: str | None, blob: str | None) -> list[tuple[str, str]]:
+    """The endpoints that are given, each with the key that names it in a connection string, queue first."""
+    return [(what, url) for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob)) if url]
+
+
+def _identity_connection(
+    settings: dict[str, str], name: str | None, endpoint: str | None, blob: str | None
+) -> AzureConnection:
+    """``Credential=DefaultAzureCredential``: a connection that signs in as the identity, over https only."""
+    if plain := [url for _, url in _named(endpoint, blob) if urlsplit(url).scheme == "http"]:
+        # The SDK refuses a token credential over http (a ValueError at the first client): say so at start.
+        raise ConnectionStringError(
+            f"identity-based connection to {plain[0]}: an identity's token is sent over https:// only; use the "
+            "account's https:// endpoint, or for the storage emulator (Azurite) a connection string with its "
+            "account key or a SAS"
         )
+    return AzureConnection(
+        endpoint, name, use_identity=True, identity_client_id=settings.get("clientid"), blob_endpoint=blob
+    )
+
+
+def _signed_connection(
+    settings: dict[str, str], name: str | None, endpoint: str | None, blob: str | None
+) -> AzureConnection:
+    """A connection whose requests are signed with the account key or carry the SAS, refused where they would fail."""
     key = settings.get("accountkey")
     sas = settings.get("sharedaccesssignature")
     if key and not name:
         raise ConnectionStringError("connection string has AccountKey but no AccountName")
     if not key and not sas:
         raise ConnectionStringError("connection string has no AccountKey, SharedAccessSignature or Credential")
-    if key and (
-        signed := [
-            what
-            for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
-            if url and urlsplit(url).password is not None
-        ]
-    ):
+    if key and (signed := [what for what, url in _named(endpoint, blob) if urlsplit(url).password is not None]):
         # Requests are signed in an Authorization header, which the HTTP client refuses beside a URL's credentials.
         raise ConnectionStringError(
             f"connection string's {signed[0]} holds a user and password, which Azure Storage "
             "does not take beside an AccountKey; remove them from the URL"
         )
-    if sas and (
-        twice := [
-            what
-            for what, url in (("QueueEndpoint", endpoint), ("BlobEndpoint", blob))
-            if url and "sig=" in urlsplit(url).query.lower()
-        ]
-    ):
+    if sas and (twice := [what for what, url in _named(endpoint, blob) if "sig=" in urlsplit(url).query.lower()]):
         # The SDK would take both and fail at the first call with a traceback; one of them must go.
         raise ConnectionStringError(
             f"connection string has a SAS both in SharedAccessSignature and in its "
