@@ -39,41 +39,55 @@ def parse(text: str) -> Any:
 def without_comments(text: str) -> str:
     """``text`` with its comments and trailing commas blanked out (newlines kept), strings left alone."""
     out = list(text)
-    in_string = False
     #: Index of the last comma outside a string with only blanks or comments after it so far.
     pending_comma = -1
     i, end = 0, len(text)
     while i < end:
         char = text[i]
-        if in_string:
-            if char == "\\":
-                i += 2
-                continue
-            if char == '"':
-                in_string = False
-            i += 1
-            continue
-        if text.startswith("//", i):
-            stop = text.find("\n", i)
-            stop = end if stop < 0 else stop
-            out[i:stop] = " " * (stop - i)
-            i = stop
-            continue
-        if text.startswith("/*", i):
-            stop = text.find("*/", i + 2)
-            if stop < 0:
-                line = text.count("\n", 0, i) + 1
-                raise JsonFileError("comment not closed", line, i - text.rfind("\n", 0, i))
-            for j in range(i, stop + 2):
-                if out[j] != "\n":
-                    out[j] = " "
-            i = stop + 2
-            continue
-        if char in "}]" and pending_comma >= 0:
-            out[pending_comma] = " "
-        if not char.isspace():
-            pending_comma = i if char == "," else -1
         if char == '"':
-            in_string = True
-        i += 1
+            pending_comma = -1
+            i = _after_string(text, i + 1)
+        elif text.startswith("//", i):
+            i = _blank_line_comment(text, out, i)
+        elif text.startswith("/*", i):
+            i = _blank_block_comment(text, out, i)
+        else:
+            if char in "}]" and pending_comma >= 0:
+                out[pending_comma] = " "
+            if not char.isspace():
+                pending_comma = i if char == "," else -1
+            i += 1
     return "".join(out)
+
+
+def _after_string(text: str, i: int) -> int:
+    """Where the string whose text starts at ``i`` ends (past its closing quote), escapes skipped."""
+    end = len(text)
+    while i < end:
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == '"':
+            return i + 1
+        else:
+            i += 1
+    return i
+
+
+def _blank_line_comment(text: str, out: list[str], i: int) -> int:
+    """Blank the ``//`` comment at ``i`` in ``out`` up to its line's end; where scanning goes on."""
+    stop = text.find("\n", i)
+    stop = len(text) if stop < 0 else stop
+    out[i:stop] = " " * (stop - i)
+    return stop
+
+
+def _blank_block_comment(text: str, out: list[str], i: int) -> int:
+    """Blank the ``/* */`` comment at ``i`` in ``out``, newlines kept; where scanning goes on."""
+    stop = text.find("*/", i + 2)
+    if stop < 0:
+        line = text.count("\n", 0, i) + 1
+        raise JsonFileError("comment not closed", line, i - text.rfind("\n", 0, i))
+    for j in range(i, stop + 2):
+        if out[j] != "\n":
+            out[j] = " "
+    return stop + 2

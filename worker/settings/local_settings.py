@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from worker.settings import functions_json
 
@@ -49,6 +50,18 @@ def apply(folder: Path, environ: MutableMapping[str, str]) -> LocalSettings:
     path = folder / FILE
     if not path.is_file():
         return LocalSettings(path)
+    settings = _settings(path, _read(path))
+    applied = tuple(name for name in settings if name not in environ)
+    # Only where the environment says otherwise: the worker processes of --processes N inherit what their
+    # supervisor applied, which is no news.
+    skipped = tuple(name for name in settings if name in environ and environ[name] != settings[name])
+    for name in applied:
+        environ[name] = settings[name]
+    return LocalSettings(path, True, applied, skipped)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The file's object, refused when it cannot be read, is no JSON object or is encrypted."""
     try:
         data = functions_json.parse(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -64,6 +77,12 @@ def apply(folder: Path, environ: MutableMapping[str, str]) -> LocalSettings:
             f"{path}: IsEncrypted is true: its values are encrypted for the machine that wrote them; decrypt them "
             "(func settings decrypt) or set the settings in the environment"
         )
+    return data
+
+
+def _settings(path: Path, data: dict[str, Any]) -> dict[str, str]:
+    """The environment settings ``Values`` and ``ConnectionStrings`` make, the first of a name winning; every
+    entry that is not text (or, in ``Values``, a number or boolean) named at once."""
     settings: dict[str, str] = {}
     problems: list[str] = []
     for section, prefix in (("Values", ""), ("ConnectionStrings", "ConnectionStrings__")):
@@ -80,10 +99,4 @@ def apply(folder: Path, environ: MutableMapping[str, str]) -> LocalSettings:
             settings.setdefault(prefix + name, value)
     if problems:
         raise LocalSettingsError(f"{path}: " + "; ".join(problems))
-    applied = tuple(name for name in settings if name not in environ)
-    # Only where the environment says otherwise: the worker processes of --processes N inherit what their
-    # supervisor applied, which is no news.
-    skipped = tuple(name for name in settings if name in environ and environ[name] != settings[name])
-    for name in applied:
-        environ[name] = settings[name]
-    return LocalSettings(path, True, applied, skipped)
+    return settings
