@@ -43,15 +43,8 @@ from azure.functions.decorators.function_app import Function
 from azure.functions.decorators.function_name import FunctionName
 from azure.functions.decorators.generic import GenericInputBinding, GenericOutputBinding, GenericTrigger
 
-from worker.compat.functions import (
-    BLOB,
-    QUEUE,
-    QUEUE_TRIGGER,
-    ConvertedApp,
-    SkippedFunction,
-    from_functions,
-    skipped_function,
-)
+from worker.compat.converted import ConvertedApp, SkippedFunction
+from worker.compat.functions import BLOB, QUEUE, QUEUE_TRIGGER, from_functions, skipped_function
 from worker.compat.tracebacks import import_failure
 from worker.settings import functions_json
 from worker.settings.connections import Service

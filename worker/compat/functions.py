@@ -117,7 +117,8 @@ class FunctionsQueueMessage(_FullQueueMessage):
     """
 
     def __init__(self, message: QueueMessage) -> None:
-        super().__init__(
+        # azure-functions' QueueMessage.__init__ has no annotations.
+        super().__init__(  # type: ignore[no-untyped-call]
             id=message.id,
             body=message.get_body(),
             dequeue_count=message.dequeue_count,
@@ -293,45 +294,12 @@ def _register(
     """Register one queue-triggered function; every reason it cannot run goes to ``problems`` instead."""
     user = function.get_user_function()
     others = [b for b in function.get_bindings() if b is not trigger]
-    for binding in others:
-        if (binding.type, binding.direction) not in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT):
-            problems.add(
-                "this host does not provide this binding type (it provides queue outputs and blob inputs and outputs)",
-                binding,
-            )
-    usable = [b for b in others if (b.type, b.direction) in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT)]
-
+    usable = _usable(others, problems)
     parameters = inspect.signature(user).parameters
     bound = {trigger.name, *(b.name for b in others if b.name != RETURN)}
-    missing = sorted(bound - set(parameters))
-    if missing:
-        problems.add(f"{user.__name__}() has no parameter for binding(s) {', '.join(missing)}")
-    unbound = sorted(
-        p.name
-        for p in parameters.values()
-        if p.name not in bound
-        and p.name != "context"
-        and p.default is inspect.Parameter.empty
-        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-    )
-    if unbound:
-        problems.add(f"{user.__name__}() has no binding for parameter(s) {', '.join(unbound)}")
+    _check_parameters(user, parameters, bound, problems)
     hints = _annotations(user)
-    trigger_hint = hints.get(trigger.name, inspect.Parameter.empty)
-    if not _accepts(trigger_hint, _TRIGGER_TYPES):
-        problems.add(
-            f"parameter {trigger.name} is annotated {_type_name(trigger_hint)}; a queue trigger binds "
-            "func.QueueMessage, str or bytes",
-            trigger,
-        )
-    for binding in usable:
-        hint = hints.get(binding.name, inspect.Parameter.empty)
-        if (binding.type, binding.direction) == _BLOB_IN and not _accepts(hint, _BLOB_INPUT_TYPES):
-            problems.add(
-                f"parameter {binding.name} is annotated {_type_name(hint)}; a blob input binds "
-                "func.InputStream, str or bytes",
-                binding,
-            )
+    _check_annotations(hints, trigger, usable, problems)
 
     queue_name = _resolved(trigger, "queue_name", environ, problems)
     resolved = {id(b): _resolved(b, "queue_name" if b.type == QUEUE else "path", environ, problems) for b in usable}
@@ -383,6 +351,60 @@ def _register(
     worker_app.function_name(name)(handler)
 
 
+def _usable(bindings: list[Binding], problems: _FunctionProblems) -> list[Binding]:
+    """The bindings this host provides (queue outputs, blob inputs and outputs); a problem for each other one."""
+    for binding in bindings:
+        if (binding.type, binding.direction) not in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT):
+            problems.add(
+                "this host does not provide this binding type (it provides queue outputs and blob inputs and outputs)",
+                binding,
+            )
+    return [b for b in bindings if (b.type, b.direction) in (_QUEUE_OUT, _BLOB_IN, _BLOB_OUT)]
+
+
+def _check_parameters(
+    user: Callable[..., Any],
+    parameters: Mapping[str, inspect.Parameter],
+    bound: set[str],
+    problems: _FunctionProblems,
+) -> None:
+    """A problem for a binding without a parameter, and for required parameters without a binding."""
+    missing = sorted(bound - set(parameters))
+    if missing:
+        problems.add(f"{user.__name__}() has no parameter for binding(s) {', '.join(missing)}")
+    unbound = sorted(
+        p.name
+        for p in parameters.values()
+        if p.name not in bound
+        and p.name != "context"
+        and p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    )
+    if unbound:
+        problems.add(f"{user.__name__}() has no binding for parameter(s) {', '.join(unbound)}")
+
+
+def _check_annotations(
+    hints: Mapping[str, Any], trigger: Binding, usable: list[Binding], problems: _FunctionProblems
+) -> None:
+    """A problem for a trigger or blob input parameter annotated with a type the host cannot pass it."""
+    trigger_hint = hints.get(trigger.name, inspect.Parameter.empty)
+    if not _accepts(trigger_hint, _TRIGGER_TYPES):
+        problems.add(
+            f"parameter {trigger.name} is annotated {_type_name(trigger_hint)}; a queue trigger binds "
+            "func.QueueMessage, str or bytes",
+            trigger,
+        )
+    for binding in usable:
+        hint = hints.get(binding.name, inspect.Parameter.empty)
+        if (binding.type, binding.direction) == _BLOB_IN and not _accepts(hint, _BLOB_INPUT_TYPES):
+            problems.add(
+                f"parameter {binding.name} is annotated {_type_name(hint)}; a blob input binds "
+                "func.InputStream, str or bytes",
+                binding,
+            )
+
+
 def _data_type(binding: Binding) -> str | None:
     """A binding's ``data_type`` by name (``STRING``, ``BINARY``, ``STREAM``): Binding.data_type is the enum's int."""
     return DataType(binding.data_type).name if binding.data_type is not None else None
@@ -394,7 +416,7 @@ def _check_connections(
     """Add a problem for every queue or blob binding whose connection cannot serve it."""
     services: dict[str, Service] = {BLOB: "blob", QUEUE: "queue", QUEUE_TRIGGER: "queue"}
     for binding in function.get_bindings():
-        service = services.get(binding.type)
+        service = services.get(binding.type or "")
         connection = _setting(binding, "connection") or DEFAULT_CONNECTION
         if service is not None and (problem := connection_problem(connection, service)):
             problems.add(problem, binding)
