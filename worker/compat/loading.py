@@ -66,52 +66,80 @@ def load_app(
         first = [str(app_folder)]
     if is_template(target):
         return _checked(_template_app(target, search_path, problems), target, problems, check)
+    module_name, attr = _module_target(target)
+    module = _import_module(module_name, search_path, first)
+    attr, app = _module_app(module, module_name, attr)
+    target = f"{module_name}:{attr}"
+    app = _from_function_app(app, target, connection_problem, problems)
+    if not isinstance(app, WorkerApp):
+        raise AppLoadError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
+    return _checked(app, target, problems, check)
+
+
+def _module_target(target: str) -> tuple[str, str]:
+    """The module and attribute (empty when not given) that ``MODULE[:ATTR]`` names."""
     module_name, colon, attr = target.partition(":")
     if not module_name or (colon and not attr):
         raise AppLoadError(f"--app must look like MODULE or MODULE:ATTR (for example function_app:app), got {target!r}")
-    for path in (str(search_path), os.getcwd(), *first):  # the app's own folder, when named, first of all
+    return module_name, attr
+
+
+def _import_module(module_name: str, search_path: Path, first: list[str]) -> Any:
+    """The app's module, imported from ``search_path`` or the working folder; ``first`` (the app's own folder, when
+    named) goes before everything else on ``sys.path``."""
+    for path in (str(search_path), os.getcwd(), *first):
         if path in sys.path and path in first:
             sys.path.remove(path)
         if path not in sys.path:
             sys.path.insert(0, path)
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except Exception as exc:
         folder = app_directory(module_name) or search_path
         raise AppLoadError(import_failure(f"cannot import app module {module_name!r}", exc, folder)) from None
-    if attr:
-        app = getattr(module, attr, None)
-        if app is None:
-            raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}")
-    else:
-        attr, app = _the_app(module, module_name)
-        target = f"{module_name}:{attr}"
-    # An azure.functions.FunctionApp: azure-functions is then imported already (the app's module did it),
-    # so apps that do not use it never import it, and it stays an optional dependency.
-    azure_functions = sys.modules.get("azure.functions")
-    if not isinstance(app, WorkerApp) and azure_functions is not None:
-        if isinstance(app, azure_functions.Blueprint):
-            raise AppLoadError(
-                f"{target} is an azure.functions.Blueprint; register it in a FunctionApp "
-                "(app.register_functions(bp)) and give --app the FunctionApp"
-            )
-        if isinstance(app, azure_functions.FunctionRegister):
-            from worker.compat.functions import FunctionAppError, from_function_app
 
-            if (too_old := _version_problem()) is not None:  # its FunctionApp lacks what the conversion reads
-                raise _refused(target, [*problems, too_old])
-            try:
-                converted = from_function_app(app, connection_problem=connection_problem)
-            except FunctionAppError as exc:
-                raise AppLoadError(f"{target}: {exc}") from None
-            app = _converted(
-                converted,
-                f"{target} is an azure.functions.FunctionApp without a queue-triggered function this host can run",
-                problems,
-            )
-    if not isinstance(app, WorkerApp):
-        raise AppLoadError(f"{target} is a {type(app).__name__}, not a worker.WorkerApp or an azure.functions.FunctionApp")
-    return _checked(app, target, problems, check)
+
+def _module_app(module: Any, module_name: str, attr: str) -> tuple[str, Any]:
+    """The name and object of the module's app: ``attr`` when given, else the one :func:`_the_app` finds."""
+    if not attr:
+        return _the_app(module, module_name)
+    app = getattr(module, attr, None)
+    if app is None:
+        raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}")
+    return attr, app
+
+
+def _from_function_app(
+    app: Any, target: str, connection_problem: Callable[[str | None, Service], str | None] | None, problems: list[str]
+) -> Any:
+    """``app`` converted to a WorkerApp if it is an ``azure.functions.FunctionApp``; else ``app`` as it is.
+
+    azure-functions is then imported already (the app's module did it), so apps that do not use it never import it,
+    and it stays an optional dependency.
+    """
+    azure_functions = sys.modules.get("azure.functions")
+    if isinstance(app, WorkerApp) or azure_functions is None:
+        return app
+    if isinstance(app, azure_functions.Blueprint):
+        raise AppLoadError(
+            f"{target} is an azure.functions.Blueprint; register it in a FunctionApp "
+            "(app.register_functions(bp)) and give --app the FunctionApp"
+        )
+    if not isinstance(app, azure_functions.FunctionRegister):
+        return app
+    from worker.compat.functions import FunctionAppError, from_function_app
+
+    if (too_old := _version_problem()) is not None:  # its FunctionApp lacks what the conversion reads
+        raise _refused(target, [*problems, too_old])
+    try:
+        converted = from_function_app(app, connection_problem=connection_problem)
+    except FunctionAppError as exc:
+        raise AppLoadError(f"{target}: {exc}") from None
+    return _converted(
+        converted,
+        f"{target} is an azure.functions.FunctionApp without a queue-triggered function this host can run",
+        problems,
+    )
 
 
 def _v1_app(
