@@ -84,20 +84,30 @@ def _check_value(key: str, value: Any) -> None:
         if not isinstance(argument, str):
             raise FilterError(f"{key}: {operator} takes a string")
     elif operator == "anything-but":
-        items = argument if isinstance(argument, list) else [argument]
-        if not all(isinstance(item, (str, int, float)) and not isinstance(item, bool) for item in items):
-            raise FilterError(f"{key}: anything-but takes a value or a list of values")
+        _check_anything_but(key, argument)
     elif operator == "exists":
         if not isinstance(argument, bool):
             raise FilterError(f"{key}: exists takes true or false")
     elif operator == "numeric":
-        if not isinstance(argument, list) or not argument or len(argument) % 2:
-            raise FilterError(f"{key}: numeric takes [operator, number, ...]")
-        for op, number in zip(argument[::2], argument[1::2], strict=True):
-            if op not in _NUMERIC or isinstance(number, bool) or not isinstance(number, (int, float)):
-                raise FilterError(f"{key}: numeric takes operators {', '.join(_NUMERIC)} each with a number")
+        _check_numeric(key, argument)
     else:
         raise FilterError(f"{key}: {operator!r} is not an operator of Lambda's filter patterns")
+
+
+def _check_anything_but(key: str, argument: Any) -> None:
+    """``anything-but`` takes a string or number, or a list of them."""
+    items = argument if isinstance(argument, list) else [argument]
+    if not all(isinstance(item, (str, int, float)) and not isinstance(item, bool) for item in items):
+        raise FilterError(f"{key}: anything-but takes a value or a list of values")
+
+
+def _check_numeric(key: str, argument: Any) -> None:
+    """``numeric`` takes pairs of a comparison and a number: ``[">", 0, "<=", 5]``."""
+    if not isinstance(argument, list) or not argument or len(argument) % 2:
+        raise FilterError(f"{key}: numeric takes [operator, number, ...]")
+    for op, number in zip(argument[::2], argument[1::2], strict=True):
+        if op not in _NUMERIC or isinstance(number, bool) or not isinstance(number, (int, float)):
+            raise FilterError(f"{key}: numeric takes operators {', '.join(_NUMERIC)} each with a number")
 
 
 def record_view(record: Mapping[str, Any]) -> dict[str, Any]:

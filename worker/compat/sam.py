@@ -230,45 +230,13 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
         name = str(properties.get("FunctionName") or logical_id)
         events = properties.get("Events") or {}
         sqs_events = {event: spec for event, spec in events.items() if (spec or {}).get("Type") == "SQS"}
-        for event, spec in events.items():
-            if event not in sqs_events:
-                kind = str((spec or {}).get("Type"))
-                skipped.append(
-                    SkippedFunction(
-                        name,
-                        kind,
-                        f"function {name}: event {event} of type {kind} is not run (this host runs SQS events only)",
-                    )
-                )
+        skipped.extend(_other_events(name, events, sqs_events))
         if not sqs_events:
             continue
-        runtime = str(properties.get("Runtime", "python"))
-        if properties.get("PackageType") == "Image" or not runtime.startswith("python"):
-            skipped.append(
-                SkippedFunction(
-                    name,
-                    "SQS",
-                    f"function {name} is not run: its runtime is {properties.get('PackageType') or runtime}, not Python",
-                )
-            )
+        if (not_python := _not_python(name, properties)) is not None:
+            skipped.append(not_python)
             continue
-        for key, value in ((properties.get("Environment") or {}).get("Variables") or {}).items():
-            value = "" if value is None else str(value)
-            if key in variables:
-                if variables[key][1] != value:
-                    problems.append(
-                        f"function {name}: environment variable {key} is {value!r} here and "
-                        f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
-                        "environment (worker run runs each function in a process of its own)"
-                    )
-                continue
-            variables[key] = (name, value)
-            if key not in environ:
-                environ[key] = value
-            elif environ[key] != value:
-                log.info(
-                    "template environment variable set otherwise in the environment; the environment's kept", variable=key
-                )
+        _set_variables(name, properties, environ, variables, problems)
         if alone:
             _lambda_variables(environ, name, properties, resolver.region)
         handler = _import_handler(properties, folder, name, modules, problems)
@@ -278,6 +246,60 @@ def from_template(path: Path, environ: MutableMapping[str, str]) -> ConvertedApp
                 app, event_name, spec.get("Properties") or {}, properties, handler, template, resolver, skipped, problems
             )
     return ConvertedApp(app, tuple(skipped), (), tuple(problems))
+
+
+def _other_events(name: str, events: Mapping[str, Any], sqs_events: Mapping[str, Any]) -> list[SkippedFunction]:
+    """The function's events other than its SQS ones, each listed as not run."""
+    skipped = []
+    for event, spec in events.items():
+        if event not in sqs_events:
+            kind = str((spec or {}).get("Type"))
+            skipped.append(
+                SkippedFunction(
+                    name,
+                    kind,
+                    f"function {name}: event {event} of type {kind} is not run (this host runs SQS events only)",
+                )
+            )
+    return skipped
+
+
+def _not_python(name: str, properties: Mapping[str, Any]) -> SkippedFunction | None:
+    """The function listed as not run when it is packaged as an image or has another runtime than Python."""
+    runtime = str(properties.get("Runtime", "python"))
+    if properties.get("PackageType") == "Image" or not runtime.startswith("python"):
+        return SkippedFunction(
+            name,
+            "SQS",
+            f"function {name} is not run: its runtime is {properties.get('PackageType') or runtime}, not Python",
+        )
+    return None
+
+
+def _set_variables(
+    name: str,
+    properties: Mapping[str, Any],
+    environ: MutableMapping[str, str],
+    variables: dict[str, tuple[str, str]],
+    problems: list[str],
+) -> None:
+    """Set the function's ``Environment.Variables`` where the environment has none of its own; ``variables`` holds
+    what the functions loaded before set (name and value, by variable), and a different value is a problem."""
+    for key, value in ((properties.get("Environment") or {}).get("Variables") or {}).items():
+        value = "" if value is None else str(value)
+        if key in variables:
+            if variables[key][1] != value:
+                problems.append(
+                    f"function {name}: environment variable {key} is {value!r} here and "
+                    f"{variables[key][1]!r} in function {variables[key][0]}; one process has one "
+                    "environment (worker run runs each function in a process of its own)"
+                )
+            continue
+        variables[key] = (name, value)
+        if key not in environ:
+            environ[key] = value
+        elif environ[key] != value:
+            log.info("template environment variable set otherwise in the environment; the environment's kept", variable=key)
 
 
 def _import_handler(
