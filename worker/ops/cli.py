@@ -241,26 +241,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     log = structlog.get_logger("worker.ops.cli")
     raised = raise_open_files_limit()  # the processes of the supervisor inherit it
     if supervisor_pid is None:  # said once, by worker run itself, not again by the process it supervises
-        if raised is not None:
-            log.info("limit on open files raised", soft=raised[0], now=raised[1])
-        if args.local_settings.found:
-            log.info("local settings read", path=str(args.local_settings.path), settings=len(args.local_settings.applied))
-        if args.local_settings.skipped:
-            log.info("local settings skipped: already defined in the environment", keys=list(args.local_settings.skipped))
-        unused = unused_functions_settings(os.environ)
-        if unused:  # named once rather than dropped without a word: an app moved from Functions carries them
-            log.info("Functions app settings not used by this host", settings=unused)
-        if config.source is not None:
-            log.info("config file", path=str(config.source))
-            if args.config is None and (unread := _unread_settings_file(config.source)) is not None:
-                log.warning(
-                    f"{unread.name} beside {config.source.name} is not read: {config.source.name} wins; merge "
-                    f"them into one, or name the one to read with --config",
-                    read=str(config.source),
-                    not_read=str(unread),
-                )
-        else:
-            log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
+        _log_start(args, config, log, raised)
     if not args.no_supervisor:
         # Even one process runs under a supervisor, which starts a fresh one when a sync handler past
         # functionTimeout makes it recycle itself (worker.runtime.recycle), and settles nothing itself. It needs
@@ -283,6 +264,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     from worker.ops.host_process import run_here
 
     return run_here(args, config, log, supervisor_pid)
+
+
+def _log_start(args: argparse.Namespace, config: HostConfig, log: Any, raised: tuple[int, int] | None) -> None:
+    """Log what ``worker run`` starts from: the open files limit, local settings, settings this host does not use,
+    and which settings file was read (or that none was)."""
+    if raised is not None:
+        log.info("limit on open files raised", soft=raised[0], now=raised[1])
+    if args.local_settings.found:
+        log.info("local settings read", path=str(args.local_settings.path), settings=len(args.local_settings.applied))
+    if args.local_settings.skipped:
+        log.info("local settings skipped: already defined in the environment", keys=list(args.local_settings.skipped))
+    unused = unused_functions_settings(os.environ)
+    if unused:  # named once rather than dropped without a word: an app moved from Functions carries them
+        log.info("Functions app settings not used by this host", settings=unused)
+    if config.source is not None:
+        log.info("config file", path=str(config.source))
+        if args.config is None and (unread := _unread_settings_file(config.source)) is not None:
+            log.warning(
+                f"{unread.name} beside {config.source.name} is not read: {config.source.name} wins; merge "
+                f"them into one, or name the one to read with --config",
+                read=str(config.source),
+                not_read=str(unread),
+            )
+    else:
+        log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
 
 
 def _unread_settings_file(read: Path) -> Path | None:
@@ -526,26 +532,36 @@ def cmd_poison(args: argparse.Namespace) -> int:
 
     kind, result = _with_backend(config, args.connection, work)
     if kind == "dead letters":
-        if args.json:
-            print(json.dumps({"action": args.action, "queue": args.queue, "deadLetterQueue": True, "messages": result}))
-        elif args.action == "list":
-            _say(
-                f"{result} messages in the dead-letter queue of {args.queue} (the service's API counts them but "
-                "cannot show them; look with the OCI Console)"
-            )
-        else:
-            _say(f"{result} messages purged from the dead-letter queue of {args.queue}")
+        _print_dead_letters(args, result)
     elif kind == "list":
         messages, empty = result
         _print_messages(messages, config, args.json, empty, poison=True)
     else:
         done, total = result
-        verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
-        if args.json:
-            print(json.dumps({"action": args.action, "queue": poison, "messages": done, "before": total}))
-        else:
-            _say(f"{done} messages {verb}")
+        _print_drained(args, poison, done, total)
     return 0
+
+
+def _print_dead_letters(args: argparse.Namespace, count: int) -> None:
+    """What ``worker poison`` says of a service's dead-letter queue, which it can count and purge but not show."""
+    if args.json:
+        print(json.dumps({"action": args.action, "queue": args.queue, "deadLetterQueue": True, "messages": count}))
+    elif args.action == "list":
+        _say(
+            f"{count} messages in the dead-letter queue of {args.queue} (the service's API counts them but "
+            "cannot show them; look with the OCI Console)"
+        )
+    else:
+        _say(f"{count} messages purged from the dead-letter queue of {args.queue}")
+
+
+def _print_drained(args: argparse.Namespace, poison: str, done: int, total: int) -> None:
+    """What ``worker poison requeue`` or ``purge`` says it did: ``done`` of the ``total`` the poison queue held."""
+    verb = "moved back to " + poison[: -len("-poison")] if args.action == "requeue" else "purged from " + poison
+    if args.json:
+        print(json.dumps({"action": args.action, "queue": poison, "messages": done, "before": total}))
+    else:
+        _say(f"{done} messages {verb}")
 
 
 def _progress(goal: int, verb: str) -> Callable[[int], None]:
@@ -843,66 +859,83 @@ def _parser() -> argparse.ArgumentParser:
         ("poison", "list, requeue or purge the poison messages of QUEUE", cmd_poison),
         ("stats", "queue and poison queue lengths", cmd_stats),
     ):
-        sub = command(name, help, handler)
-        sub.add_argument(
-            "--connection",
-            default=None,
-            help=f"name of the connection setting, resolved as Functions does (AzureWebJobs<NAME>, then <NAME>); "
-            f"default: {DEFAULT_CONNECTION} when it is set, else the embedded queue",
-        )
-        if name == "poison":
-            sub.add_argument("action", choices=["list", "requeue", "purge"])
-        if name not in ("queues", "stats"):
-            sub.add_argument("queue")
-        if name == "send":
-            sub.add_argument(
-                "bodies",
-                nargs="+",
-                metavar="BODY",
-                help="each at most the backend's message size as stored, after messageEncoding (so "
-                "48 KiB under base64 where 64 KiB are stored); each backend's is below",
-            )
-            sub.epilog = limits_text()
-            sub.add_argument(
-                "--delay",
-                type=_delay,
-                default=0.0,
-                help=f"invisible for this long first: 0s to {MAX_DELAY / 86400:g}d ({DURATIONS}); "
-                "shorter than --ttl; not on OCI Queue",
-            )
-            sub.add_argument(
-                "--ttl",
-                type=_ttl,
-                default=None,
-                help=f"time to live: 1s or more ({DURATIONS}), or -1 never expires; default "
-                f"{DEFAULT_TTL_SECONDS / 86400:g}d; not on OCI Queue",
-            )
-        if name == "peek":
-            sub.add_argument(
-                "--max",
-                type=_positive,
-                default=None,
-                metavar="N",
-                help="at most N messages: 1 to what one receive of the backend returns (32 on Azure "
-                "Storage and the embedded queue), which is the default",
-            )
-        if name == "poison":
-            sub.add_argument(
-                "--max",
-                type=_positive,
-                default=None,
-                metavar="N",
-                help="requeue or purge at most N messages, N at least 1 (default: all); list shows at "
-                "most one receive's worth (32 on Azure Storage and the embedded queue)",
-            )
-        if name != "send":
-            sub.add_argument("--json", action="store_true", help="print JSON")
+        _add_queue_arguments(command(name, help, handler), name)
 
     spark = commands.add_parser(
         "spark",
         help="start, look at and stop Spark servers on this machine, from the installed pyspark",
         description="start, look at and stop Spark servers on this machine, from the installed pyspark",
     )
+    _add_spark_actions(spark)
+    shells = commands.add_parser(
+        "completion",
+        help="print a shell completion script for worker: source <(worker completion bash)",
+        description="print a shell completion script for worker: source <(worker completion bash)",
+    )
+    shells.set_defaults(handler=cmd_completion)
+    shells.add_argument("shell", choices=completion.SHELLS)
+    return parser
+
+
+def _add_queue_arguments(sub: argparse.ArgumentParser, name: str) -> None:
+    """The arguments of the queue command ``name`` (send, peek, queues, poison or stats)."""
+    sub.add_argument(
+        "--connection",
+        default=None,
+        help=f"name of the connection setting, resolved as Functions does (AzureWebJobs<NAME>, then <NAME>); "
+        f"default: {DEFAULT_CONNECTION} when it is set, else the embedded queue",
+    )
+    if name == "poison":
+        sub.add_argument("action", choices=["list", "requeue", "purge"])
+    if name not in ("queues", "stats"):
+        sub.add_argument("queue")
+    if name == "send":
+        sub.add_argument(
+            "bodies",
+            nargs="+",
+            metavar="BODY",
+            help="each at most the backend's message size as stored, after messageEncoding (so "
+            "48 KiB under base64 where 64 KiB are stored); each backend's is below",
+        )
+        sub.epilog = limits_text()
+        sub.add_argument(
+            "--delay",
+            type=_delay,
+            default=0.0,
+            help=f"invisible for this long first: 0s to {MAX_DELAY / 86400:g}d ({DURATIONS}); "
+            "shorter than --ttl; not on OCI Queue",
+        )
+        sub.add_argument(
+            "--ttl",
+            type=_ttl,
+            default=None,
+            help=f"time to live: 1s or more ({DURATIONS}), or -1 never expires; default "
+            f"{DEFAULT_TTL_SECONDS / 86400:g}d; not on OCI Queue",
+        )
+    if name == "peek":
+        sub.add_argument(
+            "--max",
+            type=_positive,
+            default=None,
+            metavar="N",
+            help="at most N messages: 1 to what one receive of the backend returns (32 on Azure "
+            "Storage and the embedded queue), which is the default",
+        )
+    if name == "poison":
+        sub.add_argument(
+            "--max",
+            type=_positive,
+            default=None,
+            metavar="N",
+            help="requeue or purge at most N messages, N at least 1 (default: all); list shows at "
+            "most one receive's worth (32 on Azure Storage and the embedded queue)",
+        )
+    if name != "send":
+        sub.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_spark_actions(spark: argparse.ArgumentParser) -> None:
+    """The actions of ``worker spark`` (start-cluster, start-connect, status, stop) and their arguments."""
     actions = spark.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action, help in (
         ("start-cluster", "start a standalone master and one worker, detached; print the spark:// URL once ready"),
@@ -955,14 +988,6 @@ def _parser() -> argparse.ArgumentParser:
             help="how long a server may take to be ready (start-*: default 2m), or to stop after "
             "SIGTERM before it is killed (stop: default 20s)",
         )
-    shells = commands.add_parser(
-        "completion",
-        help="print a shell completion script for worker: source <(worker completion bash)",
-        description="print a shell completion script for worker: source <(worker completion bash)",
-    )
-    shells.set_defaults(handler=cmd_completion)
-    shells.add_argument("shell", choices=completion.SHELLS)
-    return parser
 
 
 def _redacted_traceback(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -1001,7 +1026,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         folder = found.parent if found else (app_directory(app) if app else None) or Path.cwd()
         args.local_settings = local_settings.apply(folder, os.environ)
         remember_environment(os.environ)  # local.settings.json's Values are environment settings now
-        return args.handler(args)
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
     except (
         UsageError,
         AppLoadError,
