@@ -478,6 +478,30 @@ for _ in sys.stdin:
             raise RuntimeError("the console pages did not start")
 
 
+#: Drains a queue (connection string, queue) of the given number of messages.
+Run = Callable[[str, str, int], Awaitable[Measurement]]
+
+
+@dataclass
+class Contenders:
+    """A run's contenders: the raw ceilings, the naive loop, the worker, and the worker's variants asked for."""
+
+    ceilings: list[Contender]
+    naive: Contender
+    host: Contender
+    #: With traces exported (--otel).
+    traced: Contender | None
+    #: On the SDK's public receive and delete (--public-path).
+    public: Contender | None
+    #: With its console served and watched (--console).
+    watched: Contender | None
+
+    def all(self) -> list[Contender]:
+        """Every contender, in the order they are listed."""
+        variants = (self.traced, self.public, self.watched)
+        return [*self.ceilings, self.naive, self.host, *(c for c in variants if c is not None)]
+
+
 async def bench(
     args: argparse.Namespace,
     azurite: Azurite,
@@ -491,80 +515,121 @@ async def bench(
     server = AzuriteCpu(azurite.proc.pid)
     collector = GcTime()
     gc.callbacks.append(collector)
-    n = args.messages
     settings = WorkerSettings(args.max_in_flight, args.new_batch_threshold)
     if args.default_settings:  # the host's own defaults: maxInFlight 64, newBatchThreshold batchSize/2 x processors
         settings = WorkerSettings(HostConfig().max_in_flight, BATCH // 2 * (os.cpu_count() or 1))
+    contenders = Contenders(
+        ceilings=[Contender(f"ceiling K={k}", ceiling_run(k)) for k in args.ceiling_k],
+        naive=Contender("naive", run_naive),
+        host=Contender("worker", worker_run(settings)),
+        traced=Contender("worker+otel", traced_worker_run(settings, receiver)) if receiver is not None else None,
+        public=Contender("worker sdk", public_worker_run(settings)) if args.public_path else None,
+        watched=Contender("worker+console", watched_worker_run(settings, console_port)) if pages is not None else None,
+    )
+    await warm_up(contenders.all(), connection_string)
+    gc.freeze()  # as worker run does once its app is loaded; for every contender alike (see the docstring)
+    await run_rounds(args, contenders, connection_string, server, collector)
+    report(args, settings, contenders, receiver, pages)
+
+
+def ceiling_run(k: int) -> Run:
+    """The raw SDK loop with ``k`` receivers."""
+    return lambda connection_string, queue, messages: run_ceiling(connection_string, queue, messages, k)
+
+
+def worker_run(settings: WorkerSettings) -> Run:
+    """The worker as it runs by default."""
 
     async def worker(connection_string: str, queue: str, messages: int) -> Measurement:
         return await run_worker(connection_string, queue, messages, settings)
 
-    def ceiling(k: int) -> Callable[[str, str, int], Awaitable[Measurement]]:
-        return lambda connection_string, queue, messages: run_ceiling(connection_string, queue, messages, k)
+    return worker
 
-    ceilings = [Contender(f"ceiling K={k}", ceiling(k)) for k in args.ceiling_k]
-    naive = Contender("naive", run_naive)
-    host = Contender("worker", worker)
-    contenders = [*ceilings, naive, host]
-    traced: Contender | None = None
-    if receiver is not None:
 
-        async def worker_traced(connection_string: str, queue: str, messages: int) -> Measurement:
-            os.environ.update(otel_environment(receiver.endpoint))
-            try:
-                result = await run_worker(connection_string, queue, messages, settings)
-            finally:
-                for name in otel_environment(receiver.endpoint):
-                    os.environ.pop(name, None)
-            return result
+def traced_worker_run(settings: WorkerSettings, receiver: ReceiverProcess) -> Run:
+    """The worker exporting its traces to ``receiver``."""
 
-        traced = Contender("worker+otel", worker_traced)
-        contenders.append(traced)
-    public: Contender | None = None
-    if args.public_path:
+    async def worker_traced(connection_string: str, queue: str, messages: int) -> Measurement:
+        os.environ.update(otel_environment(receiver.endpoint))
+        try:
+            result = await run_worker(connection_string, queue, messages, settings)
+        finally:
+            for name in otel_environment(receiver.endpoint):
+                os.environ.pop(name, None)
+        return result
 
-        async def worker_public(connection_string: str, queue: str, messages: int) -> Measurement:
-            os.environ[FAST_PATH_ENV] = "0"
-            try:
-                return await run_worker(connection_string, queue, messages, settings)
-            finally:
-                os.environ.pop(FAST_PATH_ENV, None)
+    return worker_traced
 
-        public = Contender("worker sdk", worker_public)
-        contenders.append(public)
-    watched: Contender | None = None
-    if pages is not None:
 
-        async def worker_watched(connection_string: str, queue: str, messages: int) -> Measurement:
-            os.environ["WORKER_HTTP_TOKEN"] = CONSOLE_TOKEN
-            try:
-                result = await run_worker(connection_string, queue, messages, settings, http_port=console_port)
-            finally:
-                os.environ.pop("WORKER_HTTP_TOKEN", None)
-            return result
+def public_worker_run(settings: WorkerSettings) -> Run:
+    """The worker on the SDK's public receive and delete, its fast path switched off."""
 
-        watched = Contender("worker+console", worker_watched)
-        contenders.append(watched)
-    for contender in contenders:  # untimed: what a long-running process does once (see the docstring)
+    async def worker_public(connection_string: str, queue: str, messages: int) -> Measurement:
+        os.environ[FAST_PATH_ENV] = "0"
+        try:
+            return await run_worker(connection_string, queue, messages, settings)
+        finally:
+            os.environ.pop(FAST_PATH_ENV, None)
+
+    return worker_public
+
+
+def watched_worker_run(settings: WorkerSettings, console_port: int | None) -> Run:
+    """The worker serving its console on ``console_port``, where the console pages refresh it."""
+
+    async def worker_watched(connection_string: str, queue: str, messages: int) -> Measurement:
+        os.environ["WORKER_HTTP_TOKEN"] = CONSOLE_TOKEN
+        try:
+            result = await run_worker(connection_string, queue, messages, settings, http_port=console_port)
+        finally:
+            os.environ.pop("WORKER_HTTP_TOKEN", None)
+        return result
+
+    return worker_watched
+
+
+async def warm_up(contenders: list[Contender], connection_string: str) -> None:
+    """Each contender drains a few messages once, untimed: what a long-running process does once (see the
+    docstring)."""
+    for contender in contenders:
         queue = f"bench-warm-{slug(contender)}"
         await fill(connection_string, queue, WARM_UP)
         await contender.run(connection_string, queue, WARM_UP)
         await remaining(connection_string, queue)
-    gc.freeze()  # as worker run does once its app is loaded; for every contender alike (see the docstring)
+
+
+async def run_rounds(
+    args: argparse.Namespace, contenders: Contenders, connection_string: str, server: AzuriteCpu, collector: GcTime
+) -> None:
+    """The timed rounds: every contender drains its own queue of ``--messages`` once a round (the naive loop only in
+    the first ``--naive-rounds``)."""
+    n = args.messages
+    everyone = contenders.all()
     for round_ in range(args.rounds):
         # Rotate the order each round and reverse every other one, so that no contender always runs first or last.
-        shift = round_ % len(contenders)
-        order = contenders[shift:] + contenders[:shift]
+        shift = round_ % len(everyone)
+        order = everyone[shift:] + everyone[:shift]
         if round_ % 2:
             order.reverse()
         for contender in order:
-            if contender is naive and round_ >= args.naive_rounds:
+            if contender is contenders.naive and round_ >= args.naive_rounds:
                 continue
             queue = f"bench-{round_}-{slug(contender)}"
             await measure(contender, connection_string, queue, n, server, collector)
             print(f"  round {round_ + 1}: {contender.name:<13} {n / contender.seconds[-1]:5.0f} msgs/s", flush=True)
 
-    best = max(ceilings, key=lambda c: c.median_rate(n))
+
+def report(
+    args: argparse.Namespace,
+    settings: WorkerSettings,
+    contenders: Contenders,
+    receiver: ReceiverProcess | None,
+    pages: ConsolePages | None,
+) -> None:
+    """The figures of every contender, then the ratios the targets are set in."""
+    n = args.messages
+    host, naive = contenders.host, contenders.naive
+    best = max(contenders.ceilings, key=lambda c: c.median_rate(n))
     print(
         f"\n{n} messages per contender, median of {args.rounds} rounds (each round in brackets"
         + (f"; the naive loop in the first {args.naive_rounds}" if args.naive_rounds < args.rounds else "")
@@ -577,7 +642,7 @@ async def bench(
     )
     print("  (py, gc, azurite: CPU ms per message in this process, in its garbage collector, in Azurite)")
     print(f"  {'':<13} {'msg/s':>5}  {'py':>5}  {'gc':>5}  {'azurite':>7}  [msg/s each round]")
-    for contender in contenders:
+    for contender in contenders.all():
         print(f"  {contender.line(n)}{'   <- the ceiling' if contender is best else ''}")
     stop = statistics.median(host.returned_after)
     print(f"  worker run() returned after {stop:.2f} s (median; burst-mode stop check included): {n / stop:.0f} msgs/s")
@@ -585,12 +650,22 @@ async def bench(
     print(f"\nworker/ceiling = {worker_rate / best_rate:.2f}   (target >= 0.9; the ceiling is {best.name})")
     print(f"worker/naive   = {worker_rate / naive_rate:.2f}   (target >= 5)")
     print(f"ceiling/naive  = {best_rate / naive_rate:.2f}   (the most any client could gain over the naive loop here)")
+    report_variants(args, contenders, receiver, pages)
+
+
+def report_variants(
+    args: argparse.Namespace, contenders: Contenders, receiver: ReceiverProcess | None, pages: ConsolePages | None
+) -> None:
+    """The worker's CPU per message over the raw loops', and each variant asked for against the worker."""
+    n = args.messages
+    host = contenders.host
+    worker_rate = host.median_rate(n)
 
     # CPU per message against the raw loops': each round's worker against that round's ceilings (their median), so
     # that what drifts between rounds (the other core's load, caches) drifts in both sides of a ratio.
     def paired(contender: Contender) -> list[float]:
         return [
-            cpu / statistics.median(c.python_cpu[round_] for c in ceilings)
+            cpu / statistics.median(c.python_cpu[round_] for c in contenders.ceilings)
             for round_, cpu in enumerate(contender.python_cpu)
         ]
 
@@ -599,19 +674,19 @@ async def bench(
         f"worker py/ceiling py = {statistics.median(ratios):.3f}   (CPU per message, target <= 1.05: the median of the "
         f"rounds' ratios to the ceilings' median, each round {', '.join(f'{r:.3f}' for r in ratios)})"
     )
-    if public is not None:
+    if (public := contenders.public) is not None:
         ratios = paired(public)
         print(
             f"worker sdk py/ceiling py = {statistics.median(ratios):.3f}   (the same on the SDK's public receive and "
             f"delete, target <= 1.15; each round {', '.join(f'{r:.3f}' for r in ratios)})"
         )
-    if traced is not None and receiver is not None:
+    if (traced := contenders.traced) is not None and receiver is not None:
         print(
             f"worker+otel/worker = {traced.median_rate(n) / worker_rate:.2f}   (msgs/s with traces over without; "
             f"py ms/msg {1000 * statistics.median(traced.python_cpu) / n:.2f} against "
             f"{1000 * statistics.median(host.python_cpu) / n:.2f}; {receiver.count()} spans received)"
         )
-    if watched is not None and pages is not None:
+    if (watched := contenders.watched) is not None and pages is not None:
         print(
             f"worker+console/worker = {watched.median_rate(n) / worker_rate:.2f}   (msgs/s with {args.console_pages} "
             f"console pages refreshing over without; py ms/msg {1000 * statistics.median(watched.python_cpu) / n:.2f}"
