@@ -983,22 +983,9 @@ class SignatureVerifier:
         self.always = always
 
     def verify(self, method: str, target: str, headers: email.message.Message, body: bytes) -> None:
-        authorization = headers.get("authorization")
-        if not authorization:
-            raise not_authenticated("the request has no Authorization header")
-        scheme, _, rest = authorization.partition(" ")
-        if scheme != "Signature":
-            raise not_authenticated("the Authorization header is not an OCI request signature")
-        params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-        if params.get("version", "1") != "1":
-            raise not_authenticated(f"signature version {params['version']} is not 1")
-        key_id = params.get("keyId") or ""
-        if key_id.startswith(SESSION_TOKEN_PREFIX):
-            public_key, whose = self.session_key(key_id[len(SESSION_TOKEN_PREFIX) :]), "the key of the session token"
-        elif key_id == self.key_id and self.public_key is not None:
-            public_key, whose = self.public_key, "the API key"
-        else:
-            raise not_authenticated(f"keyId {key_id[:200]!r} is not a known API key")
+        """Raise 401 NotAuthenticated unless the request is signed by a known key, over every header it must sign."""
+        params = self._signature_params(headers.get("authorization"))
+        public_key, whose = self._public_key(params.get("keyId") or "")
         if params.get("algorithm") != "rsa-sha256":
             raise not_authenticated(f"algorithm {params.get('algorithm')!r} is not rsa-sha256")
         signed = params.get("headers", "date").lower().split()
@@ -1008,22 +995,54 @@ class SignatureVerifier:
             raise not_authenticated(f"the signature does not cover {', '.join(unsigned)}")
         self._check_date(headers.get("date"))
         if has_body:
-            digest = base64.b64encode(hashlib.sha256(body).digest()).decode()
-            if headers.get("x-content-sha256") != digest:
-                raise not_authenticated("x-content-sha256 is not the SHA-256 of the body")
-            if headers.get("content-length") != str(len(body)):
-                raise not_authenticated("content-length is not the length of the body")
+            self._check_body(headers, body)
+        text = self._signing_string(method, target, headers, signed)
+        try:
+            signature = base64.b64decode(params.get("signature", ""), validate=True)
+            public_key.verify(signature, text.encode("latin-1"), padding.PKCS1v15(), hashes.SHA256())
+        except (binascii.Error, InvalidSignature, UnicodeEncodeError):
+            raise not_authenticated(f"the signature does not verify with {whose}") from None
+
+    @staticmethod
+    def _signature_params(authorization: str | None) -> dict[str, str]:
+        """The parameters of an ``Authorization: Signature ...`` header of version 1."""
+        if not authorization:
+            raise not_authenticated("the request has no Authorization header")
+        scheme, _, rest = authorization.partition(" ")
+        if scheme != "Signature":
+            raise not_authenticated("the Authorization header is not an OCI request signature")
+        params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+        if params.get("version", "1") != "1":
+            raise not_authenticated(f"signature version {params['version']} is not 1")
+        return params
+
+    def _public_key(self, key_id: str) -> tuple[rsa.RSAPublicKey, str]:
+        """The key ``key_id`` names (the API key, or a session token's), and how a failure names it."""
+        if key_id.startswith(SESSION_TOKEN_PREFIX):
+            return self.session_key(key_id[len(SESSION_TOKEN_PREFIX) :]), "the key of the session token"
+        if key_id == self.key_id and self.public_key is not None:
+            return self.public_key, "the API key"
+        raise not_authenticated(f"keyId {key_id[:200]!r} is not a known API key")
+
+    @staticmethod
+    def _check_body(headers: email.message.Message, body: bytes) -> None:
+        """The signed digest and length of a request with a body must be the body's."""
+        digest = base64.b64encode(hashlib.sha256(body).digest()).decode()
+        if headers.get("x-content-sha256") != digest:
+            raise not_authenticated("x-content-sha256 is not the SHA-256 of the body")
+        if headers.get("content-length") != str(len(body)):
+            raise not_authenticated("content-length is not the length of the body")
+
+    @staticmethod
+    def _signing_string(method: str, target: str, headers: email.message.Message, signed: list[str]) -> str:
+        """The text the signature covers: a line ``name: value`` for each signed header, in the order signed."""
         lines = []
         for name in signed:
             value = f"{method.lower()} {target}" if name == "(request-target)" else headers.get(name)
             if value is None:
                 raise not_authenticated(f"the signed header {name} is missing")
             lines.append(f"{name}: {value}")
-        try:
-            signature = base64.b64decode(params.get("signature", ""), validate=True)
-            public_key.verify(signature, "\n".join(lines).encode("latin-1"), padding.PKCS1v15(), hashes.SHA256())
-        except (binascii.Error, InvalidSignature, UnicodeEncodeError):
-            raise not_authenticated(f"the signature does not verify with {whose}") from None
+        return "\n".join(lines)
 
     def session_key(self, token: str) -> rsa.RSAPublicKey:
         """The public key a session token carries, once the token is known to be this issuer's and unexpired."""
