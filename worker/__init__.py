@@ -1,24 +1,11 @@
 """A queue-trigger worker host: Azure Functions' queue trigger, runnable anywhere.
 
-The public API is what this module exports; everything else is internal. It
-includes every type a middleware hook receives or reaches through what it
-receives (:class:`Invocation`, :class:`Delivery`, :class:`FunctionSpec`,
-:class:`FunctionOptions`, :class:`Lease`, :class:`RawMessage`,
-:class:`QueueBackend`, :class:`QueueMessage`, :class:`Context`,
-:class:`Result`, :class:`Outcome`, :class:`Finished`, :class:`Done`), so that a middleware author imports nothing
-from the runtime (docs/middleware.md).
-
-The top-level modules are the types every layer shares: :mod:`.waits`
-(``wait_set``, a deadline-bound wait that never swallows a cancellation),
-:mod:`.dependencies` (the one warning when a dependency's private part changed),
-:mod:`.model` (``FunctionSpec``, ``Lease``, ``Result``, ``Finished``, ``Done``),
-:mod:`.context` (the handler's ``Context``), :mod:`.message` (``QueueMessage``
-and ``Poison``: what a handler receives and raises), :mod:`.invocation` (one run
-of one function, as middleware sees it), :mod:`.app` (``WorkerApp``, the
-decorator registry), :mod:`.spark` (``spark.session()`` for handlers) and
-:mod:`.__main__` (``python -m worker``). The packages, lowest layer first:
-:mod:`.backends`, :mod:`.observability`, :mod:`.settings`, :mod:`.bindings`,
-:mod:`.middleware`, :mod:`.runtime`, :mod:`.compat`, :mod:`.ops`.
+The public API is what this module exports; everything else is internal.
+It includes every type a middleware hook receives, so middleware imports nothing from the runtime.
+The shared top-level modules: :mod:`.waits`, :mod:`.dependencies`, :mod:`.model`, :mod:`.context`,
+:mod:`.message`, :mod:`.invocation`, :mod:`.app`, :mod:`.spark` and :mod:`.__main__`.
+The packages, lowest layer first: :mod:`.backends`, :mod:`.observability`, :mod:`.settings`,
+:mod:`.bindings`, :mod:`.middleware`, :mod:`.runtime`, :mod:`.compat`, :mod:`.ops`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The invocation context a handler can ask for, with the attributes of ``azure.functions.Context``.
 
-A handler that declares a parameter named ``context`` gets one per
-invocation: its id (also on every log line of the invocation), the function's
-name and folder, a W3C ``traceparent`` of its own so that work it starts can be
-traced back to it, and how many attempts the message has had and may have.
-This module does not import azure-functions (an optional extra);
-:mod:`worker.compat.functions` registers these classes as that package's
-``Context``, ``TraceContext`` and ``RetryContext``.
+A ``context`` parameter gets the invocation id, the function's name and folder, and attempt counts.
+It has a ``traceparent`` of its own, so work it starts traces back to it.
+No azure-functions import here (an extra): :mod:`worker.compat.functions` registers these classes there.
 """
 
 from __future__ import annotations

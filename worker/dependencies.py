@@ -1,10 +1,9 @@
 """What the worker says when a private part of a dependency is not as it expects: one warning, then the public path.
 
-A few places reach into a dependency's private parts (ARCHITECTURE.md lists
-them). Each checks the part before it relies on it; where it is missing or
-different, it goes on with a public path and calls :func:`fall_back`, which
-logs one warning per part and process, naming the installed version, so that
-an upgrade shows in the log instead of as a traceback or a silent change.
+A few places reach into a dependency's private parts (ARCHITECTURE.md lists them).
+Each checks the part first; where it differs, it takes a public path and calls :func:`fall_back`.
+That logs one warning per part and process, naming the installed version.
+So an upgrade shows in the log, not as a traceback or a silent change.
 """
 
 from __future__ import annotations

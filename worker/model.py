@@ -1,12 +1,8 @@
 """The types every layer shares: a function as the host runs it, a lease, an invocation, and their outcomes.
 
-They live here, below the runtime and the middleware, so that a middleware
-author, the dispatcher and completion all import them from one place (the
-public ones again from :mod:`worker`) and no layer imports the one above it.
-Data flows one way through them: a :class:`FunctionSpec` is registered by the
-app; the listener's messages each get a :class:`Lease`; the dispatcher runs an
-invocation (:mod:`worker.invocation`) and its :class:`Result` becomes a
-:class:`Finished` item for completion, which says what it did (:class:`Done`).
+They sit below the runtime and middleware, so every layer imports them from one place.
+The app registers a :class:`FunctionSpec`; each received message gets a :class:`Lease`.
+An invocation's :class:`Result` becomes a :class:`Finished` for completion, which reports :class:`Done`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Spark for handlers: ``from worker import spark; spark.session()``.
 
-Inside a handler the host runs, :func:`session` gives the worker process's
-SparkSession, made at first use from host.yaml's ``spark:`` section
-(``local[*]`` by default, a cluster master, or a Spark Connect ``sc://`` URL),
-with the handler's Spark jobs tagged so that the host can cancel them when it
-gives up on the invocation (:mod:`worker.middleware.spark` does the work). No
-state is kept here: the session belongs to the running host's Spark
-middleware, found through the invocation's context.
-
-Spark work belongs in synchronous handlers: they run in the host's threads, and
-Spark's tags are per thread. The JVM's own logging goes to ``.worker/spark.log``
-beside host.yaml, not into the worker's structured log.
+In a handler, :func:`session` gives the process's SparkSession, made at first use from host.yaml's ``spark:``.
+Its jobs are tagged, so the host can cancel them when it gives up (:mod:`worker.middleware.spark`).
+No state is kept here: the session belongs to the running host's Spark middleware.
+Spark belongs in sync handlers: they run on the host's threads, and Spark's tags are per thread.
+The JVM logs to ``.worker/spark.log`` beside host.yaml.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Waiting for an event with a deadline, without losing a cancellation.
 
-On Python 3.11, ``asyncio.wait_for`` returns normally when its task is
-cancelled just as the awaited event is set (CPython gh-86296, fixed in 3.12 by
-rebuilding it on ``asyncio.timeout``). The cancellation is then lost: a
-stopping host waited out a whole 20-second long poll, and a lease scheduler
-cancelled at stop would go on looping. ``asyncio.timeout`` counts the
-cancellations it did not cause and lets them through, so the host never uses
-``asyncio.wait_for``: a wait for an event with a deadline goes through
-:func:`wait_set`, and other deadline-bound awaits use ``asyncio.timeout`` itself,
-or (an async handler's functionTimeout, on every message) a timer that cancels the
-task and, as ``asyncio.timeout`` does, takes back only the cancellation it caused.
-
+On Python 3.11, ``asyncio.wait_for`` can swallow a cancellation (CPython gh-86296, fixed in 3.12).
+So the host never uses it: event waits use :func:`wait_set`, other deadlines ``asyncio.timeout``.
+An async handler's functionTimeout uses a timer that takes back only the cancellation it caused.
 This module imports nothing of the package: every layer may use it.
 """
 

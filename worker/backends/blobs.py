@@ -1,10 +1,8 @@
 """The blob store protocol behind blob bindings, with the names and limits of Azure Blob Storage.
 
-Like the queue protocol (:mod:`worker.backends.queues`), the bindings never talk
-to an SDK: a directory on disk (the embedded store) and Azure Blob Storage
-implement this protocol, and one conformance suite (``tests/conformance``)
-holds both to it. Names are checked the same way on both, so a path that
-works on a laptop works on Azure.
+Bindings never talk to an SDK; the embedded store and Azure Blob Storage implement this protocol.
+One conformance suite (``tests/conformance``) holds both to it.
+Names are checked alike on both, so a path that works on a laptop works on Azure.
 """
 
 from __future__ import annotations

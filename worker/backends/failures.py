@@ -1,12 +1,8 @@
-"""What every remote backend shares about failures: a connection string that cannot be used, and the network's
-causes named for people.
+"""What every remote backend shares about failures: unusable connection strings, network causes named for people.
 
-Each service reads its own answers in its package (``azure/errors.py``: HTTP
-statuses, error codes, sign-in; ``oci/errors.py`` likewise). A refused
-connection, a name that does not resolve, a TLS failure, a reset or a timeout
-look the same whatever the client, so they read the same in every log line,
-``/readyz`` and the CLI: the cause, never a URL (whose query may carry a SAS
-token).
+Each service reads its own answers in its package (``azure/errors.py``, ``oci/errors.py``).
+Network failures look alike whatever the client, so they read alike everywhere.
+Log lines, ``/readyz`` and the CLI name the cause, never a URL (its query may hold a SAS token).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The queue protocol every backend implements: Azure Storage Queue semantics, each service's own limits.
 
-The host never talks to a storage SDK directly: it speaks this protocol, so the
-embedded SQLite queue, Azure Storage Queues and OCI Queue behave the same way
-and one conformance suite (``tests/conformance``) holds them to it. Where the
-services differ (how many messages a receive returns, how long a lease may be,
-whether the service dead-letters on its own) each backend says so in its
-:class:`Limits` and :class:`Capabilities`, and the host reads those instead of
-assuming Azure's numbers.
-
-Message content is *wire text*: the string the service stores. Encoding a
-handler's bytes (base64 or none) happens above this layer, exactly as in the
-Azure SDKs, so the size limit applies to what is stored.
+The host speaks only this protocol; ``tests/conformance`` holds every backend to it.
+Where services differ, :class:`Limits` and :class:`Capabilities` say so: the host never assumes Azure's.
+Message content is wire text, the string the service stores.
+Encoding (base64 or none) happens above this layer, so size limits apply to what is stored.
 """
 
 from __future__ import annotations

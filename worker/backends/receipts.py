@@ -1,5 +1,7 @@
-"""A book of the receipts a backend handed out, for services whose answers cannot tell a stale receipt from a gone
-message (OCI Queue, Amazon SQS)."""
+"""A book of the receipts a backend handed out.
+
+It serves services whose answers cannot tell a stale receipt from a gone message (OCI Queue, Amazon SQS).
+"""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
-"""Storage backends behind one protocol each, registered by the form of their connection strings.
+"""Storage backends registered by the form of their connection strings.
 
-A connection string says which service it is: ``sqlite:///PATH`` (or none at
-all) is the embedded queue, ``oci://`` and ``oci+http://`` OCI Queue, and the
-``Key=Value;...`` form Azure Functions uses is Azure Storage, ``sqs://`` Amazon SQS. Each
-:class:`BackendKind` states its service's limits and capabilities without
-opening anything, so start-up checks read them before a connection is made;
-a scheme nobody registered is refused, never taken for Azure. Blob stores are
-opened here too, from the same connection strings. The OCI backend is
-imported when an ``oci://`` connection opens, never with this module (only its
-connection strings are read here, without the SDK): the SDK is an extra
-(``queueworker[oci]``), and such a connection without it is refused at start
-with the command that installs it; so is the SQS backend (botocore, ``queueworker[sqs]``).
+``sqlite:///PATH`` (or nothing) is the embedded queue; ``oci://`` is OCI Queue; ``sqs://`` is Amazon SQS.
+The ``Key=Value;...`` form is Azure Storage; an unknown scheme is refused, never taken for Azure.
+Each :class:`BackendKind` states limits and capabilities without opening anything, for start-up checks.
+Blob stores open here too. The OCI and SQS SDKs are extras, imported only when such a connection opens.
+Without the extra, the connection is refused at start with the install command.
 """
 
 from __future__ import annotations

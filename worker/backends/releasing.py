@@ -1,15 +1,10 @@
-"""What every backend shares about receives cancelled under way: what such a receive brings is released at once.
+"""What every backend shares about receives cancelled under way: what they bring is released at once.
 
-The host cancels a receive in flight when it stops (a long poll, and the further
-receives that run while full batches come: :mod:`worker.runtime.listener`).
-The service may hand messages to a request whose caller has gone; dropped, they
-would stay hidden for their whole lease. So a cancelled receive runs on to its
-end and what it brings is made visible again, and the backend's ``close`` waits
-for those releases, so that a cancelled receive loses nothing and hides nothing
-(``QueueBackend.receive``). Backends on the event loop (the embedded queue, Azure
-Storage) run their receives through :class:`CancelledReceives`; those whose SDKs
-block (OCI Queue, Amazon SQS) run them on in their threads and count them with
-:class:`PendingReleases`.
+The host cancels receives in flight when it stops (:mod:`worker.runtime.listener`).
+A service may still hand messages to a caller gone; dropped, they would stay hidden a whole lease.
+So a cancelled receive runs to its end, its messages are made visible, and ``close`` waits for that.
+Event-loop backends (embedded, Azure) use :class:`CancelledReceives`.
+Blocking-SDK backends (OCI Queue, SQS) run on in their threads, counted by :class:`PendingReleases`.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
-"""One retry policy for every remote queue backend: what is retried, how long, and what the host hears of it.
+"""One retry policy for every remote queue backend: what is retried, how long, and what the host hears.
 
-A backend says which of its SDK's failures are transient, how to name one
-for counters, and how to tell people what went wrong; this module does the
-rest, the same way for every service. Transient failures (the network,
-timeouts, 5xx, 408, 429) are retried with jittered exponential back-off for a
-bounded time, logged once per incident rather than once per call, and counted
-(``on_retry``). What still fails surfaces as :class:`TransientError`, which
-the host treats as "try later", never as fatal; every other failure is mapped
-onto the protocol's errors by the backend. A backend may also name refusals
-worth a few more tries (``worth_retrying``: OCI's 401, which its API error
-table marks "retry with backoff"): they get at most
-:data:`REFUSAL_ATTEMPTS`, and what persists is the backend's own error, not an
-outage. A service's ``retry-after`` (``retry_after``) lengthens the wait before
-the next attempt; the call's whole budget stays :data:`RETRY_BUDGET_SECONDS`,
-so a wait that would pass it ends the retries at once.
-
-A call that is not idempotent (a put: neither OCI's PutMessages nor Azure's Put
-Message takes a retry token, and the OCI SDK does not retry PutMessages by
-default for that reason) is retried only after a failure that provably did
-nothing (``may_have_acted`` False): a request that never left this machine
-(refused, not resolved, a TLS handshake that failed, a connect timeout), or an
-answer that says nothing was done (a throttle). Any other failure may have come
-after the service did the work, so it surfaces at once as
-:class:`OutcomeUnknown` instead of being sent again by this call.
+A backend says which failures are transient and how to name them; this module does the rest.
+Transient failures back off (jittered, exponential) within :data:`RETRY_BUDGET_SECONDS`, logged once per incident.
+What still fails is a :class:`TransientError`: "try later", never fatal.
+Refusals worth a few more tries (``worth_retrying``: OCI's 401) get :data:`REFUSAL_ATTEMPTS`.
+A service's ``retry-after`` is waited, but never past the budget.
+A put is not idempotent: it is retried only when it provably did nothing, else it is :class:`OutcomeUnknown`.
 """
 
 from __future__ import annotations

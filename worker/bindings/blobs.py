@@ -1,15 +1,10 @@
 """Blob input and output bindings of queue-triggered functions, as Azure Functions has them.
 
-``@app.blob_input`` reads a blob before the handler runs and passes it as an
-:class:`InputStream`, text or bytes (None when the blob does not exist, as in
-Functions); ``@app.blob_output`` writes what the handler set (or returned)
-after it succeeds and before the trigger message is deleted, like queue
-outputs. Paths are ``container/blob`` templates whose binding expressions are
-resolved per message (:mod:`worker.bindings.expressions`), or one expression
-that gives such a path or a blob URL of the binding's account. A read or write
-that fails fails the attempt: the message is retried, never lost; a path that
-no attempt could use (another account's URL, a name the service refuses)
-sends the message to poison at once.
+``@app.blob_input`` reads a blob before the handler runs (None when missing, as in Functions).
+``@app.blob_output`` writes after success and before the trigger message is deleted.
+Paths are ``container/blob`` templates (:mod:`worker.bindings.expressions`), or an expression giving one.
+A failed read or write fails the attempt; the message is retried, never lost.
+A path no attempt could use (another account, a refused name) sends the message to poison at once.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """messageEncoding: how handler bytes become the text a queue stores, and back.
 
-``base64`` is what Azure Functions and the Azure SDKs' base64 policies write,
-so a message put by any of them reaches a handler intact; ``none`` stores
-UTF-8 text as it is.
+``base64`` is what Azure Functions and the Azure SDKs write, so their messages reach a handler intact.
+``none`` stores UTF-8 text as it is.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """What no attempt can use: a value from one message, or one its handler set, that retrying cannot change.
 
-Such a message goes to poison on its first attempt, with the reason, instead
-of being tried ``maxDequeueCount`` times: a blob name the service refuses, a
-``{name}`` that is null, a queue output of a type no message can carry.
+Such a message goes to poison on its first attempt, with the reason.
+Examples: a blob name the service refuses, a null ``{name}``, a queue output no message can carry.
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Binding expressions in blob paths and queue names, resolved as Azure Functions resolves them.
 
-Two kinds, resolved at different times:
-
-- ``%Setting%`` is an app setting (an environment variable here). It is
-  resolved once, when the function is loaded, so that a missing one is
-  refused at start with the setting named.
-- ``{name}`` is binding data of the trigger message, resolved for each
-  invocation: ``{queueTrigger}`` (the body as text), the message's
-  ``{id}``, ``{dequeueCount}``, ``{insertionTime}``, ``{expirationTime}``,
-  ``{nextVisibleTime}``, ``{popReceipt}``, and the properties of a JSON object
-  body (``{customer}``, nested as ``{order.id}``); names are
-  case-insensitive, and a body property wins over the message's own name
-  when they clash, as in the WebJobs SDK (data of the value overrides the
-  built-in data). Two system values need no message: ``{rand-guid}`` (a new
-  GUID at each use; ``{rand-guid:N}`` formats it as .NET's ``N``, ``D``,
-  ``B`` or ``P``) and ``{DateTime}`` (the current UTC time; ``{DateTime:fmt}``
-  takes a .NET custom format such as ``yyyy/MM/dd``).
-
-Times are written as the WebJobs SDK writes ``{DateTime}`` in a path,
-``yyyy-MM-ddTHH-mm-ssZ`` (no colons, which blob names and file systems
-dislike). A ``{name}`` the message does not have is an :class:`ExpressionError`
-naming it and the names there are, and so fails that attempt.
+``%Setting%`` is an app setting, resolved once at load, so a missing one is refused at start.
+``{name}`` is the trigger message's binding data, resolved per invocation, case-insensitively.
+A JSON body's property wins over the message's own name, as in the WebJobs SDK.
+``{rand-guid}`` and ``{DateTime}`` need no message; times read ``yyyy-MM-ddTHH-mm-ssZ`` (no colons).
+A ``{name}`` the message lacks is an :class:`ExpressionError`, which fails that attempt.
+docs/functions.md lists every name and format.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Output bindings: values a handler sets are sent (queues) or written (blobs) only when it succeeds.
 
-As in Azure Functions, a handler declares an output with
-``@app.queue_output(arg_name="out", queue_name="next")`` or
-``@app.blob_output(arg_name="out", path="container/{id}.json")`` and receives an
-:class:`Out` to ``set()``. The host sends what was set after the handler
-returns and before the trigger message is deleted, so a failed invocation
-sends nothing, and a send that fails makes the invocation fail (the trigger
-message is retried: at-least-once, never lost).
+As in Azure Functions, ``@app.queue_output`` or ``@app.blob_output`` gives an :class:`Out` to ``set()``.
+The host sends after the handler returns and before the trigger message is deleted.
+A failed invocation sends nothing; a failed send fails it (at-least-once, never lost).
 """
 
 from __future__ import annotations

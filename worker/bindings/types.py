@@ -1,10 +1,7 @@
 """What a handler's parameters ask for, read from their annotations as the Functions Python worker reads them.
 
-The Python worker converts a binding's data by the parameter's annotation:
-``str`` gets text, ``bytes`` gets bytes, and anything else (or nothing) gets
-the binding's own object (a QueueMessage, an InputStream). Annotations may be
-strings (``from __future__ import annotations``); they are evaluated when
-they can be and compared by name when they cannot.
+``str`` gets text and ``bytes`` gets bytes; anything else gets the binding's own object.
+String annotations are evaluated when they can be, and compared by name when they cannot.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""CloudFormation templates as a SAM app's ``template.yaml`` is written: the short tags read, and the few
-intrinsic functions a queue trigger's settings use resolved.
+"""CloudFormation as a SAM ``template.yaml`` is written: short tags read, a queue trigger's intrinsics resolved.
 
-A template is YAML with tags of CloudFormation's own (``!Ref``, ``!GetAtt``,
-``!Sub`` ...), which a YAML reader refuses. They are read here into the long
-form the template means (``{"Ref": ...}``, ``{"Fn::GetAtt": [...]}``), so that
-both forms read alike, and :class:`Resolver` works out what the host needs:
-a queue's name, an environment variable, a parameter's default, the pseudo
-parameters (``AWS::Region`` is the connection's region when given). What
-cannot be known without a deployed stack (another stack's export, a
-condition) is a :class:`Unresolvable`, which the caller lists as a problem.
+YAML readers refuse tags such as ``!Ref`` and ``!GetAtt``; they are read here into their long form.
+:class:`Resolver` works out queue names, environment variables, parameter defaults and pseudo parameters.
+What needs a deployed stack (another stack's export, a condition) is :class:`Unresolvable`, listed as a problem.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""What converting another platform's app (an Azure Functions FunctionApp, a SAM template's Lambda functions) gives:
-the functions this host runs as a WorkerApp, the ones it does not run and why, and what stops it running at all."""
+"""What converting another platform's app gives: what this host runs, what it does not, and what stops it.
+
+The app is an Azure Functions FunctionApp or a SAM template's Lambda functions.
+The result holds a WorkerApp, the functions not run and why, and the problems.
+"""
 
 from __future__ import annotations
 

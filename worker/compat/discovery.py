@@ -1,10 +1,8 @@
 """Which app ``worker run`` runs and where its folder is, found from the files alone, without importing it.
 
-What the command line needs before anything is loaded: ``worker run`` without
-``--app`` (:func:`discover`), and the app's folder, where its settings files
-are looked for (:func:`app_directory`). Kept apart from :mod:`.loading`, which
-imports the app and with it the host, so that ``worker run``'s supervisor,
-which runs no app, loads neither.
+:func:`discover` finds the app when ``--app`` is not given. :func:`app_directory` finds its settings' folder.
+:mod:`.loading` imports the app and the host; this module does not.
+So ``worker run``'s supervisor, which runs no app, loads neither.
 """
 
 from __future__ import annotations

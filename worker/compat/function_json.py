@@ -1,29 +1,11 @@
 """Run a Functions Python v1 app (a folder per function, each with ``function.json``) on this host, unchanged.
 
-Why: most Functions Python apps written before the v2 model have no
-``function_app.py``; Functions finds their functions by the ``function.json``
-of each folder beside host.json, and still runs them. This module reads those
-files as the Functions Python worker does and describes each queue-triggered
-function as the v2 decorators would (an ``azure.functions`` ``Function`` with
-generic bindings), so that :func:`worker.compat.functions.from_functions`
-converts both models the same way:
-
-- a function is a folder of the app holding ``function.json``; its name is the
-  folder's; its code is ``scriptFile`` (default ``__init__.py``, relative to the
-  folder) and its entry point ``entryPoint`` (default ``main``);
-- the module is imported as ``__app__.<folder>[.<script>]``, with ``__app__``
-  the app's folder, as the Python worker imports it: relative imports in the
-  folder, ``from ..shared_code import x`` and ``from __app__.shared_code
-  import x`` all work, and the app's folder is on ``sys.path`` too;
-- bindings keep ``type``, ``direction``, ``name`` and every other field
-  (``queueName``, ``path``, ``connection``, ``dataType``);
-- ``disabled`` is a bool, or the name of a setting whose value (``true`` or
-  ``1``) switches the function off;
-- a function with another trigger is listed as not run and its module is
-  never imported (its imports may need what a queue host does not have).
-
-Whatever makes a function impossible to read or import is a problem line
-naming the function, so that the caller refuses the app with every one of them.
+Most apps older than the v2 model have no ``function_app.py``, and Functions still runs them.
+Each queue-triggered function is described as the v2 decorators would, for ``from_functions``.
+Files are read as the Python worker reads them; modules import as ``__app__.<folder>[.<script>]``.
+So relative imports and ``from __app__.shared_code import x`` work as on Functions.
+Functions with other triggers are listed as not run, their modules never imported.
+Every problem is a line naming its function, so the app is refused with all of them.
 """
 
 from __future__ import annotations

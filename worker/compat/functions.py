@@ -1,42 +1,11 @@
 """Run an ``azure.functions.FunctionApp`` (the Functions Python v2 model) on this host, unchanged.
 
-Why: an app written for Azure Functions should move here, or run both places,
-without a rewrite. ``worker run --app function_app:app`` therefore also takes
-the FunctionApp of an existing ``function_app.py``: :func:`from_function_app`
-reads the functions its decorators recorded and registers each
-queue-triggered one into a :class:`~worker.app.WorkerApp`, with a handler that
-calls the user's function as the Functions Python worker would:
-
-- the name is ``@app.function_name``'s, else the Python function's;
-- the trigger's ``queue_name`` and ``connection`` (``AzureWebJobsStorage`` when
-  empty, as in Functions, and required like any named one); ``%SETTING%`` in a
-  queue name or blob path is read from the environment, as Functions resolves
-  it from app settings;
-- the trigger parameter gets an ``azure.functions.QueueMessage`` (every
-  attribute filled), or the body as ``str`` / ``bytes`` when annotated so;
-- a sync function stays sync (it runs on the host's handler threads) and an
-  async one runs on the event loop;
-- queue and blob output bindings (typed or generic, ``arg_name="$return"``
-  for the return value) get a :class:`worker.Out` (``set``/``get``, like
-  ``func.Out``), written only when the function succeeds, with the values the
-  Python worker's converters accept; returning a value without a ``$return``
-  binding fails the invocation, as in Functions;
-- blob input bindings get an ``azure.functions.InputStream``, ``str`` or
-  ``bytes`` by annotation (``data_type`` for an unannotated parameter), None
-  for a blob that does not exist;
-- a parameter named ``context`` gets an ``azure.functions.Context``.
-
-Functions with another trigger (http, timer, blob ...) are listed in
-:attr:`ConvertedApp.skipped`, functions switched off with
-``AzureWebJobs.<name>.Disabled`` in :attr:`ConvertedApp.disabled`, and
-whatever makes a queue-triggered function impossible to run (a binding type
-this host does not provide, a ``%setting%`` that is not set, parameters that
-do not match the bindings) in :attr:`ConvertedApp.problems`, one line each,
-for the caller to refuse the app with all of them at once.
-A v1 app's functions (function.json) come here too, described as the v2
-decorators would (:mod:`worker.compat.function_json`, :func:`from_functions`).
-This module imports azure-functions (the optional extra ``azure-functions``);
-:mod:`worker.compat.loading` imports it only when the app is a FunctionApp or a v1 app.
+An app written for Azure Functions should move here, or run in both places, without a rewrite.
+:func:`from_function_app` registers each queue-triggered function into a :class:`~worker.app.WorkerApp`.
+Its handler calls the function as the Functions Python worker would; docs/functions.md gives the mapping.
+Other triggers go to :attr:`ConvertedApp.skipped`, disabled functions to :attr:`ConvertedApp.disabled`.
+What cannot run goes to :attr:`ConvertedApp.problems`, one line each, so all are refused at once.
+It imports azure-functions (an extra); :mod:`worker.compat.loading` imports it only for such apps.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Lambda's event filtering (an event source's ``FilterCriteria``) for SQS records, as Lambda applies it.
 
-Each filter's ``Pattern`` is a JSON object matched against a record (``body``, ``attributes``,
-``messageAttributes``, ``messageId`` ...); a record that matches any of the filters is handed to the function, and
-one that matches none is deleted without it, as Lambda deletes it. A ``body`` that is a JSON object is matched as
-that object; any other body as its text. The pattern language is Lambda's: a list of values matches a field equal
-to one of them (strings, numbers, null; a field that is a list matches when an element does), and inside that list
-``{"prefix": ...}``, ``{"suffix": ...}``, ``{"anything-but": ...}``, ``{"numeric": [op, n, ...]}``,
-``{"exists": true|false}`` and ``{"equals-ignore-case": ...}``; a nested object matches the nested fields;
-``{"$or": [pattern, ...]}`` matches when one of its patterns does. A pattern outside that language is refused
-when the template is read, naming the filter, rather than at every record.
+A record matching any filter's ``Pattern`` reaches the function; one matching none is deleted, as in Lambda.
+A JSON-object ``body`` is matched as that object, any other body as its text.
+The language is Lambda's: value lists, ``prefix``, ``suffix``, ``anything-but``, ``numeric``, ``exists``,
+``equals-ignore-case``, nested objects and ``$or``.
+A pattern outside it is refused when the template is read, naming the filter.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""A Lambda function's SQS handler, called as Lambda calls it: the event, the context object, and what its answer
-means for each record.
+"""A Lambda function's SQS handler, called as Lambda calls it: the event, the context, what its answer means.
 
-Lambda hands an SQS-triggered function a batch as ``{"Records": [...]}`` and a
-context object, and reads the answer: without ``ReportBatchItemFailures`` a
-return is success for the whole batch; with it, ``batchItemFailures`` names
-the records that failed (the rest are deleted), and an answer Lambda cannot
-read (not a mapping, an item without a message id of the batch) fails the
-whole batch, as does an exception. :func:`lambda_handler` makes a host handler
-of ``cardinality="many"`` that does the same: failed records fail through
-``QueueMessage.fail`` and come back, the others are deleted. While the
-handler runs, the host renews every record's visibility, which Lambda never
-does.
+:func:`lambda_handler` makes a ``cardinality="many"`` host handler that reads answers as Lambda does.
+Without ``ReportBatchItemFailures``, a return succeeds the whole batch.
+With it, ``batchItemFailures`` names failed records: they fail by ``QueueMessage.fail``, the rest are deleted.
+An exception, or an answer Lambda cannot read, fails the whole batch.
+Unlike Lambda, the host renews every record's visibility while the handler runs.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Finding and loading the app ``worker run --app MODULE:ATTR`` (or ``--app FOLDER``, a v1 app, or ``--app
-template.yaml``, an AWS SAM app) names, as a WorkerApp."""
+"""Loading the app ``worker run --app`` names, as a WorkerApp.
+
+It takes ``MODULE:ATTR``, a v1 app's ``FOLDER``, or an AWS SAM ``template.yaml``.
+"""
 
 from __future__ import annotations
 

@@ -1,41 +1,11 @@
 """Run the SQS-triggered Lambda functions of an AWS SAM template (``template.yaml``) on this host, unchanged.
 
-Why: a Lambda SQS function is a queue trigger with Lambda's event and context; here it runs on a laptop or
-Kubernetes against the real queue, with its visibility renewed while it runs and no 15-minute cap. ``worker run``
-in a folder with a ``template.yaml`` (and no ``function_app.py``) reads it: :func:`from_template` registers each
-``AWS::Serverless::Function`` event of ``Type: SQS`` into a :class:`~worker.app.WorkerApp` whose handler calls
-the function's handler as Lambda does (:mod:`worker.compat.lambda_sqs`).
-
-What maps to what:
-
-- ``Queue`` (``!GetAtt Q.Arn``, ``!Ref Q`` of an ``AWS::SQS::Queue``, which is its URL as in CloudFormation, or an
-  ARN): the queue's ``QueueName``, else its logical id (``.fifo`` added for a FIFO queue without a name, as
-  CloudFormation does); read through the connection setting ``AWS_SQS`` (``sqs://?region=...``);
-- ``BatchSize``: ``batchSize`` (SQS hands out 10 a receive: a larger one is cut to 10, and said so);
-- ``ScalingConfig.MaximumConcurrency``: ``maxConcurrency``;
-- ``Timeout`` (Lambda's default 3 s): ``functionTimeout``, and ``get_remaining_time_in_millis``;
-- the queue's ``VisibilityTimeout`` (SQS's 30 s for a template queue without one): ``visibilityTimeout``, the
-  wait before a failed record comes back (Lambda leaves a failed record hidden until its visibility ends); its
-  ``RedrivePolicy.maxReceiveCount``: ``maxDequeueCount``, so that the queue's redrive policy and the host agree;
-- ``Handler`` and ``CodeUri``: the module is imported with ``CodeUri`` on the import path, as ``sam build`` lays
-  it out; ``Environment.Variables`` are set in the process before the handler is imported, as Lambda sets them
-  before it loads the module (a variable already set in the environment wins);
-- ``Globals.Function`` under each function's own properties.
-
-Several functions run each in worker processes of its own, as Lambda isolates every function: ``worker run``
-starts a process for each (:data:`FUNCTION_ENV` names its function), which sets that function's variables and
-Lambda's own (``AWS_LAMBDA_FUNCTION_NAME`` ...), so one module name in several CodeUri folders and variables that
-differ between functions need nothing of the user.
-
-``FilterCriteria`` is applied as Lambda applies it (:mod:`worker.compat.lambda_filters`): a record no filter
-matches is deleted without the handler, and counted as ``filtered``.
-
-Not run, and listed at start: events of other types, functions of another runtime or packaged as images, events
-with ``Enabled: false``. Refused, every problem listed: a filter pattern outside Lambda's language, a handler that
-cannot be imported; and, for several functions loaded into one process (in code),
-two functions setting one variable to different values, two ``CodeUri`` folders with modules of one name.
-``MaximumBatchingWindowInSeconds``: a batch gathers receives until ``BatchSize`` or the window (the listener's
-``batching_window``).
+A Lambda SQS function then runs on a laptop or Kubernetes, its visibility renewed, with no 15-minute cap.
+:func:`from_template` registers each ``Type: SQS`` event; its handler calls the function as Lambda does.
+docs/lambda.md maps each template property to a setting (``BatchSize``, ``Timeout``, the redrive policy).
+Each function runs in worker processes of its own (:data:`FUNCTION_ENV`), as Lambda isolates functions.
+``FilterCriteria`` applies as in Lambda (:mod:`worker.compat.lambda_filters`).
+Other events and runtimes are listed as not run; every import or filter problem is listed and refused.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What an exception raised while importing an app says to its author: the app's own files and lines.
 
-Why: an app that fails at import (a missing setting read at module level, a
-client that cannot sign in, a syntax error) is fixed in the app, not in this
-host; the type and message alone do not say where. The innermost frames in
-the app's folder are kept, and the host's and libraries' are left out.
+An import failure is fixed in the app, but its type and message alone do not say where.
+So the innermost frames in the app's folder are kept, and the host's and libraries' are left out.
 """
 
 from __future__ import annotations

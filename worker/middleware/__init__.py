@@ -1,35 +1,11 @@
 """Middleware: the host's policies as pluggable pieces with named hooks (Dramatiq's model).
 
-The listener, dispatcher and completion processor only announce what happens;
-what to do about it (count it, log it, write the outputs, hold back receives,
-choose the retry delay) is middleware. The host runs its own middleware first
-(:func:`worker.middleware.builtin.standard`), then the app's
-(``app.add_middleware(...)``) and host.yaml's (``worker.middleware``).
-
-Every hook is optional: a subclass overrides the ones it needs, and only
-overridden hooks are called. ``before_*`` hooks run in order; ``after_*``
-hooks run in reverse order, so that the first middleware sees the last word
-(as layers of an onion). Invocation hooks may be ``async def``. A hook that raises
-in ``before_invocation`` or ``after_invocation`` fails the invocation (raising
-:class:`worker.Poison` poisons its messages); one that raises elsewhere is
-logged with its middleware's name and counted as that middleware's failure, and
-the host goes on as if the hook had not been there (:meth:`Chain.call`). A
-middleware whose ``receive_limit`` rises for a reason of its own (a session
-ready, a service back) calls :meth:`Middleware.wake_listeners`, from any thread,
-so that the listeners it held back ask again at once. The API, with a worked
-example, is documented in
-one place: ``docs/middleware.md``.
-
-The host's own middleware, in the order :mod:`.builtin` puts them (and where
-it loads host.yaml's): :mod:`.tracing` (when traces are on, first of all: the
-CONSUMER span of each invocation), :mod:`.counting` (the counters),
-:mod:`.logs` (Executing / Executed), :mod:`.bindings` (inputs, and outputs
-written before the message is deleted), :mod:`.concurrency`
-(``maxConcurrency``), :mod:`.retry` (the retry delay), :mod:`.spark` (one Spark session per process,
-job tags bound to leases, every Spark call within a deadline; with
-:mod:`.spark_settings`, the ``spark:`` section it declares and reads, and
-:mod:`.connect_jobs`, which kills the Spark Connect jobs an interrupt missed
-through the server's web UI).
+The loop only announces what happens; middleware decides what to do about it.
+The host's own come first (:mod:`.builtin`), then the app's, then host.yaml's; ``after_*`` hooks run in reverse.
+A raise in ``before_invocation`` or ``after_invocation`` fails the invocation; elsewhere it is logged, then skipped.
+docs/middleware.md is the one reference for the API.
+The host's own: :mod:`.tracing`, :mod:`.counting`, :mod:`.logs`, :mod:`.bindings`, :mod:`.concurrency`,
+:mod:`.retry`; Spark's: :mod:`.spark`, :mod:`.spark_settings`, :mod:`.connect_jobs`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Spark Connect jobs that outlived their operation: found and cancelled through the server's web UI.
 
-Spark Connect interrupts an operation by interrupting the server thread that
-runs it and cancelling the jobs tagged with the operation. With adaptive query
-execution (Spark's default) a shuffle stage's job is submitted from another
-server thread; when the interrupt lands while such a submission is on its way
-(a server paused or overloaded widens that moment), the cancel runs first, the
-operation ends cancelled, and the job submitted a moment later belongs to no
-operation: ``interruptTag``, ``interruptAll`` and releasing the session all
-leave it running to its end (measured on Spark 4.3; Spark's own AQE stage
-cancellation notes the same gap, SPARK-52024). Such a job still carries the
-session's tag for the invocation as a Spark job tag, and the server's web UI
-lists running jobs with their tags and can kill one, so the host finds and
-kills them there when it is given the UI's address (``spark.webUi``).
-
-How a session's tag appears among a job's tags is the server's own, undocumented
-form (:func:`session_tag_suffix`); where no running job has a tag of that form,
-jobs with a tag that ends with the invocation's own (unique) tag are taken
-instead, after one warning.
+An interrupt can miss a shuffle job that AQE submits from another thread (SPARK-52024; seen on Spark 4.3).
+That job belongs to no operation: ``interruptTag``, ``interruptAll`` and a release all leave it running.
+It still carries the session's tag, so the host kills it through the web UI (``spark.webUi``).
+The tag's form is the server's own, undocumented (:func:`session_tag_suffix`).
+Where no job has that form, a tag ending with the invocation's own is taken, after one warning.
 """
 
 from __future__ import annotations

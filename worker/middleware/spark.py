@@ -1,32 +1,11 @@
-"""Spark as middleware: one SparkSession per worker process, and every invocation's Spark jobs bound to its lease.
+"""Spark as middleware: one SparkSession per worker process, every invocation's Spark jobs bound to its lease.
 
-The host knows nothing of Spark: where Spark is asked for
-(:func:`.spark_settings.asked_for`), :func:`worker.middleware.builtin.standard`
-imports this module and adds a :class:`Spark` middleware made from host.yaml's
-``spark:`` section, which this middleware declares and reads itself
-(:mod:`.spark_settings`), unless the app brought its own (a test or a benchmark that keeps one session
-across host runs). When a function is declared with ``spark=True`` the
-middleware's ``host_started`` makes the session in a thread of its own, warmed
-with a tiny job, while the host already serves the other functions; until it is
-ready ``/readyz`` says "Spark starting" (or why it did not start), and the
-functions that run Spark receive nothing (``receive_limit``), so that no message
-spends its attempt and its functionTimeout on the host's own start; once it is
-ready their listeners are woken. A start that failed is tried again by the
-middleware after a pause, growing while it keeps failing, the messages waiting
-in the queue meanwhile. Without such a function nothing starts a JVM until a
-handler asks. A session that died is made again for the next handler that
-asks (:meth:`SparkProvider.session`). Before each invocation it
-makes its :class:`SparkProvider` the one :func:`worker.spark.session` answers
-with in that invocation's context; a handler's call tags the Spark jobs its
-thread starts with its invocation id, so that when the host gives up on the
-invocation (its lease was lost, it ran past functionTimeout, or shutdown
-passed drainTimeout) ``on_interrupt`` cancels exactly those jobs, and the
-message is released rather than completed. The host's stop stops the
-session the middleware made, never one it was given.
-
-Spark work belongs in synchronous handlers: they run in the host's threads, and
-Spark's tags are per thread. The JVM's own logging goes to ``.worker/spark.log``
-beside host.yaml, not into the worker's structured log.
+:func:`worker.middleware.builtin.standard` adds it where Spark is asked for, from host.yaml's ``spark:``.
+With a ``spark=True`` function, ``host_started`` warms a session in a thread while other functions run.
+Until it is ready, Spark functions receive nothing, so no attempt waits on it; a failed start is retried.
+Jobs are tagged per invocation: ``on_interrupt`` cancels exactly those, and the message is released.
+The host stops only a session this middleware made. Spark belongs in sync handlers (tags are per thread).
+The JVM logs to ``.worker/spark.log`` beside host.yaml.
 """
 
 from __future__ import annotations

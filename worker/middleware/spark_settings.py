@@ -1,10 +1,8 @@
 """Spark's settings: host.yaml's ``spark:`` section, declared, read and checked by Spark's middleware itself.
 
-The host's settings do not name Spark: the loader keeps ``spark:`` (and
-``WORKER__spark__...``) as given (:mod:`worker.settings.sections`), and
-:data:`SECTION` says which keys it has and how each is checked, in the words
-every setting is refused in, so that a wrong one is listed with the host's other
-start problems, naming its file and line.
+The host's loader keeps ``spark:`` as given (:mod:`worker.settings.sections`).
+:data:`SECTION` says which keys it has, and how each is checked.
+So a wrong one is listed with the other start problems, naming its file and line.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
-"""A CONSUMER span per invocation, as OpenTelemetry's messaging semantic conventions describe processing.
+"""A CONSUMER span per invocation, as OpenTelemetry's messaging conventions describe processing.
 
-Imported only when traces are asked for (:mod:`worker.observability.tracing`);
-the host makes the :class:`~worker.observability.otel.Telemetry` and adds this
-middleware first, so that the span is current before any other middleware
-runs and everything after it (the handler, its outputs, completion's delete
-or release) happens inside it.
-
-The span's parent: for one message, the producer's span whose context the
-message carries (its ``traceparent`` property, written by ``worker send`` and
-queue outputs where the backend has message properties); the conventions let
-single-message processing continue the creation context, which keeps
-``send -> process -> send -> process`` one trace. A batch (``cardinality="many"``)
-has many producers: its span starts a trace of its own and links to each of
-them, as the conventions ask for batches. The handler's ``context.trace_context``
-is this span's, so that work it starts joins the trace.
-
-The outcome is known only when the message is completed: the span ends in
-``after_completion`` with the handler's outcome (error status and the exception
-event on failure) and what completion did (``deleted``, ``retried``,
-``poisoned``, ...), and with the invocation's Spark job tags, if it ran jobs.
+Imported only when traces are asked for, and added first, so all that follows runs inside the span.
+One message continues its producer's trace (its ``traceparent``), so send and process stay one trace.
+A batch starts a trace of its own, linked to each producer, as the conventions ask.
+``context.trace_context`` is this span's. It ends in ``after_completion``, with what completion did.
 """
 
 from __future__ import annotations

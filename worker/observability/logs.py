@@ -1,17 +1,9 @@
 """The host's structured log: one stream of lines, JSON off a terminal, with no secret in any of them.
 
-Logs go to stderr: readable lines on a terminal, JSON lines elsewhere (a
-container's log collector). The standard ``logging`` module (handlers' own
-lines, libraries) is routed through the same renderer, so the stream stays one
-object per line, and every line passes the redaction of account keys and SAS
-signatures, whoever wrote it.
-
-Nothing the host does waits on its log: a line the stream refuses (a closed
-descriptor, a reader gone, a full disk) is dropped and counted
-(:class:`LogSink`, ``worker_log_lines_dropped_total``), never raised into the
-completion, lease or signal path that wrote it. ``worker run`` writes to its own
-copy of stderr (:func:`private_stderr`), so a handler closing descriptor 2 does
-not close the host's log, nor send its lines to whatever file opens as 2 next.
+Readable lines on a terminal, JSON elsewhere; ``logging`` records pass the same renderer and redaction.
+A line the stream refuses is dropped and counted (:class:`LogSink`), never raised into the host.
+``worker run`` writes to its own copy of stderr (:func:`private_stderr`).
+So a handler that closes descriptor 2 cannot close or redirect the host's log.
 """
 
 from __future__ import annotations

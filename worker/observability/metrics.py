@@ -61,8 +61,8 @@ class PerFunction:
     """A histogram labelled by function, observed once per message and read when ``/metrics`` is scraped.
 
     Kept here rather than in prometheus_client's ``Histogram``, whose ``observe`` takes a lock for the sum and
-    walks the buckets one by one (about three times this one's cost, a measurable part of the host's own CPU per
-    message); the exposition is the same histogram family (``_bucket``, ``_count``, ``_sum`` by function).
+    walks the buckets one by one, a measurable part of the host's own CPU per message (bench/README.md); the
+    exposition is the same histogram family (``_bucket``, ``_count``, ``_sum`` by function).
     """
 
     def __init__(self, name: str, help: str, buckets: tuple[float, ...]) -> None:  # noqa: A002 -- Prometheus' word

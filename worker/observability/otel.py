@@ -1,24 +1,10 @@
 """OpenTelemetry's SDK as the ``OTEL_*`` variables configure it, and storage calls as spans.
 
-Imported only when :mod:`worker.observability.tracing` finds traces asked for
-(the ``otel`` extra). Nothing here is global: the tracer provider, its
-exporters and the propagator belong to one :class:`Telemetry`, which the host
-(or ``worker send``) makes at start and shuts down at stop, flushing every span
-its batch processor still holds.
-
-:class:`TracedQueues` wraps a queue backend at the protocol's boundary, so the
-same spans come from every backend: ``send <queue>`` (PRODUCER) for each put,
-which also writes the span's W3C trace context (``traceparent``,
-``tracestate``) into the message's properties where the backend carries them
-(``Capabilities.message_properties``: the embedded queue; Azure Storage queue
-messages have no metadata, and OCI Queue's needs a channel beside it), unless
-the put carries a trace context already (a poison message the tools requeue
-keeps its producer's);
-``receive <queue>`` (CLIENT, a trace of its own) for a receive that returned
-messages; ``delete <queue>`` and ``update <queue>`` (CLIENT) when made inside
-an invocation's span, as completion's delete and release are. Renewals and
-empty polls, made by the host in the background, are left out: one span per
-renewal or poll would bury the invocations.
+Imported only when traces are asked for (the ``otel`` extra). Nothing here is global.
+A :class:`Telemetry` owns the provider, exporters and propagator, and flushes its spans at stop.
+:class:`TracedQueues` wraps any backend: a PRODUCER span per put, CLIENT spans for receives, deletes, updates.
+A put writes its trace context into message properties where the backend has them, unless it has one.
+Renewals and empty polls make no span: they would bury the invocations.
 """
 
 from __future__ import annotations

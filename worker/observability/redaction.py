@@ -1,16 +1,9 @@
 """The one redaction every channel the worker writes passes: log lines, spans, HTTP answers, CLI messages.
 
-Why one: secrets reach the worker in many forms (connection strings, endpoint
-URLs, the SDKs' request headers, a Spark Connect master, key files, a
-handler's exception) and leave through many channels; with every channel
-calling :func:`redact`, a form learnt here is hidden everywhere.
-
-Secrets are known by their shape (account keys, SAS signatures, AWS key ids,
-session tokens and signatures, ``Authorization`` headers, passwords in URLs,
-``token=`` parameters, PEM private keys, JSON web tokens) and, for those with
-none (the endpoint token, the AWS variables), by the value :func:`remember`
-was given. Text holding no word a shape begins with is not scanned, so a log
-line costs little.
+Secrets come in many forms and leave by many channels; one :func:`redact` hides a form everywhere.
+Most are known by shape: account keys, SAS signatures, tokens, passwords in URLs, PEM keys.
+Those without a shape (the endpoint token, AWS variables) are known by value (:func:`remember`).
+Text with no word a shape begins with is not scanned, so a line costs little.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Whether the standard ``OTEL_*`` variables ask for OpenTelemetry traces, and why they cannot be had.
 
-Tracing is an extra (``queueworker[otel]``): this module never imports
-OpenTelemetry, so the core installs and runs without it. It follows the
-OpenTelemetry specification's variables, with one rule of its own: traces are
-on only when asked for, by ``OTEL_TRACES_EXPORTER`` (other than ``none``),
-``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, and
-``OTEL_SDK_DISABLED=true`` turns them off whatever else is set. (The SDK
-alone would export to ``localhost:4318`` whenever it is installed; a host
-that did so would log export failures wherever no collector runs.)
-Asked for without the extra, or with an exporter or protocol this host does not
-ship, the start is refused with one line, never ignored.
-
-Everything else the variables say is the SDK's to read (``OTEL_SERVICE_NAME``,
-``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``, the
-exporter's endpoint, headers and timeout): :mod:`worker.observability.otel`
-builds the SDK's objects from them.
+This module never imports OpenTelemetry, so the core runs without the ``otel`` extra.
+Traces are on only when an exporter or endpoint variable asks; ``OTEL_SDK_DISABLED=true`` wins.
+(The SDK alone exports to ``localhost:4318``, logging failures wherever no collector runs.)
+Asked for but impossible (no extra, an unknown exporter or protocol), the start is refused in one line.
+Every other variable is the SDK's to read (:mod:`worker.observability.otel`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """``worker``: run an app, and look at or write to its queues.
 
-Exit codes: 0 success; 1 a queue operation failed (a missing queue, storage
-trouble); 2 bad arguments (including a queue name or message the service would
-refuse), a bad host.yaml, an app that cannot be loaded, or an embedded queue file that
-is not SQLite or cannot be written (read-only); 3 (``worker run
---no-supervisor``) the process was recycled because a sync handler ran past
-functionTimeout. ``worker spark`` exits 1 when a server cannot be started (a port
-taken, pyspark missing, a server that exited or was not ready in time).
+Exit codes: 0 success; 1 a queue operation failed (a missing queue, storage trouble).
+2: bad arguments (a queue name or message the service would refuse), settings or app.
+2 also: an embedded queue file that is not SQLite or cannot be written.
+3 (``worker run --no-supervisor``): recycled after a sync handler passed functionTimeout.
+``worker spark`` exits 1 when a server cannot start (a port taken, no pyspark, not ready in time).
 """
 
 from __future__ import annotations

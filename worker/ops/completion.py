@@ -1,9 +1,9 @@
 """``worker completion bash|zsh``: shell completion for ``worker``, written from the CLI's own parser.
 
-The script completes subcommands, their options, the choices of options and positionals that have them, and
-file names after options that take a path; it is generated on every call, so it never lags behind the parser.
-argparse lists a parser's arguments only in private parts (``_actions``, ``_SubParsersAction``); a Python without
-them gets one line saying so (:class:`CompletionUnavailable`), not a script written from a guess.
+It completes subcommands, options, their choices, and file names after options that take a path.
+It is generated on every call, so it never lags behind the parser.
+argparse lists arguments only in private parts (``_actions``, ``_SubParsersAction``).
+Without them, one line says so (:class:`CompletionUnavailable`), not a script written from a guess.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The endpoints of several worker processes on one port: what the supervisor serves for ``--processes N``.
 
-Each process listens on a loopback port of its own; this front answers on ``worker.httpHost`` and
-``worker.httpPort`` by asking every process: ``/metrics`` sums their series, ``/leases`` lists every process's
-leases (each with its ``process``), ``/healthz`` and ``/readyz`` are fine only when every process's are, and the
-console at ``/`` shows them as one (:mod:`worker.runtime.console.merge`); its poison actions are handed to the first
-process that answers, as they act on storage all share. With a token set, the front asks for it as the processes do,
-and hands it to them when it asks them.
-
-A module of its own, imported only when the supervisor serves a port for several processes: the web framework is
-most of a ``worker`` command's start, and a worker without endpoints does not load it.
+Each process listens on its own loopback port; the front asks them all.
+``/metrics`` sums, ``/leases`` lists all, and probes pass only when every process's do.
+The console merges them (:mod:`worker.runtime.console.merge`); poison actions go to the first that answers.
+With a token set, the front asks for it and passes it on.
+It is imported only for several processes: the web framework is most of a command's start.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The process that runs the host: ``worker run --no-supervisor``, which the supervisor starts for each process.
 
-It loads the app with every start-up check (what cannot run is refused with
-every problem listed, exit 2), tells the supervisor the app loaded, runs the
-host, prints its summary, and exits: 0, :data:`RECYCLED` when a sync handler
-ran past functionTimeout, or :data:`FAULT` when a task of the host's own
-failed. A module of its own because only this process loads the app and the
-host; ``worker run`` itself, the supervisor, does neither.
+It loads the app with every start-up check; what cannot run is refused, every problem listed (exit 2).
+It tells the supervisor the app loaded, runs the host, prints its summary, and exits.
+Exit: 0, :data:`RECYCLED` after a sync handler passed functionTimeout, or :data:`FAULT` when a host task failed.
+A module of its own: only this process loads the app and the host, never the supervisor.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The settings file a ``worker`` command reads when ``--config`` names none: one search for every command.
 
-The settings file's folder is also where the embedded queue's default file
-lives (``.worker/queues.sqlite3``), so a command that found another settings
-file than the running worker, or none, would write to a queue file the worker
-never reads. Every command therefore searches the same way: the app's folder
-first (``worker run``), then the current folder and each folder above it, up
-to and including the project's root (the first folder holding ``.git`` or
-``pyproject.toml``), and never above the home folder or the filesystem's root.
-A settings file above the project's root belongs to something else; a
-project's own may sit above the app's module (this repository's sample app is
-in ``functions/``, its host.yaml at the root), which is why a folder holding
-``function_app.py`` or ``local.settings.json`` does not end the search.
-local.settings.json, which Functions keeps beside host.json and which may name
-the storage, is found by the same search.
+Its folder also holds the embedded queue's default file, so every command must find the same one.
+The search: the app's folder, then the current folder and each above it, up to the project's root.
+The root is the first folder with ``.git`` or ``pyproject.toml``; never above home or ``/``.
+``function_app.py`` does not end the search: a project's host.yaml may sit above its app.
+local.settings.json is found by the same search.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The limit on open files, raised at start from the soft value to the hard one, as servers do.
 
-Each connection to the endpoints, each blob output and each storage socket holds a file descriptor. Many systems
-still give a process a soft limit of a few hundred or a thousand (kept low for programs that use ``select``) under a
-hard one many times larger that any process may raise itself to; the worker uses ``epoll`` and gains nothing from
-the low one but failures ("Too many open files") when something floods it. Raised in ``worker run`` before the
-supervisor starts its processes, which inherit it.
+Endpoint connections, blob outputs and storage sockets each hold a file descriptor.
+Many systems set a low soft limit (for programs that use ``select``) under a much higher hard one.
+The worker uses ``epoll``: the low limit only brings "Too many open files" under load.
+``worker run`` raises it before the supervisor starts its processes, which inherit it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """What makes an app impossible to run, found before anything starts, every problem at once.
 
-A host that starts with a function it cannot serve looks healthy while that
-function's messages pile up, so everything that can be known at start is
-checked here: every binding's connection resolves (as Functions resolves it)
-to something this host can open, and every ``%setting%`` in a blob path is
-set. Each problem is one line naming the function and the binding; the
-caller refuses the app with all of them (``worker run`` exits 2).
+A host serving a function it cannot run looks healthy while that function's messages pile up.
+So every binding's connection must resolve to something this host can open.
+Every ``%setting%`` in a blob path must be set.
+Each problem is one line naming function and binding; ``worker run`` then exits 2.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """``worker init [FOLDER]``: a new app folder that runs at once, laid out as a Functions app is.
 
-It holds ``function_app.py`` (one queue-triggered function), ``host.json``, ``local.settings.json`` (its
-``AzureWebJobsStorage`` is the embedded queue, so ``worker send`` and ``worker run`` in that folder use one queue
-file, ``.worker/queues.sqlite3``) and a ``.gitignore``. Pointing ``AzureWebJobsStorage`` at a storage account
-moves the app to Azure Storage unchanged; local.settings.json, where the account key then goes, is written readable by
-its owner only. Nothing is overwritten: a folder that already holds one of the files is
-refused, naming it.
+It holds ``function_app.py``, ``host.json``, ``local.settings.json`` and a ``.gitignore``.
+Storage is the embedded queue, so ``worker send`` and ``worker run`` there share ``.worker/queues.sqlite3``.
+A storage account's connection string moves the app to Azure Storage unchanged.
+local.settings.json, which may then hold a key, is owner-only. Nothing is overwritten: a clash is refused.
 """
 
 from __future__ import annotations

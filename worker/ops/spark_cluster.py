@@ -1,28 +1,11 @@
-"""Spark servers on one machine, from the installed pyspark: a standalone master and worker, or a Spark Connect server.
+"""Spark servers on one machine, from the installed pyspark: a standalone master and worker, or Spark Connect.
 
-``worker spark`` uses this to let one machine try what a cluster changes
-before there is a cluster, and the test suite's fixtures use it for theirs.
-pip's pyspark ships ``bin/spark-class`` and ``bin/spark-submit`` but not
-``sbin/start-master.sh``, so the servers are started here as those scripts
-would: the master (``org.apache.spark.deploy.master.Master``), one worker
-(``...deploy.worker.Worker spark://...``) and the Connect server
-(``spark-submit --class ...SparkConnectServer``), each in a session of its own
-so that it outlives the command, its output appended to a log file under the
-state folder, and ready when that log says so. Both scripts exec the JVM, so
-the pid started is the server's.
-
-Each server is recorded in ``servers.json`` in the state folder, with the main
-class its command line names: a pid recorded long ago may since belong to
-another program, and :func:`running` counts it as a server only while its
-command line still names that class (where ``/proc`` shows it).
-
-Everything binds the given host (loopback by default) through
-``SPARK_LOCAL_IP``, which also keeps the web UIs there; without it a JVM binds
-and advertises the machine's external address. The Connect server's Python
-workers (a Python function in a job runs there) use this interpreter, so that
-they can import what the worker imports; on the standalone cluster the driver
-names the interpreter, and it is set there only for whatever the driver leaves
-unset.
+``worker spark`` and the test fixtures use it to try a cluster on one machine.
+pip's pyspark lacks ``sbin/start-*.sh``, so servers start here as those scripts would, detached.
+Each logs under the state folder, is ready when its log says so, and is recorded in ``servers.json``.
+A recorded pid counts only while its command line names the server's class (:func:`running`).
+``SPARK_LOCAL_IP`` binds all to the given host (loopback by default), web UIs included.
+The servers' Python workers use this interpreter, so they import what the worker imports.
 """
 
 from __future__ import annotations

@@ -1,59 +1,11 @@
 """Several worker processes under one supervisor: ``worker run --processes N`` (``worker.processes``).
 
-A worker process runs Python handlers on one core at a time (one GIL), so
-CPU-bound sync handlers scale with processes, not threads: the Functions
-host's FUNCTIONS_WORKER_PROCESS_COUNT, Celery's prefork pool, Gunicorn's
-workers. The supervisor starts N ``worker run`` children on the same app and
-settings; each is a complete host with its own leases, so a child that dies
-loses nothing (its messages come back when their leases end) and is started
-again, after a back-off that grows while it keeps dying.
-
-``worker run`` runs one process under a supervisor too: a child whose sync
-handler ran past functionTimeout exits with :data:`RECYCLED` once its other
-invocations are done, and is replaced at once (not after the back-off); the
-fresh child settles the timed-out message, which the old one wrote to the
-handover file the supervisor named for it (:mod:`worker.runtime.recycle`).
-That file, not the exit code alone, says it was recycled. With one process,
-any other exit ends ``worker run`` with the child's code, as if there were no
-supervisor: restarting a lone process that crashed is the platform's business
-(Kubernetes, systemd), where operators see it. A child that ends without being
-asked to (``os._exit`` in a handler, a crash, the out-of-memory killer) is
-logged as an error with its exit code, its cause in words and what it last
-said it held (:mod:`worker.runtime.inflight`).
-A child dies with its supervisor (Linux's parent-death signal), so that
-``kill -9`` of ``worker run`` still ends every process of it.
-
-What a handler started does not outlive its worker process either (a forked
-child that ignores SIGTERM and holds the queue file, a daemon that left its
-session). The supervisor is the child subreaper of its processes (Linux): a
-process whose worker process has exited becomes the supervisor's child, and
-the supervisor ends every such leftover, SIGTERM then SIGKILL after
-:data:`LEFTOVER_GRACE`, once a worker process exits and again before it
-exits itself (:meth:`Supervisor.end_leftovers`). The worker processes stay in
-the supervisor's process group, so that a signal to the group still reaches
-them as before.
-
-The supervisor never imports the app: import-time code (creating queues,
-printing warnings) runs once per process that runs the app, not once more
-here. Process 0 loads and checks the app first and tells the supervisor
-(:data:`APP_LOADED_SIGNAL`) before the others import it, so that an app that
-cannot run is refused once, by one process, with exit code 2, which the
-supervisor does not restart. The others start at the same time as process 0
-and wait at the app's door (:func:`wait_for_the_first_process`, a pipe the
-supervisor writes to once the app loaded and closes unwritten when it stops):
-Python's start and the worker's own imports, most of a process's start, run
-side by side, so the processes take their first messages together rather
-than one start-up apart.
-
-Signals are forwarded: the first SIGTERM or SIGINT makes every child drain
-and exit, and the supervisor exits 0 once all have; a second one is passed on
-too (the children then exit at once, and so does the supervisor, with 128 +
-the signal's number). They are passed on as other signals
-(:data:`worker.runtime.signals.FORWARDED`): a signal sent to the whole process
-group reaches each child directly as well, and that is still one signal. With ``worker.httpPort`` and one process, the child
-serves the port itself (on ``worker.httpHost``); with several, each child
-listens on a port of its own on loopback and the supervisor serves the
-endpoints for all of them on ``worker.httpHost`` (:mod:`worker.ops.front`).
+A process runs Python on one core (the GIL), so CPU-bound handlers scale with processes.
+Each child is a whole host: one that dies loses nothing, and restarts after a growing back-off.
+A child recycled past functionTimeout (:mod:`worker.runtime.recycle`) is replaced at once.
+With one process, any other exit ends ``worker run`` with the child's code.
+The supervisor never imports the app; its children die with it and leave nothing behind.
+Signals, start-up order and leftovers: ARCHITECTURE.md, "Design notes".
 """
 
 from __future__ import annotations

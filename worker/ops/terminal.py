@@ -1,10 +1,8 @@
 """Text from a queue made safe to print for people: control characters written out, never obeyed.
 
-A message body (or an id, a queue name) is written by whoever can put on the
-queue. Printed raw, its escape sequences, BEL or CR reach the operator's
-terminal: one message can clear the screen, retitle the window or overwrite a
-line with a fake one. Every human-readable line of the ``worker`` command goes
-through :func:`printable`; ``--json`` output is escaped by JSON itself.
+Whoever can put on a queue writes its message bodies, ids and names.
+Printed raw, escape sequences could clear the screen or fake a line.
+Every human-readable line of ``worker`` goes through :func:`printable`; JSON escapes ``--json`` output itself.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Hold back receives while finished messages cannot be settled: storage that refuses deletes gets no new work.
 
-A completion that storage fails (a full disk, an outage) keeps its lease and is
-tried again (:mod:`worker.runtime.completion`). Receiving meanwhile would only
-add finished-but-unsettled messages: each one's lease must be renewed on the
-same failing storage, and once a lease ends the message runs again. So while
-any completion on a backend is failing, the listeners of that backend receive
-nothing (:class:`worker.runtime.listener.Listener` waits on :meth:`StoreTrouble.cleared`),
-``/readyz`` says why, and the log says so once when it starts and once when it
-ends: when every failed completion has been settled (or its lease lost).
-Backends are apart: a full disk under the embedded queue does not stop
-receives from Azure Storage.
+A failed completion keeps its lease and is tried again (:mod:`worker.runtime.completion`).
+More receives would only add unsettled messages, each renewed on the failing storage.
+So while a completion on a backend fails, its listeners wait on :meth:`StoreTrouble.cleared`.
+``/readyz`` says why; the log says so when it starts and ends. Other backends go on.
 """
 
 from __future__ import annotations

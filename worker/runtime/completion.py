@@ -1,22 +1,11 @@
 """What to do with a message after its invocation: the WebJobs SDK's QueueProcessor (Complete).
 
-To *settle* a message, in this code's one sense of the word, is to decide its
-fate on storage: delete it, make it visible again (a retry or a release) or
-poison it. Completion settles messages, and only completion (here, or in the
-next process for a handed-over one: :mod:`worker.runtime.recycle`).
-
-It carries out the attempt's verdict (:mod:`worker.runtime.verdict`, which
-alone decides what is poison): success deletes the message; failure releases
-it after the retry delay (``visibilityTimeout``, or a retry policy: the
-middleware's ``retry_delay``), or, once it has been tried ``maxDequeueCount``
-times or asked for it, hands it to the backend's poison policy
-(:mod:`worker.runtime.poison`: a copy in
-``<queue>-poison``, or the service's dead-letter queue). A shutdown releases
-it at once so another worker takes it without waiting for the lease to run
-out. A lost lease means the message is someone else's: nothing is done to it.
-What was done is announced to the middleware (``after_completion``). While a
-completion fails for storage, receives from that storage are held back
-(:mod:`worker.runtime.backpressure`).
+To *settle* a message is to delete it, make it visible again, or poison it; only completion settles.
+(A handed-over message is settled by the next process: :mod:`worker.runtime.recycle`.)
+It carries out the verdict (:mod:`worker.runtime.verdict`): success deletes, failure releases after a delay.
+Poison goes to the backend's policy (:mod:`worker.runtime.poison`); a shutdown releases at once.
+A lost lease means the message is someone else's: nothing is done. Middleware hears ``after_completion``.
+While completions fail for storage, receives are held back (:mod:`worker.runtime.backpressure`).
 """
 
 from __future__ import annotations

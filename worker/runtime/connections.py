@@ -1,25 +1,11 @@
-"""What the endpoints' connections may take of the process: how many stay open, how long one may idle, how loud
-the accept loop may be. Nothing beside the worker may wedge it.
+"""What the endpoints' connections may take of the process: how many, how long, how loud the accept loop is.
 
-An HTTP server holds a file descriptor per connection, and the worker's messages need descriptors too (a blob
-output, the embedded queue's files, storage's sockets). Left to aiohttp's defaults, a connection that never sends a
-request stays open long, and there is no limit on how many do: idle connections could take every descriptor the
-process may open, and every message then fails. So:
-
-- **A cap** (``worker.httpMaxConnections``, and never more than a part of the descriptors the process may open,
-  :data:`SHARE_OF_DESCRIPTORS`): past it, a new connection is closed at once, unless a connection that has waited
-  for its request longer than :data:`GIVE_WAY_AFTER` can give way to it, the oldest first; a probe thus still gets
-  in while idle connections fill the cap, as busy servers close idle keep-alive connections first. asyncio accepts
-  as many connections in a row as its backlog argument says before any is closed, so that is small
-  (:data:`ACCEPT_AT_ONCE`), and the listening socket's own backlog is set after it (:data:`BACKLOG`): connections
-  waiting there hold no descriptor of the process.
-- **Timeouts:** a new connection whose request's headers have not come in ``worker.httpHeaderTimeout`` is closed,
-  and so is one idle between requests for ``worker.httpIdleTimeout``.
-- **The accept loop's errors:** out of descriptors, asyncio logs each failed accept with a traceback, many a
-  second; they are counted and said in one line per :data:`LOG_INTERVAL` (:class:`Throttled`).
-
-The gate wraps aiohttp's low-level server, the protocol factory ``loop.create_server`` is documented to take, and
-sees each request through a middleware of the application; no private part of aiohttp is used.
+Idle connections could take every descriptor, and every message would then fail. So:
+- a cap (``worker.httpMaxConnections``, at most :data:`SHARE_OF_DESCRIPTORS`); the oldest idle gives way;
+- timeouts for headers (``worker.httpHeaderTimeout``) and idleness (``worker.httpIdleTimeout``);
+- a small :data:`ACCEPT_AT_ONCE`; the socket's :data:`BACKLOG` holds the rest without descriptors;
+- accept errors counted, said once per :data:`LOG_INTERVAL` (:class:`Throttled`).
+It wraps aiohttp's documented low-level server; no private part of aiohttp is used.
 """
 
 from __future__ import annotations

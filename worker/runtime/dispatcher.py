@@ -1,20 +1,10 @@
 """From received messages to a finished invocation: decode, call the handler, hand the results to completion.
 
-Every message starts at once, as in Functions. Async handlers run on the event
-loop; sync handlers take one of ``handlerThreads`` threads and never block it.
-A sync message waiting for a thread has not started: at shutdown it is
-released at once, while started handlers get the drain time to finish.
-
-A function with ``cardinality="many"`` gets the whole received batch in one
-invocation. Each message keeps its own lease and its own outcome: messages
-that cannot be decoded go to poison without failing the rest, and the handler
-may fail single messages with ``message.fail(reason)``.
-
-The dispatcher only runs handlers and announces it: bindings, invocation logs
-and counting are middleware (:mod:`worker.middleware`), the threads of sync
-handlers are :mod:`worker.runtime.threads`', and whether a message is poison
-(before it runs, undecodable, or from what the handler raised) is
-:mod:`worker.runtime.verdict`'s to say.
+Every message starts at once, as in Functions: async handlers on the loop, sync ones on ``handlerThreads``.
+A sync message waiting for a thread has not started: at shutdown it is released at once.
+``cardinality="many"`` hands the batch to one invocation; each message keeps its lease and outcome.
+Bindings, logs and counting are middleware; the threads are :mod:`worker.runtime.threads`.
+Whether a message is poison is for :mod:`worker.runtime.verdict` to say.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """The worker's HTTP endpoints for operators: liveness, readiness, Prometheus metrics, and the leases it holds.
 
-``/healthz``  200 while the event loop answers (a blocked loop fails the probe); 503 once every handler
-              thread is held by a handler the host gave up on (past functionTimeout), which only a restart
-              frees: Functions recycles its worker process in that case, and a liveness probe does so here.
-``/readyz``   200 when storage answers, functions are loaded, the host is not draining, no finished message waits
-              for storage to settle it (receives are then held back) and no middleware says otherwise ("Spark
-              starting"); else 503 with why.
-``/metrics``  Prometheus text: counters, handler and poll-latency histograms, in-flight and queue-length gauges.
-``/leases``   JSON: every message this worker holds invisible, with function, queue, id, dequeue count,
-              lease expiry and elapsed time. Azure Storage Queues cannot list invisible messages; the worker
-              can list its own.
-``/``         the web console (:mod:`worker.runtime.console`): its shell, and its data under ``/console/api/``.
-
-It runs on the host's event loop (aiohttp), and only when ``worker.httpPort`` is set, on ``worker.httpHost``.
-Who may read what (the token, data on loopback only without one, the Host header, the headers of every answer)
-is :mod:`worker.runtime.guard`'s; how many connections stay open and for how long,
-:mod:`worker.runtime.connections`'. ``/readyz`` asks storage at most once per :data:`STORAGE_CHECK_TTL`, however
-many probes ask it meanwhile, as the console's look at storage is cached.
+``/healthz``, ``/readyz``, ``/metrics``, ``/leases``, and the console at ``/``: docs/operating.md.
+``/healthz`` fails once every handler thread is held past functionTimeout, as Functions would recycle.
+They run on the host's loop (aiohttp), only with ``worker.httpPort`` set.
+Access is :mod:`worker.runtime.guard`'s; connection limits are :mod:`worker.runtime.connections`'.
+``/readyz`` asks storage at most once per :data:`STORAGE_CHECK_TTL`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The host's own background tasks, and what happens when one of them fails.
 
-A task the host owns (a listener, the lease scheduler and its renewers, an
-invocation's completion, the endpoints' watcher) that ends with an exception
-would otherwise fail silently: its messages stall while everything else looks
-healthy. As the WebJobs host does with a background fault, it is reported at
-once: logged as an error with its traceback, named by ``/readyz``, and the host
-stops so that ``worker run`` exits non-zero (:data:`FAULT`) and whatever
-supervises it (the supervisor, Kubernetes, systemd) starts a fresh process.
+A failed host task (a listener, the lease scheduler, a completion) would otherwise stall silently.
+As in the WebJobs host, it is logged with its traceback and named by ``/readyz``.
+The host then stops, and ``worker run`` exits :data:`FAULT` for its supervisor to start afresh.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Who may read what from the endpoints, the host's and the supervisor's alike: safe with no setting at all.
 
-- **The Host header.** A page of another site can make an operator's browser
-  resolve its own name to this worker's address (DNS rebinding) and read the
-  answers as its own. Every request naming a host is refused (421) unless the
-  name is an IP address (a rebinding page always names itself), ``localhost``,
-  ``worker.httpHost`` or one of ``worker.httpAllowedHosts``.
-- **The token.** With one set (:mod:`worker.settings.http_token`), every path
-  but the probes and the console's shell answers 401 without it. Wrong tokens
-  are counted and logged (one line per interval, :class:`TokenFailures`), and
-  an address that keeps sending them is answered 429 for a while.
-- **No token, beyond loopback.** ``/leases`` and the console's data name
-  messages, failure reasons and files; on an address others reach, they
-  answer 403 unless ``worker.httpOpenData`` says to serve them anyway. The
-  probes, ``/metrics`` and the shell still answer (the kubelet and Prometheus
-  send no token). On loopback, only this machine's users reach them.
-- **Every answer** says ``X-Content-Type-Options: nosniff`` and, unless it
-  says how to cache, ``Cache-Control: no-store``; ``Server`` names no version.
+- Host header: only an IP, ``localhost``, ``worker.httpHost`` or an allowed name; else 421 (DNS rebinding).
+- Token: when set, all but probes and the console's shell need it; wrong ones are counted, repeaters get 429.
+- No token: ``/leases`` and console data answer 403 beyond loopback, unless ``worker.httpOpenData``.
+- Every answer: ``nosniff``, ``Cache-Control: no-store`` unless set, no version in ``Server``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The handover file: how a process recycled past functionTimeout hands its timed-out messages to the next one.
 
-A file the supervisor names for each process (:data:`HANDOVER_ENV`), written
-whole by the recycled process just before it exits with :data:`RECYCLED`
-(worker.runtime.recycle), read by the supervisor for why
-(:func:`recycle_reason`) and taken by the next process (:func:`take`), which
-settles the messages. Its own module, of the standard library alone, because
-the supervisor reads it and loads nothing of the host.
+The supervisor names one per process (:data:`HANDOVER_ENV`); the recycled process writes it whole, then exits.
+The supervisor reads why (:func:`recycle_reason`); the next process takes it (:func:`take`) and settles.
+It uses the standard library alone: the supervisor reads it and loads nothing of the host.
 """
 
 from __future__ import annotations

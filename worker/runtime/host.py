@@ -1,19 +1,11 @@
 """The host's lifecycle: start the listeners and the lease scheduler, run, drain, stop.
 
-Data flows one way: listener -> dispatcher -> handler -> completion, with the
-lease scheduler renewing every in-flight message beside them. The host owns
-the order of shutdown, which is where messages are lost or kept:
-
-1. the first SIGTERM or SIGINT stops every listener (nothing new is received);
-2. messages not yet started are released at once (visibility 0), so another
-   worker takes them without waiting for their leases to end;
-3. running handlers get ``drainTimeout`` to finish and complete normally;
-4. whatever still runs is cancelled and released, and the process exits 0.
-
-A second signal from the same sender exits at once; the leases then bring the
-messages back, as after ``kill -9``. A signal sent to the process group reaches
-the process directly and through its supervisor: that is one signal
-(:mod:`worker.runtime.signals`).
+The host owns the order of shutdown, where messages are kept or lost:
+1. the first SIGTERM or SIGINT stops every listener;
+2. messages not yet started are released at once (visibility 0);
+3. running handlers get ``drainTimeout`` to finish;
+4. what still runs is cancelled and released, and the process exits 0.
+A second signal from the same sender exits at once (:mod:`worker.runtime.signals`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """What a worker process holds, written where its supervisor can read it after the process has died.
 
-A process that dies (``os._exit`` in a handler, a crash of the interpreter,
-the kernel's out-of-memory killer) says nothing on its way out, and its
-messages only come back when their leases end. So that the supervisor can say
-which functions and messages died with it, the host writes the invocations in
-flight to the file the supervisor named for it (:data:`INFLIGHT_ENV`), at most
-once per :data:`INTERVAL` and only when they changed; the supervisor reads the
-last one written. What began or ended since then is not in it.
+A process that dies (``os._exit``, a crash, the OOM killer) says nothing on its way out.
+So the host writes its invocations in flight to the file :data:`INFLIGHT_ENV` names.
+It writes at most once per :data:`INTERVAL`, when they changed; the supervisor reads the last.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """Leases on in-flight messages, and the one scheduler that renews them all.
 
-A message received with a fixed lease (visibility timeout) stays invisible only
-while that lease holds. The scheduler keeps one heap of due times for every
-held lease and wakes once for the earliest, so ten thousand in-flight messages
-cost one sleeping task, not ten thousand: the Pub/Sub client's model rather
-than the WebJobs SDK's timer per message.
-
-A renewal that finds the message gone or its pop receipt changed means someone
-else owns it now: the lease is marked lost, the invocation is told, and the
-completion for it is skipped. Any other error (storage down) is retried sooner,
-never fatal: the receipt stays valid until someone else receives the message.
-
-A handler's checkpoint (new content for its message, for resumable work) is an
-update like a renewal, so it goes through here too: under the lease's lock, with
-the receipt current then, for as long as a renewal extends the lease; the
-receipt it gets back is the one the next renewal and the completion use.
-
-No update hides a message past its expiry (:meth:`LeaseScheduler.within_expiry`):
-OCI Queue's visibility "can't extend beyond the message's retention", and Azure
-refuses a visibility past a message's time to live. A renewal that reaches the
-expiry is the last one: the message is gone then, whoever holds it.
+One heap of due times and one sleeping task serve every lease (the Pub/Sub client's model).
+A renewal finding the message gone or its receipt changed marks the lease lost; completion skips it.
+Any other renewal error is retried sooner, never fatal: the receipt holds until someone else receives.
+A handler's checkpoint is an update like a renewal: under the lease's lock, with the current receipt.
+No update hides a message past its expiry (:meth:`LeaseScheduler.within_expiry`): OCI and Azure refuse it.
 """
 
 from __future__ import annotations

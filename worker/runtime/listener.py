@@ -1,29 +1,11 @@
 """When to fetch: one listener per function, as the WebJobs SDK's QueueListener.
 
-A listener receives up to ``batchSize`` messages with the fixed lease, hands
-each to the dispatcher at once, and fetches again as soon as its in-flight
-count falls to ``newBatchThreshold``. On an empty queue it long-polls where
-the backend can wait (the call returns as soon as a message is there), and
-elsewhere backs off with randomized exponential delays up to
-``maxPollingInterval``, starting over at the next message or when this host
-itself writes to the queue (:meth:`Listener.wake`). A storage error that may
-pass never stops it: it is logged, counted and backed off like an empty queue.
-Storage that is gone (:class:`StorageGone`: the embedded queue's file deleted
-or replaced) ends the listener with that error, since no retry can help.
-
-While the queue keeps returning full batches, more receives run at once (one
-more per full batch, up to ``maxInFlight / batchSize``), so that throughput
-follows the storage's bandwidth rather than its round-trip time; a partial
-batch brings it back to one. Each receive reserves its room first, so
-``maxInFlight`` holds however many run; a long poll holds one place, and
-gives it back at once if another function has none left. The poll itself goes
-on: cancelling it could not stop the service from handing it messages (see
-:meth:`Listener._call`).
-
-While completions on its storage fail (:mod:`worker.runtime.backpressure`), a
-listener starts no receive. A long poll already waiting is not cut short: it
-holds one place, so at most one message per function comes in after the
-trouble began (and on the embedded queue a receive is a write, which fails too).
+It receives up to ``batchSize``, and again when in-flight falls to ``newBatchThreshold``.
+An empty queue is long-polled where the backend can wait, else backed off up to ``maxPollingInterval``.
+Transient storage errors back off like an empty queue; :class:`StorageGone` ends the listener.
+Full batches add receives (up to ``maxInFlight / batchSize``); each reserves its room first.
+A long poll is never cut (:meth:`Listener._call`); it holds one place meanwhile.
+While completions on its storage fail (:mod:`worker.runtime.backpressure`), it starts no receive.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Where poison goes: one strategy per kind of backend, used alike by completion, start-up and the poison tools.
 
-The WebJobs SDK makes poison handling the replaceable processor's business;
-here it is a :class:`PoisonPolicy` chosen from the backend's capabilities
-(:func:`policy_for`):
-
-- :class:`PoisonQueue`: the host copies the message's text (as stored, its
-  last checkpoint included) to ``<queue>-poison`` and deletes it (Azure Storage, the embedded queue, and OCI
-  Queue with ``poison=host``). The tools list it, move it back as a new message
-  (new id, dequeue count 0, exactly as Azure's tools do: no service can move a
-  message) or purge it; each one is put back before it is deleted from the
-  poison queue, so an interruption can duplicate a message but never lose one;
-  a requeued message keeps its properties (its producer's trace context).
-  Where messages carry properties (the embedded queue, SQS), the copy carries
-  its last failure's reason and how many attempts it took
-  (:func:`failure_of`), which the tools show and a requeue leaves behind; an
-  Azure Storage message has nothing beside its content, which is kept as sent,
-  so there the reason is in the log line that names the copy's id.
-- :class:`DeadLetterQueue`: the service moves a message to its own dead-letter
-  queue after its delivery limit (OCI Queue). The host releases such a message
-  on each delivery until the service takes it: at once after the
-  maxDequeueCount-th, with back-off after any later one; the tools can count
-  and purge that queue, but not read it.
-
-The tools ask the policy what it can do (:meth:`PoisonPolicy.unreadable`), never which class it is.
+:func:`policy_for` picks a :class:`PoisonPolicy` from the backend's capabilities.
+:class:`PoisonQueue` copies a message to ``<queue>-poison``, then deletes it (Azure, embedded, OCI ``poison=host``).
+A requeue puts back before it deletes: an interruption may duplicate a message, never lose one.
+Where messages have properties, the copy carries its failure (:func:`failure_of`).
+:class:`DeadLetterQueue`: the service's own queue takes it (OCI); the host releases it until then.
+Tools ask the policy what it can do (:meth:`PoisonPolicy.unreadable`), never its class.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """Recycling the process when a sync handler runs past functionTimeout: its side effects never outlive its attempt.
 
-Python cannot stop a thread, so a timed-out sync handler keeps running. Had
-its message been released at once, the handler could still write a file or
-call a service after the next attempt had begun, or after the message was
-poisoned. The Functions host restarts the language worker process at the
-moment of the timeout, killing every other invocation with it. Here:
-
-1. the :class:`Recycler` keeps the timed-out message's lease (renewed as any
-   other), stops the host receiving and lets the other invocations finish
-   within ``drainTimeout``;
-2. it then stops renewing that lease and writes the message, with why, to
-   the *handover file* the supervisor named for this process
-   (:mod:`worker.runtime.handover`), and the process exits with
-   :data:`~worker.runtime.handover.RECYCLED` (the file, written even when no
-   message is left to hand over, is how the supervisor tells a recycle from
-   a process that exited with the same code for another reason);
-3. the supervisor starts a fresh process at once, which settles each handed-over
-   message (:func:`settle_handed_over`: released after the retry delay, or
-   poisoned on its last attempt) before it receives anything.
-
-The message is released only by a process started after the one running the
-handler has exited, so nothing that handler does can land after its next
-attempt began. Without a supervisor (``worker run --no-supervisor``) there is
-no handover file: the message comes back when its lease ends.
+Python cannot stop a thread; released at once, the message could run again while the old handler still writes.
+So the :class:`Recycler` keeps that lease, stops receiving, and lets other invocations drain.
+It writes the message to the handover file (:mod:`worker.runtime.handover`; even empty, it marks a recycle).
+The fresh process settles it first (:func:`settle_handed_over`): released after the delay, or poisoned.
+So nothing the handler does lands after its next attempt began; Functions instead kills every invocation.
+Without a supervisor there is no handover file: the message comes back when its lease ends.
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
-"""Stop signals as the person or program that sent them meant them: the first drains, a second exits at once.
+"""Stop signals as their sender meant them: the first drains, a second exits at once.
 
-One signal often reaches a process more than once. Sent to a process group
-(a terminal's Ctrl-C, ``kill -TERM -PGID``, systemd's ``KillMode=control-group``),
-it reaches a worker process directly and again through its supervisor, which
-passes every stop signal on. Coreutils' ``timeout`` signals the command and
-then its whole group, so the command may get it twice within microseconds.
-Read naively, either is "a second signal" and abandons the running handlers.
-
-So the supervisor passes a stop signal on as another signal
-(:data:`FORWARDED`), and a worker process counts what it got from its
-supervisor apart from what it got directly: a second signal from the same
-sender exits at once, one from each sender drains once. A child whose
-supervisor has died still obeys the signals sent to it directly. The same
-signal again within :data:`REPEAT_WINDOW` is the same signal.
-
-A copy can also come after the process has stopped listening on its event
-loop: an idle host drains in milliseconds, and ``timeout`` descheduled
-between its two signals, or a supervisor passing one on, is slower than that.
-Until the process ends, :func:`read_after_stop` reads such signals as the loop did, and in the interpreter's
-last steps they are ignored (:func:`ignore_at_exit`).
+A signal to a process group reaches a worker directly and again through its supervisor.
+Coreutils' ``timeout`` even signals twice within microseconds. Read naively, that abandons handlers.
+So the supervisor forwards as another signal (:data:`FORWARDED`), and senders are counted apart.
+A second from the same sender exits at once; the same signal within :data:`REPEAT_WINDOW` is one.
+Copies after the loop stopped: :func:`read_after_stop`, then :func:`ignore_at_exit`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The threads that run synchronous handlers, and the ones the host had to give up on.
 
-A sync handler runs in one of ``handlerThreads`` threads so that it never
-blocks the event loop; a message waiting for a thread has not started. Python
-cannot stop a thread: a handler the host gave up on (past functionTimeout, or
-cancelled) keeps its thread until it returns. Such threads are counted as
-abandoned, and once all of them are, the host reports itself stuck (only a
-restart frees them).
+A sync handler runs on one of ``handlerThreads`` threads, never blocking the event loop.
+Python cannot stop a thread: a handler given up on keeps its thread until it returns.
+Such threads count as abandoned; when all are, the host reports itself stuck.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """An attempt's verdict: the one place that decides whether a message is poison, and what completion does with it.
 
-Everything that can make a message poison is read here, and nowhere else:
-
-- before the handler runs, its dequeue count (:func:`admitted`): a message
-  dequeued more often than ``maxDequeueCount`` (its earlier attempts were lost
-  to crashes or lapsed leases, so completion never counted them) is not run
-  again, as the WebJobs SDK's QueueProcessor decides in its ``Begin``;
-- its decode (:func:`undecodable`): a body that cannot be decoded never will be;
-- what the handler or a middleware raised (:func:`raised`): :class:`worker.Poison`,
-  or :class:`worker.bindings.errors.Unusable`, which no attempt could use;
-- a message of a batch the handler failed alone (:func:`of_message`,
-  ``msg.fail(reason, poison=...)``);
-- after the attempt, its result and dequeue count (:func:`verdict`): a failure
-  on the ``maxDequeueCount``-th attempt is poison too.
-
-Where poison then goes is the backend's :class:`worker.runtime.poison.PoisonPolicy`;
-completion (:mod:`worker.runtime.completion`) carries the verdict out.
+- :func:`admitted`: dequeued more than ``maxDequeueCount`` (lost attempts), it is not run, as in the WebJobs SDK;
+- :func:`undecodable`: a body that cannot be decoded never will be;
+- :func:`raised`: :class:`worker.Poison`, or :class:`worker.bindings.errors.Unusable`;
+- :func:`of_message`: a batch's message failed alone; :func:`verdict`: a failure on the last attempt.
+Where poison goes is the backend's :class:`worker.runtime.poison.PoisonPolicy`.
+:mod:`worker.runtime.completion` carries the verdict out.
 """
 
 from __future__ import annotations

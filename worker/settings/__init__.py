@@ -1,21 +1,8 @@
 """Settings: host.yaml / host.json read into typed options, connection settings resolved, retry policies.
 
-- :mod:`.config`: the host's schema and the loader (every error names file and line):
-  ``HostConfig``, the host's settings, and ``FunctionOptions``, one function's
-  (its ``functions:`` section over the global values);
-- :mod:`.schema`: how one setting is read and checked (parsers, ranges, the
-  errors' wording), for the host's schema and every section's alike;
-- :mod:`.sections`: top-level sections the host does not read (``spark:``),
-  kept as given with where each value came from, for the part that declares
-  and reads them (Spark's middleware); one nothing declares is refused at start;
-- :mod:`.functions_json`: host.json and local.settings.json read as Functions
-  reads JSON (comments, trailing commas);
-- :mod:`.local_settings`: local.settings.json into the environment, as Core Tools does;
-- :mod:`.http_token`: the bearer token that guards the endpoints' data, from
-  ``WORKER_HTTP_TOKEN`` or ``worker.httpTokenFile`` (never host.yaml), compared
-  in constant time;
-- :mod:`.connections`: a binding's ``connection`` resolved as Azure Functions does;
-- :mod:`.retry`: ``retry:`` policies.
-
-May import :mod:`worker.backends` and :mod:`worker.observability`, nothing else of the host.
+Loading: :mod:`.config` (``HostConfig``, ``FunctionOptions``), :mod:`.schema` (one setting read and checked).
+:mod:`.sections` keeps sections others declare (``spark:``); :mod:`.functions_json` reads Functions' JSON.
+From the environment: :mod:`.local_settings`, :mod:`.http_token` (never host.yaml), :mod:`.connections`.
+Policies: :mod:`.retry`.
+It may import :mod:`worker.backends` and :mod:`worker.observability`, nothing else of the host.
 """

@@ -1,29 +1,11 @@
 """host.yaml: the host's settings, shaped like Azure Functions' host.json.
 
-A Functions user can copy ``extensions.queues`` and ``functionTimeout`` across
-unchanged, or point ``--config`` at host.json itself, which is read as Functions
-reads it: JSON with comments and trailing commas (:mod:`worker.settings.functions_json`).
-Keys that host.json has but this host does not use are accepted and listed
-(``HostConfig.ignored_keys``), so that a copied file loads: host.json's
-``retry`` among them, since Functions does not apply it to queue triggers
-(host.yaml's ``retry`` is this host's own setting, and applies); every other unknown key, wrong type or
-out-of-range value is an error naming the key and the line.
-
-Environment variables override file values, as Functions' app settings override
-host.json (``AzureFunctionsJobHost__extensions__queues__maxDequeueCount=1``), and
-then the host's own (``WORKER__extensions__queues__batchSize=4``), which win.
-``FUNCTIONS_WORKER_PROCESS_COUNT`` and ``PYTHON_THREADPOOL_THREAD_COUNT`` give the
-process and handler thread counts where no setting of the host's does.
-
-A top-level section the host does not read (``spark:``, with ``WORKER__spark__...``
-over it) is kept as given, with where each value came from, for the part of the
-worker that declares and reads it (:mod:`worker.settings.sections`).
-
-A ``functions:`` section, keyed by function name, overrides the queue settings
-for one function (``functions: {resize: {maxConcurrency: 2, retry: {...}}}``,
-or ``WORKER__functions__resize__maxConcurrency=2``); :meth:`HostConfig.for_function`
-gives the settings one function runs with. host.json's own ``functions`` (a
-list of the functions to load) is accepted and ignored, as before.
+host.json itself loads too, read as Functions reads it (:mod:`worker.settings.functions_json`).
+Keys host.json has but this host ignores (its ``retry`` too) are listed in ``HostConfig.ignored_keys``.
+Any other unknown key, wrong type or bad value is an error naming the key and line.
+Environment overrides: ``AzureFunctionsJobHost__...``, then ``WORKER__...``, which wins.
+Other top-level sections (``spark:``) are kept for their readers (:mod:`worker.settings.sections`).
+A ``functions:`` section overrides settings per function (:meth:`HostConfig.for_function`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Connection settings resolved as Azure Functions resolves them (the WebJobs SDK's GetWebJobsConnectionStringSection).
 
-For a binding's ``connection="X"`` the host looks up ``AzureWebJobsX`` first,
-then ``X``; each in the environment (Functions' app settings) and then in
-host.yaml's ``connections:``, as ``ConnectionStrings__<name>`` or ``<name>``.
-What it finds is either a value (a connection string; ``sqlite:///...``
-chooses the embedded queue) or a section of ``<name>__<key>`` settings: an
-identity-based connection, whose endpoint for the service a binding needs is
-``__queueServiceUri`` / ``__blobServiceUri``, else ``__serviceUri``, else
-derived from ``__accountName``, with ``__credential`` (``managedidentity``)
-and ``__clientId`` choosing the identity. A Functions binding without a
-connection uses ``Storage`` (so ``AzureWebJobsStorage``).
-
-A named connection that resolves to nothing is an error with Functions' own
-message, never a silent fall-back. Only a WorkerApp binding that names no
-connection at all may fall back, to the embedded queue, and the result says
-so, for the host to log.
+``connection="X"`` looks up ``AzureWebJobsX``, then ``X``: the environment, then host.yaml's ``connections:``.
+A value is a connection string; a section of ``X__<key>`` settings is an identity-based connection.
+A Functions binding without a connection uses ``AzureWebJobsStorage``.
+A named connection that resolves to nothing is an error with Functions' own message.
+Only a WorkerApp binding naming no connection falls back, to the embedded queue, and says so.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""A Functions app's JSON files (host.json, local.settings.json) as Functions reads them: JSON, with ``//`` and
-``/* */`` comments and trailing commas allowed.
+"""A Functions app's JSON files (host.json, local.settings.json) as Functions reads them: comments, trailing commas.
 
-Functions' reader takes comments (templates carry them) and a comma before a
-closing bracket; anything else that is not JSON (single quotes, bare
-words) is a syntax error naming line and column, not something a more lenient
-reader (YAML) would take to mean something else. Comments and trailing commas
-become spaces, so every position in the text the JSON parser sees is the
-position in the file.
+Anything else that is not JSON is a syntax error naming line and column.
+A lenient reader (YAML) could take it to mean something else.
+Comments and trailing commas become spaces, so the parser's positions are the file's.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The bearer token that guards ``/metrics`` and ``/leases``: read once at start, compared in constant time, never shown.
 
-``/leases`` names the messages in flight and ``/metrics`` the functions and queues, so an operator who exposes
-the port beyond the pod can ask for a token (without one, ``/leases`` and the console's data answer on loopback
-only: :mod:`worker.runtime.guard`). It comes from the environment (``WORKER_HTTP_TOKEN``, as
-platforms hand secrets to containers) or from a file (``worker.httpTokenFile``, a mounted Secret); never from
-host.yaml itself, which is copied into images and repositories. The probes stay open: the kubelet sends no
-token. A token shorter than :data:`MIN_LENGTH` is refused at start: the endpoints do not slow a guesser down enough
-for a short one to hold (they only count and throttle wrong tokens: :mod:`worker.runtime.guard`).
+It comes from ``WORKER_HTTP_TOKEN`` or ``worker.httpTokenFile``, never host.yaml (copied into images).
+Without one, the data answers on loopback only (:mod:`worker.runtime.guard`); probes stay open.
+A token shorter than :data:`MIN_LENGTH` is refused: wrong tokens are only counted and throttled.
 """
 
 from __future__ import annotations

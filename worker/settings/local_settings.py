@@ -1,14 +1,9 @@
 """local.settings.json, read as Azure Functions Core Tools reads it when ``func start`` runs.
 
-Every Functions project keeps its local app settings there: ``Values``
-(``AzureWebJobsStorage``, other connections, ``%NAME%`` settings) and
-``ConnectionStrings``. They become environment settings of the process, as
-Core Tools makes them, unless the environment already defines them: then the
-environment wins and the skipped keys are named (never their values). A
-connection string ``X`` of ``ConnectionStrings`` becomes ``ConnectionStrings__X``,
-where connection lookup (:mod:`worker.settings.connections`) finds it.
-``IsEncrypted: true`` means the values were encrypted for the machine that
-wrote them (``func settings encrypt``): refused, as nothing here can read them.
+``Values`` and ``ConnectionStrings`` become environment settings, unless already set.
+Then the environment wins, and the skipped keys are named (never their values).
+A ``ConnectionStrings`` entry ``X`` becomes ``ConnectionStrings__X`` (:mod:`worker.settings.connections`).
+``IsEncrypted: true`` is refused: nothing here can decrypt another machine's values.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Retry policies: how long a failed message stays invisible before its next attempt.
 
-host.json's ``retry`` shape (``fixedDelay`` with ``delayInterval``, or
-``exponentialBackoff`` with ``minimumInterval`` and ``maximumInterval``), and
-the same policy given in code by ``@app.retry(...)``. For a queue trigger the
-Functions host ignores it; here it becomes what a queue trigger can do
-without holding a worker: the visibility timeout of the release, so the wait
-costs nothing while it lasts and survives a restart. How many attempts a
-message gets stays ``maxDequeueCount``'s (the queue counts them), so a
-policy's ``maxRetryCount`` is accepted for compatibility and has no effect.
+host.json's ``retry`` shape (``fixedDelay``, ``exponentialBackoff``), or ``@app.retry(...)`` in code.
+Functions ignores it for queue triggers; here it sets the release's visibility timeout.
+The wait then holds no worker, and survives a restart.
+Attempts stay ``maxDequeueCount``'s, so ``maxRetryCount`` is accepted and has no effect.
 """
 
 from __future__ import annotations

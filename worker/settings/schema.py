@@ -1,9 +1,7 @@
 """How one setting is read: the value parsers and range checks of the settings' schemas, and their errors.
 
-The host's schema (:mod:`.config`) and every section a part of the worker
-reads itself (:mod:`.sections`; Spark's middleware reads ``spark:``) are made
-of these, so that a setting is refused in the same words wherever it stands:
-the key, the file and line or the environment variable, and what was wrong.
+The host's schema (:mod:`.config`) and every declared section (:mod:`.sections`) use them.
+So a bad setting is refused in the same words wherever it stands: key, file and line, and what was wrong.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Sections of the settings that the host does not read itself, and the schemas their readers declare.
 
-As in Dramatiq, where each middleware declares the options it reads, a part of
-the worker that has settings of its own (Spark's middleware: ``spark:``)
-declares a :class:`SectionSchema`, and reads and checks its section itself.
-The loader (:mod:`.config`) only keeps such a top-level section as given, with
-the file and line or environment variable of every value
-(``WORKER__spark__master`` overrides ``spark: {master: ...}``), so that the
-reader's errors say where a value came from. At start, the host lists every
-problem of every declared section with its other start problems, and refuses a
-section that nothing declares, by its name (:func:`problems`).
+As in Dramatiq, a part with settings of its own (Spark's ``spark:``) declares a :class:`SectionSchema`.
+The loader (:mod:`.config`) keeps such a section as given, with where each value came from.
+At start, every declared section's problems are listed with the rest (:func:`problems`).
+A section nothing declares is refused by name.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Azure Storage: :mod:`.connection` (connection strings as Functions reads them), :mod:`.queues` and
-:mod:`.blobs` (the clients), :mod:`.errors` (how failures read) and :mod:`.messages` (Get Messages and Delete
-Message, the hot path's calls, built and read beside the SDK's generated layer and sent through its pipeline).
+"""Azure Storage: connection strings, the queue and blob clients, failures, and the hot path's calls.
+
+:mod:`.connection` reads connection strings as Functions does. :mod:`.queues` and :mod:`.blobs` are the clients.
+:mod:`.errors` says how failures read. :mod:`.messages` builds Get Messages and Delete Message beside the SDK.
 """

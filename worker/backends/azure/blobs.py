@@ -1,12 +1,8 @@
 """Azure Blob Storage behind the blob store protocol, on the SDK's asyncio client.
 
-It signs in as the queue backend does (account key, SAS, or
-DefaultAzureCredential for identity-based connections) and shares its HTTP
-transport choices: aiohttp with its hidden re-send switched off and bounded
-timeouts. A blob binding's read or write is one step of an invocation, and a
-failed invocation is retried with its message, so the SDK's own retries are
-kept short: a few attempts, then :class:`~worker.backends.queues.TransientError`
-naming the endpoint and the cause, which fails the attempt.
+It signs in and sets up HTTP as the queue backend does.
+A failed blob read or write fails the attempt, and the message is retried.
+So the SDK's own retries stay short: a few attempts, then :class:`~worker.backends.queues.TransientError`.
 """
 
 from __future__ import annotations

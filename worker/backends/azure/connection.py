@@ -1,13 +1,9 @@
 """Azure Storage connection strings, read as Azure Functions reads them.
 
-A connection string is ``UseDevelopmentStorage=true``, an account name and
-key, a SAS, or explicit ``QueueEndpoint=`` / ``BlobEndpoint=``. Identity-based
-connections (``<name>__queueServiceUri`` and friends, resolved by
-:mod:`worker.settings.connections`) become the connection string
-``QueueEndpoint=<uri>;Credential=DefaultAzureCredential[;ClientId=<id>]`` (or
-``BlobEndpoint=...``), which may also be written directly.
-
-Nothing here puts a secret into a message: errors name the keys, never values.
+Forms: ``UseDevelopmentStorage=true``, an account name and key, a SAS, or explicit endpoints.
+An identity-based connection (resolved by :mod:`worker.settings.connections`) becomes
+``QueueEndpoint=<uri>;Credential=DefaultAzureCredential[;ClientId=<id>]`` (or ``BlobEndpoint=...``).
+Errors name keys, never values.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """How the Azure backends (queues and blobs) read a failed storage call: transient or not, and what to tell people.
 
-One place for both services, so that a refused connection, a name that does
-not resolve, a TLS failure, a failed sign-in and a 403 read the same in the
-host's log, ``/readyz`` and the CLI, naming the cause (never a URL's query,
-which may carry a SAS token), and so that both clients share one HTTP
-transport set-up.
+One place serves both services, so failures read the same in the log, ``/readyz`` and the CLI.
+A message names the cause, never a URL's query, which may carry a SAS token.
+Both clients share one HTTP transport set-up, made here.
 """
 
 from __future__ import annotations

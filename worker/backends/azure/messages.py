@@ -1,43 +1,11 @@
-"""Get Messages and Delete Message sent straight to a queue client's own pipeline: the worker's hot path.
+"""Get Messages and Delete Message sent straight to the queue client's pipeline: the worker's hot path.
 
-Every message the host handles arrives in a Get Messages answer and ends in
-one Delete Message. The SDK's ``QueueClient`` builds both through its generated
-layer before the pipeline runs, and reads the answers back through it:
-
-- a delete builds a case-insensitive dict for the headers and another for the
-  parameters, runs the serializer for each value, parses the URL and joins it
-  again, and deserializes the answer's headers into a dict that is then
-  dropped: at 10 ms of latency about 0.07 ms of CPU per message
-  (``bench/throughput.py``), a tenth of all the worker spends on one;
-- a receive's answer becomes a generated model per message (a mapping behind
-  field descriptors, each date through ``email.utils``), then an SDK
-  ``QueueMessage``, then the protocol's ``RawMessage``: about 34 us of CPU per
-  message, against about 6 us for reading the same XML with ElementTree into
-  ``RawMessage`` directly.
-
-:class:`MessageRequests` builds the same requests itself: the same method, URL
-(the queue's address, a SAS token's query kept, then the operation's
-parameters) and headers, byte for byte the SDK's, and reads a Get Messages
-answer into the same values the SDK reads (tests/unit/test_azure_messages.py
-compares both against the installed SDK). It sends them through the queue
-client's own pipeline, so the credential's signing, the SDK's headers, retries
-and transport are unchanged, and a refusal becomes the exception the SDK raises
-(``process_storage_error``, as ``receive_messages`` and ``delete_message`` do).
-One header differs in its value, not its form: the SDK gives each request an
-``x-ms-client-request-id`` of ``str(uuid.uuid1())``, which asks the ``uuidd``
-daemon over a socket every time (about 10 us where none runs, as in containers);
-these requests carry a UUID-shaped id of their own, random per queue client
-and counted per request, which the SDK takes as a caller's id.
-
-The generated client, its configuration and ``process_storage_error`` are
-private parts of the SDK, and the copy of a request relies on azure-core's
-``HttpRequest`` keeping its state in ``__dict__``. So the fast path is used only
-where :func:`fast_path_problem` proves it at start: it builds a receive and two
-deletes for known ids and receipts and checks each method, path, query and
-version header, and that the two deletes share nothing. Anything missing or
-different selects :class:`SdkMessages`, the SDK's public ``receive_messages`` and
-``delete_message``, with one warning naming the versions; the conformance suite
-runs on both.
+The SDK's generated layer costs CPU on every message (bench/README.md has the figures).
+:class:`MessageRequests` builds the same requests, byte for byte, and reads answers as the SDK does.
+They pass the client's own pipeline: signing, headers, retries and errors stay the SDK's.
+One header differs: a cheap request id per client, not ``uuid1()``, which asks ``uuidd`` each time.
+:func:`fast_path_problem` checks the SDK's private parts at start.
+If anything differs, :class:`SdkMessages` (the public calls) serves, after one warning.
 """
 
 from __future__ import annotations

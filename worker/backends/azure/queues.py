@@ -1,22 +1,9 @@
 """Azure Storage Queues through azure-storage-queue's asyncio client.
 
-The SDK's own retries are turned off and replaced by the policy every remote
-backend shares (:mod:`worker.backends.retrying`): transient failures (5xx, 408,
-429, timeouts, refused or reset connections) are retried with jittered
-exponential back-off for a bounded time, logged once per incident rather than
-once per call, and counted. What still fails surfaces as
-:class:`TransientError`, which the host treats as "try later", never as fatal.
-Azure's error codes are mapped onto the protocol's errors so that the host
-reads "lease lost" the same way on every backend.
-
-Message text is passed through untouched (no SDK encode policy): encoding
-under messageEncoding happens above this layer, as for the embedded queue.
-
-A receive cancelled under way (the host stopping while further receives run)
-is not cut: Azure may have taken the messages already, and they would stay
-hidden for their whole lease. It runs on, what it brings is released at once
-(visibility 0, a delivery counted), and ``close`` waits for that
-(:mod:`worker.backends.releasing`).
+The SDK's retries are off: the shared policy (:mod:`worker.backends.retrying`) replaces them.
+Azure's error codes map onto the protocol's errors, so "lease lost" reads the same on every backend.
+Message text passes untouched: messageEncoding applies above this layer.
+A receive cancelled under way runs on; what it brings is released (:mod:`worker.backends.releasing`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The embedded blob store: blobs as files under ``<root>/<container>/<path>``, beside the embedded queue.
 
-Writes go to a temporary file in the blob's folder, are flushed to disk and
-renamed over the blob, so a reader sees the old or the new blob whole, never
-half of one, and a crash mid-write leaves only a temporary file that reads
-and listings ignore. File I/O runs in a thread, off the event loop. Blobs are
-readable by their owner only: files 0600 (``mkstemp``'s mode), folders 0700
-(:mod:`worker.backends.embedded.files`).
+A write goes to a temporary file, is flushed, then renamed over the blob.
+So a reader sees the old or the new blob whole, and a crash leaves only an ignored temporary file.
+File I/O runs in a thread, off the event loop.
+Blobs are owner-only: files 0600, folders 0700 (:mod:`worker.backends.embedded.files`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
-"""Owner-only files and folders for the embedded queue and blob store, and what start-up reports of looser ones.
+"""Owner-only files and folders for the embedded queue and blob store; looser ones reported at start.
 
-The queue file holds every message body, and the blob folder every blob, so
-what the embedded backend creates is readable by its owner only, whatever the
-process's umask: folders 0700, files 0600, the mode set at creation and then
-set exactly (a umask can only take bits away, never leave the owner without
-write). SQLite creates the queue file's ``-wal`` and ``-shm`` with the main
-file's mode on Unix, so creating the main file 0600 before SQLite opens it
-covers them too.
-
-What exists already is left as it is: a folder may be shared on purpose (a
-Kubernetes volume with ``fsGroup`` is group-writable by design), so a file or
-folder that the group or others can read or write is reported at start, with
-the command that makes it private, and not refused.
+The queue file and blob folder hold every message and blob, so new ones are private whatever the umask.
+Folders are 0700, files 0600; the queue file is 0600 before SQLite opens it, so ``-wal`` and ``-shm`` follow.
+What exists already is left alone: a shared volume may be group-writable on purpose.
+Start-up reports it, with the command that makes it private; it is not refused.
 """
 
 from __future__ import annotations

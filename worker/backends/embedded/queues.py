@@ -1,39 +1,10 @@
-"""The embedded queue: one SQLite file with Azure Storage Queue semantics.
+"""The embedded queue: one SQLite file with Azure Storage Queue semantics, the default backend.
 
-It is the default backend, so that the host runs with no cloud account. Every
-rule a worker depends on holds as in Azure: a receive hides messages for a
-visibility timeout and rotates their pop receipts; update and delete need the
-current receipt; the dequeue count rises at each receive; expired messages are
-never delivered. Several worker processes may share one file: a receive runs
-in a ``BEGIN IMMEDIATE`` transaction, so two receivers never take the same
-visible message, and WAL mode lets readers go on meanwhile. The file, its
-``-wal`` and ``-shm`` are readable by their owner only (0600, whatever the
-umask: :mod:`worker.backends.embedded.files`).
-
-SQLite calls block, so each backend owns one thread that holds its connection
-and runs every statement; the event loop only awaits it. Writes are committed
-in groups: whatever writes are waiting when the thread is free run in one
-transaction, each under its own savepoint so that one failing (a stale pop
-receipt) leaves the others alone. A transaction's fixed cost (taking the write
-lock, syncing the WAL) dominates a one-row update, so ten thousand lease
-renewals a second fit only this way.
-
-A receive may wait (long polling, as OCI Queue and SQS do): an empty queue is
-looked at again as soon as anything is written to the file. This process's
-own puts and releases wake waiting receives at once; another process's are
-seen within ``CHANGE_POLL_SECONDS`` by one task per backend that reads
-SQLite's ``PRAGMA data_version`` (a counter that moves when another
-connection commits) while receives wait. A message that becomes visible later
-(a release with a delay) is waited for until its time.
-
-The file can be deleted or replaced under a running worker (``rm -rf .worker``,
-``git clean -xdf``, a volume swapped): the connection still writes into the
-file it opened, which nobody else reads and which vanishes at stop. So every
-read and every group commit first compares the path's device and inode with
-those of the file opened (one ``os.stat``, far cheaper than the commit), as
-does the change watcher while receives wait, and from then on
-every call raises :class:`StorageGone`: no retry can help, and the worker must
-stop so that its supervisor starts it on the file now there.
+Receives, pop receipts, dequeue counts and expiry behave as in Azure; several processes may share the file.
+One thread per backend owns the connection; waiting writes commit together, each under a savepoint.
+A receive long-polls: this process's writes wake it, others' within ``CHANGE_POLL_SECONDS``.
+A file deleted or replaced makes every call raise :class:`StorageGone`, so the worker restarts on the new one.
+Why each of these: ARCHITECTURE.md, "Design notes".
 """
 
 from __future__ import annotations

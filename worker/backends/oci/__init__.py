@@ -1,4 +1,6 @@
-"""OCI Queue on the official SDK: :mod:`.connection` (connection strings, limits; no SDK), :mod:`.auth`
-(sign-in), :mod:`.errors` (how a failed call reads), :mod:`.calls` (the blocking calls' threads and sockets),
-:mod:`.admin` (queues and dead letters, the control plane) and :mod:`.queues` (the backend: messages).
+"""OCI Queue on the official SDK: connection strings, sign-in, failures, threads, the control plane, messages.
+
+:mod:`.connection` holds connection strings and limits, without the SDK. :mod:`.auth` signs in.
+:mod:`.errors` reads failed calls. :mod:`.calls` runs the blocking calls' threads and sockets.
+:mod:`.admin` is the control plane (queues, dead letters). :mod:`.queues` is the backend: messages.
 """

@@ -1,16 +1,9 @@
-"""OCI Queue's control plane for the backend: queue names to OCIDs and messages endpoints, create, delete, list, the
-dead-letter queue.
+"""OCI Queue's control plane: queue names to OCIDs and endpoints, create, delete, list, dead letters.
 
-These calls go to the admin endpoint (``QueueAdminClient``) and, for
-creating, deleting and purging, wait on OCI work requests. They are mixed into
-:class:`worker.backends.oci.queues.OciBackend`, whose threads, clients and
-retry policy (``_call``, ``_admin``, ``_on_queue``) they run on; the messages
-themselves (put, receive, update, delete) stay in that module.
-
-Each queue's messages are served at its own messages endpoint, which "may be
-different for different queues" (the SDK's ``QueueClient.get_messages``): the
-one GetQueue gives as ``messagesEndpoint``, looked up once per queue and again
-when the data plane no longer knows the queue there (:meth:`QueueAdmin._messages_endpoint`).
+Calls go to the admin endpoint, and wait on work requests where OCI uses them.
+They are mixed into :class:`worker.backends.oci.queues.OciBackend`, on its threads and retry policy.
+Each queue has its own messages endpoint (GetQueue's ``messagesEndpoint``), looked up once.
+It is looked up again when the data plane no longer knows the queue there.
 """
 
 from __future__ import annotations

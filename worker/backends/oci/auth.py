@@ -1,9 +1,8 @@
 """Signing in to OCI Queue: the SDK config and signer for a connection's ``auth``, and the clients' settings.
 
-Everything here blocks (it reads key files, or asks the instance metadata
-service or the platform's variables for a token), so the backend calls it in
-one of its threads, once. The SDK's own retries and circuit breaker are off:
-calls run under the retry policy every remote backend shares.
+Everything here blocks: it reads key files, or asks a metadata service or the platform for a token.
+So the backend calls it once, in one of its threads.
+The SDK's own retries and circuit breaker are off: the shared retry policy applies.
 """
 
 from __future__ import annotations

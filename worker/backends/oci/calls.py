@@ -1,21 +1,10 @@
-"""How the OCI backend's blocking SDK calls run: daemon threads for long polls, and telling sent requests apart.
+"""How the OCI backend's blocking SDK calls run: daemon threads for long polls, and sent requests told apart.
 
-The SDK is synchronous. A long poll holds a thread for up to 20 s; a cancelled
-caller does not wait for it, so long polls run on daemon threads
-(:class:`DaemonThreads`). Cancelling the awaiting task does not stop the HTTP
-request, and is not meant to: the service may hand messages to a request whose
-client has hung up (Oracle does not say it will not), and those would stay
-hidden for their whole visibility with a delivery counted. So a cancelled poll
-runs to its end and the backend releases what it brings
-(:mod:`worker.backends.oci.queues`).
-
-Every connection notes when a request's first byte goes out (:func:`sending`),
-so that a put that failed can be told apart: one that never sent anything (the
-connection was refused, the name did not resolve, the TLS handshake failed) may
-be sent again; any other may have been stored, and is not. The note needs the
-SDK's vendored connection pools (:func:`track_sending`); where they are not laid
-out as expected, every failed call counts as sent, after one warning: no put is
-sent twice, and one that provably never left is reported rather than retried.
+A long poll holds a thread up to 20 s, so it runs on a daemon thread (:class:`DaemonThreads`).
+A cancelled poll runs to its end; the backend releases what it brings.
+:func:`sending` notes a request's first byte out: a failed put that never left may be sent again.
+Any other failed put may have been stored, so it is not.
+Where the SDK's vendored pools differ (:func:`track_sending`), every failure counts as sent, after one warning.
 """
 
 from __future__ import annotations

@@ -1,38 +1,11 @@
-"""OCI Queue connection strings, its limits and capabilities; light to import (no SDK), so start-up checks can use it.
+"""OCI Queue connection strings, limits and capabilities; light to import (no SDK), for start-up checks.
 
-The form, chosen to read as a URL an OCI user can fill in from the Console::
-
-    oci://<messages-endpoint-host>?compartment=<compartment-ocid>[&auth=...][&config=...][&profile=...]
-        [&adminEndpoint=<url>][&poison=service|host][&longPoll=<seconds>][&maxMessageBytes=<bytes>]
-
-- ``<messages-endpoint-host>``: the queue's messages endpoint (Console: queue
-  details, "Messages endpoint"), e.g. ``cell-1.queue.messaging.us-ashburn-1.oci.oraclecloud.com``.
-  ``oci+http://`` speaks plain HTTP, for a local test server only.
-- ``compartment``: where the queues are; a trigger's ``queueName`` is a
-  queue's display name there (or a queue OCID, used as is).
-- ``auth``: the OCI CLI's names. ``api_key`` (default; ``config`` is read as
-  it) signs with the API key of ``profile`` in ``config`` (``~/.oci/config``
-  and ``DEFAULT`` unless given); ``security_token`` with the session of such a
-  profile, as ``oci session authenticate`` writes it; ``instance_principal``
-  (a compute instance's identity); ``resource_principal`` (OCI Functions, Data
-  Flow, and any environment of resource principal version 2.2 or 3.0);
-  ``oke_workload_identity`` (a pod of an OKE enhanced cluster).
-- ``adminEndpoint``: where queues are listed and created; by default the
-  SDK's own, from the region.
-- ``poison``: ``service`` (default) leaves poison messages to the queue's own
-  dead-letter queue, which takes a message after the queue's
-  ``deadLetterQueueDeliveryCount``; ``host`` copies them to ``<queue>-poison``
-  after ``maxDequeueCount``, as on Azure, and that queue must exist.
-- ``maxMessageBytes``: the largest message content (UTF-8 bytes) a put may
-  carry, checked before anything is sent; 262144 (256 KiB) unless given. A
-  setting because no primary source states the service's figure (see
-  :data:`OCI_LIMITS`) and a queue made with the ``LARGE_MESSAGES`` capability
-  (the SDK's ``CapabilityDetails``) takes larger ones: where the figure is wrong,
-  an operator corrects it without a new release. A put past the service's own
-  limit is refused by it all the same, and read as MessageTooLarge.
-
-Nothing here puts a secret into a message: the string holds paths and names,
-and errors name keys.
+``oci://<messages-endpoint-host>?compartment=<ocid>[&auth=...][&config=...][&profile=...][&adminEndpoint=<url>]``
+``[&poison=service|host][&longPoll=<seconds>][&maxMessageBytes=<bytes>]``; ``oci+http://`` is for a test server.
+docs/backends.md says what each parameter means.
+``maxMessageBytes`` is a setting because no primary source states the service's limit.
+A queue with ``LARGE_MESSAGES`` takes more, so an operator can correct the figure without a release.
+The string holds paths and names, no secret; errors name keys.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""How the OCI backend reads a failed call: transient or not, a refusal worth a few more tries, whether it may
-have been carried out, how long it asks to wait, which protocol error a service answer is, and what to tell people.
+"""How the OCI backend reads a failed call: whether to retry, whether it may have acted, which error it is.
 
-The SDK raises ``oci.exceptions.ServiceError`` for an answer and wraps the
-network's failures (its vendored ``requests``, or the installed one from its
-sign-in helpers) in ``RequestException``; both are read here, the network
-causes as every remote backend names them (:mod:`worker.backends.failures`).
-The vendored copy is a private module of the SDK: an SDK without it is read
-with the installed ``requests`` alone, after one warning.
+The SDK raises ``ServiceError`` for answers and wraps network failures in ``RequestException``.
+Network causes read as on every remote backend (:mod:`worker.backends.failures`).
+The SDK's vendored ``requests`` is private: without it, the installed one is read, after one warning.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """OCI Queue through the official SDK (``oci.queue``), which is synchronous: every call runs in a thread.
 
-The SDK's own retries and circuit breaker are turned off; calls run under the
-retry policy every remote backend shares (:mod:`worker.backends.retrying`), and
-OCI's answers are mapped onto the protocol's errors as for Azure Storage
-(:mod:`worker.backends.oci.errors`), so the host reads "lease lost" or
-"storage unreachable" the same way on both. Sign-in is
-:mod:`worker.backends.oci.auth`; queues and dead letters (the control plane)
-are :mod:`worker.backends.oci.admin`, mixed in; this module holds the threads,
-the clients and the messages.
-
-Threads: the SDK sends with ``requests``, whose sessions are not meant to be
-shared across threads, so each thread has its own clients. Ordinary calls run
-on a small pool; a long poll (a receive that waits) runs on a daemon thread of
-its own. Cancelling a receive does not end its request: the service may still
-hand it messages (Oracle does not say it will not deliver to a client that hung
-up), so the request runs to its end and what it brings is released at once
-(visibility 0; each such message has had a delivery counted). :meth:`OciBackend.close`
-waits for those releases, so that cancelling a receive loses nothing and hides nothing.
-
-Queue names: a trigger's ``queueName`` is the display name of an ACTIVE
-queue in the connection's compartment (resolved once and cached), or a queue
-OCID, used as is. Its messages go to its own messages endpoint (GetQueue's
-``messagesEndpoint``, see :mod:`worker.backends.oci.admin`), not the
-connection's, which may be another cell's: :meth:`OciBackend._on_queue`. OCI Queue has no per-message time to live or initial
-invisibility (the queue's retention applies) and no peek that is not a
-delivery; it has a dead-letter queue of its own, with
-:meth:`OciBackend.dead_letter_limit`, :meth:`OciBackend.dead_letter_count`
-and :meth:`OciBackend.purge_dead_letters` for the host and the poison CLI.
+The SDK's retries and circuit breaker are off; the shared policy applies (:mod:`worker.backends.retrying`).
+This module holds threads, clients and messages; sign-in is ``auth``, the control plane ``admin`` (mixed in).
+Each thread has its own clients (``requests`` sessions are not shared); long polls run on daemon threads.
+A cancelled receive runs on; what it brings is released, and :meth:`OciBackend.close` waits for that.
+A ``queueName`` is an ACTIVE queue's display name in the compartment, or its OCID.
+OCI has no per-message TTL, initial invisibility or peek; its own dead-letter queue is used.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Amazon SQS on botocore: :mod:`.connection` (connection strings, limits, capabilities; no SDK),
-:mod:`.errors` (how a failed call reads), :mod:`.fifo` (group ids and deduplication ids of puts to FIFO queues),
-:mod:`.batches` (deletes and visibility changes sent together), :mod:`.queues` (the backend on botocore in
-threads, with redrive policies) and :mod:`.urls` (a queue's URL for a SAM template's ``!Ref``).
+"""Amazon SQS on botocore: connection strings, failures, FIFO ids, batches, the backend, queue URLs.
+
+:mod:`.connection` holds connection strings, limits and capabilities, without the SDK.
+:mod:`.errors` reads failed calls. :mod:`.fifo` gives FIFO puts their group and deduplication ids.
+:mod:`.batches` sends deletes and visibility changes together.
+:mod:`.queues` is the backend, on botocore in threads. :mod:`.urls` finds a queue's URL for a SAM ``!Ref``.
 """

@@ -1,12 +1,8 @@
-"""Deletes and visibility changes of one queue sent in batches (DeleteMessageBatch, ChangeMessageVisibilityBatch)
-where the host has several at once.
+"""Deletes and visibility changes of one queue sent in batches where the host has several at once.
 
-A call goes out at the end of the event loop's current turn, together with every other call of its kind to its
-queue made in that turn (a received batch's handlers often finish in the same turn): a lone completion waits for
-nothing but that turn. Calls made while :data:`MAX_IN_FLIGHT` requests of their kind to their queue are under way
-wait, and go out together, up to :data:`BATCH` to a request, as soon as one of those ends: under load, ten
-completions cost one request. Each call gets its own entry's result (a batch answers entry by entry), so one stale
-receipt fails only its own caller.
+A call goes out at the end of the event loop's turn, with every call of its kind to its queue from that turn.
+While :data:`MAX_IN_FLIGHT` requests are under way, new calls wait and go together, :data:`BATCH` a request.
+Each caller gets its own entry's result, so one stale receipt fails only its caller.
 """
 
 from __future__ import annotations

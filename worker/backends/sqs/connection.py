@@ -1,27 +1,10 @@
-"""Amazon SQS connection strings, its limits and capabilities; light to import (no SDK), so start-up checks can use it.
+"""Amazon SQS connection strings, limits and capabilities; light to import (no SDK), for start-up checks.
 
-The form::
-
-    sqs://?region=<region>[&endpoint=<url>][&profile=<name>][&poison=host|service][&longPoll=<seconds>]
-
-- ``region``: where the queues are (``us-east-1``); a trigger's ``queueName`` is
-  an SQS queue name there (its URL is looked up once, with GetQueueUrl, and kept).
-- ``endpoint``: another endpoint than the region's, for an emulator
-  (``http://127.0.0.1:5000``) or a VPC endpoint.
-- ``profile``: a profile of the shared config and credentials files. Without
-  it, credentials come from botocore's own provider chain, nothing of this
-  host's: the environment, the shared files' default profile, web identity
-  (EKS service accounts), the container's and the instance's metadata.
-- ``poison``: not given, each queue's own word decides: one with a redrive
-  policy leaves poison to it (its dead-letter queue after ``maxReceiveCount``
-  receives), as Lambda does, and one without has it copied to
-  ``<queue>-poison`` after ``maxDequeueCount``, as on Azure. ``host`` and
-  ``service`` ask for one of the two for every queue, and are refused at start
-  on a queue that says otherwise.
-- ``longPoll``: seconds a receive waits at the service (ReceiveMessage
-  ``WaitTimeSeconds``), 0 to 20; 20 unless given.
-
-Nothing here puts a secret into a message: the string holds a region, a URL and a profile's name.
+``sqs://?region=<region>[&endpoint=<url>][&profile=<name>][&poison=host|service][&longPoll=<seconds>]``.
+docs/backends.md says what each parameter means.
+Without ``profile``, credentials come from botocore's own provider chain.
+Without ``poison``, each queue decides: a redrive policy keeps poison at SQS, else ``<queue>-poison``.
+``longPoll`` is ReceiveMessage's ``WaitTimeSeconds``, 0 to 20, 20 by default. The string holds no secret.
 """
 
 from __future__ import annotations

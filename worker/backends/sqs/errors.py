@@ -1,11 +1,9 @@
-"""How the SQS backend reads a failed botocore call: transient or not, which protocol error an answer is, and what
-to tell people.
+"""How the SQS backend reads a failed botocore call: transient or not, which protocol error, what to tell people.
 
-botocore raises ``ClientError`` for a service answer, with the query API's error code (SQS's JSON protocol answers
-carry it beside the JSON one, and botocore prefers it: ``AWS.SimpleQueueService.NonExistentQueue``), and its own
-exceptions for the network (``EndpointConnectionError``, ``ReadTimeoutError`` ...) and for sign-in
-(``NoCredentialsError``); the network's causes read as every remote backend names them
-(:mod:`worker.backends.failures`).
+A service answer is a ``ClientError`` with the query API's error code (``AWS.SimpleQueueService.NonExistentQueue``).
+botocore prefers that code even where the JSON protocol sends its own beside it.
+Network and sign-in failures are botocore's own exceptions (``EndpointConnectionError``, ``NoCredentialsError``).
+Network causes read as on every remote backend (:mod:`worker.backends.failures`).
 """
 
 from __future__ import annotations

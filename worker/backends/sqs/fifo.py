@@ -1,11 +1,10 @@
 """The two ids a put to an SQS FIFO queue carries: its message group and its deduplication id.
 
-SQS requires both on a FIFO queue without content-based deduplication, and drops a put whose deduplication id it
-saw in the last five minutes. An output of a handler's attempt gets an id derived from that attempt's trigger
-message (its queue and id), the output's queue, its ordinal among the attempt's puts there and its text: a retried
-attempt that puts the same outputs puts the same ids, so SQS keeps one of each. Its group is the trigger message's
-id, so one attempt's outputs keep their order while other messages' outputs go on beside them. A put that is no
-attempt's output (``worker send``, a poison message put back) gets an id of its own and the group ``default``.
+SQS needs both without content-based deduplication, and drops a repeated id within five minutes.
+An attempt's output gets an id from its trigger message, its queue, its ordinal and its text.
+So a retried attempt puts the same ids, and SQS keeps one of each.
+Its group is the trigger message's id: one attempt's outputs keep their order.
+Other puts (``worker send``, a requeued poison message) get an id of their own and the group ``default``.
 """
 
 from __future__ import annotations

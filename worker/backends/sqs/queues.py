@@ -1,52 +1,11 @@
 """Amazon SQS through botocore, which is synchronous: every call runs in a thread.
 
-Why botocore in threads rather than aiobotocore on the event loop: the host's
-other blocking SDK (OCI's) runs the same way, so a long poll cancelled at stop
-is handled alike (below); and aiobotocore pins botocore to a narrow range,
-which would fight the boto3 a Lambda app brings along. botocore's clients are
-thread-safe, so one client serves every thread.
-
-botocore's own retries are off; calls run under the retry policy every
-remote backend shares (:mod:`worker.backends.retrying`), and SQS's answers are
-read onto the protocol's errors (:mod:`worker.backends.sqs.errors`).
-Credentials are botocore's provider chain's, untouched.
-
-Queue names are SQS names in the connection's region; each queue's URL is
-looked up once (GetQueueUrl) and kept. What SQS does its own way, and how it
-reads through the protocol:
-
-- A message's id is its MessageId, its receipt the receipt handle, its dequeue
-  count ``ApproximateReceiveCount``; its properties are string message
-  attributes (where a producer's trace context travels).
-- ChangeMessageVisibility keeps the receipt handle, and SQS will not hide a
-  message past 12 hours from the receive that handed it out: the API Reference
-  says the visibility timeout "begins when you call ReceiveMessage", and that a
-  change past the maximum is rejected. So an update is cut to 12 hours from
-  when this backend called ReceiveMessage (:func:`within_cap`), and one made at
-  the cap, or refused by SQS as past it, raises MessageNotFound, a lost lease,
-  since the message is visible to every consumer from then on.
-- A renewal or delete that SQS refuses as naming no current delivery
-  (ReceiptHandleIsInvalid, MessageNotInflight, InvalidParameterValue naming the
-  receipt handle: :func:`worker.backends.sqs.errors.lease_gone`) is a lost lease,
-  alone or in a batch; the handle is then refused here before any request, since
-  SQS answers a delete with a superseded handle as done without deleting.
-- SQS answers a receipt handle a later receive replaced, and a delete of a
-  message already deleted, with success or with an error that does not say
-  which; the protocol names the message and tells a stale receipt from a gone
-  message. So, as for OCI Queue, the backend keeps a book of the handles it
-  handed out (:class:`worker.backends.receipts.Receipts`) and answers those
-  cases itself, before any request.
-- FIFO queues (``.fifo``) are received one message per request: SQS gives out
-  no second message of a group while one is in flight, but one request may
-  return several of a group, which the host would then run at once. Puts to
-  them carry a group and deduplication id (:mod:`worker.backends.sqs.fifo`).
-- Deletes and visibility changes made in one turn of the event loop, or while others of their queue are under
-  way, go out together, ten to a request (DeleteMessageBatch, ChangeMessageVisibilityBatch:
-  :mod:`worker.backends.sqs.batches`), each caller reading its own entry's result.
-- A receive cancelled under way is not cut: SQS may still hand its messages to
-  a request whose client hung up, so the request runs to its end and what it
-  brings is released at once (ChangeMessageVisibilityBatch to 0); ``close``
-  waits for those releases.
+botocore's clients are thread-safe: one serves every thread (why not aiobotocore: ARCHITECTURE.md).
+Retries are the shared policy's (:mod:`worker.backends.retrying`); errors read in :mod:`worker.backends.sqs.errors`.
+The receipt is the receipt handle, the dequeue count ``ApproximateReceiveCount``, properties string attributes.
+Updates are cut at 12 hours from the receive (:func:`within_cap`); one at that cap is a lost lease.
+SQS answers stale handles ambiguously, so a book of handles (:mod:`worker.backends.receipts`) answers first.
+FIFO queues take one message a receive (:mod:`worker.backends.sqs.fifo`); see also :mod:`worker.backends.sqs.batches`.
 """
 
 from __future__ import annotations

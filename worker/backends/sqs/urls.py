@@ -1,6 +1,6 @@
 """A queue's URL as GetQueueUrl answers it, for a SAM template's ``!Ref`` of a queue: one short attempt, on botocore.
 
-Here, in the package the ``sqs`` extra serves, so that what imports botocore is only what that extra installs.
+It lives here so that only what the ``sqs`` extra installs imports botocore.
 """
 
 from __future__ import annotations

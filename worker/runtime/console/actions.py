@@ -1,10 +1,9 @@
 """The console's bulk poison actions (requeue all, purge), run beside the request that starts them.
 
-Such an action can take minutes on a long poison queue, so the request only starts it and answers at once; the
-state shows it while it runs, and how it ended after. One action at a time per function: a second request while
-one runs is refused (409) rather than started beside it, since two would take the same messages. Each moves at
-most what the poison queue held when it began (:meth:`worker.runtime.console.poison.PoisonOf.requeue_all`), so
-it ends even while the host poisons its requeued messages again.
+An action can take minutes, so the request only starts it and answers at once; the state shows it.
+One action runs at a time per function; a second is refused (409), since both would take the same messages.
+Each moves at most what the poison queue held when it began (:meth:`worker.runtime.console.poison.PoisonOf.requeue_all`).
+So it ends even while the host poisons requeued messages again.
 """
 
 from __future__ import annotations

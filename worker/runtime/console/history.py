@@ -1,9 +1,8 @@
 """The last hour of each function, in a fixed ring of ten-second samples: what the console's charts draw.
 
-Each sample is a row of numbers in one preallocated ``array`` per function: the time, the queue's depth, the
-messages held, the cumulative counters and the window's handler-time percentiles. So the footprint is
-``SLOTS * (1 + len(FIELDS)) * 8`` bytes per function (about 25 KiB) from the first sample on, whatever the traffic.
-Counters are kept cumulative, so that a rate over any span is two reads, and a missed sample loses nothing.
+A sample is a row of numbers in one preallocated ``array`` per function.
+So the footprint is ``SLOTS * (1 + len(FIELDS)) * 8`` bytes per function, whatever the traffic.
+Counters are cumulative: a rate over any span is two reads, and a missed sample loses nothing.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The console's views of several worker processes as one, for the supervisor of ``worker run --processes N``.
 
-Each process is a complete host with its own leases and counters, on the same queues: leases, failures and poison
-actions are listed together (each marked with its process), counters, rates and messages held add up, a queue's depth and
-its poison are the same storage seen by each (the first answer is taken), and handler-time percentiles, which do
-not add, are the slowest process's.
+Leases, failures and poison actions are listed together, each marked with its process.
+Counters, rates and messages held add up.
+Queue depth and poison are the same storage seen by each: the first answer is taken.
+Handler-time percentiles do not add: the slowest process's are shown.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Each function's poison as the console shows it (cached), and the requeue and purge actions.
 
-The actions are the poison tools' own code (the function's :class:`worker.runtime.poison.PoisonPolicy`, asked
-what it can do), so a message moved from the page is moved exactly as ``worker poison requeue`` moves it: put back
-first, with its properties, then deleted from the poison queue.
+The actions are the poison tools' own code, through the function's :class:`worker.runtime.poison.PoisonPolicy`.
+So the page moves a message exactly as ``worker poison requeue`` does: put back first, then deleted.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""The console's routes: the shell and its static files (open: they hold no data), the JSON views and the poison
-actions (behind the token, as ``/leases`` is).
+"""The console's routes: the shell and its static files (open: no data), the JSON views and the poison actions.
 
-A poison action is a POST with the token in its ``Authorization`` header: a page of another site can neither send
-that header here (no CORS is answered) nor read the answers. With no token set, the actions are refused (403): a
-console anyone on the network reaches must not move messages. Requeue all and purge answer 202 at once and run
-beside the request (:mod:`worker.runtime.console.actions`); the state shows them.
+The views and actions are behind the token, as ``/leases`` is.
+An action is a POST with the token in its ``Authorization`` header; no CORS is answered.
+So a page of another site can neither send it nor read the answer.
+With no token set, actions are refused (403). Bulk actions answer 202 (:mod:`worker.runtime.console.actions`).
 """
 
 from __future__ import annotations
