@@ -3,6 +3,9 @@
 - :mod:`.config`: the host's schema and the loader (every error names file and line):
   ``HostConfig``, the host's settings, and ``FunctionOptions``, one function's
   (its ``functions:`` section over the global values);
+- :mod:`.function_settings`: the settings a function may have of its own, one
+  table from which the loader, ``HostConfig``, ``FunctionOptions``, the host's
+  "function loaded" line and the settings reference are made;
 - :mod:`.schema`: how one setting is read and checked (parsers, ranges, the
   errors' wording), for the host's schema and every section's alike;
 - :mod:`.sections`: top-level sections the host does not read (``spark:``),

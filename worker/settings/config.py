@@ -44,14 +44,15 @@ from worker.observability.logs import FUNCTIONS_LEVELS
 from worker.settings import functions_json
 from worker.settings import sections as foreign
 from worker.settings.connections import ResolvedConnection, Service, resolve
-from worker.settings.retry import RetryPolicy, parse_retry
+from worker.settings.function_settings import FUNCTION_SETTINGS, IN_SECTION, PerFunction, default_threshold
+from worker.settings.retry import RetryPolicy
 from worker.settings.schema import (
+    WEEK,
     Between,
     ConfigError,
     ConfigErrors,
     Setting,
     likely,
-    one_of,
     parse_boolean,
     parse_duration,
     parse_integer,
@@ -197,28 +198,13 @@ def _host_names(value: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _optional_duration(value: Any) -> float | None:
-    """functionTimeout: -1 (or null) means no limit, as in host.json."""
-    if value is None or value == -1 or value == "-1":
-        return None
-    return parse_duration(value)
-
-
-_WEEK = 7 * 86400.0
-
+#: Every global key: the per-function settings' (:mod:`.function_settings`), then the host's own.
 _SCHEMA: dict[str, Setting] = {
     "version": Setting("version", _version),
-    "functionTimeout": Setting("function_timeout", _optional_duration, Between(1, 10 * _WEEK, "s")),
-    "extensions.queues.batchSize": Setting("batch_size", parse_integer, Between(1, 32)),
-    "extensions.queues.newBatchThreshold": Setting("new_batch_threshold", parse_integer, Between(0, 10_000)),
-    "extensions.queues.maxPollingInterval": Setting("max_polling_interval", parse_duration, Between(0.1, 86400, "s")),
-    "extensions.queues.visibilityTimeout": Setting("visibility_timeout", parse_duration, Between(0, _WEEK, "s")),
-    "extensions.queues.maxDequeueCount": Setting("max_dequeue_count", parse_integer, Between(1, 10_000)),
-    "extensions.queues.messageEncoding": Setting("message_encoding", parse_text, one_of("base64", "none")),
-    "worker.leaseDuration": Setting("lease_duration", parse_duration, Between(1, _WEEK, "s")),
+    **{entry.global_key: entry for entry in FUNCTION_SETTINGS if entry.global_key is not None},
     "worker.leaseRenewalFraction": Setting("lease_renewal_fraction", parse_number, Between(0.1, 0.9)),
     "worker.drainTimeout": Setting("drain_timeout", parse_duration, Between(0, 86400, "s")),
-    "worker.burstStorageTimeout": Setting("burst_storage_timeout", parse_duration, Between(1, _WEEK, "s")),
+    "worker.burstStorageTimeout": Setting("burst_storage_timeout", parse_duration, Between(1, WEEK, "s")),
     "worker.maxInFlight": Setting("max_in_flight", parse_integer, Between(1, 100_000)),
     "worker.handlerThreads": Setting("handler_threads", parse_integer, Between(1, 1024)),
     "worker.httpPort": Setting("http_port", parse_integer, Between(0, 65535)),
@@ -232,32 +218,12 @@ _SCHEMA: dict[str, Setting] = {
     "worker.invocationLogs": Setting("invocation_logs", parse_boolean),
     "worker.middleware": Setting("middleware", _names),
     "worker.processes": Setting("processes", parse_integer, Between(1, 256)),
-    "retry": Setting("retry", lambda value: parse_retry(value, parse_duration)),
     "logging.logLevel": Setting("log_levels", _log_levels),
-}
-
-
-#: The keys a ``functions.<name>`` section may set: each is the global key of the same meaning, for one function.
-_FUNCTION_KEYS: dict[str, str] = {
-    "batchSize": "extensions.queues.batchSize",
-    "newBatchThreshold": "extensions.queues.newBatchThreshold",
-    "maxPollingInterval": "extensions.queues.maxPollingInterval",
-    "visibilityTimeout": "extensions.queues.visibilityTimeout",
-    "maxDequeueCount": "extensions.queues.maxDequeueCount",
-    "leaseDuration": "worker.leaseDuration",
-    "functionTimeout": "functionTimeout",
-    "retry": "retry",
-    "maxConcurrency": "maxConcurrency",
 }
 
 #: The top-level keys the host reads itself. Any other top-level mapping, but host.json's that the host ignores, is
 #: a section for the part of the worker that declares it (:mod:`worker.settings.sections`).
 OWN_SECTIONS = frozenset({key.split(".")[0] for key in _SCHEMA} | {"connections", "functions"})
-
-#: Settings that exist per function only.
-_FUNCTION_ONLY: dict[str, Setting] = {
-    "maxConcurrency": Setting("max_concurrency", parse_integer, Between(1, 100_000)),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,25 +240,16 @@ class FunctionOverrides:
 
 
 @dataclass(frozen=True, slots=True)
-class FunctionOptions:
+class FunctionOptions(PerFunction):
     """The settings one function runs with: its ``functions:`` section over the global ones.
 
     As the WebJobs SDK keeps QueuesOptions apart from the host's options, a
     listener, an invocation and a completion carry only these, never the
-    host's whole configuration (ports, Spark, connections). Field names and
-    meanings are :class:`HostConfig`'s.
+    host's whole configuration (ports, Spark, connections). The fields, one
+    per setting a function may have of its own, are :class:`PerFunction`'s
+    (:mod:`worker.settings.function_settings`), whose global values :class:`HostConfig` holds.
     """
 
-    function_timeout: float | None
-    batch_size: int
-    new_batch_threshold: int
-    max_polling_interval: float
-    visibility_timeout: float
-    max_dequeue_count: int
-    message_encoding: str
-    lease_duration: float
-    retry: RetryPolicy | None
-    max_concurrency: int | None
     #: The fields the user gave (in host.yaml, the environment, code or a template), as against defaults: a default
     #: past a backend's limit takes the limit, while a value given past it is refused (:meth:`within`).
     given: frozenset[str] = frozenset()
@@ -309,33 +266,32 @@ class FunctionOptions:
                 changes[option] = type(value)(limit)
                 said.append(f"{_key(option)} {value:g} -> {limit:g} ({service}: at most {limit:g} {meaning})")
         if "batch_size" in changes and "new_batch_threshold" not in self.given:
-            changes["new_batch_threshold"] = _default_threshold(changes["batch_size"])
+            changes["new_batch_threshold"] = default_threshold(changes["batch_size"])
         return (dataclasses.replace(self, **changes), said) if changes else (self, [])
+
+    def apart_from(self, config: HostConfig) -> dict[str, Any]:
+        """The settings a ``functions:`` section may set that differ here from ``config``'s global values, by
+        field: what the host names when it loads the function."""
+        return {
+            entry.attr: getattr(self, entry.attr)
+            for entry in IN_SECTION.values()
+            if getattr(self, entry.attr) != getattr(config, entry.attr)
+        }
 
 
 #: The HostConfig fields a FunctionOptions copies.
-_FUNCTION_OPTIONS = tuple(name for name in FunctionOptions.__slots__ if name != "given")
+_FUNCTION_OPTIONS = tuple(entry.attr for entry in FUNCTION_SETTINGS)
 
 
 @dataclass(frozen=True, slots=True)
-class HostConfig:
+class HostConfig(PerFunction):
     """Every setting the host reads, with Azure Functions' defaults where it has one.
 
-    Durations are seconds. ``new_batch_threshold`` defaults, as in Functions, to
-    half the batch size times the processor count.
+    Durations are seconds. The settings a function may have of its own (batch size, lease, retry ...) are
+    :class:`PerFunction`'s fields (:mod:`worker.settings.function_settings`), here with their global values.
     """
 
     version: str = "1.0"
-    #: Longest a handler may run; None for no limit (-1 in host.json).
-    function_timeout: float | None = 30 * 60.0
-    batch_size: int = 16
-    new_batch_threshold: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
-    max_polling_interval: float = 60.0
-    visibility_timeout: float = 0.0
-    max_dequeue_count: int = 5
-    message_encoding: str = "base64"
-    #: The lease taken at receive and renewed while a handler runs (Functions: a fixed 10 minutes).
-    lease_duration: float = 600.0
     #: Renew when this fraction of the lease has passed (Functions: half).
     lease_renewal_fraction: float = 0.5
     #: What running handlers get after SIGTERM: 20 s, so that a whole stop fits Kubernetes' default grace (30 s).
@@ -378,10 +334,6 @@ class HostConfig:
     connections: Mapping[str, str] = field(default_factory=dict)
     #: Folder relative paths (the embedded queue file) are resolved against: host.yaml's.
     base_dir: Path = field(default_factory=Path.cwd)
-    #: How long a failed message waits before its next attempt (the release's visibility); None: visibilityTimeout.
-    retry: RetryPolicy | None = None
-    #: Invocations of one function at once (a ``functions:`` setting); None: bounded by maxInFlight only.
-    max_concurrency: int | None = None
     #: The ``functions:`` section: settings of single functions, by function name.
     functions: Mapping[str, FunctionOverrides] = field(default_factory=dict)
     #: Top-level sections the host does not read itself (``spark:``), by name, as given: what declares a section reads
@@ -462,7 +414,7 @@ class HostConfig:
         """
         section = self.functions.get(function)
         if section is not None and attr in section.settings:
-            key = next(k for k, g in _FUNCTION_KEYS.items() if (_FUNCTION_ONLY.get(k) or _SCHEMA[g]).attr == attr)
+            key = next(key for key, entry in IN_SECTION.items() if entry.attr == attr)
             return f"functions.{function}.{key} ({section.where})"
         return next(key for key, setting in _SCHEMA.items() if setting.attr == attr)
 
@@ -706,7 +658,7 @@ def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str]
     given_keys = frozenset(settings)
     threshold_given = "new_batch_threshold" in settings
     if not threshold_given:
-        settings["new_batch_threshold"] = _default_threshold(settings.get("batch_size", 16))
+        settings["new_batch_threshold"] = default_threshold(settings.get("batch_size", 16))
     functions: dict[str, FunctionOverrides] = {}
     for name, (fields, where) in function_values.items():
         try:
@@ -779,11 +731,6 @@ def _key(attr: str) -> str:
     return next(key for key, setting in _SCHEMA.items() if setting.attr == attr)
 
 
-def _default_threshold(batch_size: int) -> int:
-    """newBatchThreshold's default, as in Functions: half the batch size times the processor count."""
-    return batch_size // 2 * (os.cpu_count() or 1)
-
-
 def _function_sections(
     key: str, value: Any, where: str, lines: Callable[[str], str], found: dict[str, tuple[dict[str, Any], str]]
 ) -> None:
@@ -823,17 +770,16 @@ def _function_overrides(
     errors: list[ConfigError] = []
     for field_key, (value, at) in fields.items():
         dotted = f"functions.{name}.{field_key}"
-        global_key = _FUNCTION_KEYS.get(field_key)
+        setting = IN_SECTION.get(field_key)
         try:
-            if global_key is None:
-                raise ConfigError(dotted, unknown(field_key, _FUNCTION_KEYS, "a function may set"), at)
-            setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
+            if setting is None:
+                raise ConfigError(dotted, unknown(field_key, IN_SECTION, "a function may set"), at)
             settings[setting.attr] = setting.read(dotted, value, at)
         except ConfigError as exc:
             errors.append(exc)
     raise_all(errors)
     if derive_threshold and "batch_size" in settings and "new_batch_threshold" not in settings:
-        settings["new_batch_threshold"] = _default_threshold(settings["batch_size"])
+        settings["new_batch_threshold"] = default_threshold(settings["batch_size"])
         return FunctionOverrides(settings, where, derived=frozenset({"new_batch_threshold"}))
     return FunctionOverrides(settings, where)
 
