@@ -3,7 +3,8 @@
 - ``reference/cli.md``: every ``worker`` command, subcommand and argument, walked from the CLI's own argparse parser
   (``worker.ops.cli._parser``), with its help text, default and choices.
 - ``reference/settings.md``: every key host.yaml and host.json accept, from the settings schema
-  (``worker.settings.config``) and the sections the host's middleware declare (Spark's ``spark:``): its type (from
+  (``worker.settings.config``), the per-function settings' table (``worker.settings.function_settings``, which
+  words each of its own) and the sections the host's middleware declare (Spark's ``spark:``): its type (from
   the parser the schema reads it with), its default (from ``HostConfig``, or the section's dataclass), its range
   (from the schema's check), the Functions setting it mirrors and what it means. A key of a schema with no meaning
   below, or a meaning for a key no schema has any longer, fails the build.
@@ -25,6 +26,7 @@ from mkdocs.structure.pages import Page
 from worker.middleware import builtin
 from worker.ops import cli
 from worker.settings import config as settings
+from worker.settings import function_settings
 from worker.settings import schema as checks
 
 CLI_PAGE = "reference/cli.md"
@@ -125,38 +127,10 @@ def cli_page() -> str:
 
 # -- settings -----------------------------------------------------------------------------------------------------
 
-#: What each key means, and the Azure Functions setting it mirrors ("" where Functions has none).
+#: What each key of the host's own and the sections' means, and the Azure Functions setting it mirrors ("" where
+#: Functions has none). The per-function settings carry their own (:data:`PER_FUNCTION`).
 MEANINGS: dict[str, tuple[str, str]] = {
     "version": ("accepted as in host.json", "`version`"),
-    "functionTimeout": (
-        "longest a handler may run; past it the invocation fails and its Spark jobs are cancelled; `-1`: no limit",
-        "`functionTimeout`",
-    ),
-    "extensions.queues.batchSize": (
-        "messages per receive, per function; at most the backend's limit (OCI Queue: 20, SQS: 10)",
-        "`extensions.queues.batchSize`",
-    ),
-    "extensions.queues.newBatchThreshold": (
-        "fetch again when a function's in-flight count falls to this",
-        "`extensions.queues.newBatchThreshold`",
-    ),
-    "extensions.queues.maxPollingInterval": (
-        "longest back-off on an empty queue (backends that cannot long-poll)",
-        "`extensions.queues.maxPollingInterval`",
-    ),
-    "extensions.queues.visibilityTimeout": (
-        "delay before a failed message is visible again",
-        "`extensions.queues.visibilityTimeout`",
-    ),
-    "extensions.queues.maxDequeueCount": (
-        "attempts before a message goes to `<queue>-poison`",
-        "`extensions.queues.maxDequeueCount`",
-    ),
-    "extensions.queues.messageEncoding": ("how bodies are stored", "`extensions.queues.messageEncoding`"),
-    "worker.leaseDuration": (
-        "lease taken at receive and renewed while the handler runs",
-        "none: Functions' lease is a fixed 10 minutes",
-    ),
     "worker.leaseRenewalFraction": ("renew when this part of the lease has passed", "none: Functions renews at half"),
     "worker.drainTimeout": (
         "time running handlers get after SIGTERM (a stop then takes at most 7 s more: "
@@ -215,12 +189,6 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "worker processes under one supervisor (`worker run --processes N` wins)",
         "`FUNCTIONS_WORKER_PROCESS_COUNT`",
     ),
-    "retry": (
-        "delay before each retry of a failed message: `{strategy: fixedDelay, delayInterval}` or "
-        "`{strategy: exponentialBackoff, minimumInterval, maximumInterval}` (see "
-        "[Retry](../apps.md#retry))",
-        "host.json's `retry` shape (host.json's own is not applied to queue triggers, as in Functions)",
-    ),
     "spark.master": ("where Spark runs: `local[n]`, `spark://`, `sc://` (Spark Connect), `yarn`, `k8s://`", ""),
     "spark.appName": ("Spark application name", ""),
     "spark.conf": ("Spark properties, given to the session builder", ""),
@@ -235,11 +203,10 @@ MEANINGS: dict[str, tuple[str, str]] = {
         "`Function.<name>.User`, a library's logger); `worker run --log-level` wins",
         "`logging.logLevel`",
     ),
-    "maxConcurrency": (
-        "invocations of that function at once (per function only)",
-        "none: on Functions a queue trigger's concurrency is `batchSize` + `newBatchThreshold`",
-    ),
 }
+
+#: The per-function settings, by their global key; one of single functions only (maxConcurrency) by its key.
+PER_FUNCTION = {entry.global_key or entry.key: entry for entry in function_settings.FUNCTION_SETTINGS}
 
 #: The settings' types, by the function the schema parses them with.
 TYPES: dict[str, str] = {
@@ -257,10 +224,12 @@ TYPES: dict[str, str] = {
     "_host_names": "list of host names",
     "parse_master": "Spark master",
     "parse_web_ui": "URL",
-    "<lambda>": "retry policy",
+    "_retry_policy": "retry policy",
 }
 
-DURATION_ATTRIBUTES = {"function_timeout", "max_polling_interval", "visibility_timeout", "lease_duration", "drain_timeout"}
+#: The host's own settings whose defaults are shown as durations; a per-function setting's are when it reads one.
+DURATION_ATTRIBUTES = {"drain_timeout"}
+DURATION_PARSERS = (checks.parse_duration, function_settings._optional_duration)
 
 
 def _hms(seconds: float) -> str:
@@ -270,15 +239,18 @@ def _hms(seconds: float) -> str:
     return f"{whole // 3600:02d}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
-def _default(attr: str) -> str:
+def _default(setting: checks.Setting) -> str:
+    """A key's default, from HostConfig; a per-function setting's computed one as its table words it."""
+    attr, per_function = setting.attr, isinstance(setting, function_settings.FunctionSetting)
+    if per_function and setting.default_text:
+        return setting.default_text
     field = next(f for f in dataclasses.fields(settings.HostConfig) if f.name == attr)
     if field.default_factory is not dataclasses.MISSING:  # computed at start
-        if attr == "new_batch_threshold":
-            return "batchSize / 2 × processors"
         if attr == "handler_threads":
             return "processors + 4, at most 32"
         return "none" if not field.default_factory() else str(field.default_factory())
-    return _shown(field.default, duration=attr in DURATION_ATTRIBUTES, attr=attr)
+    duration = setting.parse in DURATION_PARSERS if per_function else attr in DURATION_ATTRIBUTES
+    return _shown(field.default, duration=duration, attr=attr)
 
 
 def _shown(value: Any, *, duration: bool, attr: str = "") -> str:
@@ -305,16 +277,15 @@ def _range(setting: Any) -> str:
     check = setting.check
     if isinstance(check, (checks.Between, checks.OneOf)):
         text = str(check)
-        return f"{text}, or `-1`" if setting.parse is settings._optional_duration else text
+        return f"{text}, or `-1`" if setting.parse is function_settings._optional_duration else text
     return ""
 
 
 def settings_page() -> str:
     schema = settings._SCHEMA
-    function_keys = settings._FUNCTION_KEYS
     documented = set(MEANINGS)
     sections = builtin.settings_sections([])
-    known = set(schema) | set(settings._FUNCTION_ONLY) | {f"{s.name}.{key}" for s in sections for key in s.keys}
+    known = (set(schema) - set(PER_FUNCTION)) | {f"{s.name}.{key}" for s in sections for key in s.keys}
     if missing := sorted(known - documented):
         raise PluginError(f"settings reference: keys of the schema with no meaning in docs/hooks/reference.py: {missing}")
     if stale := sorted(documented - known):
@@ -334,11 +305,11 @@ def settings_page() -> str:
         "|---|---|---|---|---|---|",
     ]
     for key, setting in schema.items():
-        meaning, functions = MEANINGS[key]
+        meaning, functions = (entry.meaning, entry.functions) if (entry := PER_FUNCTION.get(key)) else MEANINGS[key]
         if functions == f"`{key}`":
             functions = "the same key"
         lines.append(
-            f"| `{key}` | {_kind(setting)} | {_default(setting.attr)} | {_cell(_range(setting))} | "
+            f"| `{key}` | {_kind(setting)} | {_default(setting)} | {_cell(_range(setting))} | "
             f"{functions} | {_cell(meaning)} |"
         )
     lines += [
@@ -354,12 +325,11 @@ def settings_page() -> str:
         "| key | global key | type | range | meaning |",
         "|---|---|---|---|---|",
     ]
-    for key, global_key in function_keys.items():
-        setting = settings._FUNCTION_ONLY.get(key) or schema[global_key]
-        meaning = MEANINGS[key][0] if key in MEANINGS else MEANINGS[global_key][0]
-        shown = "(per function only)" if key in settings._FUNCTION_ONLY else f"`{global_key}`"
+    for key, setting in function_settings.IN_SECTION.items():
+        shown = f"`{setting.global_key}`" if setting.global_key else "(per function only)"
         lines.append(
-            f"| `functions.<name>.{key}` | {shown} | {_kind(setting)} | {_cell(_range(setting))} | {_cell(meaning)} |"
+            f"| `functions.<name>.{key}` | {shown} | {_kind(setting)} | {_cell(_range(setting))} | "
+            f"{_cell(setting.meaning)} |"
         )
     lines += [
         "",

@@ -32,6 +32,7 @@ from tests.console.browser import artifact, chromium
 from tests.host.processes import worker_environment
 from worker.ops import cli
 from worker.settings import config as settings
+from worker.settings import function_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,7 +138,7 @@ def settings_reference(site: Path) -> None:
     page = text(site / "reference" / "settings.html")
     for key in [
         *settings._SCHEMA,
-        *(f"functions.<name>.{key}" for key in settings._FUNCTION_KEYS),
+        *(f"functions.<name>.{key}" for key in function_settings.IN_SECTION),
         "connections.<name>",
         *settings.IGNORED_HOST_JSON_KEYS,
     ]:

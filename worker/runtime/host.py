@@ -597,19 +597,9 @@ def _service(config: HostConfig, function: FunctionSpec) -> str:
 
 
 def _own_settings(config: HostConfig, own: FunctionOptions) -> dict[str, object]:
-    """The settings a function runs with that differ from the global ones, for its "function loaded" line."""
-    keys = (
-        "batch_size",
-        "new_batch_threshold",
-        "max_polling_interval",
-        "visibility_timeout",
-        "max_dequeue_count",
-        "lease_duration",
-        "function_timeout",
-        "max_concurrency",
-        "retry",
-    )
-    changed = {key: getattr(own, key) for key in keys if getattr(own, key) != getattr(config, key)}
+    """The settings a function runs with that differ from the global ones, for its "function loaded" line: of the
+    per-function settings' table (:mod:`worker.settings.function_settings`), those its section may set."""
+    changed: dict[str, object] = own.apart_from(config)
     if "retry" in changed and own.retry is not None:
         changed["retry"] = own.retry.describe()
     return changed

@@ -26,14 +26,15 @@ from worker.observability.logs import FUNCTIONS_LEVELS
 from worker.settings import functions_json
 from worker.settings import sections as foreign
 from worker.settings.connections import ResolvedConnection, Service, resolve
-from worker.settings.retry import RetryPolicy, parse_retry
+from worker.settings.function_settings import FUNCTION_SETTINGS, IN_SECTION, PerFunction, default_threshold
+from worker.settings.retry import RetryPolicy
 from worker.settings.schema import (
+    WEEK,
     Between,
     ConfigError,
     ConfigErrors,
     Setting,
     likely,
-    one_of,
     parse_boolean,
     parse_duration,
     parse_integer,
@@ -179,28 +180,13 @@ def _host_names(value: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _optional_duration(value: Any) -> float | None:
-    """functionTimeout: -1 (or null) means no limit, as in host.json."""
-    if value is None or value == -1 or value == "-1":
-        return None
-    return parse_duration(value)
-
-
-_WEEK = 7 * 86400.0
-
+#: Every global key: the per-function settings' (:mod:`.function_settings`), then the host's own.
 _SCHEMA: dict[str, Setting] = {
     "version": Setting("version", _version),
-    "functionTimeout": Setting("function_timeout", _optional_duration, Between(1, 10 * _WEEK, "s")),
-    "extensions.queues.batchSize": Setting("batch_size", parse_integer, Between(1, 32)),
-    "extensions.queues.newBatchThreshold": Setting("new_batch_threshold", parse_integer, Between(0, 10_000)),
-    "extensions.queues.maxPollingInterval": Setting("max_polling_interval", parse_duration, Between(0.1, 86400, "s")),
-    "extensions.queues.visibilityTimeout": Setting("visibility_timeout", parse_duration, Between(0, _WEEK, "s")),
-    "extensions.queues.maxDequeueCount": Setting("max_dequeue_count", parse_integer, Between(1, 10_000)),
-    "extensions.queues.messageEncoding": Setting("message_encoding", parse_text, one_of("base64", "none")),
-    "worker.leaseDuration": Setting("lease_duration", parse_duration, Between(1, _WEEK, "s")),
+    **{entry.global_key: entry for entry in FUNCTION_SETTINGS if entry.global_key is not None},
     "worker.leaseRenewalFraction": Setting("lease_renewal_fraction", parse_number, Between(0.1, 0.9)),
     "worker.drainTimeout": Setting("drain_timeout", parse_duration, Between(0, 86400, "s")),
-    "worker.burstStorageTimeout": Setting("burst_storage_timeout", parse_duration, Between(1, _WEEK, "s")),
+    "worker.burstStorageTimeout": Setting("burst_storage_timeout", parse_duration, Between(1, WEEK, "s")),
     "worker.maxInFlight": Setting("max_in_flight", parse_integer, Between(1, 100_000)),
     "worker.handlerThreads": Setting("handler_threads", parse_integer, Between(1, 1024)),
     "worker.httpPort": Setting("http_port", parse_integer, Between(0, 65535)),
@@ -214,32 +200,12 @@ _SCHEMA: dict[str, Setting] = {
     "worker.invocationLogs": Setting("invocation_logs", parse_boolean),
     "worker.middleware": Setting("middleware", _names),
     "worker.processes": Setting("processes", parse_integer, Between(1, 256)),
-    "retry": Setting("retry", lambda value: parse_retry(value, parse_duration)),
     "logging.logLevel": Setting("log_levels", _log_levels),
-}
-
-
-#: The keys a ``functions.<name>`` section may set: each is the global key of the same meaning, for one function.
-_FUNCTION_KEYS: dict[str, str] = {
-    "batchSize": "extensions.queues.batchSize",
-    "newBatchThreshold": "extensions.queues.newBatchThreshold",
-    "maxPollingInterval": "extensions.queues.maxPollingInterval",
-    "visibilityTimeout": "extensions.queues.visibilityTimeout",
-    "maxDequeueCount": "extensions.queues.maxDequeueCount",
-    "leaseDuration": "worker.leaseDuration",
-    "functionTimeout": "functionTimeout",
-    "retry": "retry",
-    "maxConcurrency": "maxConcurrency",
 }
 
 #: The top-level keys the host reads itself. Any other top-level mapping, but host.json's that the host ignores, is
 #: a section for the part of the worker that declares it (:mod:`worker.settings.sections`).
 OWN_SECTIONS = frozenset({key.split(".")[0] for key in _SCHEMA} | {"connections", "functions"})
-
-#: Settings that exist per function only.
-_FUNCTION_ONLY: dict[str, Setting] = {
-    "maxConcurrency": Setting("max_concurrency", parse_integer, Between(1, 100_000)),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,25 +222,16 @@ class FunctionOverrides:
 
 
 @dataclass(frozen=True, slots=True)
-class FunctionOptions:
+class FunctionOptions(PerFunction):
     """The settings one function runs with: its ``functions:`` section over the global ones.
 
     As the WebJobs SDK keeps QueuesOptions apart from the host's options, a
     listener, an invocation and a completion carry only these, never the
-    host's whole configuration (ports, Spark, connections). Field names and
-    meanings are :class:`HostConfig`'s.
+    host's whole configuration (ports, Spark, connections). The fields, one
+    per setting a function may have of its own, are :class:`PerFunction`'s
+    (:mod:`worker.settings.function_settings`), whose global values :class:`HostConfig` holds.
     """
 
-    function_timeout: float | None
-    batch_size: int
-    new_batch_threshold: int
-    max_polling_interval: float
-    visibility_timeout: float
-    max_dequeue_count: int
-    message_encoding: str
-    lease_duration: float
-    retry: RetryPolicy | None
-    max_concurrency: int | None
     #: The fields the user gave (in host.yaml, the environment, code or a template), as against defaults: a default
     #: past a backend's limit takes the limit, while a value given past it is refused (:meth:`within`).
     given: frozenset[str] = frozenset()
@@ -291,33 +248,32 @@ class FunctionOptions:
                 changes[option] = type(value)(limit)
                 said.append(f"{_key(option)} {value:g} -> {limit:g} ({service}: at most {limit:g} {meaning})")
         if "batch_size" in changes and "new_batch_threshold" not in self.given:
-            changes["new_batch_threshold"] = _default_threshold(changes["batch_size"])
+            changes["new_batch_threshold"] = default_threshold(changes["batch_size"])
         return (dataclasses.replace(self, **changes), said) if changes else (self, [])
+
+    def apart_from(self, config: HostConfig) -> dict[str, Any]:
+        """The settings a ``functions:`` section may set that differ here from ``config``'s global values, by
+        field: what the host names when it loads the function."""
+        return {
+            entry.attr: getattr(self, entry.attr)
+            for entry in IN_SECTION.values()
+            if getattr(self, entry.attr) != getattr(config, entry.attr)
+        }
 
 
 #: The HostConfig fields a FunctionOptions copies.
-_FUNCTION_OPTIONS = tuple(name for name in FunctionOptions.__slots__ if name != "given")
+_FUNCTION_OPTIONS = tuple(entry.attr for entry in FUNCTION_SETTINGS)
 
 
 @dataclass(frozen=True, slots=True)
-class HostConfig:
+class HostConfig(PerFunction):
     """Every setting the host reads, with Azure Functions' defaults where it has one.
 
-    Durations are seconds. ``new_batch_threshold`` defaults, as in Functions, to
-    half the batch size times the processor count.
+    Durations are seconds. The settings a function may have of its own (batch size, lease, retry ...) are
+    :class:`PerFunction`'s fields (:mod:`worker.settings.function_settings`), here with their global values.
     """
 
     version: str = "1.0"
-    #: Longest a handler may run; None for no limit (-1 in host.json).
-    function_timeout: float | None = 30 * 60.0
-    batch_size: int = 16
-    new_batch_threshold: int = field(default_factory=lambda: 8 * (os.cpu_count() or 1))
-    max_polling_interval: float = 60.0
-    visibility_timeout: float = 0.0
-    max_dequeue_count: int = 5
-    message_encoding: str = "base64"
-    #: The lease taken at receive and renewed while a handler runs (Functions: a fixed 10 minutes).
-    lease_duration: float = 600.0
     #: Renew when this fraction of the lease has passed (Functions: half).
     lease_renewal_fraction: float = 0.5
     #: What running handlers get after SIGTERM: 20 s, so that a whole stop fits Kubernetes' default grace (30 s).
@@ -360,10 +316,6 @@ class HostConfig:
     connections: Mapping[str, str] = field(default_factory=dict)
     #: Folder relative paths (the embedded queue file) are resolved against: host.yaml's.
     base_dir: Path = field(default_factory=Path.cwd)
-    #: How long a failed message waits before its next attempt (the release's visibility); None: visibilityTimeout.
-    retry: RetryPolicy | None = None
-    #: Invocations of one function at once (a ``functions:`` setting); None: bounded by maxInFlight only.
-    max_concurrency: int | None = None
     #: The ``functions:`` section: settings of single functions, by function name.
     functions: Mapping[str, FunctionOverrides] = field(default_factory=dict)
     #: Top-level sections the host does not read itself (``spark:``), by name, as given: what declares a section reads
@@ -444,7 +396,7 @@ class HostConfig:
         """
         section = self.functions.get(function)
         if section is not None and attr in section.settings:
-            key = next(k for k, g in _FUNCTION_KEYS.items() if (_FUNCTION_ONLY.get(k) or _SCHEMA[g]).attr == attr)
+            key = next(key for key, entry in IN_SECTION.items() if entry.attr == attr)
             return f"functions.{function}.{key} ({section.where})"
         return next(key for key, setting in _SCHEMA.items() if setting.attr == attr)
 
@@ -586,159 +538,181 @@ def load_config(path: str | os.PathLike[str] | None = None, environ: Mapping[str
         raise ConfigError("(syntax)", functions_json.TOO_DEEP, str(path)) from None
 
 
+@dataclass
+class _Gathered:
+    """What the file and the environment give, before any of it is read: each key's value and where it stands."""
+
+    values: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    #: host.json keys the host does not use.
+    ignored: list[str] = field(default_factory=list)
+    #: file:line of every key in the file, for errors inside sections read whole (functions:).
+    line_of: dict[str, str] = field(default_factory=dict)
+    #: Top-level sections for other parts of the worker (``spark:``), where each of their keys stands in the file,
+    #: and the environment's values for them.
+    given: dict[str, Any] = field(default_factory=dict)
+    origins: dict[tuple[str, ...], str] = field(default_factory=dict)
+    overrides: list[tuple[tuple[str, ...], Any, str]] = field(default_factory=list)
+    base_dir: Path = field(default_factory=Path.cwd)
+
+
+@dataclass
+class _Read:
+    """The settings read so far; what is read once every key is in (each function's section, log categories and
+    retry fields from the environment); and every problem, not just the first: one run shows all there is to fix."""
+
+    settings: dict[str, Any] = field(default_factory=dict)
+    connections: dict[str, str] = field(default_factory=dict)
+    log_levels: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    retry_fields: dict[str, Any] = field(default_factory=dict)
+    functions: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict)
+    errors: list[ConfigError] = field(default_factory=list)
+
+
 def _load_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None) -> HostConfig:
     environ = os.environ if environ is None else environ
-    values: dict[str, tuple[Any, str]] = {}
-    ignored: list[str] = []
-    #: file:line of every key in the file, for errors inside sections read whole (functions:).
-    line_of: dict[str, str] = {}
-    #: Top-level sections for other parts of the worker (``spark:``), and where each of their keys stands.
-    given: dict[str, Any] = {}
-    origins: dict[tuple[str, ...], str] = {}
-    base_dir = Path.cwd()
+    found = _Gathered()
     if path is not None:
-        file = Path(path)
-        base_dir = file.resolve().parent
+        _gather_file(Path(path), found)
+    _gather_environment(environ, found)
+    read = _Read()
+    for key, (value, where) in found.values.items():
         try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("(file)", f"cannot read {file}: {exc.strerror or exc}") from exc
-        if file.suffix.lower() == ".json":
-            try:
-                tree = functions_json.parse(text)
-            except functions_json.JsonFileError as exc:
-                raise ConfigError("(syntax)", f"not valid JSON: {exc}", f"{file}:{exc.line}") from None
-            # Lines of keys, for messages: the same text as YAML (JSON is YAML, once its comments are blanks and
-            # its tabs, which JSON allows only between tokens, spaces).
-            text = functions_json.without_comments(text).replace("\t", "  ")
-        else:
-            try:
-                tree = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                mark = getattr(exc, "problem_mark", None)
-                at = f"{file}:{mark.line + 1}" if mark else str(file)
-                problem = getattr(exc, "problem", None) or str(exc)
-                raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
-        key_lines = _key_lines(text)
-        lines = {".".join(key): line for key, line in key_lines.items()}
-        line_of.update((key, f"{file}:{line}") for key, line in lines.items())
-        tree = tree if tree is not None else {}
-        if isinstance(tree, dict):
-            given.update((str(name), tree.pop(name)) for name, value in list(tree.items()) if _foreign(str(name), value))
-            origins.update((key, f"{file}:{line}") for key, line in key_lines.items() if key[0] in given)
-        flat: dict[str, Any] = {}
-        _flatten(tree, "", flat, str(file))
-        for key, value in flat.items():
-            if key == "retry" and file.suffix.lower() == ".json":  # Functions' retry: not for queue triggers
-                ignored.append(key)
-                continue
-            line = lines.get(key)
-            values[key] = (value, f"{file}:{line}" if line else str(file))
-    overrides = []
-    # Functions' app settings over host.json, then the host's own over both.
-    functions_env, functions_ignored = _functions_overrides(environ)
-    ignored += functions_ignored
-    for parts, (value, where) in [*functions_env.items(), *_env_overrides(environ).items()]:
-        if len(parts) > 1 and (parts[0] in given or _foreign(parts[0], {})):
-            overrides.append((parts, value, where))
-        else:
-            values[".".join(parts)] = (value, where)
-
-    settings: dict[str, Any] = {}
-    connections: dict[str, str] = {}
-    log_levels: dict[str, tuple[Any, str]] = {}
-    function_values: dict[str, tuple[dict[str, Any], str]] = {}
-    retry_fields: dict[str, Any] = {}
-    errors: list[ConfigError] = []  # every problem, not just the first: one run shows all there is to fix
-    for key, (value, where) in values.items():
-        try:
-            _read_key(
-                key,
-                value,
-                where,
-                settings=settings,
-                ignored=ignored,
-                connections=connections,
-                log_levels=log_levels,
-                retry_fields=retry_fields,
-                functions=(function_values, lambda k: line_of.get(k, "")),
-            )
+            _read_key(key, value, where, read, found)
         except ConfigError as exc:
-            errors.append(exc)
-
-    for category, (value, where) in log_levels.items():
-        try:
-            level = _SCHEMA["logging.logLevel"].read(f"logging.logLevel.{category}", {category: value}, where)
-        except ConfigError as exc:
-            errors.append(exc)
-            continue
-        settings["log_levels"] = {**settings.get("log_levels", {}), **level}
-    for variable, key in FUNCTIONS_COUNT_SETTINGS.items():
-        setting = _SCHEMA[key]
-        if setting.attr not in settings and variable in environ:
-            try:
-                settings[setting.attr] = setting.read(variable, _env_value(environ[variable]), f"environment {variable}")
-            except ConfigError as exc:
-                errors.append(exc)
-    if retry_fields:
-        try:
-            settings["retry"] = _SCHEMA["retry"].read("retry", retry_fields, "environment WORKER__retry__...")
-        except ConfigError as exc:
-            errors.append(exc)
+            read.errors.append(exc)
+    _read_collected(read, environ)
+    settings = read.settings
     given_keys = frozenset(settings)
     threshold_given = "new_batch_threshold" in settings
     if not threshold_given:
-        settings["new_batch_threshold"] = _default_threshold(settings.get("batch_size", 16))
-    functions: dict[str, FunctionOverrides] = {}
-    for name, (fields, where) in function_values.items():
-        try:
-            functions[name] = _function_overrides(name, fields, where, derive_threshold=not threshold_given)
-        except ConfigError as exc:
-            errors.append(exc)
-    raise_all(errors)
-    source = Path(path).resolve() if path is not None else None
+        settings["new_batch_threshold"] = default_threshold(settings.get("batch_size", 16))
+    functions = _read_functions(read, derive_threshold=not threshold_given)
+    raise_all(read.errors)
     return HostConfig(
         **settings,
-        connections=connections,
+        connections=read.connections,
         functions=functions,
-        base_dir=base_dir,
-        sections=foreign.gather(given, origins, overrides),
-        ignored_keys=tuple(sorted(set(ignored))),
-        source=source,
+        base_dir=found.base_dir,
+        sections=foreign.gather(found.given, found.origins, found.overrides),
+        ignored_keys=tuple(sorted(set(found.ignored))),
+        source=Path(path).resolve() if path is not None else None,
         given=given_keys,
     )
 
 
-def _read_key(
-    key: str,
-    value: Any,
-    where: str,
-    *,
-    settings: dict[str, Any],
-    ignored: list[str],
-    connections: dict[str, str],
-    log_levels: dict[str, tuple[Any, str]],
-    retry_fields: dict[str, Any],
-    functions: tuple[dict[str, tuple[dict[str, Any], str]], Callable[[str], str]],
-) -> None:
+def _gather_file(file: Path, found: _Gathered) -> None:
+    """The file's keys, flattened, with their lines; its top-level sections for other parts of the worker apart."""
+    found.base_dir = file.resolve().parent
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("(file)", f"cannot read {file}: {exc.strerror or exc}") from exc
+    tree, text = _parse_file(file, text)
+    key_lines = _key_lines(text)
+    lines = {".".join(key): line for key, line in key_lines.items()}
+    found.line_of.update((key, f"{file}:{line}") for key, line in lines.items())
+    tree = tree if tree is not None else {}
+    if isinstance(tree, dict):
+        given = {str(name): tree.pop(name) for name, value in list(tree.items()) if _foreign(str(name), value)}
+        found.given.update(given)
+        found.origins.update((key, f"{file}:{line}") for key, line in key_lines.items() if key[0] in found.given)
+    flat: dict[str, Any] = {}
+    _flatten(tree, "", flat, str(file))
+    for key, value in flat.items():
+        if key == "retry" and file.suffix.lower() == ".json":  # Functions' retry: not for queue triggers
+            found.ignored.append(key)
+            continue
+        line = lines.get(key)
+        found.values[key] = (value, f"{file}:{line}" if line else str(file))
+
+
+def _parse_file(file: Path, text: str) -> tuple[Any, str]:
+    """The file's tree, as JSON (host.json) or YAML, and the text to find its keys' lines in (YAML's)."""
+    if file.suffix.lower() == ".json":
+        try:
+            tree = functions_json.parse(text)
+        except functions_json.JsonFileError as exc:
+            raise ConfigError("(syntax)", f"not valid JSON: {exc}", f"{file}:{exc.line}") from None
+        # Lines of keys, for messages: the same text as YAML (JSON is YAML, once its comments are blanks and
+        # its tabs, which JSON allows only between tokens, spaces).
+        return tree, functions_json.without_comments(text).replace("\t", "  ")
+    try:
+        return yaml.safe_load(text), text
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f"{file}:{mark.line + 1}" if mark else str(file)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError("(syntax)", f"not valid YAML: {problem}", at) from exc
+
+
+def _gather_environment(environ: Mapping[str, str], found: _Gathered) -> None:
+    """Functions' app settings over the file, then the host's own over both; those under another part's section
+    (``WORKER__spark__master``) kept for that section."""
+    functions_env, functions_ignored = _functions_overrides(environ)
+    found.ignored += functions_ignored
+    for parts, (value, where) in [*functions_env.items(), *_env_overrides(environ).items()]:
+        if len(parts) > 1 and (parts[0] in found.given or _foreign(parts[0], {})):
+            found.overrides.append((parts, value, where))
+        else:
+            found.values[".".join(parts)] = (value, where)
+
+
+def _read_collected(read: _Read, environ: Mapping[str, str]) -> None:
+    """Read what the environment gives in parts (log categories, retry fields) and Functions' process and thread
+    counts where no setting gave them."""
+    for category, (value, where) in read.log_levels.items():
+        try:
+            level = _SCHEMA["logging.logLevel"].read(f"logging.logLevel.{category}", {category: value}, where)
+        except ConfigError as exc:
+            read.errors.append(exc)
+            continue
+        read.settings["log_levels"] = {**read.settings.get("log_levels", {}), **level}
+    for variable, key in FUNCTIONS_COUNT_SETTINGS.items():
+        setting = _SCHEMA[key]
+        if setting.attr not in read.settings and variable in environ:
+            try:
+                read.settings[setting.attr] = setting.read(
+                    variable, _env_value(environ[variable]), f"environment {variable}"
+                )
+            except ConfigError as exc:
+                read.errors.append(exc)
+    if read.retry_fields:
+        try:
+            read.settings["retry"] = _SCHEMA["retry"].read("retry", read.retry_fields, "environment WORKER__retry__...")
+        except ConfigError as exc:
+            read.errors.append(exc)
+
+
+def _read_functions(read: _Read, *, derive_threshold: bool) -> dict[str, FunctionOverrides]:
+    """Each ``functions.<name>`` section read, once the global values are known."""
+    functions: dict[str, FunctionOverrides] = {}
+    for name, (fields, where) in read.functions.items():
+        try:
+            functions[name] = _function_overrides(name, fields, where, derive_threshold=derive_threshold)
+        except ConfigError as exc:
+            read.errors.append(exc)
+    return functions
+
+
+def _read_key(key: str, value: Any, where: str, read: _Read, found: _Gathered) -> None:
     """Put one flattened key where it belongs: a setting read against the schema, or a section collected whole."""
     if key in IGNORED_HOST_JSON_KEYS:
-        ignored.append(key)
+        found.ignored.append(key)
         return
     if key == "connections" or key.startswith("connections."):
-        connections.update(_connections(key, value, where))
+        read.connections.update(_connections(key, value, where))
         return
     if key.startswith("logging.logLevel."):  # one category's level from the environment
-        log_levels[key[len("logging.logLevel.") :]] = (value, where)
+        read.log_levels[key[len("logging.logLevel.") :]] = (value, where)
         return
     if key == "functions" and isinstance(value, list):  # host.json's list of the functions to load
-        ignored.append(key)
+        found.ignored.append(key)
         return
     if key == "functions" or key.startswith("functions."):
-        _function_sections(key, value, where, functions[1], functions[0])
+        _function_sections(key, value, where, lambda k: found.line_of.get(k, ""), read.functions)
         return
     if key.startswith("retry."):  # one retry field from the environment
-        retry_fields[key[len("retry.") :]] = value
+        read.retry_fields[key[len("retry.") :]] = value
         return
     if key == "worker.httpToken":  # a secret in a settings file ends up in images, repositories and logs
         raise ConfigError(
@@ -753,17 +727,12 @@ def _read_key(
         if inside:  # a known section given a scalar or a list
             raise ConfigError(key, f"expected a mapping of {', '.join(inside)}; got {value!r}", where)
         raise ConfigError(key, unknown(key, [*_SCHEMA, "connections", "functions"], "known keys"), where)
-    settings[setting.attr] = setting.read(key, value, where)
+    read.settings[setting.attr] = setting.read(key, value, where)
 
 
 def _key(attr: str) -> str:
     """The global host.yaml key of a HostConfig field, for messages."""
     return next(key for key, setting in _SCHEMA.items() if setting.attr == attr)
-
-
-def _default_threshold(batch_size: int) -> int:
-    """newBatchThreshold's default, as in Functions: half the batch size times the processor count."""
-    return batch_size // 2 * (os.cpu_count() or 1)
 
 
 def _function_sections(
@@ -805,17 +774,16 @@ def _function_overrides(
     errors: list[ConfigError] = []
     for field_key, (value, at) in fields.items():
         dotted = f"functions.{name}.{field_key}"
-        global_key = _FUNCTION_KEYS.get(field_key)
+        setting = IN_SECTION.get(field_key)
         try:
-            if global_key is None:
-                raise ConfigError(dotted, unknown(field_key, _FUNCTION_KEYS, "a function may set"), at)
-            setting = _FUNCTION_ONLY.get(field_key) or _SCHEMA[global_key]
+            if setting is None:
+                raise ConfigError(dotted, unknown(field_key, IN_SECTION, "a function may set"), at)
             settings[setting.attr] = setting.read(dotted, value, at)
         except ConfigError as exc:
             errors.append(exc)
     raise_all(errors)
     if derive_threshold and "batch_size" in settings and "new_batch_threshold" not in settings:
-        settings["new_batch_threshold"] = _default_threshold(settings["batch_size"])
+        settings["new_batch_threshold"] = default_threshold(settings["batch_size"])
         return FunctionOverrides(settings, where, derived=frozenset({"new_batch_threshold"}))
     return FunctionOverrides(settings, where)
 

@@ -49,6 +49,8 @@ def raise_all(errors: list[ConfigError]) -> None:
 _DURATION_HMS = re.compile(r"^(-)?(?:(\d+)\.)?(\d{1,2}):(\d{2}):(\d{2}(?:\.\d+)?)$")
 _DURATION_UNIT = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: A week in seconds, for the settings' ranges.
+WEEK = 7 * 86400.0
 
 
 def parse_duration(value: Any) -> float:
@@ -73,13 +75,18 @@ def parse_duration(value: Any) -> float:
     raise ValueError(f"expected a duration like '00:05:00', '30s' or '10m', got {value!r}")
 
 
+def no_check(_value: Any) -> str | None:
+    """The check of a setting whose parser refuses every value it cannot take."""
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Setting:
     """One key of the schema: how to read it and which values are allowed."""
 
     attr: str
     parse: Callable[[Any], Any]
-    check: Callable[[Any], str | None] = lambda _v: None
+    check: Callable[[Any], str | None] = no_check
 
     def read(self, key: str, value: Any, where: str) -> Any:
         """``value`` parsed and checked; ConfigError naming ``key`` and ``where`` when it is wrong."""
