@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import threading
 import time
 import warnings
@@ -118,6 +119,9 @@ class LeaseKeeper(Protocol):
         """Replace the message's content (wire text) while ``lease`` holds it; raises :class:`CheckpointFailed`."""
 
 
+#: Seconds kept between the end of a visibility asked for and the message's expiry: the service counts from when
+#: it reads the request, a little after this clock.
+EXPIRY_MARGIN = 0.5
 #: Guards the first creation of a lease's events, which a handler's thread and the event loop may ask for at once.
 _EVENTS = threading.Lock()
 
@@ -200,13 +204,34 @@ class Lease:
         """Whether ``cancelled`` is set, without making the event."""
         return self._cancelled is not None and self._cancelled.is_set()
 
+    def seconds_left(self) -> float:
+        """What is left of the lease by our own clock, in seconds; below 0 once it has run out unrenewed."""
+        return self.expires_at - time.monotonic()
+
     def holds(self) -> bool:
         """Whether the lease is still ours by our own clock: until then nobody else can receive the message.
 
         So a message found gone meanwhile was deleted with our receipt, by an earlier attempt of ours
         whose answer was lost (or its time to live ran out), not by another worker.
         """
-        return self.expires_at > time.monotonic()
+        return self.seconds_left() > 0
+
+    def within_expiry(self, seconds: float) -> float:
+        """``seconds``, or what the message has left before it expires if that is less (never below 0): the longest
+        visibility any update of it may ask for.
+
+        OCI Queue's visibility "can't extend beyond the message's retention", and Azure refuses a visibility past a
+        message's time to live. What is left is taken short by :data:`EXPIRY_MARGIN` and down to a whole number of
+        the backend's ``visibility_resolution`` (a whole-second service rounds a visibility up), so that the service
+        never sees a visibility past the expiry. The message may so show again up to that much before it expires.
+        """
+        if self.message_expires is None:
+            return seconds
+        resolution = self.backend.limits.visibility_resolution if self.backend is not None else 0.0
+        left = self.message_expires - time.time() - EXPIRY_MARGIN
+        if resolution > 0:
+            left = math.floor(left / resolution) * resolution
+        return max(0.0, min(seconds, left))
 
     def log_fields(self) -> dict[str, object]:
         """What every log line about this lease's message carries."""

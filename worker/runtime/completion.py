@@ -134,7 +134,7 @@ class CompletionProcessor:
                     self.sent(item.backend, poison_queue(item.queue))
                 return done
         # Never past the message's expiry, which the service would refuse: it is gone then anyway.
-        delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.options.visibility_timeout))
+        delay = item.lease.within_expiry(self.middleware.retry_delay(item, item.options.visibility_timeout))
         await item.backend.update(item.queue, item.raw.id, receipt, delay)
         item.log.warning(
             "message failed; it will be retried",
