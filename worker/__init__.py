@@ -5,13 +5,14 @@ includes every type a middleware hook receives or reaches through what it
 receives (:class:`Invocation`, :class:`Delivery`, :class:`FunctionSpec`,
 :class:`FunctionOptions`, :class:`Lease`, :class:`RawMessage`,
 :class:`QueueBackend`, :class:`QueueMessage`, :class:`Context`,
-:class:`Result`, :class:`Outcome`, :class:`Finished`, :class:`Done`), so that a middleware author imports nothing
-from the runtime (docs/middleware.md).
+:class:`Result`, :class:`Outcome`, :class:`Finished`, :class:`Fate`), so that a middleware author imports nothing
+from the runtime (docs/middleware.md). ``Done``, :class:`Fate`'s former name, is still importable, with a
+``DeprecationWarning``.
 
 The top-level modules are the types every layer shares: :mod:`.waits`
 (``wait_set``, a deadline-bound wait that never swallows a cancellation),
 :mod:`.dependencies` (the one warning when a dependency's private part changed),
-:mod:`.model` (``FunctionSpec``, ``Lease``, ``Result``, ``Finished``, ``Done``),
+:mod:`.model` (``FunctionSpec``, ``Lease``, ``Result``, ``Finished``, ``Fate``),
 :mod:`.context` (the handler's ``Context``), :mod:`.message` (``QueueMessage``
 and ``Poison``: what a handler receives and raises), :mod:`.invocation` (one run
 of one function, as middleware sees it), :mod:`.app` (``WorkerApp``, the
@@ -24,6 +25,7 @@ decorator registry), :mod:`.spark` (``spark.session()`` for handlers) and
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,14 +37,15 @@ if TYPE_CHECKING:
     from worker.invocation import Delivery, Invocation
     from worker.message import Poison, QueueMessage
     from worker.middleware import InvocationFailed, Middleware
-    from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Lease, Outcome, Result
+    from worker.model import CheckpointFailed, Fate, Finished, FunctionSpec, Lease, Outcome, Result
+    from worker.model import Done as Done  # deprecated: Fate
     from worker.settings.config import FunctionOptions
 
 __all__ = [
     "CheckpointFailed",
     "Context",
     "Delivery",
-    "Done",
+    "Fate",
     "Finished",
     "FunctionOptions",
     "FunctionSpec",
@@ -77,12 +80,19 @@ _DEFINED_IN = {
     "QueueMessage": "worker.message",
     "InvocationFailed": "worker.middleware",
     "Middleware": "worker.middleware",
-    **dict.fromkeys(["CheckpointFailed", "Done", "Finished", "FunctionSpec", "Lease", "Outcome", "Result"], "worker.model"),
+    **dict.fromkeys(["CheckpointFailed", "Fate", "Finished", "FunctionSpec", "Lease", "Outcome", "Result"], "worker.model"),
     "FunctionOptions": "worker.settings.config",
 }
 
 
+#: Former names, still importable with a DeprecationWarning, each with the name that replaced it.
+_FORMER = {"Done": "Fate"}
+
+
 def __getattr__(name: str) -> Any:
+    if (current := _FORMER.get(name)) is not None:
+        warnings.warn(f"worker.{name} is deprecated; use worker.{current}", DeprecationWarning, stacklevel=2)
+        return __getattr__(current)
     module = _DEFINED_IN.get(name)
     if module is None:
         raise AttributeError(f"module 'worker' has no attribute {name!r}")

@@ -5,8 +5,9 @@ author, the dispatcher and completion all import them from one place (the
 public ones again from :mod:`worker`) and no layer imports the one above it.
 Data flows one way through them: a :class:`FunctionSpec` is registered by the
 app; the listener's messages each get a :class:`Lease`; the dispatcher runs an
-invocation (:mod:`worker.invocation`) and its :class:`Result` becomes a
-:class:`Finished` item for completion, which says what it did (:class:`Done`).
+invocation (:mod:`worker.invocation`) and its :class:`Result` (the attempt's
+:class:`Outcome`) becomes a :class:`Finished` item for completion, which gives
+the message its :class:`Fate`.
 """
 
 from __future__ import annotations
@@ -250,12 +251,20 @@ class Lease:
 
 
 class Outcome(enum.Enum):
+    """What an attempt came to: the handler's word, or the host's where it gave the attempt up.
+
+    Not yet what becomes of the message: its :class:`Fate` follows from the outcome, its dequeue count and its
+    queue (:func:`worker.runtime.verdict.fate`): a failure, say, is RETRIED, or POISONED on the last attempt. On a
+    poison queue, which has no poison queue of its own, a failure or poison is LEFT.
+    """
+
+    #: The handler returned (and its outputs were written): DELETED.
     SUCCEEDED = "succeeded"
-    #: The handler raised or ran past functionTimeout: retry, or poison on the last attempt.
+    #: The handler raised or ran past functionTimeout: RETRIED, or POISONED on the last attempt.
     FAILED = "failed"
-    #: The message must not be tried again (undecodable, or past maxDequeueCount at receive).
+    #: The message must not be tried again (undecodable, past maxDequeueCount at receive, or asked for): POISONED.
     POISON = "poison"
-    #: The host gave up on it for a reason that is not the message's fault (shutdown).
+    #: The host gave it up for a reason that is not the message's fault (shutdown, a lost lease): RELEASED.
     RELEASE = "release"
 
 
@@ -272,15 +281,24 @@ class Result:
     exception: BaseException | None = field(default=None, compare=False, repr=False)
 
 
-class Done(enum.Enum):
-    """What a completion did to the message."""
+class Fate(enum.Enum):
+    """What becomes of a message once its attempt is over, in one vocabulary: what completion is to do with it
+    (:func:`worker.runtime.verdict.fate`, one of the first five) and what it did (``after_completion``'s ``done``).
 
+    The two differ only where completion could not do what was decided (the last three), or where the backend's
+    poison policy hands poison to the service's own dead-letter queue: it is then RELEASED for the service to move.
+    """
+
+    #: Its attempt succeeded: deleted.
     DELETED = "deleted"
+    #: Given up by the host (shutdown, interrupt): visible again at once, the attempt not counted as a failure.
     RELEASED = "released"
-    #: Failed, and made visible again after the retry delay.
+    #: Failed with attempts left: visible again after the retry delay.
     RETRIED = "retried"
+    #: Out of circulation, as the backend's poison policy says.
     POISONED = "poisoned"
-    #: Failed on a poison queue, which has no poison queue: left for its lease to end.
+    #: Failed on a poison queue, which has no poison queue of its own: left invisible until its lease ends, as in
+    #: Functions.
     LEFT = "left"
     #: The lease was lost before completion began: nothing done.
     SKIPPED = "skipped"
@@ -288,6 +306,10 @@ class Done(enum.Enum):
     LEASE_LOST = "lease lost"
     #: Storage refused for good; the message comes back when its lease ends.
     ERROR = "error"
+
+
+#: Deprecated: :class:`Fate`'s former name (``worker.Done`` warns).
+Done = Fate
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,16 +11,16 @@ Everything that can make a message poison is read here, and nowhere else:
   or :class:`worker.bindings.errors.Unusable`, which no attempt could use;
 - a message of a batch the handler failed alone (:func:`of_message`,
   ``msg.fail(reason, poison=...)``);
-- after the attempt, its result and dequeue count (:func:`verdict`): a failure
+- after the attempt, its result and dequeue count (:func:`fate`): a failure
   on the ``maxDequeueCount``-th attempt is poison too.
 
-Where poison then goes is the backend's :class:`worker.runtime.poison.PoisonPolicy`;
-completion (:mod:`worker.runtime.completion`) carries the verdict out.
+The verdict is the message's :class:`worker.model.Fate`, named as completion
+(:mod:`worker.runtime.completion`) then reports what it did. Where poison goes
+is the backend's :class:`worker.runtime.poison.PoisonPolicy`.
 """
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any
 
 from worker.backends.queues import RawMessage
@@ -28,24 +28,8 @@ from worker.bindings.encoding import MessageDecodeError
 from worker.bindings.errors import Unusable
 from worker.message import Poison, QueueMessage
 from worker.middleware import InvocationFailed
-from worker.model import Outcome, Result
+from worker.model import Fate, Outcome, Result
 from worker.runtime.poison import is_poison_queue
-
-
-class Verdict(Enum):
-    """What completion does with a message after its attempt."""
-
-    #: Succeeded: deleted.
-    DELETE = "delete"
-    #: Given up by the host (shutdown, interrupt): visible again at once, the attempt not counted as a failure.
-    RELEASE = "release"
-    #: Failed with attempts left: visible again after the retry delay.
-    RETRY = "retry"
-    #: Out of circulation, as the backend's poison policy says.
-    POISON = "poison"
-    #: Failed on a poison queue, which has no poison queue of its own: left invisible until its lease ends, as in
-    #: Functions.
-    LEAVE = "leave"
 
 
 class HandlerExited(Exception):  # noqa: N818 -- what happened, as the log says it
@@ -108,14 +92,14 @@ def of_message(message: QueueMessage | None, result: Result, log: Any) -> Result
     return result
 
 
-def verdict(queue: str, dequeue_count: int, max_dequeue_count: int, result: Result) -> Verdict:
-    """What completion does with a message of ``queue`` after an attempt with ``result``."""
+def fate(queue: str, dequeue_count: int, max_dequeue_count: int, result: Result) -> Fate:
+    """What completion is to do with a message of ``queue`` after an attempt with ``result``."""
     if result.outcome is Outcome.SUCCEEDED:
-        return Verdict.DELETE
+        return Fate.DELETED
     if result.outcome is Outcome.RELEASE:
-        return Verdict.RELEASE
+        return Fate.RELEASED
     if is_poison_queue(queue):
-        return Verdict.LEAVE
+        return Fate.LEFT
     if result.outcome is Outcome.POISON or dequeue_count >= max_dequeue_count:
-        return Verdict.POISON
-    return Verdict.RETRY
+        return Fate.POISONED
+    return Fate.RETRIED
