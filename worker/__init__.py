@@ -2,6 +2,7 @@
 
 The public API is what this module exports; everything else is internal.
 It includes every type a middleware hook receives, so middleware imports nothing from the runtime.
+``Done``, :class:`Fate`'s former name, is still importable, with a ``DeprecationWarning``.
 The shared top-level modules: :mod:`.waits`, :mod:`.dependencies`, :mod:`.model`, :mod:`.context`,
 :mod:`.message`, :mod:`.invocation`, :mod:`.app`, :mod:`.spark` and :mod:`.__main__`.
 The packages, lowest layer first: :mod:`.backends`, :mod:`.observability`, :mod:`.settings`,
@@ -11,6 +12,7 @@ The packages, lowest layer first: :mod:`.backends`, :mod:`.observability`, :mod:
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,14 +24,15 @@ if TYPE_CHECKING:
     from worker.invocation import Delivery, Invocation
     from worker.message import Poison, QueueMessage
     from worker.middleware import InvocationFailed, Middleware
-    from worker.model import CheckpointFailed, Done, Finished, FunctionSpec, Lease, Outcome, Result
+    from worker.model import CheckpointFailed, Fate, Finished, FunctionSpec, Lease, Outcome, Result
+    from worker.model import Done as Done  # deprecated: Fate
     from worker.settings.config import FunctionOptions
 
 __all__ = [
     "CheckpointFailed",
     "Context",
     "Delivery",
-    "Done",
+    "Fate",
     "Finished",
     "FunctionOptions",
     "FunctionSpec",
@@ -64,12 +67,19 @@ _DEFINED_IN = {
     "QueueMessage": "worker.message",
     "InvocationFailed": "worker.middleware",
     "Middleware": "worker.middleware",
-    **dict.fromkeys(["CheckpointFailed", "Done", "Finished", "FunctionSpec", "Lease", "Outcome", "Result"], "worker.model"),
+    **dict.fromkeys(["CheckpointFailed", "Fate", "Finished", "FunctionSpec", "Lease", "Outcome", "Result"], "worker.model"),
     "FunctionOptions": "worker.settings.config",
 }
 
 
+#: Former names, still importable with a DeprecationWarning, each with the name that replaced it.
+_FORMER = {"Done": "Fate"}
+
+
 def __getattr__(name: str) -> Any:
+    if (current := _FORMER.get(name)) is not None:
+        warnings.warn(f"worker.{name} is deprecated; use worker.{current}", DeprecationWarning, stacklevel=2)
+        return __getattr__(current)
     module = _DEFINED_IN.get(name)
     if module is None:
         raise AttributeError(f"module 'worker' has no attribute {name!r}")

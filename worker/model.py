@@ -2,13 +2,15 @@
 
 They sit below the runtime and middleware, so every layer imports them from one place.
 The app registers a :class:`FunctionSpec`; each received message gets a :class:`Lease`.
-An invocation's :class:`Result` becomes a :class:`Finished` for completion, which reports :class:`Done`.
+An invocation's :class:`Result` (the attempt's :class:`Outcome`) becomes a :class:`Finished` for completion,
+which gives the message its :class:`Fate`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import math
 import threading
 import time
 import warnings
@@ -114,6 +116,9 @@ class LeaseKeeper(Protocol):
         """Replace the message's content (wire text) while ``lease`` holds it; raises :class:`CheckpointFailed`."""
 
 
+#: Seconds kept between the end of a visibility asked for and the message's expiry: the service counts from when
+#: it reads the request, a little after this clock.
+EXPIRY_MARGIN = 0.5
 #: Guards the first creation of a lease's events, which a handler's thread and the event loop may ask for at once.
 _EVENTS = threading.Lock()
 
@@ -196,13 +201,34 @@ class Lease:
         """Whether ``cancelled`` is set, without making the event."""
         return self._cancelled is not None and self._cancelled.is_set()
 
+    def seconds_left(self) -> float:
+        """What is left of the lease by our own clock, in seconds; below 0 once it has run out unrenewed."""
+        return self.expires_at - time.monotonic()
+
     def holds(self) -> bool:
         """Whether the lease is still ours by our own clock: until then nobody else can receive the message.
 
         So a message found gone meanwhile was deleted with our receipt, by an earlier attempt of ours
         whose answer was lost (or its time to live ran out), not by another worker.
         """
-        return self.expires_at > time.monotonic()
+        return self.seconds_left() > 0
+
+    def within_expiry(self, seconds: float) -> float:
+        """``seconds``, or what the message has left before it expires if that is less (never below 0): the longest
+        visibility any update of it may ask for.
+
+        OCI Queue's visibility "can't extend beyond the message's retention", and Azure refuses a visibility past a
+        message's time to live. What is left is taken short by :data:`EXPIRY_MARGIN` and down to a whole number of
+        the backend's ``visibility_resolution`` (a whole-second service rounds a visibility up), so that the service
+        never sees a visibility past the expiry. The message may so show again up to that much before it expires.
+        """
+        if self.message_expires is None:
+            return seconds
+        resolution = self.backend.limits.visibility_resolution if self.backend is not None else 0.0
+        left = self.message_expires - time.time() - EXPIRY_MARGIN
+        if resolution > 0:
+            left = math.floor(left / resolution) * resolution
+        return max(0.0, min(seconds, left))
 
     def log_fields(self) -> dict[str, object]:
         """What every log line about this lease's message carries."""
@@ -221,12 +247,20 @@ class Lease:
 
 
 class Outcome(enum.Enum):
+    """What an attempt came to: the handler's word, or the host's where it gave the attempt up.
+
+    Not yet what becomes of the message: its :class:`Fate` follows from the outcome, its dequeue count and its
+    queue (:func:`worker.runtime.verdict.fate`): a failure, say, is RETRIED, or POISONED on the last attempt. On a
+    poison queue, which has no poison queue of its own, a failure or poison is LEFT.
+    """
+
+    #: The handler returned (and its outputs were written): DELETED.
     SUCCEEDED = "succeeded"
-    #: The handler raised or ran past functionTimeout: retry, or poison on the last attempt.
+    #: The handler raised or ran past functionTimeout: RETRIED, or POISONED on the last attempt.
     FAILED = "failed"
-    #: The message must not be tried again (undecodable, or past maxDequeueCount at receive).
+    #: The message must not be tried again (undecodable, past maxDequeueCount at receive, or asked for): POISONED.
     POISON = "poison"
-    #: The host gave up on it for a reason that is not the message's fault (shutdown).
+    #: The host gave it up for a reason that is not the message's fault (shutdown, a lost lease): RELEASED.
     RELEASE = "release"
 
 
@@ -243,15 +277,24 @@ class Result:
     exception: BaseException | None = field(default=None, compare=False, repr=False)
 
 
-class Done(enum.Enum):
-    """What a completion did to the message."""
+class Fate(enum.Enum):
+    """What becomes of a message once its attempt is over, in one vocabulary: what completion is to do with it
+    (:func:`worker.runtime.verdict.fate`, one of the first five) and what it did (``after_completion``'s ``done``).
 
+    The two differ only where completion could not do what was decided (the last three), or where the backend's
+    poison policy hands poison to the service's own dead-letter queue: it is then RELEASED for the service to move.
+    """
+
+    #: Its attempt succeeded: deleted.
     DELETED = "deleted"
+    #: Given up by the host (shutdown, interrupt): visible again at once, the attempt not counted as a failure.
     RELEASED = "released"
-    #: Failed, and made visible again after the retry delay.
+    #: Failed with attempts left: visible again after the retry delay.
     RETRIED = "retried"
+    #: Out of circulation, as the backend's poison policy says.
     POISONED = "poisoned"
-    #: Failed on a poison queue, which has no poison queue: left for its lease to end.
+    #: Failed on a poison queue, which has no poison queue of its own: left invisible until its lease ends, as in
+    #: Functions.
     LEFT = "left"
     #: The lease was lost before completion began: nothing done.
     SKIPPED = "skipped"
@@ -259,6 +302,10 @@ class Done(enum.Enum):
     LEASE_LOST = "lease lost"
     #: Storage refused for good; the message comes back when its lease ends.
     ERROR = "error"
+
+
+#: Deprecated: :class:`Fate`'s former name (``worker.Done`` warns).
+Done = Fate
 
 
 @dataclass(frozen=True, slots=True)

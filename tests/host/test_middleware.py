@@ -16,7 +16,7 @@ from worker import InvocationFailed, Middleware, Poison, QueueMessage, WorkerApp
 from worker.backends.registry import open_backend
 from worker.bindings.encoding import encode
 from worker.invocation import Invocation
-from worker.model import Done, Finished, FunctionSpec, Result, StartupRefused
+from worker.model import Fate, Finished, FunctionSpec, Result, StartupRefused
 from worker.ops import preflight
 from worker.runtime.host import Host
 from worker.settings.config import HostConfig
@@ -58,7 +58,7 @@ class HookCounter(Middleware):
         self.calls["retry_delay"] += 1
         return delay
 
-    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
         self.done.append((item.raw.content, done.value))
 
 
@@ -185,7 +185,7 @@ class Gate(Middleware):
         self.waiting.set()
         await self.open.wait()
 
-    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
         self.done.append(done.value)
 
 

@@ -22,7 +22,7 @@ import worker
 from tests.support import apoll, running
 from worker import (
     Delivery,
-    Done,
+    Fate,
     Finished,
     FunctionOptions,
     FunctionSpec,
@@ -107,7 +107,7 @@ def test_every_type_a_hook_receives_is_exported_from_worker() -> None:
         for found in (hint, *typing.get_args(hint)):
             if isinstance(found, type) and found.__module__.startswith("worker"):
                 types.add(found)
-    assert {Invocation, Delivery, Finished, FunctionSpec, FunctionOptions, Result, Done, QueueMessage} <= types
+    assert {Invocation, Delivery, Finished, FunctionSpec, FunctionOptions, Result, Fate, QueueMessage} <= types
     assert sorted(t.__name__ for t in types if getattr(worker, t.__name__, None) is not t) == []
     assert [f.name for f in fields(Finished)] == [
         "function",
@@ -139,7 +139,7 @@ class OldStyle(Middleware):
             self.seen["binding_data"] = dict(invocation.binding_data)
         self.warned += [str(w.message) for w in caught if w.category is DeprecationWarning]
 
-    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self.seen["visibility_timeout"] = item.config.visibility_timeout
@@ -172,6 +172,14 @@ async def test_a_middleware_written_against_the_older_names_still_runs_and_is_to
         "Invocation.binding_data",
         "Finished.config",
     ]
+
+
+def test_done_is_still_importable_as_the_former_name_of_fate() -> None:
+    with pytest.warns(DeprecationWarning, match="worker.Done is deprecated; use worker.Fate"):
+        from worker import Done
+    assert Done is Fate
+    with pytest.warns(DeprecationWarning):
+        assert worker.Done.POISONED is Fate.POISONED  # asked for again, it warns again
 
 
 async def _true(value: bool) -> bool | None:

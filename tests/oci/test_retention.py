@@ -19,9 +19,9 @@ from tests.conftest import oci_connection
 from tests.oci.fixture import OciTestServer
 from tests.support import apoll
 from worker.backends.registry import open_backend
-from worker.model import Lease
+from worker.model import EXPIRY_MARGIN, Lease
 from worker.observability.metrics import Metrics
-from worker.runtime.lease import EXPIRY_MARGIN, LeaseScheduler
+from worker.runtime.lease import LeaseScheduler
 
 #: The shortest retention a queue may have (the API reference's range is 10 s to 7 days).
 RETENTION = 10

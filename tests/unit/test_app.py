@@ -34,7 +34,7 @@ def test_public_api_exports_app_message_and_out() -> None:
         "Result",
         "Outcome",
         "Finished",
-        "Done",
+        "Fate",
         "CheckpointFailed",
         "Delivery",
         "FunctionOptions",

@@ -15,10 +15,9 @@ from worker import Middleware, WorkerApp
 from worker.backends.queues import RawMessage
 from worker.middleware import Chain
 from worker.middleware.concurrency import ConcurrencyLimit
-from worker.model import FunctionSpec, Outcome, Result
+from worker.model import Fate, FunctionSpec, Outcome, Result
 from worker.runtime import verdict
 from worker.runtime.listener import Capacity
-from worker.runtime.verdict import Verdict
 from worker.settings.config import ConfigError, FunctionOptions, HostConfig, load_config, parse_duration
 from worker.settings.retry import RetryPolicy, parse_retry
 
@@ -257,18 +256,16 @@ def test_a_message_dequeued_more_than_max_dequeue_count_is_poison_before_it_runs
 @pytest.mark.parametrize(
     ("queue", "dequeue_count", "outcome", "expected"),
     [
-        ("q", 1, Outcome.SUCCEEDED, Verdict.DELETE),
-        ("q", 5, Outcome.SUCCEEDED, Verdict.DELETE),
-        ("q", 5, Outcome.RELEASE, Verdict.RELEASE),
-        ("q", 1, Outcome.FAILED, Verdict.RETRY),
-        ("q", 3, Outcome.FAILED, Verdict.POISON),  # the last attempt
-        ("q", 1, Outcome.POISON, Verdict.POISON),  # asked for, or no attempt could succeed
-        ("q-poison", 3, Outcome.FAILED, Verdict.LEAVE),  # a poison queue has no poison queue
-        ("q-poison", 1, Outcome.POISON, Verdict.LEAVE),
-        ("q-poison", 1, Outcome.SUCCEEDED, Verdict.DELETE),
+        ("q", 1, Outcome.SUCCEEDED, Fate.DELETED),
+        ("q", 5, Outcome.SUCCEEDED, Fate.DELETED),
+        ("q", 5, Outcome.RELEASE, Fate.RELEASED),
+        ("q", 1, Outcome.FAILED, Fate.RETRIED),
+        ("q", 3, Outcome.FAILED, Fate.POISONED),  # the last attempt
+        ("q", 1, Outcome.POISON, Fate.POISONED),  # asked for, or no attempt could succeed
+        ("q-poison", 3, Outcome.FAILED, Fate.LEFT),  # a poison queue has no poison queue
+        ("q-poison", 1, Outcome.POISON, Fate.LEFT),
+        ("q-poison", 1, Outcome.SUCCEEDED, Fate.DELETED),
     ],
 )
-def test_one_place_says_what_an_attempt_comes_to(
-    queue: str, dequeue_count: int, outcome: Outcome, expected: Verdict
-) -> None:
-    assert verdict.verdict(queue, dequeue_count, 3, Result(outcome, "why")) is expected
+def test_one_place_says_what_an_attempt_comes_to(queue: str, dequeue_count: int, outcome: Outcome, expected: Fate) -> None:
+    assert verdict.fate(queue, dequeue_count, 3, Result(outcome, "why")) is expected

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, TypeVar
 import structlog
 
 from worker.invocation import Invocation
-from worker.model import Done, Finished, FunctionSpec, Result
+from worker.model import Fate, Finished, FunctionSpec, Result
 from worker.settings.config import FunctionOptions
 from worker.settings.sections import SectionSchema
 
@@ -88,7 +88,7 @@ class Middleware:
         """Seconds a failed message stays invisible before its next attempt (``delay``: what earlier layers chose)."""
         return delay
 
-    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
         """The message was completed: ``done`` says what was done to it (deleted, released, poisoned, ...)."""
 
     def wake_listeners(self) -> None:
@@ -243,7 +243,7 @@ class Chain:
             delay = self.call(hook, delay, item, delay)
         return delay
 
-    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
         self._each(self._completed, item, result, done)
 
     def _each(self, hooks: Sequence[Callable[..., object]], *args: Any) -> None:

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from worker.invocation import Invocation
 from worker.middleware import Middleware
-from worker.model import Done, Finished, FunctionSpec, Outcome, Result
+from worker.model import Fate, Finished, FunctionSpec, Outcome, Result
 from worker.observability.metrics import Metrics
 
 #: The counters each completion adds to.
-_COUNTED: dict[Done, tuple[str, ...]] = {
-    Done.DELETED: ("succeeded",),
-    Done.RELEASED: ("released",),
-    Done.RETRIED: ("failed", "retried"),
-    Done.LEFT: ("failed",),
-    Done.POISONED: ("poisoned",),
-    Done.SKIPPED: ("completions_skipped",),
-    Done.LEASE_LOST: ("leases_lost",),
-    Done.ERROR: ("storage_errors",),
+_COUNTED: dict[Fate, tuple[str, ...]] = {
+    Fate.DELETED: ("succeeded",),
+    Fate.RELEASED: ("released",),
+    Fate.RETRIED: ("failed", "retried"),
+    Fate.LEFT: ("failed",),
+    Fate.POISONED: ("poisoned",),
+    Fate.SKIPPED: ("completions_skipped",),
+    Fate.LEASE_LOST: ("leases_lost",),
+    Fate.ERROR: ("storage_errors",),
 }
 
 
@@ -33,13 +33,13 @@ class Counting(Middleware):
         if invocation.handler_seconds is not None:
             self.metrics.handler_seconds.observe(invocation.function.name, invocation.handler_seconds)
 
-    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
-        if done is Done.DELETED and result.filtered:  # dropped unhandled by the function's filters
+    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
+        if done is Fate.DELETED and result.filtered:  # dropped unhandled by the function's filters
             self.metrics.inc("filtered", item.function)
             return
         for name in _COUNTED[done]:
             self.metrics.inc(name, item.function)
-        if done is Done.POISONED:
+        if done is Fate.POISONED:
             if result.outcome is Outcome.FAILED:  # its last attempt failed
                 self.metrics.inc("failed", item.function)
             elif result.requested:  # the handler asked for it (worker.Poison, msg.fail(poison=True))

@@ -20,7 +20,7 @@ from worker.backends.queues import QueueBackend, RawMessage
 from worker.context import TraceContext
 from worker.invocation import Invocation
 from worker.middleware import Middleware
-from worker.model import Done, Finished, Outcome, Result
+from worker.model import Fate, Finished, Outcome, Result
 from worker.observability.otel import Telemetry, messaging_attributes
 
 
@@ -86,7 +86,7 @@ class Tracing(Middleware):
                 trace_parent=carried["traceparent"], trace_state=carried.get("tracestate", "")
             )
 
-    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
         opened = self._open.get(item.invocation_id)
         if opened is None:  # settled before its handler could run (undecodable, past maxDequeueCount, shutdown)
             opened = _Open(self._start(item.function, item.queue, item.backend, [item.raw], item.invocation_id, False), 1)

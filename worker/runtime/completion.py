@@ -2,9 +2,10 @@
 
 To *settle* a message is to delete it, make it visible again, or poison it; only completion settles.
 (A handed-over message is settled by the next process: :mod:`worker.runtime.recycle`.)
-It carries out the verdict (:mod:`worker.runtime.verdict`): success deletes, failure releases after a delay.
-Poison goes to the backend's policy (:mod:`worker.runtime.poison`); a shutdown releases at once.
-A lost lease means the message is someone else's: nothing is done. Middleware hears ``after_completion``.
+It carries out the message's :class:`worker.model.Fate`, as :mod:`worker.runtime.verdict` decides it:
+success deletes, failure releases after a delay, poison goes to the backend's policy
+(:mod:`worker.runtime.poison`), a shutdown releases at once. A lost lease means the message is someone else's:
+nothing is done. Middleware hears ``after_completion``, in the same names.
 While completions fail for storage, receives are held back (:mod:`worker.runtime.backpressure`).
 """
 
@@ -16,12 +17,12 @@ from dataclasses import dataclass
 
 from worker.backends.queues import LeaseGone, MessageNotFound, QueueBackend, TransientError
 from worker.middleware import Chain
-from worker.model import Done, Finished, Result
+from worker.model import Fate, Finished, Result
 from worker.observability.metrics import Metrics
+from worker.runtime import verdict
 from worker.runtime.backpressure import StoreTrouble
 from worker.runtime.lease import LeaseScheduler
 from worker.runtime.poison import poison_queue, policy_for
-from worker.runtime.verdict import Verdict, verdict
 
 #: Seconds between attempts of a completion that storage failed (each attempt has the backend's own retries).
 COMPLETION_RETRY_INTERVAL = 2.0
@@ -64,18 +65,18 @@ class CompletionProcessor:
                 async with lease.lock:
                     if lease.is_lost:
                         log.warning("completion skipped: the lease was lost", outcome=result.outcome.value)
-                        self.middleware.after_completion(item, result, Done.SKIPPED)
+                        self.middleware.after_completion(item, result, Fate.SKIPPED)
                         return
                     self.scheduler.forget(lease)
                     try:
-                        done = await self._apply(item, result, progress)
+                        fate = await self._apply(item, result, progress)
                         if progress.failed_attempts:
                             log.info("completion done after storage returned", attempts=progress.failed_attempts + 1)
-                        self.middleware.after_completion(item, result, done)
+                        self.middleware.after_completion(item, result, fate)
                         return
                     except LeaseGone as exc:
                         log.warning("message changed hands before completion", error=type(exc).__name__)
-                        self.middleware.after_completion(item, result, Done.LEASE_LOST)
+                        self.middleware.after_completion(item, result, Fate.LEASE_LOST)
                         return
                     except TransientError as exc:
                         self.metrics.inc("storage_errors", item.function)
@@ -95,43 +96,43 @@ class CompletionProcessor:
                             outcome=result.outcome.value,
                             error=f"{type(exc).__name__}: {exc}",
                         )
-                        self.middleware.after_completion(item, result, Done.ERROR)
+                        self.middleware.after_completion(item, result, Fate.ERROR)
                         return
                 await asyncio.sleep(COMPLETION_RETRY_INTERVAL)
         finally:  # however it ends (settled, lease lost, cancelled at shutdown), it no longer holds receives back
             self.trouble.settled(item.backend, lease)
 
-    async def _apply(self, item: Finished, result: Result, progress: _Progress) -> Done:
+    async def _apply(self, item: Finished, result: Result, progress: _Progress) -> Fate:
+        """Give the message the fate its attempt's verdict decides; the fate it had (the poison policy may
+        release poison for the service's dead-letter queue to take)."""
         receipt = item.lease.pop_receipt
         assert receipt is not None
         limit = item.options.max_dequeue_count
-        match verdict(item.queue, item.raw.dequeue_count, limit, result):
-            case Verdict.DELETE:
+        fate = verdict.fate(item.queue, item.raw.dequeue_count, limit, result)
+        match fate:
+            case Fate.DELETED:
                 await self._delete(item)
-                return Done.DELETED
-            case Verdict.RELEASE:
+            case Fate.RELEASED:
                 await item.backend.update(item.queue, item.raw.id, receipt, 0)
                 item.log.info("message released", reason=result.reason)
-                return Done.RELEASED
-            case Verdict.LEAVE:
+            case Fate.LEFT:
                 item.log.error("message failed on a poison queue; left for its lease to end", reason=result.reason)
-                return Done.LEFT
-            case Verdict.POISON:
+            case Fate.POISONED:
                 policy = policy_for(item.backend, item.queue)
-                done = await policy.take(item, result.reason, lambda: self._delete(item), progress)
-                if done is Done.POISONED and self.sent is not None:  # a copy in <queue>-poison, not a release
+                fate = await policy.take(item, result.reason, lambda: self._delete(item), progress)
+                if fate is Fate.POISONED and self.sent is not None:  # a copy in <queue>-poison, not a release
                     self.sent(item.backend, poison_queue(item.queue))
-                return done
-        # Never past the message's expiry, which the service would refuse: it is gone then anyway.
-        delay = self.scheduler.within_expiry(item.lease, self.middleware.retry_delay(item, item.options.visibility_timeout))
-        await item.backend.update(item.queue, item.raw.id, receipt, delay)
-        item.log.warning(
-            "message failed; it will be retried",
-            reason=result.reason,
-            visible_in=round(delay, 3),
-            attempts_left=limit - item.raw.dequeue_count,
-        )
-        return Done.RETRIED
+            case Fate.RETRIED:
+                # Never past the message's expiry, which the service would refuse: it is gone then anyway.
+                delay = item.lease.within_expiry(self.middleware.retry_delay(item, item.options.visibility_timeout))
+                await item.backend.update(item.queue, item.raw.id, receipt, delay)
+                item.log.warning(
+                    "message failed; it will be retried",
+                    reason=result.reason,
+                    visible_in=round(delay, 3),
+                    attempts_left=limit - item.raw.dequeue_count,
+                )
+        return fate
 
     async def _delete(self, item: Finished) -> None:
         """Delete the message with the lease's receipt.

@@ -1,5 +1,6 @@
 """From received messages to a finished invocation: decode, call the handler, hand the results to completion.
 
+The path reads top to bottom in one method, :meth:`Dispatcher._pipeline`; its stages follow in the order they run.
 Every message starts at once, as in Functions: async handlers on the loop, sync ones on ``handlerThreads``.
 A sync message waiting for a thread has not started: at shutdown it is released at once.
 ``cardinality="many"`` hands the batch to one invocation; each message keeps its lease and outcome.
@@ -129,7 +130,7 @@ class Dispatcher:
                 # Refers back to the invocation; the scheduler drops it when the lease is completed or lost.
                 delivery.lease.on_lost = lambda: self._give_up(inv, LEASE_LOST)
             self.scheduler.hold(delivery.lease)
-        task = self.invocations[inv] = asyncio.create_task(self._process(inv), name=f"invocation-{inv.id}")
+        task = self.invocations[inv] = asyncio.create_task(self._pipeline(inv), name=f"invocation-{inv.id}")
 
         def finished(done: asyncio.Task[None]) -> None:
             del self.invocations[inv]
@@ -166,7 +167,8 @@ class Dispatcher:
         task = self._handlers.get(inv)
         if task is None:
             return
-        if task is asyncio.current_task():
+        from_the_handler = asyncio.current_task() is task  # not in the if: the type checker would widen task
+        if from_the_handler:
             # Given up from within the handler (its checkpoint found the lease lost), which goes on running: a
             # cancellation asked for now would wait for the task's next await, which may come after the handler has
             # returned, in its completion (Python 3.11's uncancel() does not withdraw it). So it is asked for from
@@ -176,8 +178,8 @@ class Dispatcher:
             self._cancel_handler(inv, task)
 
     def _cancel_handler(self, inv: Invocation, task: asyncio.Task[None]) -> None:
-        """Cancel ``task`` where it awaits in ``inv``'s handler, if it still runs it; counted, for :meth:`_call` to
-        withdraw once the handler is over."""
+        """Cancel ``task`` where it awaits in ``inv``'s handler, if it still runs it; counted, for
+        :meth:`_call_handler` to withdraw once the handler is over."""
         if self._handlers.get(inv) is task:
             state_of(inv).handler_cancels += 1
             task.cancel()
@@ -187,38 +189,26 @@ class Dispatcher:
         inv.interrupt()
         self.middleware.on_interrupt(inv)
 
-    async def _process(self, inv: Invocation) -> None:
+    async def _pipeline(self, inv: Invocation) -> None:
+        """One invocation, top to bottom: admit each message, bind the handler's arguments, run the handler between
+        its middleware (under its lease, within functionTimeout), give each message its own result, settle each.
+
+        A stage that ends the attempt early returns its result; nothing raises past here but the host's own teardown.
+        """
         # Every line logged in this task (and the handler's thread, which copies its context) names the invocation,
         # including the handler's own logging and structlog lines. The task's context is its own: nothing leaks.
-        function = inv.function
-        bind_invocation(function.name, inv.id)
+        bind_invocation(inv.function.name, inv.id)
         state = state_of(inv)
         state.began = time.monotonic()
-        await self._execute(inv, state)
-        deliveries = inv.deliveries
-        if state.overran is not None:  # completed by the next process, once this one (and the handler's thread) is gone
-            self.recycler.hold(inv, [d for d in deliveries if d.message is not None], state.overran)
-            deliveries = [d for d in deliveries if d.message is None]
-        completions = [
-            self.completion.complete(
-                Finished(
-                    function.name,
-                    inv.id,
-                    inv.backend,
-                    function.queue_name,
-                    d.raw,
-                    d.lease,
-                    inv.options,
-                    BindOnUse(inv.log, message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many else inv.log,
-                ),
-                d.result or Result(Outcome.RELEASE, "no result"),
-            )
-            for d in deliveries
-        ]
-        if len(completions) == 1:  # the common case, without gather's task per message
-            await completions[0]
-        elif completions:
-            await asyncio.gather(*completions)
+        admitted = [d for d in inv.deliveries if self._admit(inv, d)]
+        if admitted:
+            state.messages = [d.message for d in admitted if d.message is not None]
+            result = self._bind_arguments(inv, state)
+            if result is None:
+                result = await self._apply_middleware(inv, state)
+            for delivery in admitted:
+                delivery.result = verdict.of_message(delivery.message, result, inv.log)
+        await self._settle(inv, state)
 
     def _admit(self, inv: Invocation, delivery: Delivery) -> bool:
         """Decode one message for the handler; or decide at once that it goes to poison. True if admitted."""
@@ -246,18 +236,9 @@ class Dispatcher:
         )
         return True
 
-    async def _execute(self, inv: Invocation, state: InvocationState) -> None:
-        """Run the handler with its middleware and set each delivery's result; never raises."""
-        live = [d for d in inv.deliveries if self._admit(inv, d)]
-        if not live:
-            return
-        state.messages = [d.message for d in live if d.message is not None]
-        result = await self._run(inv, state)
-        for delivery in live:
-            delivery.result = verdict.of_message(delivery.message, result, inv.log)
-
-    async def _run(self, inv: Invocation, state: InvocationState) -> Result:
-        """before_invocation hooks, the handler, after_invocation hooks: the outcome of the whole call."""
+    def _bind_arguments(self, inv: Invocation, state: InvocationState) -> Result | None:
+        """Put what the handler is called with in ``inv.kwargs``; or the result of an attempt that cannot begin (the
+        host gave it up already, a body a ``str`` parameter cannot take), which no hook hears of."""
         if state.cancel_reason is not None:
             return Result(Outcome.RELEASE, state.cancel_reason)
         function = inv.function
@@ -278,49 +259,32 @@ class Dispatcher:
                     max_retry_count=inv.options.max_dequeue_count - 1,
                 ),
             )
+        return None
+
+    async def _apply_middleware(self, inv: Invocation, state: InvocationState) -> Result:
+        """before_invocation hooks, the handler under its lease, after_invocation hooks: the result of the whole call,
+        as the hooks leave it (one that raises fails the attempt, or poisons it)."""
         try:
             await self.middleware.before_invocation(inv)
         except Exception as exc:
             result = verdict.raised(exc, "before the handler", inv.log)
         else:
-            result = await self._call(inv, state)
+            result = await self._run_under_lease(inv, state)
         try:
             return await self.middleware.after_invocation(inv, result)
         except Exception as exc:
             return verdict.raised(exc, "after the handler", inv.log)
 
-    async def _call(self, inv: Invocation, state: InvocationState) -> Result:
-        """Call the handler within functionTimeout; its outcome, with cancellation by the host told apart."""
+    async def _run_under_lease(self, inv: Invocation, state: InvocationState) -> Result:
+        """Call the handler while the host holds its messages, within functionTimeout: its result, with the host
+        giving it up (a lost lease, shutdown: released) told apart from a failure of its own."""
         if state.cancel_reason is not None:
             # Given up while a before_invocation hook ran (shutdown releases what has not started): the handler
             # must not start now, or it would run to its end and then see its message released.
             return Result(Outcome.RELEASE, state.cancel_reason)
-        # The handler runs in this task, not in one of its own (which cost more than the rest of the dispatcher's work
-        # for a message); while it runs, _give_up cancels this task, and the cancellations it asked for are withdrawn
-        # once the handler is over, so that only another's (the host torn down) reach what follows.
         task = self.invocations[inv]  # the current task, as dispatch made it
-        self._handlers[inv] = task
-        # Set for the handler alone (a sync handler's thread gets a copy of this context), not for what follows it.
-        handler_context = current_invocation.set(inv)
-        started = time.monotonic()
         try:
-            try:
-                await self._invoke(inv, task, state)
-            finally:
-                state.handler_seconds = time.monotonic() - started
-                current_invocation.reset(handler_context)
-                del self._handlers[inv]
-                for _ in range(state.handler_cancels):
-                    task.uncancel()
-            if task.cancelling():
-                # Cancelled by another than the host while the handler ran, and not seen: the handler swallowed it, or
-                # cancelled its own task and returned before its next await. Pending, the latter would be taken at this
-                # task's next await, in the completion; it is taken here instead, as the handler's own.
-                try:
-                    await asyncio.sleep(0)
-                except asyncio.CancelledError:
-                    task.uncancel()
-                    raise
+            seconds = await self._call_handler(inv, task, state)
         except asyncio.CancelledError:
             if task.cancelling():  # the host itself is being torn down
                 raise
@@ -342,42 +306,79 @@ class Dispatcher:
             inv.log.warning("invocation cancelled", reason=state.cancel_reason)
             return Result(Outcome.RELEASE, state.cancel_reason)
         if debug_enabled():  # else the invocation's logger need not be bound at all
-            inv.log.debug("handler succeeded", seconds=round(state.handler_seconds, 3), messages=len(inv.messages))
+            inv.log.debug("handler succeeded", seconds=round(seconds, 3), messages=len(inv.messages))
         return _SUCCEEDED
 
-    async def _invoke(self, inv: Invocation, task: asyncio.Task[None], state: InvocationState) -> None:
-        """Call the handler with ``inv.kwargs`` in ``task`` (the current one): on the event loop if async, else in a
-        handler thread."""
-        function = inv.function
-        timeout = inv.options.function_timeout
-        if function.is_async:
-            state.started = True
-            # functionTimeout cancels this task (see _Deadlines), not asyncio.timeout: the same outcome without its
-            # context manager's objects and timer on every message.
-            deadlines = None
-            if timeout is not None:
-                deadlines = self._deadlines.get(timeout)
-                if deadlines is None:
-                    deadlines = self._deadlines[timeout] = _Deadlines(timeout)
-                deadlines.start(task, state)
-            try:
-                await function.handler(**inv.kwargs)
-            except asyncio.CancelledError:
-                if state.timed_out and task.uncancel() == 0:  # the deadline's cancellation, and no other
-                    self._interrupt(inv)
-                    raise TimedOut(f"functionTimeout of {timeout:g}s exceeded") from None
-                raise
-            except Exception:
-                raise
-            except BaseException as exc:  # SystemExit, KeyboardInterrupt ...: fails the attempt, not the loop
-                raise HandlerExited(exc) from exc
+    async def _call_handler(self, inv: Invocation, task: asyncio.Task[None], state: InvocationState) -> float:
+        """Call the handler with ``inv.kwargs`` in ``task`` (the current one), where :meth:`_give_up` can cancel it:
+        on the event loop if async, else in a handler thread. How long it ran, also kept in ``state``."""
+        # The handler runs in this task, not in one of its own (which cost more than the rest of the dispatcher's work
+        # for a message); while it runs, _give_up cancels this task, and the cancellations it asked for are withdrawn
+        # once the handler is over, so that only another's (the host torn down) reach what follows.
+        self._handlers[inv] = task
+        # Set for the handler alone (a sync handler's thread gets a copy of this context), not for what follows it.
+        handler_context = current_invocation.set(inv)
+        started = time.monotonic()
+        try:
+            if inv.function.is_async:
+                await self._call_async(inv, task, state)
             else:
-                if state.timed_out:  # the handler swallowed the deadline's cancellation: withdrawn, as the host's are
-                    task.uncancel()
-            finally:
-                if deadlines is not None:
-                    deadlines.end(task)
-            return
+                await self._call_in_thread(inv, state)
+        finally:
+            state.handler_seconds = seconds = time.monotonic() - started
+            current_invocation.reset(handler_context)
+            del self._handlers[inv]
+            for _ in range(state.handler_cancels):
+                task.uncancel()
+        if task.cancelling():
+            # Cancelled by another than the host while the handler ran, and not seen: the handler swallowed it, or
+            # cancelled its own task and returned before its next await. Pending, the latter would be taken at this
+            # task's next await, in the completion; it is taken here instead, as the handler's own.
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                task.uncancel()
+                raise
+        return seconds
+
+    async def _call_async(self, inv: Invocation, task: asyncio.Task[None], state: InvocationState) -> None:
+        """Await an async handler in ``task``; past functionTimeout it is cancelled and raises :class:`TimedOut`."""
+        state.started = True
+        timeout = inv.options.function_timeout
+        # functionTimeout cancels this task (see _Deadlines), not asyncio.timeout: the same outcome without its
+        # context manager's objects and timer on every message.
+        deadlines = None if timeout is None else self._deadlines_of(timeout)
+        if deadlines is not None:
+            deadlines.start(task, state)
+        try:
+            await inv.function.handler(**inv.kwargs)
+        except asyncio.CancelledError:
+            if state.timed_out and task.uncancel() == 0:  # the deadline's cancellation, and no other
+                self._interrupt(inv)
+                raise TimedOut(f"functionTimeout of {timeout:g}s exceeded") from None
+            raise
+        except Exception:
+            raise
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt ...: fails the attempt, not the loop
+            raise HandlerExited(exc) from exc
+        else:
+            if state.timed_out:  # the handler swallowed the deadline's cancellation: withdrawn, as the host's are
+                task.uncancel()
+        finally:
+            if deadlines is not None:
+                deadlines.end(task)
+
+    def _deadlines_of(self, timeout: float) -> _Deadlines:
+        """The one timer of the async handlers running now whose functionTimeout is ``timeout``."""
+        deadlines = self._deadlines.get(timeout)
+        if deadlines is None:
+            deadlines = self._deadlines[timeout] = _Deadlines(timeout)
+        return deadlines
+
+    async def _call_in_thread(self, inv: Invocation, state: InvocationState) -> None:
+        """Run a sync handler in a handler thread, which is told to stop at functionTimeout (:class:`TimedOut`, or
+        :class:`Overran` while it still runs after the grace)."""
+        function = inv.function
 
         def in_thread() -> None:
             if inv.context is not None:  # the Python worker's context.thread_local_storage, filled in the handler's thread
@@ -397,11 +398,40 @@ class Dispatcher:
 
         await self.threads.run(
             in_thread,
-            timeout,
+            inv.options.function_timeout,
             on_start=started,
             on_timeout=lambda: self._interrupt(inv),
             about={"function": function.name, "invocation_id": inv.id},
         )
+
+    async def _settle(self, inv: Invocation, state: InvocationState) -> None:
+        """Hand each message to completion with its result (none: released); the messages of a sync handler still
+        running past functionTimeout to the recycler instead, for the next process to complete."""
+        function = inv.function
+        deliveries = inv.deliveries
+        if state.overran is not None:  # completed by the next process, once this one (and the handler's thread) is gone
+            self.recycler.hold(inv, [d for d in deliveries if d.message is not None], state.overran)
+            deliveries = [d for d in deliveries if d.message is None]
+        completions = [
+            self.completion.complete(
+                Finished(
+                    function.name,
+                    inv.id,
+                    inv.backend,
+                    function.queue_name,
+                    d.raw,
+                    d.lease,
+                    inv.options,
+                    BindOnUse(inv.log, message_id=d.raw.id, dequeue_count=d.raw.dequeue_count) if function.many else inv.log,
+                ),
+                d.result or Result(Outcome.RELEASE, "no result"),
+            )
+            for d in deliveries
+        ]
+        if len(completions) == 1:  # the common case, without gather's task per message
+            await completions[0]
+        elif completions:
+            await asyncio.gather(*completions)
 
 
 class _Deadlines:

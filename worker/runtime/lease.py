@@ -4,7 +4,7 @@ One heap of due times and one sleeping task serve every lease (the Pub/Sub clien
 A renewal finding the message gone or its receipt changed marks the lease lost; completion skips it.
 Any other renewal error is retried sooner, never fatal: the receipt holds until someone else receives.
 A handler's checkpoint is an update like a renewal: under the lease's lock, with the current receipt.
-No update hides a message past its expiry (:meth:`LeaseScheduler.within_expiry`): OCI and Azure refuse it.
+No update hides a message past its expiry (:meth:`worker.model.Lease.within_expiry`): OCI and Azure refuse it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,9 +40,6 @@ MAX_RETRY = 30.0
 MAX_CONCURRENT_RENEWALS = 64
 #: Heap entries of finished leases tolerated beyond the held ones before the heap is rebuilt.
 COMPACT_SLACK = 64
-#: Seconds kept between the end of a visibility asked for and the message's expiry: the service counts from when
-#: it reads the request, a little after this clock.
-EXPIRY_MARGIN = 0.5
 
 
 class LeaseScheduler:
@@ -81,22 +77,6 @@ class LeaseScheduler:
         lasts = max(duration - resolution, duration * self.fraction / 2)
         lease.expires_at = now + lasts
         self._schedule(lease, now + lasts * self.fraction)
-
-    @staticmethod
-    def within_expiry(lease: Lease, seconds: float) -> float:
-        """``seconds``, or what the lease's message has left before it expires if that is less (never below 0).
-
-        What is left is taken short by :data:`EXPIRY_MARGIN` and down to a whole number of the backend's
-        ``visibility_resolution`` (a whole-second service rounds a visibility up), so that the service never sees
-        a visibility past the expiry. The message may so show again up to that much before it expires.
-        """
-        if lease.message_expires is None:
-            return seconds
-        resolution = lease.backend.limits.visibility_resolution if lease.backend is not None else 0.0
-        left = lease.message_expires - time.time() - EXPIRY_MARGIN
-        if resolution > 0:
-            left = math.floor(left / resolution) * resolution
-        return max(0.0, min(seconds, left))
 
     def hold(self, lease: Lease) -> None:
         """Start renewing ``lease``, which was just taken for ``duration`` seconds."""
@@ -176,7 +156,7 @@ class LeaseScheduler:
         """
         assert lease.backend is not None and lease.pop_receipt is not None
         duration = lease.duration or self.duration
-        visibility = self.within_expiry(lease, duration)
+        visibility = lease.within_expiry(duration)
         if visibility <= 0 and content is None:
             return False
         receipt = await lease.backend.update(lease.queue, lease.message_id, lease.pop_receipt, visibility, content)
@@ -210,7 +190,7 @@ class LeaseScheduler:
             if lease.finished or lease.completing or lease.is_lost:
                 why = "was lost to another receiver" if lease.is_lost else "is over: its completion has begun"
                 raise CheckpointFailed(f"message {lease.message_id} was not checkpointed: its lease {why}")
-            if self.within_expiry(lease, lease.duration or self.duration) <= 0:
+            if lease.within_expiry(lease.duration or self.duration) <= 0:
                 raise CheckpointFailed(f"message {lease.message_id} was not checkpointed: it expires now")
             try:
                 await self._update(lease, content)
@@ -253,14 +233,10 @@ class LeaseScheduler:
                     self._lose(lease, exc)
                     return
                 self.metrics.inc("storage_errors", lease.function)
-                now = time.monotonic()
                 lease.failed_renewals += 1
                 # Until the lease's end, halving the time left; after it, doubling from MIN_RETRY up to MAX_RETRY.
-                retry_in = (
-                    max(MIN_RETRY, (lease.expires_at - now) / 2)
-                    if lease.holds()
-                    else min(MAX_RETRY, MIN_RETRY * 2**lease.failed_renewals)
-                )
+                left = lease.seconds_left()
+                retry_in = max(MIN_RETRY, left / 2) if left > 0 else min(MAX_RETRY, MIN_RETRY * 2**lease.failed_renewals)
                 (log.warning if lease.failed_renewals == 1 else log.debug)(
                     "lease renewal failed; retrying",
                     **lease.log_fields(),
@@ -268,7 +244,7 @@ class LeaseScheduler:
                     retry_in=round(retry_in, 3),
                     failed_in_a_row=lease.failed_renewals,
                 )
-                self._schedule(lease, now + retry_in)
+                self._schedule(lease, time.monotonic() + retry_in)
                 return
             lease.renewals += 1
             self.metrics.inc("lease_renewals", lease.function)

@@ -26,7 +26,7 @@ from worker.backends.queues import (
     RedrivePolicies,
     put_creating,
 )
-from worker.model import Done, Finished
+from worker.model import Fate, Finished
 from worker.observability.redaction import redact
 
 POISON_SUFFIX = "-poison"
@@ -92,7 +92,7 @@ class PoisonPolicy(Protocol):
     async def startup_problem(self, queue: str, max_dequeue_count: int) -> str | None:
         """Why poison of ``queue`` could not be kept, found at start; None when it can."""
 
-    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Done:
+    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Fate:
         """Take the message out of circulation (``delete`` deletes it with its lease's receipt)."""
 
 
@@ -173,7 +173,7 @@ class PoisonQueue:
             return f"poison queue {poison_queue(queue)!r} does not exist, and this host does not create queues here"
         return None
 
-    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Done:
+    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Fate:
         """Copy the message's text to ``<queue>-poison`` (as stored: its last checkpoint, if the handler made
         one), then delete the original.
 
@@ -209,7 +209,7 @@ class PoisonQueue:
                 "message moved to the poison queue", poison_queue=poison, poison_message_id=copy.id, reason=reason
             )
         await delete()
-        return Done.POISONED
+        return Fate.POISONED
 
     async def count(self, queue: str) -> int:
         """How many messages ``<queue>-poison`` holds now (visible or not); 0 when it was never made."""
@@ -340,7 +340,7 @@ class DeadLetterQueue:
             )
         return None
 
-    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Done:
+    async def take(self, item: Finished, reason: str, delete: Callable[[], Awaitable[None]], memo: CopyMemo) -> Fate:
         """Release it: the service moves it to its dead-letter queue once its delivery limit is reached, and each
         delivery until then comes straight back here (the dequeue-count gate) without running the handler. After
         the maxDequeueCount-th delivery it is visible again at once (where the two counts agree, the service takes
@@ -352,7 +352,7 @@ class DeadLetterQueue:
         wait = 0.0 if past <= 0 else min(DEAD_LETTER_WAIT_MAX, 2.0 ** (past - 1), item.backend.limits.max_visibility)
         await item.backend.update(item.queue, item.raw.id, receipt, wait)
         item.log.error("message released for the queue's dead-letter queue", reason=reason, visible_in=wait)
-        return Done.RELEASED
+        return Fate.RELEASED
 
     async def count(self, queue: str) -> int:
         return await self.backend.dead_letter_count(queue)

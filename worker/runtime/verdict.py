@@ -3,14 +3,14 @@
 - :func:`admitted`: dequeued more than ``maxDequeueCount`` (lost attempts), it is not run, as in the WebJobs SDK;
 - :func:`undecodable`: a body that cannot be decoded never will be;
 - :func:`raised`: :class:`worker.Poison`, or :class:`worker.bindings.errors.Unusable`;
-- :func:`of_message`: a batch's message failed alone; :func:`verdict`: a failure on the last attempt.
+- :func:`of_message`: a batch's message failed alone; :func:`fate`: a failure on the last attempt.
+The verdict is the message's :class:`worker.model.Fate`, the names completion reports in.
 Where poison goes is the backend's :class:`worker.runtime.poison.PoisonPolicy`.
 :mod:`worker.runtime.completion` carries the verdict out.
 """
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any
 
 from worker.backends.queues import RawMessage
@@ -18,24 +18,8 @@ from worker.bindings.encoding import MessageDecodeError
 from worker.bindings.errors import Unusable
 from worker.message import Poison, QueueMessage
 from worker.middleware import InvocationFailed
-from worker.model import Outcome, Result
+from worker.model import Fate, Outcome, Result
 from worker.runtime.poison import is_poison_queue
-
-
-class Verdict(Enum):
-    """What completion does with a message after its attempt."""
-
-    #: Succeeded: deleted.
-    DELETE = "delete"
-    #: Given up by the host (shutdown, interrupt): visible again at once, the attempt not counted as a failure.
-    RELEASE = "release"
-    #: Failed with attempts left: visible again after the retry delay.
-    RETRY = "retry"
-    #: Out of circulation, as the backend's poison policy says.
-    POISON = "poison"
-    #: Failed on a poison queue, which has no poison queue of its own: left invisible until its lease ends, as in
-    #: Functions.
-    LEAVE = "leave"
 
 
 class HandlerExited(Exception):  # noqa: N818 -- what happened, as the log says it
@@ -98,14 +82,14 @@ def of_message(message: QueueMessage | None, result: Result, log: Any) -> Result
     return result
 
 
-def verdict(queue: str, dequeue_count: int, max_dequeue_count: int, result: Result) -> Verdict:
-    """What completion does with a message of ``queue`` after an attempt with ``result``."""
+def fate(queue: str, dequeue_count: int, max_dequeue_count: int, result: Result) -> Fate:
+    """What completion is to do with a message of ``queue`` after an attempt with ``result``."""
     if result.outcome is Outcome.SUCCEEDED:
-        return Verdict.DELETE
+        return Fate.DELETED
     if result.outcome is Outcome.RELEASE:
-        return Verdict.RELEASE
+        return Fate.RELEASED
     if is_poison_queue(queue):
-        return Verdict.LEAVE
+        return Fate.LEFT
     if result.outcome is Outcome.POISON or dequeue_count >= max_dequeue_count:
-        return Verdict.POISON
-    return Verdict.RETRY
+        return Fate.POISONED
+    return Fate.RETRIED

@@ -11,7 +11,7 @@ from typing import Any
 
 from worker.invocation import Invocation
 from worker.middleware import Middleware
-from worker.model import Done, Finished, Outcome, Result
+from worker.model import Fate, Finished, Outcome, Result
 
 #: Handler times kept per function for its percentiles: the latest ones.
 RECENT_TIMES = 512
@@ -22,7 +22,7 @@ RECENT_FAILURES = 100
 #: Longest reason kept for a failure, in characters.
 REASON_CHARS = 1000
 #: The completions that follow a failed attempt.
-FAILED = {Done.RETRIED: "retried", Done.LEFT: "left", Done.POISONED: "poisoned"}
+FAILED = {Fate.RETRIED: "retried", Fate.LEFT: "left", Fate.POISONED: "poisoned"}
 
 
 def percentile(ordered: list[float], fraction: float) -> float | None:
@@ -68,7 +68,7 @@ class ConsoleRecorder(Middleware):
         if invocation.handler_seconds is not None:
             self.times_of(invocation.function.name).add(invocation.handler_seconds)
 
-    def after_completion(self, item: Finished, result: Result, done: Done) -> None:
+    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
         if done not in FAILED or result.outcome not in (Outcome.FAILED, Outcome.POISON):
             return
         self.failures.appendleft(
