@@ -21,6 +21,7 @@ instead, after one warning.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import threading
@@ -53,6 +54,7 @@ class ConnectWebUi:
         self.url = url.rstrip("/")
 
     def _get(self, path: str) -> bytes:
+        answer: http.client.HTTPResponse  # what urlopen gives for an http:// URL (typeshed says Any)
         with urllib.request.urlopen(f"{self.url}{path}", timeout=REQUEST_SECONDS) as answer:
             return answer.read()
 
