@@ -21,8 +21,10 @@ PYTEST_PARALLEL := -n $(TEST_PROCESSES) --dist loadgroup --durations=25
 # otherwise compiles every test module, test app and pipeline step again, and pytest rewrites every test module's
 # asserts again, which was half of each test process's collection (4.3 s of CPU, 2.1 s with the caches).
 PYTEST_ENV := PYTHONDONTWRITEBYTECODE=
-# The fast tier: what needs no emulator, test server, Spark or worker process, in two processes; then the linter.
+# The fast tier: what needs no emulator, test server, Spark or worker process, in two processes.
 FAST_TIER := not (azurite or oci or sqs or spark or subprocess or slow or container)
+# What the formatter and the linter read; mypy reads what [tool.mypy] in pyproject.toml names (worker/).
+LINTED := worker tests functions bench docs examples
 
 $(INSTALLED): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -75,9 +77,13 @@ test: $(INSTALLED) $(NODE_INSTALLED) browser containers spark-classes
 	@start=$$(date +%s); status=0; $(PYTEST_ENV) $(PY) -m pytest $(PYTEST_PARALLEL) || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s wall time"; exit $$status
 
+# The formatter's check, the linter and the type checker, then the fast tier. .pre-commit-config.yaml runs the same
+# checks before each commit (after `.venv/bin/pre-commit install`); tests/unit/test_check_hooks.py keeps them the same.
 check: $(INSTALLED)
 	@start=$$(date +%s); status=0; \
-	$(PY) -m ruff check worker tests functions bench docs examples && \
+	$(PY) -m ruff format --check $(LINTED) && \
+	$(PY) -m ruff check $(LINTED) && \
+	$(PY) -m mypy && \
 	$(PYTEST_ENV) $(PY) -m pytest -n 2 -m "$(FAST_TIER)" --durations=10 -q || status=$$?; \
 	echo "make check: $$(( $$(date +%s) - start )) s wall time"; exit $$status
 

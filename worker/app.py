@@ -251,8 +251,7 @@ class WorkerApp:
 
     def _bind(self, binding: OutputBinding | BlobOutput | BlobInput, what: str) -> Callable[[F], F]:
         """Add ``binding`` to the handler's function, whether ``@app.queue_trigger`` ran already or runs later."""
-        inputs = isinstance(binding, BlobInput)
-        attr = _INPUTS_ATTR if inputs else _OUTPUTS_ATTR
+        attr = _INPUTS_ATTR if isinstance(binding, BlobInput) else _OUTPUTS_ATTR
 
         @self._checked(f"{what.replace(' ', '_')} {binding.arg_name!r}")
         def bind(handler: F) -> F:
@@ -263,7 +262,7 @@ class WorkerApp:
                 setattr(handler, attr, (*getattr(handler, attr, ()), binding))
             elif spec.many and not isinstance(binding, OutputBinding):
                 raise ValueError("blob bindings need cardinality 'one' (a path names one message)")
-            elif inputs:
+            elif isinstance(binding, BlobInput):
                 self._specs[handler] = replace(spec, inputs=(*spec.inputs, binding))
             else:
                 self._specs[handler] = replace(spec, outputs=(*spec.outputs, binding))

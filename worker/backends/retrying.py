@@ -168,16 +168,21 @@ class Retrier:
             failure = state.outcome.exception() if state.outcome else None
             return max(backoff(state), (self.retry_after(failure) if failure else None) or 0.0)
 
-        def refusals_spent(state: RetryCallState) -> bool:
+        limits = stop_after_attempt(RETRY_ATTEMPTS - 1) | stop_before_delay(
+            max(0.0, RETRY_BUDGET_SECONDS - (time.monotonic() - started))
+        )
+
+        def stop(state: RetryCallState) -> bool:
+            # Out of attempts or time, or the refusals are spent.
+            if limits(state):
+                return True
             failure = state.outcome.exception() if state.outcome else None
             return failure is not None and self._spent(failure, state.attempt_number + 1)
 
         retrying = AsyncRetrying(
             retry=retry_if_exception(may_retry),
             wait=wait,
-            stop=stop_after_attempt(RETRY_ATTEMPTS - 1)
-            | stop_before_delay(max(0.0, RETRY_BUDGET_SECONDS - (time.monotonic() - started)))
-            | refusals_spent,
+            stop=stop,
             after=self.incident.after_attempt,
             reraise=True,
         )

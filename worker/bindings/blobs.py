@@ -78,12 +78,16 @@ def check_blob_path(path: str) -> None:
             raise BlobBindingError(f"blob path {path!r}: {exc}") from None
 
 
+#: What a binding's ``data_type`` asks a blob input to be.
+_DATA_TYPE_KINDS: dict[str, DataKind] = {"string": "str", "binary": "bytes"}
+
+
 def input_kind(handler: Callable[..., Any], arg_name: str, data_type: str | None) -> DataKind:
     """What a blob input parameter receives: by its annotation, else by ``data_type``, else an InputStream."""
     kind = data_kind(handler, arg_name)
     if kind != "object" or annotation(handler, arg_name) is not inspect.Parameter.empty:
         return kind
-    return {"string": "str", "binary": "bytes"}.get(str(data_type or "").lower(), "object")
+    return _DATA_TYPE_KINDS.get(str(data_type or "").lower(), "object")
 
 
 class InputStream:

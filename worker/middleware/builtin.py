@@ -30,17 +30,22 @@ if TYPE_CHECKING:
 STANDARD: tuple[type[Middleware], ...] = (Counting, InvocationLogs, Bindings, ConcurrencyLimit, RetryDelay)
 
 
+def _declaring(given: Sequence[Middleware]) -> list[type[Middleware] | Middleware]:
+    """What declares the options and sections read: the host's own middleware classes, then ``given``."""
+    return [*STANDARD, *given]
+
+
 def function_options(given: Sequence[Middleware]) -> dict[str, str]:
     """The function options the host's own middleware and ``given`` (the app's and host.yaml's) declare they read."""
     declared: dict[str, str] = dict(spark_settings.FUNCTION_OPTIONS)
-    for middleware in (*STANDARD, *given):
+    for middleware in _declaring(given):
         declared.update(middleware.function_options)
     return declared
 
 
 def settings_sections(given: Sequence[Middleware]) -> list[SectionSchema]:
     """The settings sections the host's own middleware and ``given`` declare they read."""
-    schemas = [schema for middleware in (*STANDARD, *given) for schema in middleware.settings_sections]
+    schemas = [schema for middleware in _declaring(given) for schema in middleware.settings_sections]
     return schemas if spark_settings.SECTION in schemas else [*schemas, spark_settings.SECTION]
 
 

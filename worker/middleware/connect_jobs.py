@@ -9,6 +9,7 @@ Where no job has that form, a tag ending with the invocation's own is taken, aft
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import threading
@@ -41,6 +42,7 @@ class ConnectWebUi:
         self.url = url.rstrip("/")
 
     def _get(self, path: str) -> bytes:
+        answer: http.client.HTTPResponse  # what urlopen gives for an http:// URL (typeshed says Any)
         with urllib.request.urlopen(f"{self.url}{path}", timeout=REQUEST_SECONDS) as answer:
             return answer.read()
 

@@ -39,6 +39,7 @@ from worker.settings.sections import SectionSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     from worker.settings.config import HostConfig
 
@@ -415,7 +416,7 @@ class SparkProvider:
         restarted server knows nothing of the session, and says so).
         """
         if self.remote:
-            if spark.is_stopped:
+            if _connect(spark).is_stopped:
                 return "the Connect session was closed"
             try:
                 self._check(lambda: spark.conf.get("spark.sql.session.timeZone"), [spark])
@@ -508,7 +509,10 @@ class SparkProvider:
                 [("spark.master", self.settings.master), ("spark.app.name", self.settings.app_name), *conf.items()]
             )
             with log_file.open("ab") as out:
-                SparkContext._gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": out, "stderr": out})
+                # pyspark.java_gateway has no annotations.
+                SparkContext._gateway = launch_gateway(  # type: ignore[no-untyped-call]
+                    spark_conf, popen_kwargs={"stdout": out, "stderr": out}
+                )
             SparkContext._jvm = SparkContext._gateway.jvm
             log.info("Spark's own log goes to a file", path=str(log_file))
 
@@ -566,7 +570,7 @@ class SparkProvider:
                 tag=tag,
             )
             return
-        cancel_left_jobs(ConnectWebUi(self.settings.web_ui), spark.session_id, tag)
+        cancel_left_jobs(ConnectWebUi(self.settings.web_ui), _connect(spark).session_id, tag)
 
     def interrupt(self, invocation: Invocation) -> None:
         """Cancel the Spark jobs the invocation's handler started, until it returns (see :func:`_cancel_until`);
@@ -592,6 +596,16 @@ def _given_up(invocation: Invocation | None) -> bool:
     return invocation is not None and invocation.interrupted
 
 
+def _connect(spark: SparkSession) -> ConnectSession:
+    """``spark`` as the Spark Connect session it is where the master is remote: PySpark's builder is typed as
+    making a classic session whatever the master. Imports nothing new: a Connect session's module is loaded."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    if not isinstance(spark, ConnectSession):
+        raise TypeError(f"a Spark Connect session was expected, not {type(spark).__name__}")
+    return spark
+
+
 def _discard(spark: SparkSession, remote: bool, timeout: float) -> None:
     """Stop a session and forget what PySpark keeps of it in the process, even when its JVM or server is gone.
 
@@ -607,14 +621,15 @@ def _discard(spark: SparkSession, remote: bool, timeout: float) -> None:
     hears from by itself.
     """
     if remote:
-        client = spark.client
+        connect = _connect(spark)
+        client = connect.client
         client.set_retry_policies([])
-        if not spark.is_stopped:
+        if not connect.is_stopped:
             try:
                 _bounded(timeout, "releasing the session", client.release_session, client.close)
             except Exception as exc:
                 log.info("the Spark Connect session was not released on the server", error=f"{type(exc).__name__}: {exc}")
-        spark.release_session_on_close = False  # tried above; stop() only closes the channel and forgets it
+        connect.release_session_on_close = False  # tried above; stop() only closes the channel and forgets it
         _stop_quietly(spark)
         os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)
         return

@@ -89,7 +89,11 @@ class PerFunction:
         family = HistogramMetricFamily(self.name, self.help, labels=["function"])
         for function, (counts, total) in sorted(taken.items()):
             cumulative = list(accumulate(counts))
-            buckets = [(floatToGoString(bound), n) for bound, n in zip(self.bounds, cumulative, strict=False)]
+            # prometheus_client.utils has no annotations.
+            buckets = [
+                (floatToGoString(bound), n)  # type: ignore[no-untyped-call]
+                for bound, n in zip(self.bounds, cumulative, strict=False)
+            ]
             family.add_metric([function], [*buckets, ("+Inf", cumulative[-1])], sum_value=total)
         return family
 

@@ -12,6 +12,7 @@ import argparse
 import platform
 import shlex
 from dataclasses import dataclass, field
+from typing import cast
 
 SHELLS = ("bash", "zsh")
 #: Options whose value is a file or folder: completed with file names.
@@ -39,12 +40,14 @@ class CompletionUnavailable(Exception):
 
 def commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[Command]:
     """Every command of ``parser``, its subcommands' included, depth first."""
-    actions, subparsers = getattr(parser, _ACTIONS, None), getattr(argparse, _SUBPARSERS, None)
-    if not isinstance(actions, list) or not isinstance(subparsers, type):
+    actions, found_class = getattr(parser, _ACTIONS, None), getattr(argparse, _SUBPARSERS, None)
+    if not isinstance(actions, list) or not isinstance(found_class, type):
         raise CompletionUnavailable(
             f"Python {platform.python_version()}'s argparse has no {_ACTIONS} or "
             f"{_SUBPARSERS}, which the completion script is written from"
         )
+    # Found by name, checked to be a class: the one typeshed describes, whose choices map names to parsers.
+    subparsers = cast("type[argparse._SubParsersAction[argparse.ArgumentParser]]", found_class)
     here = Command(path)
     found = [here]
     for action in actions:

@@ -194,9 +194,9 @@ def sum_metrics(texts: Sequence[str]) -> str:
         exposed = f"{name}_total" if kind == "counter" else name
         lines.append(f"# HELP {exposed} {documentation}")
         lines.append(f"# TYPE {exposed} {kind}")
-        for (sample, labels), value in series.items():
+        for (sample_name, labels), value in series.items():
             rendered = ",".join(f'{key}="{_escape(val)}"' for key, val in labels)
-            lines.append(f"{sample}{{{rendered}}} {value!r}" if rendered else f"{sample} {value!r}")
+            lines.append(f"{sample_name}{{{rendered}}} {value!r}" if rendered else f"{sample_name} {value!r}")
     return "\n".join(lines) + "\n"
 
 

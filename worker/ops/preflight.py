@@ -207,9 +207,8 @@ def connection_problem(config: HostConfig, connection: str | None, service: Serv
         parsed = parse_connection_string(value)
     except ConnectionStringError as exc:
         return f"connection {connection or DEFAULT}: {exc}"
-    if (parsed.queue_endpoint if service == "queue" else parsed.blob_endpoint) is None:
-        key = "QueueEndpoint" if service == "queue" else "BlobEndpoint"
-        return f"connection {connection or DEFAULT} has no {key} (nor an AccountName to derive one from)"
+    if parsed.blob_endpoint is None:
+        return f"connection {connection or DEFAULT} has no BlobEndpoint (nor an AccountName to derive one from)"
     return None
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client.core import CounterMetricFamily, Metric
 
 from worker.observability import logs
@@ -213,7 +214,7 @@ def allowed_hosts(names: Iterable[str]) -> frozenset[str]:
     return frozenset(host_name(name) for name in names)
 
 
-def _middleware(access: Access, failures: TokenFailures) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+def _middleware(access: Access, failures: TokenFailures) -> Middleware:
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not access.host_allowed(request.headers.get("Host")):

@@ -10,6 +10,7 @@ Copies after the loop stopped: :func:`read_after_stop`, then :func:`ignore_at_ex
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import signal
 import time
@@ -26,7 +27,7 @@ FORWARDED = {signal.SIGTERM: signal.SIGUSR1, signal.SIGINT: signal.SIGUSR2}
 #: then its group delivers it twice within microseconds; a person pressing Ctrl-C twice takes longer.
 REPEAT_WINDOW = 0.1
 
-_ORIGINAL = {passed: original for original, passed in FORWARDED.items()}
+_ORIGINAL: dict[int, signal.Signals] = {passed: original for original, passed in FORWARDED.items()}
 
 
 class Stop(Enum):
@@ -72,7 +73,12 @@ def forwarded_act_as_original() -> None:
     """Until the host listens for them, a signal the supervisor passed on does what its original would (a process
     still starting ends as it would have on SIGTERM or SIGINT), not what SIGUSR1 and SIGUSR2 do by default."""
     for original, passed in FORWARDED.items():
-        signal.signal(passed, lambda _signum, _frame, original=original: signal.raise_signal(original))
+        signal.signal(passed, functools.partial(_raise_original, original))
+
+
+def _raise_original(original: signal.Signals, _signum: int, _frame: object) -> None:
+    """A handler of a forwarded signal (bound to its original by :func:`forwarded_act_as_original`)."""
+    signal.raise_signal(original)
 
 
 def read_after_stop(signals: StopSignals, signums: Iterable[int]) -> None:

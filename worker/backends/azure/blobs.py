@@ -46,8 +46,13 @@ class AzureBlobStore:
         self._service = BlobServiceClient(
             connection.blob_endpoint,
             credential=connection.credential(),
-            # The storage SDK's default waits 15 s and more between attempts; a binding fails its attempt sooner.
-            retry_policy=LinearRetry(backoff=RETRY_WAIT, retry_total=ATTEMPTS - 1, random_jitter_range=RETRY_WAIT / 2),
+            # The storage SDK's default waits 15 s and more between attempts; a binding fails its attempt sooner. The
+            # SDK annotates whole seconds, but draws the wait with random.uniform, which takes fractions.
+            retry_policy=LinearRetry(
+                backoff=RETRY_WAIT,  # type: ignore[arg-type]
+                retry_total=ATTEMPTS - 1,
+                random_jitter_range=RETRY_WAIT / 2,  # type: ignore[arg-type]
+            ),
             transport=Transport(
                 connection_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, use_env_settings=env_settings_wanted()
             ),

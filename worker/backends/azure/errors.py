@@ -133,6 +133,9 @@ class Transport(AioHttpTransport):
     goes on as azure-core's own, with one warning (:func:`worker.dependencies.fall_back`).
     """
 
+    #: azure-core's, as its module declares it (the public import of the class is lazy, so mypy sees an untyped base).
+    session: aiohttp.ClientSession | None
+
     async def open(self) -> None:
         state = [getattr(self, name, None) for name in _TRANSPORT_STATE]
         if not all(isinstance(value, bool) for value in state):

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 from worker.backends.azure.connection import AZURE_CAPABILITIES, AZURE_LIMITS
 from worker.backends.embedded.files import private_file
@@ -97,13 +97,13 @@ def _when(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-def _row_to_message(row: tuple, with_receipt: bool = True) -> RawMessage:
+def _row_to_message(row: tuple[Any, ...], with_receipt: bool = True) -> RawMessage:
     id_, content, dequeue_count, inserted, expires, visible, receipt, properties = row
     return RawMessage(
         id=id_,
         content=content,
         dequeue_count=dequeue_count,
-        insertion_time=_when(inserted),  # type: ignore[arg-type]
+        insertion_time=datetime.fromtimestamp(inserted, UTC),  # a NOT NULL column
         expiration_time=_when(expires),
         time_next_visible=_when(visible),
         pop_receipt=receipt if with_receipt else None,
@@ -112,15 +112,16 @@ def _row_to_message(row: tuple, with_receipt: bool = True) -> RawMessage:
 
 
 @dataclass(eq=False)
-class _Write:
+class _Write(Generic[T]):
     """One write waiting for a group commit, and the future its caller awaits on ``loop``."""
 
-    work: Callable[[sqlite3.Connection], object]
+    work: Callable[[sqlite3.Connection], T]
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future
+    future: asyncio.Future[T]
 
-    def resolve(self, ok: bool, value: object) -> None:
-        """On the caller's loop: hand over the result (a caller that stopped waiting is skipped)."""
+    def resolve(self, ok: bool, value: Any) -> None:
+        """On the caller's loop: hand over the result (a caller that stopped waiting is skipped): what ``work``
+        returned where ``ok``, else what it raised."""
         if self.future.done():
             return
         if ok:
@@ -221,7 +222,7 @@ class SqliteBackend:
         self._changes = _Changes(self.path, self._gone)
         self._cancelled = CancelledReceives()
         #: Writes waiting for the next group commit, and whether a commit loop is queued or running.
-        self._writes: list[_Write] = []
+        self._writes: list[_Write[Any]] = []
         self._writes_lock = threading.Lock()
         self._committing = False
 
@@ -289,7 +290,7 @@ class SqliteBackend:
         loop = asyncio.get_running_loop()
         if not write:
             return await loop.run_in_executor(self._thread, self._read, work)
-        item = _Write(work, loop, loop.create_future())
+        item: _Write[T] = _Write(work, loop, loop.create_future())
         with self._writes_lock:
             self._writes.append(item)
             start, self._committing = not self._committing, True
@@ -323,7 +324,7 @@ class SqliteBackend:
             for item, (ok, value) in zip(group, outcomes, strict=True):
                 item.loop.call_soon_threadsafe(item.resolve, ok, value)
 
-    def _commit(self, group: list[_Write]) -> list[tuple[bool, object]]:
+    def _commit(self, group: list[_Write[Any]]) -> list[tuple[bool, object]]:
         """Run ``group`` in one ``BEGIN IMMEDIATE`` transaction; each item's result or error, in order.
 
         An item that raises is rolled back to its savepoint and the rest go on. A failure of SQLite

@@ -87,9 +87,12 @@ class History:
             series: dict[str, list[float | None]] = {"t": [row[0] for row in rows]}
             for offset, name in enumerate(FIELDS, 1):
                 if name in COUNTERS:
-                    series[name] = [None] + [
-                        _clean((b[offset] - a[offset]) / (b[0] - a[0]) if b[0] > a[0] else None)
-                        for a, b in zip(rows, rows[1:], strict=False)
+                    series[name] = [
+                        None,
+                        *(
+                            _clean((b[offset] - a[offset]) / (b[0] - a[0]) if b[0] > a[0] else None)
+                            for a, b in zip(rows, rows[1:], strict=False)
+                        ),
                     ]
                 else:
                     series[name] = [_clean(row[offset]) for row in rows]
