@@ -23,16 +23,17 @@ import sys
 import threading
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import structlog
+from structlog.typing import EventDict
 
 from worker.observability.redaction import redact, redact_value, remember_environment
 
 __all__ = ["redact"]  # where the log's redaction has always been found; it lives in .redaction
 
 
-def _redact_event(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+def _redact_event(_logger: object, _method: str, event: EventDict) -> EventDict:
     """A structlog processor: no log line carries a secret, whichever library put it in the message."""
     return {key: redact_value(value) for key, value in event.items()}
 
@@ -48,7 +49,7 @@ def bind_invocation(function: str, invocation_id: str) -> None:
     _invocation.set((function, invocation_id))
 
 
-def _merge_invocation(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+def _merge_invocation(_logger: object, _method: str, event: EventDict) -> EventDict:
     """A structlog processor: the invocation's function and id, on a line that does not name its own."""
     named = _invocation.get()
     if named is not None:
@@ -156,7 +157,7 @@ class Categories:
             return f"Function.{function}" if host else f"Function.{function}.User"
         return "Host.General" if host else (logger or "default")
 
-    def drop_below(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    def drop_below(self, logger: Any, method: str, event: EventDict) -> EventDict:
         """A structlog processor: drop a line under its category's level."""
         category = self.category(getattr(logger, "name", ""), event.get("function"))
         if _METHOD_LEVELS.get(method, logging.INFO) < self.level(category):
@@ -226,7 +227,7 @@ class _DescriptorWriter(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         data = text.encode("utf-8", "backslashreplace")
         written = os.write(self._fd, data)
         if written < len(data):  # a pipe may take part of a long line when a signal interrupts the write
@@ -250,7 +251,7 @@ def private_stderr() -> TextIO:
     ``sys.stderr`` does not close the log. A stderr already replaced (a test capturing it) is returned as it is.
     """
     stream = sys.stderr
-    if stream is not sys.__stderr__:
+    if sys.stderr is not sys.__stderr__:  # compared as sys.stderr: mypy would narrow ``stream`` to __stderr__'s type
         return stream
     try:
         fd = stream.fileno()
@@ -263,7 +264,8 @@ def private_stderr() -> TextIO:
         errors=stream.errors,  # noqa: SIM115
         line_buffering=True,
     )
-    return _DescriptorWriter(os.dup(fd))
+    # typing.TextIO is an ABC of its own, which io's classes do not subclass: the writer is one all the same.
+    return cast(TextIO, _DescriptorWriter(os.dup(fd)))
 
 
 class _SinkLogger:
