@@ -8,6 +8,8 @@
   whatever the levels); a line the stream refuses is dropped and counted, never
   raised, and ``worker run`` writes to its own copy of stderr; the SDKs' own
   loggers held at WARNING unless the settings name them;
+- :mod:`.compact`: the log's lines on a terminal: one per invocation, a
+  message's traceback once with the app's frames only, routine lines left out;
 - :mod:`.metrics`: the counters and gauges behind the run summary and ``/metrics``;
 - :mod:`.tracing`: whether the ``OTEL_*`` variables ask for traces and why they
   cannot be had; never imports OpenTelemetry;

@@ -1,7 +1,9 @@
 """The host's structured log: one stream of lines, JSON off a terminal, with no secret in any of them.
 
-Logs go to stderr: readable lines on a terminal, JSON lines elsewhere (a
-container's log collector). The standard ``logging`` module (handlers' own
+Logs go to stderr: JSON lines off a terminal (a container's log collector, a
+file, a pipe), compact lines for people on one (:mod:`.compact`), whichever
+``--log-format`` (``WORKER_LOG_FORMAT``) forces, ``plain`` being every field
+of every line as text. The standard ``logging`` module (handlers' own
 lines, libraries) is routed through the same renderer, so the stream stays one
 object per line, and every line passes the redaction of account keys and SAS
 signatures, whoever wrote it.
@@ -28,6 +30,7 @@ from typing import Any, TextIO, cast
 import structlog
 from structlog.typing import EventDict
 
+from worker.observability.compact import CompactRenderer
 from worker.observability.redaction import redact, redact_value, remember_environment
 
 __all__ = ["redact"]  # where the log's redaction has always been found; it lives in .redaction
@@ -304,6 +307,8 @@ class _SinkHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = self.format(record)
+        except structlog.DropEvent:  # a line the compact renderer does not show
+            return
         except Exception:
             self.handleError(record)
             return
@@ -331,23 +336,44 @@ def always(logger: str, event: str, **fields: Any) -> None:
     line.info(event, **fields)
 
 
+#: What ``worker run --log-format`` takes: ``auto`` is compact on a terminal, JSON lines elsewhere.
+LOG_FORMATS = ("auto", "compact", "plain", "json")
+#: The environment variable that sets the log format where ``--log-format`` is not given; ``worker run`` sets it for
+#: the processes it starts.
+LOG_FORMAT_ENV = "WORKER_LOG_FORMAT"
+
+
 def configure_logging(
     level: str | None = "INFO",
     json_lines: bool | None = None,
     stream: TextIO | None = None,
     categories: Mapping[str, str] | None = None,
+    *,
+    log_format: str = "auto",
+    max_dequeue_count: int | None = None,
 ) -> None:
-    """Send structlog and stdlib logging to ``stream`` (stderr); JSON unless it is a terminal.
+    """Send structlog and stdlib logging to ``stream`` (stderr), in ``log_format`` (:data:`LOG_FORMATS`).
 
     ``level`` (``--log-level``) sets one level for every line; without it, ``categories`` (host.json's
-    ``logging.logLevel``) set each category's, INFO where none applies.
+    ``logging.logLevel``) set each category's, INFO where none applies. ``json_lines``, when given, fixes the form
+    whatever ``log_format`` says: JSON, or (False) plain text. ``max_dequeue_count`` is what the compact lines count
+    attempts against.
     """
     remember_environment(os.environ)  # the AWS variables and the endpoint token, hidden by value wherever they appear
     sink = LogSink(sys.stderr if stream is None else stream)
-    if json_lines is None:
-        json_lines = not sink.isatty()
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
+    if json_lines is not None:
+        log_format = "json" if json_lines else "plain"
+    elif log_format == "auto":
+        log_format = "compact" if sink.isatty() else "json"
+    # The compact renderer formats a traceback itself (the app's frames only) and redacts the whole line it makes.
+    rendering: list[structlog.types.Processor] = (
+        [CompactRenderer(max_dequeue_count)]
+        if log_format == "compact"
+        else [
+            structlog.processors.format_exc_info,
+            _redact_event,
+            structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer(colors=False),
+        ]
     )
     by_category = Categories(categories) if level is None and categories else None
     numeric = by_category.lowest if by_category else logging.getLevelName((level or "INFO").upper())
@@ -363,7 +389,7 @@ def configure_logging(
     # Category levels are decided once the line's function is known (merged from the contexts), before any work.
     dropping = [by_category.drop_below] if by_category else []
     structlog.configure(
-        processors=[*shared[:2], *dropping, *shared[2:], structlog.processors.format_exc_info, _redact_event, renderer],
+        processors=[*shared[:2], *dropping, *shared[2:], *rendering],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         # One write per line (print() writes the text and its newline apart): the processes of `--processes N`
         # share one stderr, and two lines must never interleave into one that is not JSON.
@@ -379,12 +405,7 @@ def configure_logging(
         structlog.stdlib.ProcessorFormatter(
             # A record's extra= fields are kept, as Functions keeps them (App Insights' customDimensions).
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info,
-                _redact_event,
-                renderer,
-            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
         )
     )
     # Python warnings (pyspark's UserWarnings, pandas' FutureWarnings) become log lines too, not raw stderr text.
