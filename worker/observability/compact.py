@@ -32,6 +32,7 @@ from worker.observability.redaction import redact
 #: The host's routine INFO lines, said by a later line or by the summary table: not shown.
 ROUTINE = frozenset(
     {
+        "limit on open files raised",
         "local settings read",
         "config file",
         "supervisor started",
