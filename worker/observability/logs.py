@@ -1,6 +1,7 @@
 """The host's structured log: one stream of lines, JSON off a terminal, with no secret in any of them.
 
-Readable lines on a terminal, JSON elsewhere; ``logging`` records pass the same renderer and redaction.
+Compact lines on a terminal (:mod:`.compact`), JSON elsewhere, or what ``--log-format`` forces.
+``logging`` records pass the same renderer and redaction.
 A line the stream refuses is dropped and counted (:class:`LogSink`), never raised into the host.
 ``worker run`` writes to its own copy of stderr (:func:`private_stderr`).
 So a handler that closes descriptor 2 cannot close or redirect the host's log.
@@ -15,16 +16,18 @@ import sys
 import threading
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import structlog
+from structlog.typing import EventDict
 
+from worker.observability.compact import CompactRenderer
 from worker.observability.redaction import redact, redact_value, remember_environment
 
 __all__ = ["redact"]  # where the log's redaction has always been found; it lives in .redaction
 
 
-def _redact_event(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+def _redact_event(_logger: object, _method: str, event: EventDict) -> EventDict:
     """A structlog processor: no log line carries a secret, whichever library put it in the message."""
     return {key: redact_value(value) for key, value in event.items()}
 
@@ -40,7 +43,7 @@ def bind_invocation(function: str, invocation_id: str) -> None:
     _invocation.set((function, invocation_id))
 
 
-def _merge_invocation(_logger: object, _method: str, event: dict[str, object]) -> dict[str, object]:
+def _merge_invocation(_logger: object, _method: str, event: EventDict) -> EventDict:
     """A structlog processor: the invocation's function and id, on a line that does not name its own."""
     named = _invocation.get()
     if named is not None:
@@ -148,7 +151,7 @@ class Categories:
             return f"Function.{function}" if host else f"Function.{function}.User"
         return "Host.General" if host else (logger or "default")
 
-    def drop_below(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+    def drop_below(self, logger: Any, method: str, event: EventDict) -> EventDict:
         """A structlog processor: drop a line under its category's level."""
         category = self.category(getattr(logger, "name", ""), event.get("function"))
         if _METHOD_LEVELS.get(method, logging.INFO) < self.level(category):
@@ -218,7 +221,7 @@ class _DescriptorWriter(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         data = text.encode("utf-8", "backslashreplace")
         written = os.write(self._fd, data)
         if written < len(data):  # a pipe may take part of a long line when a signal interrupts the write
@@ -242,7 +245,7 @@ def private_stderr() -> TextIO:
     ``sys.stderr`` does not close the log. A stderr already replaced (a test capturing it) is returned as it is.
     """
     stream = sys.stderr
-    if stream is not sys.__stderr__:
+    if sys.stderr is not sys.__stderr__:  # compared as sys.stderr: mypy would narrow ``stream`` to __stderr__'s type
         return stream
     try:
         fd = stream.fileno()
@@ -255,7 +258,8 @@ def private_stderr() -> TextIO:
         errors=stream.errors,  # noqa: SIM115
         line_buffering=True,
     )
-    return _DescriptorWriter(os.dup(fd))
+    # typing.TextIO is an ABC of its own, which io's classes do not subclass: the writer is one all the same.
+    return cast(TextIO, _DescriptorWriter(os.dup(fd)))
 
 
 class _SinkLogger:
@@ -294,6 +298,8 @@ class _SinkHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             text = self.format(record)
+        except structlog.DropEvent:  # a line the compact renderer does not show
+            return
         except Exception:
             self.handleError(record)
             return
@@ -321,23 +327,44 @@ def always(logger: str, event: str, **fields: Any) -> None:
     line.info(event, **fields)
 
 
+#: What ``worker run --log-format`` takes: ``auto`` is compact on a terminal, JSON lines elsewhere.
+LOG_FORMATS = ("auto", "compact", "plain", "json")
+#: The environment variable that sets the log format where ``--log-format`` is not given; ``worker run`` sets it for
+#: the processes it starts.
+LOG_FORMAT_ENV = "WORKER_LOG_FORMAT"
+
+
 def configure_logging(
     level: str | None = "INFO",
     json_lines: bool | None = None,
     stream: TextIO | None = None,
     categories: Mapping[str, str] | None = None,
+    *,
+    log_format: str = "auto",
+    max_dequeue_count: int | None = None,
 ) -> None:
-    """Send structlog and stdlib logging to ``stream`` (stderr); JSON unless it is a terminal.
+    """Send structlog and stdlib logging to ``stream`` (stderr), in ``log_format`` (:data:`LOG_FORMATS`).
 
     ``level`` (``--log-level``) sets one level for every line; without it, ``categories`` (host.json's
-    ``logging.logLevel``) set each category's, INFO where none applies.
+    ``logging.logLevel``) set each category's, INFO where none applies. ``json_lines``, when given, fixes the form
+    whatever ``log_format`` says: JSON, or (False) plain text. ``max_dequeue_count`` is what the compact lines count
+    attempts against.
     """
     remember_environment(os.environ)  # the AWS variables and the endpoint token, hidden by value wherever they appear
     sink = LogSink(sys.stderr if stream is None else stream)
-    if json_lines is None:
-        json_lines = not sink.isatty()
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer(colors=False)
+    if json_lines is not None:
+        log_format = "json" if json_lines else "plain"
+    elif log_format == "auto":
+        log_format = "compact" if sink.isatty() else "json"
+    # The compact renderer formats a traceback itself (the app's frames only) and redacts the whole line it makes.
+    rendering: list[structlog.types.Processor] = (
+        [CompactRenderer(max_dequeue_count)]
+        if log_format == "compact"
+        else [
+            structlog.processors.format_exc_info,
+            _redact_event,
+            structlog.processors.JSONRenderer() if log_format == "json" else structlog.dev.ConsoleRenderer(colors=False),
+        ]
     )
     by_category = Categories(categories) if level is None and categories else None
     numeric = by_category.lowest if by_category else logging.getLevelName((level or "INFO").upper())
@@ -353,7 +380,7 @@ def configure_logging(
     # Category levels are decided once the line's function is known (merged from the contexts), before any work.
     dropping = [by_category.drop_below] if by_category else []
     structlog.configure(
-        processors=[*shared[:2], *dropping, *shared[2:], structlog.processors.format_exc_info, _redact_event, renderer],
+        processors=[*shared[:2], *dropping, *shared[2:], *rendering],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         # One write per line (print() writes the text and its newline apart): the processes of `--processes N`
         # share one stderr, and two lines must never interleave into one that is not JSON.
@@ -369,12 +396,7 @@ def configure_logging(
         structlog.stdlib.ProcessorFormatter(
             # A record's extra= fields are kept, as Functions keeps them (App Insights' customDimensions).
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info,
-                _redact_event,
-                renderer,
-            ],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
         )
     )
     # Python warnings (pyspark's UserWarnings, pandas' FutureWarnings) become log lines too, not raw stderr text.

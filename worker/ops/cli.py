@@ -57,7 +57,7 @@ from worker.bindings.encoding import body_text, encode
 from worker.compat.discovery import AppLoadError, app_directory, discover, is_template, queue_readers
 from worker.model import StartupRefused
 from worker.observability import tracing
-from worker.observability.logs import configure_logging, private_stderr
+from worker.observability.logs import LOG_FORMAT_ENV, LOG_FORMATS, configure_logging, private_stderr
 from worker.observability.redaction import redact, remember_environment
 from worker.ops import completion, scaffold, spark_cluster
 from worker.ops.locate import PROJECT_ROOT_MARKERS, SETTINGS_FILES, find, find_config, searched_folders
@@ -235,7 +235,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     token = http_token(config, os.environ) if config.http_port else None  # read now: a bad one is refused at once
     # --log-level, when given, sets one level for all; else host.json's logging.logLevel sets each category's. The log
     # goes to the process's own copy of stderr: a handler closing descriptor 2 neither stops nor redirects it.
-    configure_logging(args.log_level, categories=config.log_levels, stream=private_stderr())
+    _configure_run_log(args, config)
     log = structlog.get_logger("worker.ops.cli")
     raised = raise_open_files_limit()  # the processes of the supervisor inherit it
     if supervisor_pid is None:  # said once, by worker run itself, not again by the process it supervises
@@ -287,6 +287,22 @@ def _log_start(args: argparse.Namespace, config: HostConfig, log: Any, raised: t
             )
     else:
         log.info("no config file; defaults", looked_in=[str(folder) for folder in searched_folders(args.app)])
+
+
+def _configure_run_log(args: argparse.Namespace, config: HostConfig) -> None:
+    """The run's log, in ``--log-format``, else ``WORKER_LOG_FORMAT``, else auto; the processes it starts are told the
+    same in their environment (they read no ``--log-format``)."""
+    log_format = args.log_format or os.environ.get(LOG_FORMAT_ENV) or "auto"
+    if log_format not in LOG_FORMATS:
+        raise UsageError(f"{LOG_FORMAT_ENV}={log_format!r} is not a log format: use one of {', '.join(LOG_FORMATS)}")
+    os.environ[LOG_FORMAT_ENV] = log_format
+    configure_logging(
+        args.log_level,
+        categories=config.log_levels,
+        stream=private_stderr(),
+        log_format=log_format,
+        max_dequeue_count=config.max_dequeue_count,
+    )
 
 
 def _unread_settings_file(read: Path) -> Path | None:
@@ -848,6 +864,14 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="one level for every line (default: host.json's logging.logLevel by category, else INFO)",
+    )
+    run.add_argument(
+        "--log-format",
+        default=None,
+        choices=LOG_FORMATS,
+        help="compact: one line per invocation, a message's traceback once with the app's frames only, routine "
+        "start and stop lines left out; plain: every line with all its fields, as text; json: one JSON object "
+        f"a line (default: {LOG_FORMAT_ENV}, else auto: compact on a terminal, json elsewhere)",
     )
 
     for name, help, handler in (
