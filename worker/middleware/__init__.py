@@ -1,7 +1,9 @@
 """Middleware: the host's policies as pluggable pieces with named hooks (Dramatiq's model).
 
 The loop only announces what happens; middleware decides what to do about it.
-The host's own come first (:mod:`.builtin`), then the app's, then host.yaml's; ``after_*`` hooks run in reverse.
+The host's own come first (:mod:`.builtin`), then the app's, then host.yaml's.
+The :class:`Chain` finds hooks by name; :data:`COMBINE` says how answers combine and which hooks run in reverse.
+A new hook is one method on :class:`Middleware` and its row in docs/middleware.md.
 A raise in ``before_invocation`` or ``after_invocation`` fails the invocation; elsewhere it is logged, then skipped.
 docs/middleware.md is the one reference for the API.
 The host's own: :mod:`.tracing`, :mod:`.counting`, :mod:`.logs`, :mod:`.bindings`, :mod:`.concurrency`,
@@ -16,7 +18,8 @@ import inspect
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import structlog
 
@@ -107,22 +110,85 @@ class Middleware:
 #: weak references in a tuple replaced whole, so that a thread reading it never sees it change.
 _CHAINS = "_worker_chains"
 
-_HOOKS = (
-    "host_started",
-    "host_stopped",
-    "not_ready",
-    "receive_limit",
-    "after_receive",
-    "before_invocation",
-    "after_invocation",
-    "on_interrupt",
-    "retry_delay",
-    "after_completion",
+#: Middleware's public methods that are not hooks: calls for a middleware to make.
+CALLS = frozenset({"wake_listeners"})
+
+#: The hooks, by name: every public method of :class:`Middleware` but :data:`CALLS`.
+HOOKS = tuple(
+    name
+    for name, value in vars(Middleware).items()
+    if inspect.isfunction(value) and not name.startswith("_") and name not in CALLS
 )
 
 
-class Chain:
-    """The host's middleware in order, calling only the hooks each one overrides."""
+@dataclass(frozen=True)
+class Combine:
+    """How the chain answers a hook from the answers of its middleware.
+
+    The default: each middleware in order, for what it does; what it returns is not used, and one that raises is
+    gone around (:meth:`Chain.call`).
+    """
+
+    #: Last middleware first, so that the first has the last word (layers of an onion): the after-hooks.
+    reverse: bool = False
+    #: The hook's last argument is the answer so far: each middleware is given it, and ``threads(so_far, answer)``
+    #: is the next. One that raises leaves the answer as it was.
+    threads: Callable[[Any, Any], Any] | None = None
+    #: Each middleware's answer is a list, the chain's all of them in order; one that raises adds a line saying so
+    #: (for ``/readyz``, which must answer).
+    gathers: bool = False
+    #: An invocation hook, on the message's path: a middleware's may be ``async def`` (the chain's is a coroutine
+    #: either way), and one that raises fails the attempt rather than being gone around.
+    invocation: bool = False
+
+
+#: The hooks whose answers combine, or which run last middleware first; every other hook gets ``Combine()``.
+COMBINE: Mapping[str, Combine] = {
+    "host_stopped": Combine(reverse=True),
+    "not_ready": Combine(gathers=True),
+    # The lowest limit wins, and none is below 0.
+    "receive_limit": Combine(threads=lambda room, limit: max(0, min(room, limit))),
+    "before_invocation": Combine(invocation=True),
+    # None keeps the result, a Result replaces it.
+    "after_invocation": Combine(
+        reverse=True, invocation=True, threads=lambda result, changed: result if changed is None else changed
+    ),
+    # Each layer's delay replaces the one before.
+    "retry_delay": Combine(threads=lambda delay, chosen: chosen),
+    "after_completion": Combine(reverse=True),
+}
+
+
+def _default(cls: type, name: str) -> object | None:
+    """The definition of hook ``name`` that does nothing: the one nearest the root of ``cls``'s ancestry (for a
+    hook of Middleware, Middleware's own); None when ``cls`` has no such hook."""
+    for base in reversed(cls.__mro__):
+        if name in vars(base):
+            found: object = vars(base)[name]
+            return found
+    return None
+
+
+def _overrides(cls: type, name: str) -> bool:
+    default = _default(cls, name)
+    return default is not None and getattr(cls, name) is not default
+
+
+class Chain(Middleware):
+    """The host's middleware in order, answering each hook as one middleware would.
+
+    Each hook is found by its name: the chain calls it on the middleware whose class overrides it, the others
+    skipped once at the start rather than asked per message, in the order and combined as :data:`COMBINE` says.
+    So a new hook is one method on :class:`Middleware` and its row in ``docs/middleware.md``, plus a row in
+    :data:`COMBINE` if its answers combine. Middleware's hooks are the chain's attributes, with Middleware's
+    signatures (the invocation hooks are coroutines); a hook only a subclass declares is had with :meth:`hook`.
+    """
+
+    if TYPE_CHECKING:  # set in __init__ as every hook is; only their types differ from Middleware's
+
+        async def before_invocation(self, invocation: Invocation) -> None: ...
+
+        async def after_invocation(self, invocation: Invocation, result: Result) -> Result: ...
 
     def __init__(self, middleware: Sequence[Middleware], failed: Callable[[str], None] | None = None) -> None:
         """``failed`` is told the name of a middleware whose hook raised (the host counts it in ``/metrics``)."""
@@ -130,27 +196,68 @@ class Chain:
         self._failed = failed
         #: Per failing hook: when it was last logged, and its failures since.
         self._failures: dict[str, tuple[float, int]] = {}
-        hooks = {
-            name: [getattr(m, name) for m in self.middleware if getattr(type(m), name) is not getattr(Middleware, name)]
-            for name in _HOOKS
-        }
-        self._started = hooks["host_started"]
-        self._stopped = hooks["host_stopped"][::-1]
-        self._not_ready = hooks["not_ready"]
-        self._limits = hooks["receive_limit"]
-        self._received = hooks["after_receive"]
-        # Whether each invocation hook is a coroutine function is decided once, not asked per message.
-        self._before = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks["before_invocation"]]
-        self._after = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks["after_invocation"][::-1]]
-        self._interrupts = hooks["on_interrupt"]
-        self._delays = hooks["retry_delay"]
-        self._completed = hooks["after_completion"][::-1]
         #: What wakes each listener, with its event loop: replaced whole on the loop, read from any thread.
         self._watchers: tuple[tuple[asyncio.AbstractEventLoop, Callable[[], None]], ...] = ()
+        self._hooks: dict[str, Callable[..., Any]] = {}
+        for name in HOOKS:
+            setattr(self, name, self.hook(name))
         for m in self.middleware:
             with contextlib.suppress(TypeError):  # a middleware without __dict__ (slots) cannot wake listeners
                 chains = tuple(ref for ref in vars(m).get(_CHAINS, ()) if ref() is not None)
                 vars(m)[_CHAINS] = (*chains, weakref.ref(self))
+
+    def hook(self, name: str) -> Callable[..., Any]:
+        """The chain's call of hook ``name``: one of :data:`HOOKS`, or one that a subclass of Middleware declares
+        (a hook being tried before it is Middleware's); made on first use."""
+        if name not in self._hooks:
+            declared = any(callable(_default(type(m), name)) for m in self.middleware)
+            if name not in HOOKS and (name.startswith("_") or name in CALLS or not declared):
+                raise AttributeError(f"{name!r} is a hook of no middleware of this chain")
+            self._hooks[name] = self._dispatch(name, COMBINE.get(name, Combine()))
+        return self._hooks[name]
+
+    def _dispatch(self, name: str, combine: Combine) -> Callable[..., Any]:
+        hooks = [getattr(m, name) for m in self.middleware if _overrides(type(m), name)]
+        if combine.reverse:
+            hooks.reverse()
+        if combine.invocation:
+            return _awaited(hooks, combine.threads)
+        if combine.threads is not None:
+            return self._threaded(hooks, combine.threads)
+        if combine.gathers:
+            return self._gathered(hooks)
+        return self._each(hooks)
+
+    def _each(self, hooks: Sequence[Callable[..., object]]) -> Callable[..., None]:
+        def each(*args: Any) -> None:
+            for hook in hooks:
+                try:
+                    hook(*args)
+                except Exception as exc:
+                    self._failure(hook, exc)
+
+        return each
+
+    def _threaded(self, hooks: Sequence[Callable[..., object]], threads: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+        def threaded(*args: Any) -> Any:
+            call = list(args)  # its last item is the answer so far
+            for hook in hooks:
+                try:
+                    call[-1] = threads(call[-1], hook(*call))
+                except Exception as exc:
+                    self._failure(hook, exc)
+            return call[-1]
+
+        return threaded
+
+    def _gathered(self, hooks: Sequence[Callable[..., list[str]]]) -> Callable[..., list[str]]:
+        def gathered(*args: Any) -> list[str]:
+            answers: list[str] = []
+            for hook in hooks:
+                answers += self.call(hook, [f"{getattr(hook, '__qualname__', repr(hook))} failed"], *args)
+            return answers
+
+        return gathered
 
     def call(self, hook: Callable[..., T], fallback: T, *args: Any) -> T:
         """``hook(*args)``, or ``fallback`` when it raises: the failure is logged with the middleware's name and its
@@ -183,24 +290,6 @@ class Chain:
             exc_info=exc,
         )
 
-    def host_started(self, functions: Sequence[FunctionSpec]) -> None:
-        self._each(self._started, functions)
-
-    def host_stopped(self) -> None:
-        self._each(self._stopped)
-
-    def not_ready(self) -> list[str]:
-        """Every middleware's reasons the host is not ready; one that fails says so (a readiness probe must answer)."""
-        problems: list[str] = []
-        for hook in self._not_ready:
-            problems += self.call(hook, [f"{getattr(hook, '__qualname__', repr(hook))} failed"])
-        return problems
-
-    def receive_limit(self, function: FunctionSpec, options: FunctionOptions, running: int, room: int) -> int:
-        for hook in self._limits:
-            room = max(0, min(room, self.call(hook, room, function, options, running, room)))
-        return room
-
     def watch_limits(self, wake: Callable[[], None]) -> Callable[[], None]:
         """Have ``wake`` called on this event loop each time a middleware calls ``wake_listeners``; returns what
         undoes it. For a listener held back by ``receive_limit``: it then asks again."""
@@ -218,41 +307,26 @@ class Chain:
             with contextlib.suppress(RuntimeError):  # its loop has closed: the listener is gone
                 loop.call_soon_threadsafe(wake)
 
-    def after_receive(self, function: FunctionSpec, count: int) -> None:
-        self._each(self._received, function, count)
 
-    async def before_invocation(self, invocation: Invocation) -> None:
-        for hook, is_async in self._before:
-            if is_async:
-                await hook(invocation)
-            else:
-                hook(invocation)
+def _awaited(hooks: Sequence[Callable[..., Any]], threads: Callable[[Any, Any], Any] | None) -> Callable[..., Any]:
+    """An invocation hook of the chain: awaits the middleware's that are coroutine functions (decided once, not asked
+    per message), and lets what one raises fail the attempt."""
+    calls = [(hook, inspect.iscoroutinefunction(hook)) for hook in hooks]
 
-    async def after_invocation(self, invocation: Invocation, result: Result) -> Result:
-        for hook, is_async in self._after:
-            changed = await hook(invocation, result) if is_async else hook(invocation, result)
-            if changed is not None:
-                result = changed
-        return result
+    async def awaited(*args: Any) -> Any:
+        if threads is None:
+            for hook, is_async in calls:
+                answer = hook(*args)
+                if is_async:
+                    await answer
+            return None
+        call = list(args)  # its last item is the answer so far
+        for hook, is_async in calls:
+            answer = await hook(*call) if is_async else hook(*call)
+            call[-1] = threads(call[-1], answer)
+        return call[-1]
 
-    def on_interrupt(self, invocation: Invocation) -> None:
-        self._each(self._interrupts, invocation)
-
-    def retry_delay(self, item: Finished, delay: float) -> float:
-        for hook in self._delays:
-            delay = self.call(hook, delay, item, delay)
-        return delay
-
-    def after_completion(self, item: Finished, result: Result, done: Fate) -> None:
-        self._each(self._completed, item, result, done)
-
-    def _each(self, hooks: Sequence[Callable[..., object]], *args: Any) -> None:
-        """Call hooks that return nothing, each guarded as :meth:`call` guards one."""
-        for hook in hooks:
-            try:
-                hook(*args)
-            except Exception as exc:
-                self._failure(hook, exc)
+    return awaited
 
 
 __all__ = ["Chain", "InvocationFailed", "Middleware"]

@@ -81,6 +81,8 @@ QUEUE_LENGTH_INTERVAL = 10.0
 #: sync handlers get what a sync handler past functionTimeout gets (threads.TIMEOUT_GRACE). With the default
 #: drainTimeout (20 s) a stop with a stuck sync handler thus ends well within Kubernetes' default grace of 30 s.
 COMPLETION_GRACE = 5.0
+#: The signals that drain the host: its own stop signals, and those the supervisor forwards.
+HANDLED_SIGNALS = (*STOP_SIGNALS, *FORWARDED.values())
 
 
 @dataclass
@@ -129,6 +131,26 @@ class _Storage:
             await backend.close()
         for store in self.blob_stores.values():
             await store.close()
+
+
+@dataclass
+class _Parts:
+    """What one run of the host is made of (:meth:`Host._compose`), and what it starts that its end must stop."""
+
+    #: What the endpoints ask of a caller; None where none is set (what names messages answers on loopback only).
+    token: BearerToken | None
+    telemetry: Telemetry | None
+    backends: _Storage
+    middleware: Chain
+    scheduler: LeaseScheduler
+    trouble: StoreTrouble
+    completion: CompletionProcessor
+    recycler: Recycler
+    dispatcher: Dispatcher
+    capacity: Capacity
+    #: The host's own tasks (the lease scheduler, the in-flight record, the endpoints' watcher), stopped in order.
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    endpoints: Endpoints | None = None
 
 
 class Host:
@@ -211,153 +233,209 @@ class Host:
         a task of the host's own failed (:attr:`faults`); and in burst mode when storage stayed unreachable
         (:attr:`gave_up`). ``worker run`` exits 1 after either.
         """
+        parts = self._compose()
+        self._catch_signals()
+        self._start_own_tasks(parts)
+        try:
+            listeners = await self._listeners(parts)
+            await self._settle_handover(parts)
+            if self.config.http_port:
+                await self._serve_endpoints(parts, listeners)
+            self._announce(parts, listeners)
+            await self._serve(parts, listeners)
+            await self._wind_down(parts)
+        finally:
+            await self._close(parts)
+        log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
+        return parts.dispatcher
+
+    def _compose(self) -> _Parts:
+        """The parts of a run, wired: storage, the middleware chain, the lease scheduler, completion, the dispatcher.
+
+        A bad HTTP token refuses the start here (``worker run`` exits 2), before anything runs.
+        """
         config = self.config
         _say_ignored(config, self.app.ignored_retry)
-        token = http_token(config, os.environ) if config.http_port else None  # a bad one refuses the start (exit 2)
+        token = http_token(config, os.environ) if config.http_port else None
         scheduler = LeaseScheduler(config.lease_duration, config.lease_renewal_fraction, self.metrics)
         telemetry = tracing.start(os.environ, tracing.SERVICE_NAME)
         backends = _Storage(config, self.metrics, telemetry=telemetry)
-        given = [*self.app.middleware, *self._extra_middleware, *self._given]
-        # The console's recorder goes first: its after-hooks run last, so it sees each final result.
-        recorder = [ConsoleRecorder()] if config.http_port else []
-        standard = builtin.standard(config, self.metrics, backends, self.app.functions, given, telemetry)
-        middleware = Chain([*recorder, *standard, *given], failed=self.metrics.middleware_failed)
+        middleware = self._chain(backends, telemetry)
         trouble = StoreTrouble()
         completion = CompletionProcessor(scheduler, self.metrics, middleware, trouble, sent=backends.sent)
         threads = HandlerThreads(config.handler_threads)
         recycler = Recycler(scheduler, self.stopping)
-        faults = self.faults
-        scheduler.on_fault = faults.watch
-        dispatcher = Dispatcher(scheduler, completion, middleware, threads, recycler, on_fault=faults.report)
+        scheduler.on_fault = self.faults.watch
+        dispatcher = Dispatcher(scheduler, completion, middleware, threads, recycler, on_fault=self.faults.report)
         capacity = Capacity(config.max_in_flight)
-        loop = asyncio.get_running_loop()
-        for signum in (*STOP_SIGNALS, *FORWARDED.values()):
-            loop.add_signal_handler(signum, self.request_stop, signum)
-        scheduler_task = faults.start(scheduler.run(), "lease-scheduler")
-        recorder_task = (
-            None
-            if self.in_flight is None
-            else faults.start(inflight.record(self.in_flight, lambda: dispatcher.invocations), "in-flight")
-        )
-        endpoints: Endpoints | None = None
-        watcher: asyncio.Task[None] | None = None
-        try:
-            listeners = []
-            refused = []
-            for function in self.app.functions:
-                backend = backends.queues(function.connection)
-                own = _options(config, function, backend)
-                # Storage that cannot be reached now is no reason to stop: the listener retries and waits for it,
-                # and /readyz says why from the start.
-                unreachable = None
-                # What worker run's preflight refuses by the connection's kind, refused here by the backend itself
-                # for a host built in code: a batch the service never returns would fail every receive.
-                over = backend.limits.exceeded(own, _service(config, function), partial(config.key_of, function.name))
-                refused += [
-                    f"function {function.name}, trigger queueTrigger ({function.arg_name}): {problem}" for problem in over
-                ]
-                if over:
-                    continue
-                try:
-                    if problem := await _queue_problem(backend, function.queue_name, own):
-                        refused.append(f"function {function.name}, trigger queueTrigger ({function.arg_name}): {problem}")
-                except TransientError as exc:
-                    self.metrics.inc("storage_errors", function.name)
-                    unreachable = str(exc)
-                    log.error(
-                        "cannot look at the trigger queue now; the listener will keep trying",
-                        function=function.name,
-                        queue=function.queue_name,
-                        error=unreachable,
-                    )
-                if refused:
-                    continue
-                listeners.append(
-                    Listener(function, backend, own, dispatcher, capacity, self.metrics, self.stopping, middleware, trouble)
-                )
-                listeners[-1].last_error = unreachable
-                backends.listen(listeners[-1])
-                log.info(
-                    "function loaded",
-                    function=function.name,
-                    queue=function.queue_name,
-                    handler="async" if function.is_async else "sync",
-                    **_own_settings(config, own),
-                )
-            if refused:
-                raise StartupRefused(refused)
-            if self.handover is not None and (handed := take(self.handover)):
-                await settle_handed_over(
-                    handed,
-                    self.app.functions,
-                    lambda function: (
-                        backends.queues(function.connection),
-                        _options(config, function, backends.queues(function.connection), quiet=True),
-                    ),
-                    completion,
-                    self.metrics,
-                )
-            if config.http_port:
-                endpoints, watcher = await self._serve_endpoints(
-                    listeners, scheduler, dispatcher, token, trouble, middleware
-                )
-            middleware.host_started(self.app.functions)
-            # The one line that says the host is ready is written whatever the log levels (host.json may keep the
-            # host's lines at Warning).
-            logs.always(
-                "worker.runtime.host",
-                "host started",
-                functions=len(listeners),
-                pid=os.getpid(),
-                burst=self.burst,
-                middleware=[type(m).__name__ for m in middleware.middleware],
-            )
-            listener_tasks = [faults.start(lst.run(), f"listener-{lst.function.name}") for lst in listeners]
-            if self.burst:
-                await self._until_drained(listeners, dispatcher, backends)
-            else:
-                await self.stopping.wait()
-            self.stopping.set()
-            await asyncio.gather(*listener_tasks, return_exceptions=True)  # a failed one is reported already
-            await self._drain(dispatcher)
-            if recycler.reason is not None:
-                self.recycled = recycler.reason
-                await recycler.hand_over(self.handover)
-            middleware.host_stopped()
-        finally:
-            for task in (scheduler_task, recorder_task, watcher):
-                if task is not None:
-                    task.cancel()
-                    await asyncio.gather(task, return_exceptions=True)
-            if endpoints is not None:
-                await endpoints.stop()
-            for signum in (*STOP_SIGNALS, *FORWARDED.values()):
-                loop.remove_signal_handler(signum)
-            if self.own_process:  # a late copy of the signal obeyed must not end the process as it closes
-                read_after_stop(self._signals, (*STOP_SIGNALS, *FORWARDED.values()))
-            await backends.close()
-            threads.close()
-            if telemetry is not None:  # every span has ended: export what the batch processor still holds
-                telemetry.shutdown()
-        log.info("host stopped", seconds=round(self.elapsed, 3), **self.totals())
-        return dispatcher
+        return _Parts(token, telemetry, backends, middleware, scheduler, trouble, completion, recycler, dispatcher, capacity)
 
-    async def _serve_endpoints(
-        self,
-        listeners: list[Listener],
-        scheduler: LeaseScheduler,
-        dispatcher: Dispatcher,
-        token: BearerToken | None,
-        trouble: StoreTrouble,
-        middleware: Chain,
-    ) -> tuple[Endpoints, asyncio.Task[None]]:
+    def _chain(self, backends: _Storage, telemetry: Telemetry | None) -> Chain:
+        """The host's middleware, then the app's, host.yaml's and the caller's."""
+        given = [*self.app.middleware, *self._extra_middleware, *self._given]
+        # The console's recorder goes first: its after-hooks run last, so it sees each final result.
+        recorder = [ConsoleRecorder()] if self.config.http_port else []
+        standard = builtin.standard(self.config, self.metrics, backends, self.app.functions, given, telemetry)
+        return Chain([*recorder, *standard, *given], failed=self.metrics.middleware_failed)
+
+    def _catch_signals(self) -> None:
+        """Stop signals, and those the supervisor forwards, drain the host (:meth:`request_stop`)."""
+        loop = asyncio.get_running_loop()
+        for signum in HANDLED_SIGNALS:
+            loop.add_signal_handler(signum, self.request_stop, signum)
+
+    def _start_own_tasks(self, parts: _Parts) -> None:
+        """The lease scheduler, and where the host says what it holds should it die; both watched (:attr:`faults`)."""
+        parts.tasks.append(self.faults.start(parts.scheduler.run(), "lease-scheduler"))
+        if self.in_flight is not None:
+            dispatcher = parts.dispatcher
+            parts.tasks.append(
+                self.faults.start(inflight.record(self.in_flight, lambda: dispatcher.invocations), "in-flight")
+            )
+
+    async def _listeners(self, parts: _Parts) -> list[Listener]:
+        """One listener per function, once every trigger queue has been checked; refuses the start with every problem
+        found, listed at once."""
+        listeners: list[Listener] = []
+        refused: list[str] = []
+        for function in self.app.functions:
+            backend = parts.backends.queues(function.connection)
+            own = _options(self.config, function, backend)
+            problems, unreachable = await self._trigger_problems(function, backend, own)
+            refused += [f"function {function.name}, trigger queueTrigger ({function.arg_name}): {line}" for line in problems]
+            if not refused:  # after a refusal, the start is over: nothing more is loaded
+                listeners.append(self._listener(parts, function, backend, own, unreachable))
+        if refused:
+            raise StartupRefused(refused)
+        return listeners
+
+    async def _trigger_problems(
+        self, function: FunctionSpec, backend: QueueBackend, own: FunctionOptions
+    ) -> tuple[list[str], str | None]:
+        """Why ``function``'s trigger queue cannot be served as configured, and why it cannot be looked at now.
+
+        Storage that cannot be reached now is no reason to stop: the listener retries and waits for it, and /readyz
+        says why from the start. What worker run's preflight refuses by the connection's kind is refused here by the
+        backend itself, for a host built in code: a batch the service never returns would fail every receive.
+        """
+        over = backend.limits.exceeded(own, _service(self.config, function), partial(self.config.key_of, function.name))
+        if over:
+            return over, None
+        try:
+            problem = await _queue_problem(backend, function.queue_name, own)
+        except TransientError as exc:
+            self.metrics.inc("storage_errors", function.name)
+            log.error(
+                "cannot look at the trigger queue now; the listener will keep trying",
+                function=function.name,
+                queue=function.queue_name,
+                error=str(exc),
+            )
+            return [], str(exc)
+        return ([problem] if problem else []), None
+
+    def _listener(
+        self, parts: _Parts, function: FunctionSpec, backend: QueueBackend, own: FunctionOptions, unreachable: str | None
+    ) -> Listener:
+        """The listener of ``function``, known to storage (for :meth:`_Storage.sent`) and said loaded."""
+        listener = Listener(
+            function,
+            backend,
+            own,
+            parts.dispatcher,
+            parts.capacity,
+            self.metrics,
+            self.stopping,
+            parts.middleware,
+            parts.trouble,
+        )
+        listener.last_error = unreachable
+        parts.backends.listen(listener)
+        log.info(
+            "function loaded",
+            function=function.name,
+            queue=function.queue_name,
+            handler="async" if function.is_async else "sync",
+            **_own_settings(self.config, own),
+        )
+        return listener
+
+    async def _settle_handover(self, parts: _Parts) -> None:
+        """Settle the messages the process before this one handed over (:mod:`worker.runtime.recycle`)."""
+        if self.handover is None or not (handed := take(self.handover)):
+            return
+        config, backends = self.config, parts.backends
+        await settle_handed_over(
+            handed,
+            self.app.functions,
+            lambda function: (
+                backends.queues(function.connection),
+                _options(config, function, backends.queues(function.connection), quiet=True),
+            ),
+            parts.completion,
+            self.metrics,
+        )
+
+    def _announce(self, parts: _Parts, listeners: list[Listener]) -> None:
+        """Tell the middleware, and write the one line that says the host is ready whatever the log levels (host.json
+        may keep the host's lines at Warning)."""
+        parts.middleware.host_started(self.app.functions)
+        logs.always(
+            "worker.runtime.host",
+            "host started",
+            functions=len(listeners),
+            pid=os.getpid(),
+            burst=self.burst,
+            middleware=[type(m).__name__ for m in parts.middleware.middleware],
+        )
+
+    async def _serve(self, parts: _Parts, listeners: list[Listener]) -> None:
+        """Run the listeners until a stop (in burst mode, until the trigger queues are empty), then stop them all:
+        nothing new is received."""
+        tasks = [self.faults.start(lst.run(), f"listener-{lst.function.name}") for lst in listeners]
+        if self.burst:
+            await self._until_drained(listeners, parts.dispatcher, parts.backends)
+        else:
+            await self.stopping.wait()
+        self.stopping.set()
+        await asyncio.gather(*tasks, return_exceptions=True)  # a failed one is reported already
+
+    async def _wind_down(self, parts: _Parts) -> None:
+        """Drain; hand over what a sync handler past functionTimeout holds, for the next process; tell the
+        middleware the host has stopped."""
+        await self._drain(parts.dispatcher)
+        if parts.recycler.reason is not None:
+            self.recycled = parts.recycler.reason
+            await parts.recycler.hand_over(self.handover)
+        parts.middleware.host_stopped()
+
+    async def _close(self, parts: _Parts) -> None:
+        """Whatever the run came to: end the host's own tasks and the endpoints, give the signals back, close storage
+        and the handler threads, and export what the traces still hold."""
+        for task in parts.tasks:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if parts.endpoints is not None:
+            await parts.endpoints.stop()
+        loop = asyncio.get_running_loop()
+        for signum in HANDLED_SIGNALS:
+            loop.remove_signal_handler(signum)
+        if self.own_process:  # a late copy of the signal obeyed must not end the process as it closes
+            read_after_stop(self._signals, HANDLED_SIGNALS)
+        await parts.backends.close()
+        parts.dispatcher.threads.close()
+        if parts.telemetry is not None:  # every span has ended: export what the batch processor still holds
+            parts.telemetry.shutdown()
+
+    async def _serve_endpoints(self, parts: _Parts, listeners: list[Listener]) -> None:
         """Start the HTTP endpoints and the console, with gauges for in-flight messages, queue lengths, threads and
-        tasks; the task returned keeps the gauge's queue lengths and the console's history."""
+        tasks, and the task that keeps the gauge's queue lengths and the console's history."""
         # Imported here: the web framework is most of a worker's start, and a host without a port does not need it.
         from worker.runtime.connections import ConnectionLimits
         from worker.runtime.endpoints import Endpoints
         from worker.runtime.guard import Access, allowed_hosts
 
+        dispatcher = parts.dispatcher
         lengths: dict[str, float] = {}
 
         async def storage_check() -> None:
@@ -397,39 +475,33 @@ class Host:
             "loop",
             lambda: {"host": len(asyncio.all_tasks(loop))},
         )
+        middleware = parts.middleware
         endpoints = Endpoints(
             self.metrics,
-            scheduler,
+            parts.scheduler,
             storage_check,
             [lst.function.name for lst in listeners],
             draining=self.stopping.is_set,
             stuck=dispatcher.threads.stuck,
             last_storage_error=lambda: next((lst.last_error for lst in listeners if lst.last_error), None),
-            held_back=trouble.problems,
+            held_back=parts.trouble.problems,
             not_ready=lambda: [*self.faults.not_ready(), *middleware.not_ready()],
         )
-        console = self._console(listeners, scheduler, dispatcher, endpoints, middleware, actions=token is not None)
+        console = self._console(listeners, parts, endpoints)
         access = Access(
-            token, self.config.http_host, self.config.http_open_data, allowed_hosts(self.config.http_allowed_hosts)
+            parts.token, self.config.http_host, self.config.http_open_data, allowed_hosts(self.config.http_allowed_hosts)
         )
         await endpoints.start(self.config.http_port, access, console, ConnectionLimits.of(self.config))
+        parts.endpoints = endpoints
 
         async def watch() -> None:
             await asyncio.gather(watch_lengths(), console.sample_forever())
 
-        return endpoints, self.faults.start(watch(), "queue-lengths")
+        parts.tasks.append(self.faults.start(watch(), "queue-lengths"))
 
-    def _console(
-        self,
-        listeners: list[Listener],
-        scheduler: LeaseScheduler,
-        dispatcher: Dispatcher,
-        endpoints: Endpoints,
-        middleware: Chain,
-        *,
-        actions: bool,
-    ) -> Console:
+    def _console(self, listeners: list[Listener], parts: _Parts, endpoints: Endpoints) -> Console:
         config = self.config
+        dispatcher = parts.dispatcher
 
         def running() -> dict[str, tuple[int, int]]:
             """Invocations and messages held per function."""
@@ -443,7 +515,7 @@ class Host:
             """The work tags (Spark job tags) of each invocation held that has any, by its id."""
             return {inv.id: list(tags) for inv in list(dispatcher.invocations) if (tags := inv.work_tags)}
 
-        recorder = next(m for m in middleware.middleware if isinstance(m, ConsoleRecorder))
+        recorder = next(m for m in parts.middleware.middleware if isinstance(m, ConsoleRecorder))
         watched = [
             Watched(
                 lst.function,
@@ -454,8 +526,8 @@ class Host:
             )
             for lst in listeners
         ]
-        parts = HostParts(self.metrics, scheduler, config, running, endpoints.readiness, work_tags, self.app.not_run)
-        return Console(watched, parts, recorder, self.facts, actions=actions)
+        host = HostParts(self.metrics, parts.scheduler, config, running, endpoints.readiness, work_tags, self.app.not_run)
+        return Console(watched, host, recorder, self.facts, actions=parts.token is not None)
 
     @property
     def elapsed(self) -> float:

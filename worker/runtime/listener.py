@@ -56,7 +56,7 @@ class Backoff:
         self._attempt = 0
 
     def next(self) -> float:
-        delay = min(self.ceiling, MIN_POLL_DELAY * 2 ** min(self._attempt, 30))
+        delay = min(self.ceiling, MIN_POLL_DELAY * 2.0 ** min(self._attempt, 30))
         self._attempt += 1
         return min(self.ceiling, delay * random.uniform(0.8, 1.2))
 
@@ -282,75 +282,99 @@ class Listener:
 
     async def _receive(self, room: int, wait: float) -> tuple[list[RawMessage], bool]:
         """One receive of up to ``room`` (reserved) messages, dispatched; returns them and whether storage failed."""
-        name = self.function.name
-        messages: list[RawMessage] = []
-        failed = False
-        started = time.monotonic()
         held = _Held(room)
+        messages, failed = await self._fetch(held, wait)
+        messages = await self._fit(held, messages)
+        if messages and self._window > 0 and len(messages) < self.options.batch_size:
+            messages = await self._gather(messages)
+        if messages:
+            self._dispatch(messages)
+        if wait <= 0:
+            await self._pace(full=len(messages) >= room)
+        return messages, failed
+
+    async def _fetch(self, held: _Held, wait: float) -> tuple[list[RawMessage], bool]:
+        """The receive's call, and what its failure means: the messages, and whether storage failed. Raises only
+        StorageGone, after giving the room back."""
+        started = time.monotonic()
         try:
             messages = await self._call(held, wait)
-            self.last_error = None
-            if self._failing_since is not None:
-                self._log.info(
-                    "receives work again",
-                    failed_receives=self._failed_receives,
-                    outage_seconds=round(time.monotonic() - self._failing_since, 3),
-                )
-                self._failing_since, self._failed_receives = None, 0
-            if messages or wait <= 0:
-                self.metrics.receive_seconds.observe(name, time.monotonic() - started)
-        except QueueNotFound as exc:
-            # Deleted under the host, or never created because storage was down at start.
-            if self.backend.capabilities.creates_queues:
-                self._log.warning("trigger queue does not exist; creating it")
-                await self._create_queue()
-            else:
-                self.last_error = str(exc)
-                self._log.error(
-                    "trigger queue does not exist, and this host does not create queues there; backing off", error=str(exc)
-                )
-            failed = True
+        except QueueNotFound as exc:  # deleted under the host, or never created because storage was down at start
+            await self._missing_queue(exc)
         except StorageGone:  # the queue's file was deleted or replaced: no back-off helps, the process must restart
             if held.room:
-                self.capacity.received(name, held.room)
-                self.capacity.give_back(name, held.room)
+                self.capacity.received(self.function.name, held.room)
+                self.capacity.give_back(self.function.name, held.room)
             raise
         except OverLimit as exc:  # the service's limit of messages in flight: passes as held ones complete
             self.last_error = str(exc)
             self._log.warning("receive held back by the service's limit; backing off", error=str(exc))
-            failed = True
         except Exception as exc:
-            self.metrics.inc("storage_errors", name)
-            self.last_error = str(exc) or type(exc).__name__
-            self._failed_receives += 1
-            if self._failing_since is None:  # said once per outage, and once more when it ends, with the count
-                self._failing_since = time.monotonic()
-                self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
-            else:
-                self._log.debug(
-                    "receive failed again; backing off",
-                    failed_receives=self._failed_receives,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-            failed = True
+            self._receive_failed(exc)
+        else:
+            self._receives_work()
+            if messages or wait <= 0:
+                self.metrics.receive_seconds.observe(self.function.name, time.monotonic() - started)
+            return messages, False
+        return [], True
+
+    async def _missing_queue(self, exc: QueueNotFound) -> None:
+        """The trigger queue does not exist: created where the service creates queues, else said and backed off."""
+        if self.backend.capabilities.creates_queues:
+            self._log.warning("trigger queue does not exist; creating it")
+            await self._create_queue()
+        else:
+            self.last_error = str(exc)
+            self._log.error(
+                "trigger queue does not exist, and this host does not create queues there; backing off", error=str(exc)
+            )
+
+    def _receive_failed(self, exc: Exception) -> None:
+        """A receive failed for a reason that may pass: counted, and said once per outage (then at debug)."""
+        self.metrics.inc("storage_errors", self.function.name)
+        self.last_error = str(exc) or type(exc).__name__
+        self._failed_receives += 1
+        if self._failing_since is None:  # said once per outage, and once more when it ends, with the count
+            self._failing_since = time.monotonic()
+            self._log.error("receive failed; backing off", error=f"{type(exc).__name__}: {exc}")
+        else:
+            self._log.debug(
+                "receive failed again; backing off",
+                failed_receives=self._failed_receives,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
+    def _receives_work(self) -> None:
+        """A receive succeeded: an outage that was said ends, with its count and length."""
+        self.last_error = None
+        if self._failing_since is not None:
+            self._log.info(
+                "receives work again",
+                failed_receives=self._failed_receives,
+                outage_seconds=round(time.monotonic() - self._failing_since, 3),
+            )
+            self._failing_since, self._failed_receives = None, 0
+
+    async def _fit(self, held: _Held, messages: list[RawMessage]) -> list[RawMessage]:
+        """The messages the room holds: the receive's room is settled, and what it did not fill given back. A long
+        poll that gave its place back meanwhile keeps what fits now and releases the rest."""
+        name = self.function.name
         if held.room:
             self.capacity.received(name, held.room)
-        elif messages:  # the poll gave its place back meanwhile: what fits now is used, the rest released
+        elif messages:
             held.room = self.capacity.take(name, len(messages), self._allowed)
             await self._release(messages[held.room :])
             messages = messages[: held.room]
         self.capacity.give_back(name, held.room - len(messages))
-        if messages and self._window > 0 and len(messages) < self.options.batch_size:
-            messages = await self._gather(messages)
-        if messages:
-            self.middleware.after_receive(self.function, len(messages))
-            batches = [messages] if self.function.many else [[raw] for raw in messages]
-            for batch in batches:
-                self.capacity.started(name)
-                self.dispatcher.dispatch(self.function, self.options, self.backend, batch, self._give_back(len(batch)))
-        if wait <= 0:
-            await self._pace(full=len(messages) >= room)
-        return messages, failed
+        return messages
+
+    def _dispatch(self, messages: list[RawMessage]) -> None:
+        """Hand what a receive brought to the dispatcher: one batch, or one invocation per message."""
+        self.middleware.after_receive(self.function, len(messages))
+        batches = [messages] if self.function.many else [[raw] for raw in messages]
+        for batch in batches:
+            self.capacity.started(self.function.name)
+            self.dispatcher.dispatch(self.function, self.options, self.backend, batch, self._give_back(len(batch)))
 
     async def _call(self, held: _Held, wait: float) -> list[RawMessage]:
         """The backend's receive of up to ``held.room`` messages.
