@@ -18,7 +18,8 @@
   tell a stale receipt from a gone message (OCI Queue, SQS);
 - :mod:`.releasing`: what a receive cancelled under way brings is released
   at once: on the event loop (embedded, Azure) and, counted, in the threads of
-  the backends whose SDKs block;
+  the backends whose SDKs block; :mod:`.blocking`: those backends' calls in
+  threads, a cancelled caller let go at once (OCI Queue, SQS);
 - the services: :mod:`.embedded` (SQLite file and blob folder), :mod:`.azure`,
   :mod:`.oci`, :mod:`.sqs`.
 

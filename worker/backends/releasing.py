@@ -9,7 +9,7 @@ for those releases, so that a cancelled receive loses nothing and hides nothing
 (``QueueBackend.receive``). Backends on the event loop (the embedded queue, Azure
 Storage) run their receives through :class:`CancelledReceives`; those whose SDKs
 block (OCI Queue, Amazon SQS) run them on in their threads and count them with
-:class:`PendingReleases`.
+:class:`PendingReleases` (:class:`worker.backends.blocking.BlockingCalls`).
 """
 
 from __future__ import annotations
