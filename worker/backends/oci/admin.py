@@ -25,7 +25,7 @@ import oci
 import structlog
 
 from worker.backends.oci.connection import OciConnection
-from worker.backends.queues import InvalidArgument, QueueError, QueueNotFound
+from worker.backends.queues import InvalidArgument, Limits, QueueError, QueueNotFound
 
 log = structlog.get_logger("worker.backends.oci.admin")
 
@@ -44,12 +44,13 @@ class QueueAdmin:
     """The backend's queue-level operations; see the module docstring for what the backend provides."""
 
     connection: OciConnection
+    limits: Limits
     #: Queue OCIDs by display name (the backend's; dropped when a call finds the queue gone).
     _ids: dict[str, str]
     #: Messages endpoints by queue OCID (GetQueue's ``messagesEndpoint``).
     _endpoints: dict[str, str]
 
-    async def _call(self, fn: Callable[[], T], queue: str, **kwargs: Any) -> T:
+    async def _call(self, fn: Callable[[], T], queue: str) -> T:
         raise NotImplementedError
 
     def _admin(self) -> Any:

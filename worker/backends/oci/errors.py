@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - requests comes with azure-core
 try:
     from oci._vendor.requests import exceptions as vendored_requests
 except ImportError:  # an SDK that no longer vendors requests sends with the installed one, read below
-    vendored_requests = None  # type: ignore[assignment]
+    vendored_requests = None
     fall_back("oci", "oci._vendor.requests", "its network failures are read as the installed requests' errors")
 
 _TRANSIENT_STATUS = frozenset({408, 429})
@@ -77,7 +77,7 @@ def receipt_refused(exc: oci.exceptions.ServiceError) -> bool:
     400 InvalidParameter ("a parameter is invalid"), whose message need not name the receipt. The backend
     checks every other parameter of these calls before sending, so either answer means the lease is gone.
     """
-    return exc.status == 404 or (exc.status == 400 and exc.code == "InvalidParameter")
+    return bool(exc.status == 404 or (exc.status == 400 and exc.code == "InvalidParameter"))
 
 
 def _inner(exc: BaseException) -> BaseException:
