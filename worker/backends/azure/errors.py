@@ -135,7 +135,15 @@ class Transport(AioHttpTransport):
     goes on as azure-core's own, with one warning (:func:`worker.dependencies.fall_back`).
     """
 
+    session: aiohttp.ClientSession | None  # azure-core's, declared for the type checker (it infers none)
+    #: The session :meth:`open` last made ready: every request opens the transport, and only a new session needs
+    #: the checks and settings below.
+    _ready: aiohttp.ClientSession | None = None
+
     async def open(self) -> None:
+        if self.session is not None and self.session is self._ready:
+            await super().open()
+            return
         state = [getattr(self, name, None) for name in _TRANSPORT_STATE]
         if not all(isinstance(value, bool) for value in state):
             fall_back(
@@ -163,6 +171,7 @@ class Transport(AioHttpTransport):
                     "its hidden second send of a request on a dropped connection may stay on, unseen by the "
                     "backend's retry policy",
                 )
+            self._ready = self.session
 
 
 #: azure-core's AioHttpTransport state :meth:`Transport.open` reads to make the session azure-core would make.
