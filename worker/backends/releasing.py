@@ -4,7 +4,8 @@ The host cancels receives in flight when it stops (:mod:`worker.runtime.listener
 A service may still hand messages to a caller gone; dropped, they would stay hidden a whole lease.
 So a cancelled receive runs to its end, its messages are made visible, and ``close`` waits for that.
 Event-loop backends (embedded, Azure) use :class:`CancelledReceives`.
-Blocking-SDK backends (OCI Queue, SQS) run on in their threads, counted by :class:`PendingReleases`.
+Blocking-SDK backends (OCI Queue, SQS) run on in their threads, counted by :class:`PendingReleases`
+(:class:`worker.backends.blocking.BlockingCalls`).
 """
 
 from __future__ import annotations

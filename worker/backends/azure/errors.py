@@ -135,8 +135,13 @@ class Transport(AioHttpTransport):
 
     #: azure-core's, as its module declares it (the public import of the class is lazy, so mypy sees an untyped base).
     session: aiohttp.ClientSession | None
+    #: The session :meth:`open` last made ready: only a new session needs the checks and settings below.
+    _ready: aiohttp.ClientSession | None = None
 
     async def open(self) -> None:
+        if self.session is not None and self.session is self._ready:
+            await super().open()
+            return
         state = [getattr(self, name, None) for name in _TRANSPORT_STATE]
         if not all(isinstance(value, bool) for value in state):
             fall_back(
@@ -164,6 +169,7 @@ class Transport(AioHttpTransport):
                     "its hidden second send of a request on a dropped connection may stay on, unseen by the "
                     "backend's retry policy",
                 )
+            self._ready = self.session
 
 
 #: azure-core's AioHttpTransport state :meth:`Transport.open` reads to make the session azure-core would make.

@@ -2,7 +2,7 @@
 
 The SDK's retries and circuit breaker are off; the shared policy applies (:mod:`worker.backends.retrying`).
 This module holds threads, clients and messages; sign-in is ``auth``, the control plane ``admin`` (mixed in).
-Each thread has its own clients (``requests`` sessions are not shared); long polls run on daemon threads.
+Each thread has its own clients (``requests`` sessions are not shared); calls run by :mod:`worker.backends.blocking`.
 A cancelled receive runs on; what it brings is released, and :meth:`OciBackend.close` waits for that.
 A ``queueName`` is an ACTIVE queue's display name in the compartment, or its OCID.
 OCI has no per-message TTL, initial invisibility or peek; its own dead-letter queue is used.
@@ -10,22 +10,20 @@ OCI has no per-message TTL, initial invisibility or peek; its own dead-letter qu
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
-from collections.abc import Callable, Coroutine, Mapping
-from concurrent.futures import Future as ThreadFuture
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import oci
 import structlog
 
+from worker.backends.blocking import BlockingCalls
 from worker.backends.failures import first_line
 from worker.backends.oci.admin import QueueAdmin
 from worker.backends.oci.auth import client_kwargs, identity, sign_in
-from worker.backends.oci.calls import DaemonThreads, sending, track_sending
+from worker.backends.oci.calls import sending, track_sending
 from worker.backends.oci.connection import OCI_CAPABILITIES, OCI_LIMITS, PROFILE_AUTH, RELEASE_MARGIN, OciConnection
 from worker.backends.oci.errors import (
     answer_error,
@@ -51,7 +49,6 @@ from worker.backends.queues import (
     check_target,
 )
 from worker.backends.receipts import Receipts
-from worker.backends.releasing import PendingReleases
 from worker.backends.retrying import Retrier
 
 log = structlog.get_logger("worker.backends.oci.queues")
@@ -60,8 +57,6 @@ T = TypeVar("T")
 
 #: Threads for ordinary calls (everything but long polls), each with its own clients.
 THREADS = 8
-#: How long an idle long-poll thread is kept for the next long poll (and its connection with it).
-LONG_POLL_IDLE_SECONDS = 60.0
 
 
 def _seconds(value: float) -> int:
@@ -108,8 +103,6 @@ class OciBackend(QueueAdmin):
             on_retry=on_retry,
             log=log,
         )
-        self._executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="oci-queue")
-        self._long_polls = DaemonThreads("oci-queue-long-poll", LONG_POLL_IDLE_SECONDS, self._drop_thread_clients)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._auth: tuple[dict[str, Any], Any] | None = None
@@ -120,9 +113,14 @@ class OciBackend(QueueAdmin):
         #: Messages endpoints by queue OCID.
         self._endpoints: dict[str, str] = {}
         self._receipts = Receipts()
-        #: Calls whose result, if their caller has gone, is still to be released.
-        self._releasing = PendingReleases()
-        self._closed = False
+        self._calls = BlockingCalls(
+            repr(self),
+            "oci-queue",
+            THREADS,
+            logger=log,
+            on_error=self._note_endpoint,
+            on_thread_exit=self._drop_thread_clients,
+        )
 
     def __repr__(self) -> str:
         return f"OciBackend({self.connection.describe()})"
@@ -174,10 +172,10 @@ class OciBackend(QueueAdmin):
             try:
                 moved = self._messages_endpoint(queue_id, refresh=True)
             except oci.exceptions.ServiceError as lookup:
-                lookup.queue_gone = lookup.status == 404  # type: ignore[attr-defined]
+                lookup.queue_gone = lookup.status == 404
                 raise
             if moved == endpoint:
-                exc.queue_gone = True  # type: ignore[attr-defined]
+                exc.queue_gone = True
                 raise
         return call(self._messages(moved), queue_id)
 
@@ -222,108 +220,13 @@ class OciBackend(QueueAdmin):
 
     # -- running calls ------------------------------------------------------------------------------------------
 
-    def _in_thread(
-        self, fn: Callable[[], T], *, long: bool = False, release: Callable[[T], None] | None = None
-    ) -> Coroutine[Any, Any, T]:
-        """Run ``fn`` on the pool (or a long-poll thread); await its result.
-
-        If the awaiting task is cancelled, a call not yet started is skipped, and one under way runs to its end (its
-        request is not cut: the service may answer it anyway) and its result goes to ``release`` (in a thread)
-        instead of being dropped; so does a result that came just before the cancellation, which the task never
-        read. :meth:`close` waits for such releases.
-        """
-        if self._closed:
-            raise QueueError(f"{self!r} is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        abandoned = threading.Event()
-        future.add_done_callback(lambda done: abandoned.set() if done.cancelled() else None)
-        if release is not None:
-            self._releasing.hold()
-
-        def released(value: T) -> None:
+    def _note_endpoint(self, exc: BaseException) -> None:
+        """In a failed call's thread: the endpoint this thread called last, for the error, unless the SDK named one."""
+        if getattr(exc, "oci_endpoint", None) is None:
             try:
-                if release is not None:
-                    release(value)
-            finally:
-                self._releasing.released()
-
-        def deliver(ok: bool, value: Any) -> None:  # on the loop
-            if future.done():  # the caller is gone
-                if ok and release is not None:
-                    self._release_later(released, value)
-                    return
-            elif ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
-            if release is not None:
-                self._releasing.released()
-
-        def run() -> None:  # in a thread
-            if abandoned.is_set():
-                if release is not None:
-                    self._releasing.released()
-                return
-            try:
-                ok, value = True, fn()
-            except Exception as exc:
-                if getattr(exc, "oci_endpoint", None) is None:
-                    try:
-                        exc.oci_endpoint = getattr(self._local, "endpoint", None)  # type: ignore[attr-defined]
-                    except AttributeError:  # pragma: no cover - exceptions with __slots__
-                        pass
-                ok, value = False, exc
-            try:
-                loop.call_soon_threadsafe(deliver, ok, value)
-            except RuntimeError:  # the loop is closed: nobody will take these messages
-                if ok and release is not None:
-                    released(value)
-                elif release is not None:
-                    self._releasing.released()
-
-        def skipped(job: ThreadFuture[None]) -> None:  # close() dropped the call before it ran
-            if job.cancelled():
-                try:
-                    loop.call_soon_threadsafe(deliver, False, QueueError(f"{self!r} was closed during the call"))
-                except RuntimeError:
-                    if release is not None:
-                        self._releasing.released()
-
-        try:
-            if long:
-                self._long_polls.submit(run)
-            else:
-                self._executor.submit(run).add_done_callback(skipped)
-        except RuntimeError:
-            if release is not None:
-                self._releasing.released()
-            raise QueueError(f"{self!r} is closed") from None
-
-        async def taken() -> T:
-            try:
-                return await future
-            except asyncio.CancelledError:
-                # The answer was set, but the task was cancelled before it resumed to read it: release what it brought.
-                if release is not None and future.done() and not future.cancelled() and future.exception() is None:
-                    self._releasing.hold()
-                    self._release_later(released, future.result())
-                raise
-
-        return taken()
-
-    def _release_later(self, release: Callable[[Any], None], value: Any) -> None:
-        try:
-            self._long_polls.submit(lambda: release(value))
-        except RuntimeError:  # closed: a thread of its own, without the pool, whose client goes with it
-
-            def release_alone() -> None:
-                try:
-                    release(value)
-                finally:
-                    self._drop_thread_clients()
-
-            threading.Thread(target=release_alone, name="oci-queue-release", daemon=True).start()
+                exc.oci_endpoint = getattr(self._local, "endpoint", None)  # type: ignore[attr-defined]
+            except AttributeError:  # pragma: no cover - exceptions with __slots__
+                pass
 
     async def _call(
         self,
@@ -342,7 +245,7 @@ class OciBackend(QueueAdmin):
         after a failure that sent nothing of it.
         """
         return await self._retrier.call(
-            lambda: self._in_thread(fn, long=long, release=release),
+            lambda: self._calls.run(fn, long=long, release=release),
             unreachable=lambda exc: self._unreachable(queue, exc),
             protocol_error=lambda exc: self._protocol_error(exc, queue, message_id, receipt, put),
             unsure=(lambda exc: self._unsure_put(queue, exc)) if put else None,
@@ -614,21 +517,7 @@ class OciBackend(QueueAdmin):
         A long poll cancelled at shutdown is still open at the service, which may hand it messages up to its
         end; closing before it answers would leave them hidden for their whole visibility, a delivery counted.
         """
-        self._closed = True
-        if self._releasing.pending:
-            wait = self.limits.long_poll + RELEASE_MARGIN
-            log.info(
-                "waiting for cancelled receives to end, to release what they bring",
-                receives=self._releasing.pending,
-                at_most_seconds=wait,
-            )
-            if not await asyncio.to_thread(self._releasing.wait, wait):
-                log.warning(
-                    "cancelled receives did not end in time; what they bring stays hidden for its lease",
-                    receives=self._releasing.pending,
-                )
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        self._long_polls.close()
+        await self._calls.close(self.limits.long_poll + RELEASE_MARGIN)
         with self._lock:
             clients, self._clients = self._clients, []
         for client in clients:
@@ -641,7 +530,7 @@ def _serves(client: Any, queue_id: str) -> bool:
     try:
         client.get_stats(queue_id)
     except oci.exceptions.ServiceError as exc:
-        return exc.status != 404
+        return bool(exc.status != 404)
     except Exception:
         return True
     return True

@@ -10,8 +10,6 @@ FIFO queues take one message a receive (:mod:`worker.backends.sqs.fifo`); see al
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import functools
 import json
 import math
@@ -26,6 +24,7 @@ import botocore.session
 import structlog
 from botocore.config import Config
 
+from worker.backends.blocking import BlockingCalls
 from worker.backends.failures import CONNECT_TIMEOUT
 from worker.backends.queues import (
     InvalidArgument,
@@ -41,7 +40,6 @@ from worker.backends.queues import (
     check_target,
 )
 from worker.backends.receipts import Receipts
-from worker.backends.releasing import PendingReleases
 from worker.backends.retrying import Retrier
 from worker.backends.sqs import errors
 from worker.backends.sqs.batches import Batcher, Entry
@@ -120,7 +118,6 @@ class SqsBackend:
             on_retry=on_retry,
             log=log,
         )
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="sqs")
         self._lock = threading.Lock()
         self._client: Any = None
         #: Queue URLs by name, looked up once.
@@ -130,10 +127,9 @@ class SqsBackend:
         self._receipts = Receipts()
         #: When the receive that handed out each handle was called, for the 12-hour cap, by receipt handle.
         self._received_at: dict[str, datetime] = {}
-        self._releasing = PendingReleases()
+        self._calls = BlockingCalls(repr(self), "sqs", THREADS, logger=log)
         self._deletes = Batcher(self._delete_one, self._delete_batch)
         self._visibilities = Batcher(self._change_one, self._change_batch)
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"SqsBackend({self.connection.describe()})"
@@ -177,33 +173,6 @@ class SqsBackend:
             kept = self._retention[queue] = timedelta(seconds=int(got["MessageRetentionPeriod"]))
         return kept
 
-    async def _in_thread(self, fn: Callable[[], T], release: Callable[[T], None] | None = None) -> T:
-        """Run ``fn`` on the pool and await it. Cancelled, a call not yet started is skipped, and one under way runs
-        to its end with its result handed to ``release`` (in a thread); :meth:`close` waits for those."""
-        if self._closed:
-            raise QueueError(f"{self!r} is closed")
-        try:
-            job = self._executor.submit(fn)
-        except RuntimeError:
-            raise QueueError(f"{self!r} is closed") from None
-        try:
-            return await asyncio.shield(asyncio.wrap_future(job))
-        except asyncio.CancelledError:
-            if not job.cancel() and release is not None:
-                self._releasing.hold()
-
-                def release_late(done: concurrent.futures.Future[T]) -> None:
-                    try:
-                        if not done.cancelled() and done.exception() is None:
-                            release(done.result())
-                    finally:
-                        self._releasing.released()
-
-                job.add_done_callback(
-                    lambda done: threading.Thread(target=release_late, args=(done,), name="sqs-release", daemon=True).start()
-                )
-            raise
-
     async def _call(
         self,
         fn: Callable[[], T],
@@ -223,7 +192,7 @@ class SqsBackend:
             return errors.answer_error(exc, queue, message_id, self.connection.describe())
 
         return await self._retrier.call(
-            lambda: self._in_thread(fn, release),
+            lambda: self._calls.run(fn, release=release),
             unreachable=lambda exc: f"{self.connection.describe()} unreachable for queue {queue!r}: {errors.describe(exc)}",
             protocol_error=protocol_error,
             unsure=(
@@ -605,20 +574,7 @@ class SqsBackend:
     async def close(self) -> None:
         """Refuse new calls; wait (up to a long poll's whole wait and :data:`RELEASE_MARGIN`) until every cancelled
         receive has ended and its messages are released; then drop the threads and the client."""
-        self._closed = True
-        if self._releasing.pending:
-            wait = self.limits.long_poll + RELEASE_MARGIN
-            log.info(
-                "waiting for cancelled receives to end, to release what they bring",
-                receives=self._releasing.pending,
-                at_most_seconds=wait,
-            )
-            if not await asyncio.to_thread(self._releasing.wait, wait):
-                log.warning(
-                    "cancelled receives did not end in time; what they bring stays hidden for its lease",
-                    receives=self._releasing.pending,
-                )
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        await self._calls.close(self.limits.long_poll + RELEASE_MARGIN)
         with self._lock:
             client, self._client = self._client, None
         if client is not None:
