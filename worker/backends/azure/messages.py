@@ -13,8 +13,10 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol
+from importlib.metadata import version
+from typing import Any, NoReturn, Protocol, cast
 from urllib.parse import parse_qs, quote, urlsplit
 from xml.etree import ElementTree
 
@@ -28,16 +30,22 @@ from azure.core.exceptions import (
     map_error,
 )
 from azure.core.rest import AsyncHttpResponse, HttpRequest
-from azure.storage.queue import VERSION as sdk_version
 from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient
 
-try:  # private: where a later SDK moves it, the fast path's self-check fails and the public calls are used
+from worker.backends.queues import RawMessage
+
+#: The installed azure-storage-queue's version, which the fast path's refusals name.
+SDK_VERSION = version("azure-storage-queue")
+
+#: The SDK's reading of a refused request; private: where a later SDK moves it, the fast path's self-check fails
+#: and the public calls are used.
+process_storage_error: Callable[[HttpResponseError], NoReturn] | None
+try:
     from azure.storage.queue._shared.response_handlers import process_storage_error
 except ImportError:
     process_storage_error = None
 
-from worker.backends.queues import RawMessage
 
 #: The generated operations' own mapping of statuses to exception types.
 _ERRORS = {
@@ -274,8 +282,9 @@ class MessageRequests:
             pipeline = exc
         if not isinstance(pipeline, AsyncPipelineClient):
             raise RuntimeError(
-                f"azure-storage-queue {sdk_version} is not laid out as this worker expects (the queue client's "
-                f"generated client and configuration: {pipeline!r}); install a version the worker was tested with"
+                f"azure-storage-queue {SDK_VERSION} is not laid out as this worker expects (the "
+                f"queue client's generated client and configuration: {pipeline!r}); install a version the worker was "
+                "tested with"
             )
         self._pipeline = pipeline
         self.version = version
@@ -288,7 +297,7 @@ class MessageRequests:
         self._template = HttpRequest("DELETE", self._prefix, headers={"x-ms-version": version})
         if not isinstance(getattr(self._template, "__dict__", None), dict):
             raise RuntimeError(
-                f"azure-core's HttpRequest keeps no __dict__ here (azure-storage-queue {sdk_version}); "
+                f"azure-core's HttpRequest keeps no __dict__ here (azure-storage-queue {SDK_VERSION}); "
                 "install a version the worker was tested with"
             )
 
@@ -310,7 +319,8 @@ class MessageRequests:
         state = request.__dict__
         state.update(self._template.__dict__)
         state["url"] = f"{self._prefix}{_quote(message_id)}{self._query}popreceipt={_quote(pop_receipt)}"
-        state["headers"] = self._template.headers.copy()
+        # A case-insensitive dict in azure-core (typed as a MutableMapping): its own copy keeps that.
+        state["headers"] = cast(Any, self._template.headers).copy()
         return request
 
     def request_id(self) -> str:

@@ -12,18 +12,17 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
+from importlib.metadata import version
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import structlog
-from azure.core import VERSION as core_version
 from azure.core.exceptions import (
     AzureError,
     HttpResponseError,
     ResourceExistsError,
     ResourceNotFoundError,
 )
-from azure.storage.queue import VERSION as sdk_version
 from azure.storage.queue import QueueMessage as SdkMessage
 from azure.storage.queue.aio import QueueClient, QueueServiceClient
 
@@ -39,7 +38,7 @@ from worker.backends.azure.errors import (
     may_have_acted,
 )
 from worker.backends.azure.messages import Messages, fast_path_problem, queue_messages, sdk_raw, unsettled
-from worker.backends.failures import CONNECT_TIMEOUT
+from worker.backends.failures import CONNECT_TIMEOUT, ConnectionStringError
 from worker.backends.queues import (
     InvalidArgument,
     MessageNotFound,
@@ -115,12 +114,15 @@ class AzureBackend:
 
     def __init__(self, connection: AzureConnection, on_retry: Callable[[str], None] | None = None) -> None:
         self.connection = connection
+        endpoint = connection.queue_endpoint
+        if endpoint is None:  # the registry refuses such a connection for queues before it gets here
+            raise ConnectionStringError("connection string has no QueueEndpoint (nor an AccountName to derive one from)")
         self._service = QueueServiceClient(
-            connection.queue_endpoint,
+            endpoint,
             credential=connection.credential(),
             retry_total=0,
             transport=QueueTransport(
-                connection.queue_endpoint,
+                endpoint,
                 connection_timeout=CONNECT_TIMEOUT,
                 read_timeout=READ_TIMEOUT,
                 use_env_settings=env_settings_wanted(),
@@ -153,8 +155,8 @@ class AzureBackend:
         log.warning(
             "the SDK's requests are not laid out as the fast path expects; using its public receive and delete",
             problem=problem,
-            azure_storage_queue=sdk_version,
-            azure_core=core_version,
+            azure_storage_queue=version("azure-storage-queue"),
+            azure_core=version("azure-core"),
         )
         return False
 
