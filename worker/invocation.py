@@ -136,9 +136,9 @@ class _InvocationFields:
         backend: QueueBackend,
         deliveries: list[Delivery],
         state: InvocationState,
-        id: str,
+        id: str,  # noqa: A002
         log: Any,
-    ) -> None:  # noqa: A002
+    ) -> None:
         self.function = function
         self.options = options
         self.backend = backend
@@ -282,9 +282,9 @@ def new_invocation(
     backend: QueueBackend,
     deliveries: list[Delivery],
     state: InvocationState,
-    id: str,
+    id: str,  # noqa: A002
     log: Any,
-) -> Invocation:  # noqa: A002
+) -> Invocation:
     """An :class:`Invocation` whose dispatcher keeps ``state`` to write: built with plain stores, then frozen by
     taking its class (the fast way: one per message)."""
     made = _InvocationFields(function, options, backend, deliveries, state, id, log)

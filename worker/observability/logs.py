@@ -253,9 +253,9 @@ def private_stderr() -> TextIO:
     except (OSError, ValueError, AttributeError):
         return stream
     sys.stderr = io.TextIOWrapper(
-        open(os.dup(fd), "wb"),
+        open(os.dup(fd), "wb"),  # noqa: SIM115
         encoding=stream.encoding,
-        errors=stream.errors,  # noqa: SIM115
+        errors=stream.errors,
         line_buffering=True,
     )
     # typing.TextIO is an ABC of its own, which io's classes do not subclass: the writer is one all the same.
