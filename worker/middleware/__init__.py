@@ -231,10 +231,7 @@ class Chain(Middleware):
     def _each(self, hooks: Sequence[Callable[..., object]]) -> Callable[..., None]:
         def each(*args: Any) -> None:
             for hook in hooks:
-                try:
-                    hook(*args)
-                except Exception as exc:
-                    self._failure(hook, exc)
+                self.call(hook, None, *args)
 
         return each
 
