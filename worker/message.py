@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -127,7 +126,7 @@ class QueueMessage:
         lease = self._lease
         if lease.is_lost or lease.is_cancelled:
             return False
-        return lease.keeper is None or lease.expires_at - time.monotonic() > margin
+        return lease.keeper is None or lease.seconds_left() > margin
 
     def fail(self, reason: str, *, poison: bool = False) -> None:
         """Fail this message alone, though the handler returns normally (for ``cardinality="many"`` batches).

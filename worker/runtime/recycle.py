@@ -64,7 +64,7 @@ class Recycler:
                 if lease.is_lost or lease.pop_receipt is None:
                     continue
                 self.scheduler.forget(lease)
-                lease_ends = time.time() + (lease.expires_at - time.monotonic())
+                lease_ends = time.time() + lease.seconds_left()
                 handed.append(
                     HandedOver(
                         inv.function.name,
