@@ -74,6 +74,15 @@ def _rows(record_db: Path, event: str) -> list[dict[str, Any]]:
     return [row for row in attempts(record_db) if row["event"] == event]
 
 
+def _retried(process: WorkerProcess, function: str) -> list[dict[str, Any]]:
+    """The lines saying that a message of ``function`` failed and when it will be retried (``visible_in``)."""
+    return [
+        line
+        for line in process.lines()
+        if line.get("event") == "message failed; it will be retried" and line.get("function") == function
+    ]
+
+
 async def test_max_concurrency_caps_one_function_and_reaches_the_cap(
     worker: Any, queue: QueueBackend, record_db: Path
 ) -> None:
@@ -119,20 +128,26 @@ async def test_retry_policy_and_own_max_dequeue_count_while_another_function_kee
 
     flaky = _rows(record_db, "flaky")
     assert [(row["message_id"], row["dequeue_count"]) for row in flaky] == [(flaky_id, n) for n in (1, 2, 3, 4)]
-    gaps = [later["at"] - earlier["at"] for earlier, later in zip(flaky, flaky[1:], strict=False)]
-    # 1 s, 2 s, 4 s, each +-20 % (and whole seconds on Azure Storage, rounded up: 1-2 s, 2-3 s, 4-5 s, so the first
-    # two may both be 2 s there), plus up to a polling interval.
-    assert gaps[0] <= gaps[1] + 0.5 and gaps[1] < gaps[2], gaps
-    assert gaps[0] >= 0.75 and gaps[2] >= 3.0, gaps
+    assert poisoned.content == encode("try me", "base64")
     steady = _rows(record_db, "steady")
     assert [(row["message_id"], row["dequeue_count"]) for row in steady] == [(steady_id, 1), (steady_id, 2)]
-    assert poisoned.content == encode("try me", "base64")
-    retried = [
-        line
-        for line in process.lines()
-        if line.get("event") == "message failed; it will be retried" and line.get("function") == "flaky"
-    ]
-    assert [round(line["visible_in"]) for line in retried] in ([1, 2, 4], [1, 2, 3], [1, 2, 5]), retried
+    # steady keeps the global settings: maxDequeueCount 2, and no retry policy (visibilityTimeout 0: at once).
+    [once] = _retried(process, "steady")
+    assert (once["dequeue_count"], once["visible_in"], once["attempts_left"]) == (1, 0, 1), once
+
+    # The delays flaky's policy chose, logged to the millisecond: after attempt n, min(4 s, 1 s * 2^(n-1)), each
+    # jittered by up to 20 % either way (docs/apps.md, Retry).
+    retried = _retried(process, "flaky")
+    assert [(line["dequeue_count"], line["attempts_left"]) for line in retried] == [(1, 3), (2, 2), (3, 1)], retried
+    delays = [line["visible_in"] for line in retried]
+    jitter = [delay / base for delay, base in zip(delays, (1, 2, 4), strict=True)]
+    assert all(0.7995 <= factor <= 1.2005 for factor in jitter), delays
+    # The queue must keep the message hidden that long, less its clock's granularity (whole seconds on Azure Storage,
+    # so up to a second early) and the log's rounding. How much later the next attempt starts (the listener's
+    # polling, the receive, a busy machine) nothing promises, so the gaps between attempts are bounded from below.
+    early = queue.limits.visibility_resolution + 0.0005
+    gaps = [later["at"] - earlier["at"] for earlier, later in zip(flaky, flaky[1:], strict=False)]
+    assert all(gap >= delay - early for gap, delay in zip(gaps, delays, strict=True)), (gaps, delays)
 
 
 async def test_poison_raised_by_a_handler_poisons_after_one_attempt_with_its_reason(
