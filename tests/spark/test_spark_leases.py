@@ -164,13 +164,18 @@ async def test_a_python_job_past_function_timeout_is_cancelled_and_the_message_h
 async def test_a_job_first_submitted_after_the_host_gave_up_is_cancelled(
     config: HostConfig, queue: QueueBackend, shared_spark: Spark
 ) -> None:
-    """The timeout comes before the handler's first Spark call (a session still starting, say): its job is
-    cancelled all the same, not left to run for its minutes; the handler then returns within the grace a timed-out
-    sync handler has, so its attempt fails as usual and the process is not recycled."""
+    """The timeout comes before the handler's first Spark call: its job is cancelled all the same, not left to run
+    for its minutes; the handler then returns within the grace a timed-out sync handler has, so its attempt fails as
+    usual and the process is not recycled.
+
+    The function says it runs Spark (``spark=True``), so the session is made with the host before the message is
+    received, whichever test ran before: a handler that had to make it after the give-up would spend seconds of
+    start (a JVM, an application, a Connect session) in a grace of 2 s, and rightly recycle its process.
+    """
     seen: dict[str, Any] = {}
     app = WorkerApp()
 
-    @app.queue_trigger(arg_name="msg", queue_name=QUEUE)
+    @app.queue_trigger(arg_name="msg", queue_name=QUEUE, spark=True)
     def late(msg: QueueMessage) -> None:
         msg.cancelled.wait(60)  # the host has given up on it before its first job
         run_recorded(seen, lambda: spark.session().range(0, 10**13, numPartitions=2).selectExpr(ENDLESS).collect())
@@ -179,6 +184,7 @@ async def test_a_job_first_submitted_after_the_host_gave_up_is_cancelled(
     host = Host(app, replace(config, function_timeout=1, max_dequeue_count=1), middleware=[shared_spark])
     task = asyncio.create_task(host.run())
     try:
+        await apoll(lambda: _true(shared_spark.provider.ready()), 120, what="Spark to start with the host")
         await apoll(lambda: _true(host.metrics.get("failed") == 1), 30, what="the handler to time out")
         await apoll(lambda: _true("error" in seen), 60, what="the job started after the timeout to be cancelled")
     finally:
