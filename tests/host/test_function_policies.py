@@ -184,10 +184,11 @@ async def test_app_retry_of_an_azure_functions_app_is_not_applied_and_said_once(
 
     tries = _rows(record_db, "retried")
     assert [row["dequeue_count"] for row in tries] == [1, 2, 3]
-    gaps = [later["at"] - earlier["at"] for earlier, later in zip(tries, tries[1:], strict=False)]
-    # The app's fixed_delay of 2 s is not applied: visibilityTimeout 0 brings the message back within a polling
-    # interval (200 ms), as the queue trigger in Functions retries it.
-    assert all(gap < 1.5 for gap in gaps), gaps
+    # The app's fixed_delay of 2 s is not applied: each failed attempt makes the message visible at once
+    # (visibilityTimeout 0), as the queue trigger in Functions retries it. The logged delay is the one the update asked
+    # for; how soon the next attempt then starts (polling, a busy machine) is not what this test is about.
+    retried = _retried(process, "retried")
+    assert [(line["dequeue_count"], line["visible_in"]) for line in retried] == [(1, 0), (2, 0)], retried
 
 
 async def _true(value: bool) -> bool:
