@@ -291,7 +291,8 @@ def test_a_long_poll_returns_as_soon_as_a_message_is_put(
     poller.join(5)
     [(returned_at, messages)] = received
     assert [m.content for m in messages] == ["wake up"]
-    assert returned_at - put_at < 0.1
+    # Woken by the put, not at the poll's 5 s timeout; the margin is for a busy machine's thread scheduling.
+    assert returned_at - put_at < 1.0
 
 
 def test_timeouts_zero_and_queue_default(client: QueueClient, queue_id: str) -> None:
