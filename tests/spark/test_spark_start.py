@@ -70,6 +70,39 @@ def summing_app(provider: SparkProvider, seen: dict[str, Any]) -> WorkerApp:
     return app
 
 
+async def test_a_handler_the_host_gave_up_on_before_spark_started_gets_no_session_made(
+    request: pytest.FixtureRequest, spark_sessions: SparkSessions, tmp_path: Path, queue: QueueBackend
+) -> None:
+    """No session yet, and the host gave up on the invocation (functionTimeout) before the handler's first Spark
+    call: ``spark.session()`` refuses at once rather than start Spark for an attempt that is over, which would take
+    longer than a timed-out sync handler's grace and recycle the process."""
+    provider = SparkProvider(spark_sessions.settings(*master_and_conf("local", request)))
+    seen: dict[str, str] = {}
+    app = WorkerApp()
+
+    @app.queue_trigger(arg_name="msg", queue_name=PLAIN)
+    def late(msg: QueueMessage) -> None:
+        msg.cancelled.wait(60)  # the host has given up before the first Spark call
+        try:
+            spark.session()
+        except Exception as exc:
+            seen["error"] = f"{type(exc).__name__}: {exc}"
+            raise
+
+    await queue.put(PLAIN, encode("late", "base64"))
+    config = HostConfig(base_dir=tmp_path, max_polling_interval=0.2, function_timeout=1, max_dequeue_count=1)
+    host = Host(app, config, middleware=[Spark(provider, owned=True)])
+    task = asyncio.create_task(host.run())
+    try:
+        await apoll(lambda: _true(host.metrics.get("failed") == 1), 30, what="the handler to time out")
+    finally:
+        host.request_stop()
+        await asyncio.wait_for(task, 60)
+    assert seen["error"] == "SparkUnavailable: the host gave up on the invocation before Spark was started"
+    assert provider.starts == 0
+    assert host.recycled is None
+
+
 async def readiness(port: int) -> tuple[int, list[str]]:
     status, body = await asyncio.to_thread(get, port, "/readyz")
     return status, json.loads(body)["problems"]

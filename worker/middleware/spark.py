@@ -185,7 +185,7 @@ def tag_for(invocation: Invocation) -> str:
 
 
 class SparkUnavailable(RuntimeError):
-    """No session for the handler: the host gave up on its invocation while Spark was starting, or stopped."""
+    """No session for the handler: the host gave up on its invocation before Spark was ready, or stopped."""
 
 
 class SparkTimeout(RuntimeError):
@@ -313,7 +313,8 @@ class SparkProvider:
 
         While Spark is starting this waits for it, until the host gives up on
         the invocation (functionTimeout, a lost lease, shutdown): then it raises
-        :class:`SparkUnavailable`.
+        :class:`SparkUnavailable`, as it does at once when there is no session
+        and the host has given up already (none is started for such a call).
         """
         invocation = current_invocation.get()
         spark = self._live(invocation)
@@ -334,6 +335,10 @@ class SparkProvider:
                 if self._closed:
                     raise SparkUnavailable("Spark was stopped with the host")
                 spark = self._session
+                if spark is None and _given_up(invocation):
+                    # Starting Spark takes seconds, past a timed-out sync handler's grace: the process would be
+                    # recycled for an attempt that is already over. The next invocation that needs Spark makes it.
+                    raise SparkUnavailable("the host gave up on the invocation before Spark was started")
                 if spark is None:
                     self._building = True  # this thread makes it (a start that failed, or no start with the host)
             if spark is None:
