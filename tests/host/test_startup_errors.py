@@ -183,15 +183,13 @@ def test_oci_settings_and_queues_that_cannot_work_are_refused_at_start_each_name
     connection = oci_connection(oci_server)
     (tmp_path / "host.yaml").write_text("version: '2.0'\nextensions:\n  queues:\n    batchSize: 32\n", encoding="utf-8")
     missing = f"missing-{tmp_path.name[-8:]}"
-    result = _worker(
-        tmp_path,
-        "run",
-        "--burst",
-        "--app",
-        "tests.apps.recording:app",
-        connection=connection,
-        env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")},
-    )
+
+    def run() -> subprocess.CompletedProcess[str]:
+        """``worker run --burst`` of the recording app on the missing queue, over OCI."""
+        env = {"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")}
+        return _worker(tmp_path, "run", "--burst", "--app", "tests.apps.recording:app", connection=connection, env=env)
+
+    result = run()
     assert result.returncode == 2, result.stderr
     assert (
         "function recorder, trigger queueTrigger (msg): extensions.queues.batchSize is 32, more than OCI Queue "
@@ -199,15 +197,7 @@ def test_oci_settings_and_queues_that_cannot_work_are_refused_at_start_each_name
     ) in result.stderr, result.stderr
 
     (tmp_path / "host.yaml").write_text("version: '2.0'\n", encoding="utf-8")
-    result = _worker(
-        tmp_path,
-        "run",
-        "--burst",
-        "--app",
-        "tests.apps.recording:app",
-        connection=connection,
-        env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")},
-    )
+    result = run()
     assert result.returncode == 2, result.stderr
     assert f"queue {missing!r} does not exist" in result.stderr and "does not create queues" in result.stderr
 
@@ -216,15 +206,7 @@ def test_oci_settings_and_queues_that_cannot_work_are_refused_at_start_each_name
     )
     assert admin.list_queues(compartment_id=oci_server.compartment_id, display_name=missing).data.items == []
     admin.create_queue(oci.queue.models.CreateQueueDetails(display_name=missing, compartment_id=oci_server.compartment_id))
-    result = _worker(
-        tmp_path,
-        "run",
-        "--burst",
-        "--app",
-        "tests.apps.recording:app",
-        connection=connection,
-        env={"TRIGGER_QUEUE": missing, "RECORD_DB": str(tmp_path / "r.db")},
-    )
+    result = run()
     assert result.returncode == 2, result.stderr
     assert "has no dead-letter delivery limit (deadLetterQueueDeliveryCount 0)" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
