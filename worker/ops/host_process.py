@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from worker.backends.embedded.files import Exposed
 from worker.compat.loading import load_app
 from worker.observability.metrics import format_summary
 from worker.ops import preflight
@@ -36,6 +37,11 @@ def _looked_in(local: LocalSettings, config: HostConfig) -> str:
     return f"looked in: the environment, {local.describe()}, {settings_file}"
 
 
+def _warn_exposed(log: Any, event: str, found: Exposed) -> None:
+    """Say at start that a file or folder of the worker's is open to other users, and how to close it."""
+    log.warning(event, path=str(found.path), mode=f"{found.mode:04o}", access=found.who, fix=found.fix)
+
+
 def run_here(args: argparse.Namespace, config: HostConfig, log: Any, supervisor_pid: str | None) -> int:
     """Run ``args.app`` on ``config`` in this process; ``supervisor_pid`` is the supervisor's, if one started it."""
     if not wait_for_the_first_process(os.environ):  # the supervisor stopped before the first process loaded the app
@@ -52,22 +58,10 @@ def run_here(args: argparse.Namespace, config: HostConfig, log: Any, supervisor_
     )
     if os.environ.get(PROCESS_INDEX_ENV, "0") == "0":  # the first process (or the only one) says it for all
         for found in preflight.exposed_files(app, config):
-            log.warning(
-                "embedded queue or blob storage open to other users",
-                path=str(found.path),
-                mode=f"{found.mode:04o}",
-                access=found.who,
-                fix=found.fix,
-            )
+            _warn_exposed(log, "embedded queue or blob storage open to other users", found)
         local = args.local_settings.path if args.local_settings.found else None
         for found in preflight.exposed_secret_files(config, local):
-            log.warning(
-                "settings or token file open to other users",
-                path=str(found.path),
-                mode=f"{found.mode:04o}",
-                access=found.who,
-                fix=found.fix,
-            )
+            _warn_exposed(log, "settings or token file open to other users", found)
         if supervisor_pid is not None:  # the app can run: the supervisor starts the other processes now
             os.kill(int(supervisor_pid), APP_LOADED_SIGNAL)
     handover, in_flight = os.environ.get(HANDOVER_ENV), os.environ.get(INFLIGHT_ENV)
